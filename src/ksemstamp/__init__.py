@@ -1,0 +1,1 @@
+"""k-SemStamp: paraphrase-robust semantic watermarks for language-model text."""

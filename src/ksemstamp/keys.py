@@ -1,0 +1,85 @@
+"""The valid-region table ``G``: for each previous region, the ``gamma * K`` regions that are valid.
+
+Default: keyed. Row ``q`` ranks the ``K`` regions by ``HMAC-SHA256(key, "q|j")`` and keeps the
+first ``gamma * K``; without the key the table cannot be rebuilt, and the result is the same on
+every platform and device (no framework RNG involved).
+
+Compatibility: ``mode="paper"`` seeds a CPU ``torch.Generator`` with ``q * 15485863`` and keeps the
+first ``gamma * K`` of ``randperm(K)``, the construction of the SemStamp/k-SemStamp papers. That
+table is public (anyone holding the partition can rebuild it); the reference code drew it on the
+GPU, so its exact table differs from this deterministic CPU one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import warnings
+
+import torch
+from torch import Tensor
+
+PAPER_PRIME = 15485863
+KEY_ENV = "KSEMSTAMP_KEY"
+# Public and therefore forgeable: only for demos and tests. Real use sets KSEMSTAMP_KEY.
+DEMO_KEY = "ksemstamp-public-demo-key"
+
+
+def num_valid(num_regions: int, gamma: float) -> int:
+    """``gamma * K`` as an integer; raises unless it is a whole number in ``[1, K)``."""
+    count = gamma * num_regions
+    if abs(count - round(count)) > 1e-9 or not 1 <= round(count) < num_regions:
+        raise ValueError(
+            f"gamma * K must be a whole number in [1, K): gamma={gamma}, K={num_regions} gives "
+            f"{count:g}; pick gamma as a multiple of 1/K (e.g. {1 / num_regions:g})"
+        )
+    return int(round(count))
+
+
+def resolve_key(key: str | None) -> str:
+    """The key to use: ``key`` if given, else ``$KSEMSTAMP_KEY``, else the public demo key."""
+    if key:
+        return key
+    env = os.environ.get(KEY_ENV)
+    if env:
+        return env
+    warnings.warn(
+        f"no watermark key given: using the public demo key, so anyone can forge or strip this "
+        f"mark. Set {KEY_ENV} or `key:` in the config for real use.",
+        stacklevel=2,
+    )
+    return DEMO_KEY
+
+
+def key_fingerprint(key: str) -> str:
+    """A short public identifier of a key, stored beside outputs to catch key mix-ups.
+
+    It reveals nothing useful about a long random key; a guessable key is guessable anyway.
+    """
+    return hashlib.sha256(b"ksemstamp-key-fingerprint|" + key.encode()).hexdigest()[:12]
+
+
+def valid_table(num_regions: int, gamma: float, key: str | None, mode: str = "keyed") -> Tensor:
+    """``(K, K)`` bool table: ``table[q, j]`` is True when region ``j`` is valid after region ``q``.
+
+    Every row has exactly ``gamma * K`` True entries.
+    """
+    n_valid = num_valid(num_regions, gamma)
+    table = torch.zeros(num_regions, num_regions, dtype=torch.bool)
+    for q in range(num_regions):
+        if mode == "keyed":
+            if not key:
+                raise ValueError("keyed valid table needs a key")
+            scores = [
+                hmac.new(key.encode(), f"valid|{num_regions}|{q}|{j}".encode(), "sha256").digest()
+                for j in range(num_regions)
+            ]
+            chosen = sorted(range(num_regions), key=lambda j: scores[j])[:n_valid]
+            table[q, chosen] = True
+        elif mode == "paper":
+            gen = torch.Generator().manual_seed(q * PAPER_PRIME)
+            table[q, torch.randperm(num_regions, generator=gen)[:n_valid]] = True
+        else:
+            raise ValueError(f"valid-table mode must be 'keyed' or 'paper', not {mode!r}")
+    return table
