@@ -1,0 +1,11 @@
+"""Fine-tuning a paraphrase-robust sentence encoder for k-SemStamp.
+
+* ``loss``: the margin contrastive loss as a pure tensor function;
+* ``data``: paraphrase pairs from JSONL files as a ``LightningDataModule``;
+* ``module``: ``EncoderModule``, the Lightning system around a sentence-transformers encoder;
+* ``callbacks``: ``KMeansCallback``, which fits the k-means centroids after training;
+* ``pairs``: ``python -m ksemstamp.training.pairs`` builds pairs offline (WordNet, small LM);
+* ``evaluate``: ``python -m ksemstamp.training.evaluate`` measures region agreement on pairs.
+
+Heavy imports (Lightning, sentence-transformers) stay inside the submodules.
+"""

@@ -1,0 +1,93 @@
+"""Margin contrastive loss for paraphrase-robust sentence embeddings, as pure tensor functions.
+
+For each pair ``i`` of a text ``s_i`` and its paraphrase ``t_i``::
+
+    l_i = max(delta - cos(s_i, t_i) + cos(s_i, t'_i), 0)
+
+where ``t'_i`` is the hardest negative: the paraphrase column ``t_j`` (``j != i``) most similar
+to ``s_i``. Rows are this process's anchors; columns are the paraphrases of this process or,
+under data parallelism, of every process (gathered in rank order). ``offset`` is where this
+process's own paraphrases start among the columns (``rank * batch``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+_REDUCTIONS = ("sum", "mean", "none")
+
+
+def hardest_negative_cosines(anchor: Tensor, candidates: Tensor, offset: int = 0) -> Tensor:
+    """``(B,)`` highest cosine between each anchor and a candidate column other than its own.
+
+    Args:
+        anchor: ``(B, D)`` anchor embeddings (any scale; normalised here).
+        candidates: ``(C, D)`` column embeddings with ``C >= offset + B`` and ``C >= 2``.
+        offset: column index of anchor 0's own positive; anchor ``i`` owns column ``offset + i``.
+    """
+    batch = anchor.shape[0]
+    if candidates.shape[0] < 2:
+        raise ValueError("need at least two candidate columns to have a negative")
+    if offset < 0 or offset + batch > candidates.shape[0]:
+        raise ValueError(
+            f"own columns [{offset}, {offset + batch}) fall outside {candidates.shape[0]} columns"
+        )
+    sim = F.normalize(anchor, dim=-1) @ F.normalize(candidates, dim=-1).T  # (B, C)
+    rows = torch.arange(batch, device=sim.device)
+    # -inf keeps the own positive out of the max and gives it no gradient.
+    own = torch.zeros_like(sim, dtype=torch.bool)
+    own[rows, rows + offset] = True
+    return sim.masked_fill(own, float("-inf")).max(dim=-1).values
+
+
+def margin_contrastive_loss(
+    anchor: Tensor,
+    positive: Tensor,
+    candidates: Tensor | None = None,
+    delta: float = 0.8,
+    offset: int = 0,
+    reduction: str = "sum",
+) -> Tensor:
+    """Hinge loss pushing each paraphrase ``delta`` closer to its text than the hardest negative.
+
+    Args:
+        anchor: ``(B, D)`` embeddings of the texts ``s_i``.
+        positive: ``(B, D)`` embeddings of their paraphrases ``t_i`` (row ``i`` pairs with row ``i``).
+        candidates: ``(C, D)`` columns to draw negatives from; ``None`` means ``positive`` (in-batch
+            negatives). Under DDP pass the paraphrases of all ranks and ``offset = rank * B``.
+        delta: the margin (paper: 0.8).
+        offset: where this batch's own paraphrases sit among ``candidates``.
+        reduction: ``"sum"`` (the paper's formula), ``"mean"`` or ``"none"`` (per-pair ``(B,)``).
+
+    Returns:
+        The reduced loss (a scalar) or the ``(B,)`` per-pair losses.
+    """
+    if anchor.shape != positive.shape or anchor.ndim != 2:
+        raise ValueError(
+            f"anchor and positive must both be (B, D), got {tuple(anchor.shape)} "
+            f"and {tuple(positive.shape)}"
+        )
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if candidates is None:
+        candidates, offset = positive, 0
+    pos = F.cosine_similarity(anchor, positive, dim=-1)  # (B,)
+    neg = hardest_negative_cosines(anchor, candidates, offset)  # (B,)
+    losses = torch.clamp(delta - pos + neg, min=0.0)
+    if reduction == "sum":
+        return losses.sum()
+    if reduction == "mean":
+        return losses.mean()
+    return losses
+
+
+def cosine_gap(anchor: Tensor, positive: Tensor) -> Tensor:
+    """``(B,)`` cos(text, own paraphrase) minus cos(text, hardest other paraphrase in the batch).
+
+    Positive means the paraphrase is closer than any other pair's paraphrase; the loss asks for
+    a gap of at least ``delta``.
+    """
+    pos = F.cosine_similarity(anchor, positive, dim=-1)
+    return pos - hardest_negative_cosines(anchor, positive, 0)
