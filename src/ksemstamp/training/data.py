@@ -1,0 +1,132 @@
+"""Paraphrase pairs from JSONL files, served as a ``LightningDataModule``.
+
+Each line of a pair file is ``{"text": ..., "paraphrase": ...}`` (other keys, such as ``id`` or
+``method``, are kept out of the batch). Batches are dicts of two lists of strings; tokenisation
+happens in the ``EncoderModule`` because the tokenizer belongs to the encoder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning as L
+from torch.utils.data import DataLoader, Dataset
+
+
+def read_pairs(path: str | Path, limit: int | None = None) -> list[tuple[str, str]]:
+    """``(text, paraphrase)`` tuples of a JSONL pair file, in file order.
+
+    A last line cut short by an interrupted writer is ignored; any other malformed line raises.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"pair file not found: {path} (build one with `python -m ksemstamp.training.pairs`)"
+        )
+    lines = path.read_text(encoding="utf-8").splitlines()
+    pairs: list[tuple[str, str]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break
+            raise ValueError(f"{path}:{number} is not valid JSON") from None
+        if not isinstance(row.get("text"), str) or not isinstance(row.get("paraphrase"), str):
+            raise ValueError(f"{path}:{number} needs string fields 'text' and 'paraphrase'")
+        pairs.append((row["text"], row["paraphrase"]))
+        if limit is not None and len(pairs) >= limit:
+            break
+    return pairs
+
+
+class PairDataset(Dataset):
+    """In-memory list of ``(text, paraphrase)`` pairs."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self.pairs = pairs
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, index: int) -> tuple[str, str]:
+        return self.pairs[index]
+
+
+def collate_pairs(items: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """Lists of texts and paraphrases, row ``i`` of one pairing with row ``i`` of the other."""
+    return {"text": [t for t, _ in items], "paraphrase": [p for _, p in items]}
+
+
+class PairDataModule(L.LightningDataModule):
+    """Train and validation pairs for the margin contrastive loss.
+
+    The training loader drops the last partial batch: under DDP every rank must contribute the
+    same number of rows to the gathered negatives, and a short batch would also weaken the
+    hardest-negative search. Lightning adds a ``DistributedSampler`` under DDP by itself.
+    """
+
+    def __init__(
+        self,
+        train_file: str = "data/pairs/news-train.jsonl",
+        val_file: str | None = "data/pairs/news-val.jsonl",
+        batch_size: int = 32,
+        val_batch_size: int | None = None,
+        max_train_pairs: int | None = None,
+        max_val_pairs: int | None = None,
+        num_workers: int = 0,
+    ) -> None:
+        """
+        Args:
+            train_file: JSONL training pairs.
+            val_file: JSONL held-out pairs (``None`` disables validation).
+            batch_size: pairs per training batch and per process; the hardest negative is
+                searched among ``batch_size * world_size`` paraphrases.
+            val_batch_size: pairs per validation batch (default: ``batch_size``).
+            max_train_pairs: use only the first this many training pairs.
+            max_val_pairs: use only the first this many validation pairs.
+            num_workers: ``DataLoader`` workers (strings need no heavy loading; 0 is fine).
+        """
+        super().__init__()
+        if batch_size < 2:
+            raise ValueError("batch_size must be >= 2: in-batch negatives need a second pair")
+        self.save_hyperparameters()
+        self.train_set: PairDataset | None = None
+        self.val_set: PairDataset | None = None
+
+    def setup(self, stage: str) -> None:
+        hp = self.hparams
+        if stage == "fit" and self.train_set is None:
+            self.train_set = PairDataset(read_pairs(hp.train_file, hp.max_train_pairs))
+            if len(self.train_set) < hp.batch_size:
+                raise ValueError(
+                    f"{hp.train_file} has {len(self.train_set)} pairs, fewer than one batch "
+                    f"of {hp.batch_size} (training drops incomplete batches)"
+                )
+        if stage in ("fit", "validate") and self.val_set is None and hp.val_file:
+            self.val_set = PairDataset(read_pairs(hp.val_file, hp.max_val_pairs))
+
+    def train_dataloader(self) -> DataLoader:
+        assert self.train_set is not None, "setup('fit') has not run"
+        return DataLoader(
+            self.train_set,
+            batch_size=self.hparams.batch_size,
+            shuffle=True,
+            drop_last=True,
+            collate_fn=collate_pairs,
+            num_workers=self.hparams.num_workers,
+        )
+
+    def val_dataloader(self) -> DataLoader | list:
+        if self.val_set is None:
+            return []
+        return DataLoader(
+            self.val_set,
+            batch_size=self.hparams.val_batch_size or self.hparams.batch_size,
+            shuffle=False,
+            collate_fn=collate_pairs,
+            num_workers=self.hparams.num_workers,
+        )

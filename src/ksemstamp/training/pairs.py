@@ -1,0 +1,235 @@
+"""Build paraphrase pairs from news sentences, offline and resumably.
+
+    python -m ksemstamp.training.pairs --split fit --num 4000 --output data/pairs/news-train.jsonl
+    python -m ksemstamp.training.pairs --split val --num 500 --output data/pairs/news-val.jsonl
+
+Sources are sentences of the news corpus's ``fit`` split (training) or ``val`` split (held-out
+pairs), shuffled with a seed. Each source gets a paraphrase from the small chat LM (a share
+``--lm-share`` of sources, chosen by a hash of their id) or from WordNet substitution, and a
+paraphrase is kept only when it is semantically close to its source (cosine under
+``--filter-encoder`` of at least ``--min-similarity``) and different enough (word-set overlap of
+at most ``--max-overlap``). An LM source whose candidates all fail falls back to WordNet.
+
+Every kept pair is appended and flushed at once; a rerun skips the ids already in the file, so
+an interrupted build resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def word_overlap(a: str, b: str) -> float:
+    """Jaccard overlap of the lower-cased word sets of ``a`` and ``b`` (1.0: same words)."""
+    wa, wb = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))
+    if not wa and not wb:
+        return 1.0
+    return len(wa & wb) / len(wa | wb)
+
+
+def _unit_hash(text: str) -> float:
+    """A number in [0, 1) fixed by ``text``."""
+    return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16) / float(1 << 48)
+
+
+def source_sentences(
+    split: str, seed: int = 0, min_words: int = 8, max_words: int = 40
+) -> list[tuple[str, str]]:
+    """Shuffled ``(id, sentence)`` of a news split; ids are ``<article_id>:<sentence index>``."""
+    from ..assets import news_articles
+    from ..splitter import get_splitter
+
+    splitter = get_splitter()
+    out = []
+    for article in news_articles(split):
+        for index, sentence in enumerate(splitter.split(article.text)):
+            if min_words <= len(sentence.split()) <= max_words:
+                out.append((f"{article.article_id}:{index}", sentence))
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def done_ids(path: Path) -> set[str]:
+    """Ids already written to ``path``; a half-written last line is cut off first."""
+    if not path.exists():
+        return set()
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        # An interrupted run left part of a line: drop it so appends start on a fresh line.
+        keep = raw[: raw.rfind(b"\n") + 1]
+        path.write_bytes(keep)
+        raw = keep
+    ids = set()
+    for line in raw.decode("utf-8").splitlines():
+        if line.strip():
+            ids.add(json.loads(line)["id"])
+    return ids
+
+
+def _chunks(items: Sequence, size: int) -> Iterator[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def build_pairs(
+    output: str | Path,
+    num: int,
+    split: str = "fit",
+    seed: int = 0,
+    lm_share: float = 0.0,
+    lm: str = "smollm2-135m-instruct",
+    lm_candidates: int = 4,
+    filter_encoder: str = "all-minilm-l6-v2",
+    min_similarity: float = 0.75,
+    max_similarity: float = 0.99,
+    max_overlap: float = 0.85,
+    wordnet_rate: float = 0.5,
+    chunk_size: int = 16,
+    min_words: int = 8,
+    max_words: int = 40,
+    progress: bool = True,
+) -> int:
+    """Append pairs to ``output`` until it holds ``num``; returns the number written now."""
+    from tqdm import tqdm
+
+    from ..assets import load_encoder
+    from ..encoding import embed
+    from .paraphrase import LMParaphraser, WordNetParaphraser
+
+    if not 0.0 <= lm_share <= 1.0:
+        raise ValueError(f"lm_share must be in [0, 1], got {lm_share}")
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    done = done_ids(output)
+    if len(done) >= num:
+        return 0
+    sources = [
+        (i, s) for i, s in source_sentences(split, seed, min_words, max_words) if i not in done
+    ]
+    wordnet = WordNetParaphraser(rate=wordnet_rate)
+    lm_model = LMParaphraser(lm, num_candidates=lm_candidates) if lm_share > 0 else None
+    encoder = load_encoder(filter_encoder)
+    written = 0
+    bar = tqdm(
+        total=num, initial=len(done), desc=f"pairs {split}", unit="pair", disable=not progress
+    )
+    with output.open("a", encoding="utf-8") as sink:
+        for chunk in _chunks(sources, chunk_size):
+            if len(done) + written >= num:
+                break
+            use_lm = [
+                lm_model is not None and _unit_hash(f"{seed}:{i}") < lm_share for i, _ in chunk
+            ]
+            lm_out = iter(
+                lm_model.candidates([s for (_, s), u in zip(chunk, use_lm, strict=True) if u])
+                if any(use_lm)
+                else []
+            )
+            # Candidate lists per source: LM samples first, WordNet as the fallback.
+            options: list[list[tuple[str, str]]] = []
+            for (sid, sentence), lm_used in zip(chunk, use_lm, strict=True):
+                cands = [(c, "lm") for c in next(lm_out)] if lm_used else []
+                rng = random.Random(f"{seed}:{sid}")
+                lexical = wordnet.paraphrase(sentence, rng)
+                if lexical is not None:
+                    cands.append((lexical, "wordnet"))
+                options.append(cands)
+            flat = [c for cands in options for c, _ in cands]
+            cand_emb = embed(encoder, flat) if flat else None
+            src_emb = embed(encoder, [s for _, s in chunk])
+            row = 0
+            for (sid, sentence), cands, src in zip(chunk, options, src_emb, strict=True):
+                best = None
+                for text, method in cands:
+                    sim = float(cand_emb[row] @ src)
+                    row += 1
+                    overlap = word_overlap(sentence, text)
+                    if not (min_similarity <= sim <= max_similarity and overlap <= max_overlap):
+                        continue
+                    # Prefer LM rewrites, then the one sharing the fewest words with the source.
+                    key = (method != "lm", overlap)
+                    if best is None or key < best[0]:
+                        best = (key, text, method, sim, overlap)
+                if best is None or len(done) + written >= num:
+                    continue
+                _, text, method, sim, overlap = best
+                record = {
+                    "id": sid,
+                    "text": sentence,
+                    "paraphrase": text,
+                    "method": method,
+                    "similarity": round(sim, 4),
+                    "overlap": round(overlap, 4),
+                }
+                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                sink.flush()
+                written += 1
+                bar.update(1)
+    bar.close()
+    if len(done) + written < num:
+        print(f"warning: ran out of {split} sentences at {len(done) + written} of {num} pairs")
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m ksemstamp.training.pairs``: build paraphrase pairs (resumable)."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--output", required=True, help="JSONL file to append pairs to")
+    parser.add_argument("--num", type=int, required=True, help="pairs the file should hold")
+    parser.add_argument("--split", default="fit", choices=["fit", "val", "test"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--lm-share", type=float, default=0.0, help="share of sources paraphrased by the LM"
+    )
+    parser.add_argument("--lm", default="smollm2-135m-instruct", help="chat LM spec")
+    parser.add_argument("--lm-candidates", type=int, default=4)
+    parser.add_argument("--filter-encoder", default="all-minilm-l6-v2")
+    parser.add_argument("--min-similarity", type=float, default=0.75)
+    parser.add_argument("--max-similarity", type=float, default=0.99)
+    parser.add_argument("--max-overlap", type=float, default=0.85)
+    parser.add_argument("--wordnet-rate", type=float, default=0.5)
+    parser.add_argument("--chunk-size", type=int, default=16)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads; one is the safe choice on a shared CPU, where a second thread "
+        "that loses its core makes every small matrix product wait for it",
+    )
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.threads > 0:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    written = build_pairs(
+        args.output,
+        args.num,
+        split=args.split,
+        seed=args.seed,
+        lm_share=args.lm_share,
+        lm=args.lm,
+        lm_candidates=args.lm_candidates,
+        filter_encoder=args.filter_encoder,
+        min_similarity=args.min_similarity,
+        max_similarity=args.max_similarity,
+        max_overlap=args.max_overlap,
+        wordnet_rate=args.wordnet_rate,
+        chunk_size=args.chunk_size,
+        progress=not args.no_progress,
+    )
+    print(f"wrote {written} pairs to {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Pair files, the pair DataModule, offline paraphrasers and the resumable pair builder."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from ksemstamp.training.data import PairDataModule, read_pairs  # noqa: E402
+from ksemstamp.training.pairs import build_pairs, done_ids, word_overlap  # noqa: E402
+
+
+def write_pairs(path, n: int) -> None:
+    with path.open("w") as f:
+        for i in range(n):
+            f.write(
+                json.dumps({"id": str(i), "text": f"text {i}", "paraphrase": f"para {i}"}) + "\n"
+            )
+
+
+def test_read_pairs_ignores_a_cut_last_line_but_not_a_broken_middle(tmp_path):
+    path = tmp_path / "p.jsonl"
+    write_pairs(path, 3)
+    with path.open("a") as f:
+        f.write('{"text": "cut sho')
+    assert read_pairs(path) == [("text 0", "para 0"), ("text 1", "para 1"), ("text 2", "para 2")]
+    assert len(read_pairs(path, limit=2)) == 2
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "{broken", lines[1]]) + "\n")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        read_pairs(path)
+    path.write_text(json.dumps({"text": "only text"}) + "\n")
+    with pytest.raises(ValueError, match="paraphrase"):
+        read_pairs(path)
+
+
+def test_datamodule_drops_the_last_training_batch_but_keeps_validation_rows(tmp_path):
+    write_pairs(tmp_path / "train.jsonl", 10)
+    write_pairs(tmp_path / "val.jsonl", 5)
+    dm = PairDataModule(str(tmp_path / "train.jsonl"), str(tmp_path / "val.jsonl"), batch_size=4)
+    dm.setup("fit")
+    train = list(dm.train_dataloader())
+    assert [len(b["text"]) for b in train] == [4, 4]  # 10 pairs: the last 2 are dropped
+    assert all(len(b["text"]) == len(b["paraphrase"]) for b in train)
+    # Row i of texts pairs with row i of paraphrases after shuffling.
+    assert all(
+        t.split()[1] == p.split()[1]
+        for b in train
+        for t, p in zip(b["text"], b["paraphrase"], strict=True)
+    )
+    assert [len(b["text"]) for b in dm.val_dataloader()] == [4, 1]
+
+
+def test_datamodule_rejects_too_few_pairs(tmp_path):
+    write_pairs(tmp_path / "train.jsonl", 3)
+    dm = PairDataModule(str(tmp_path / "train.jsonl"), None, batch_size=4)
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        dm.setup("fit")
+    with pytest.raises(ValueError):
+        PairDataModule(batch_size=1)
+
+
+def test_done_ids_cuts_a_half_written_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    write_pairs(path, 2)
+    with path.open("a") as f:
+        f.write('{"id": "2", "te')
+    assert done_ids(path) == {"0", "1"}
+    assert path.read_text().endswith("\n")
+    assert len(path.read_text().splitlines()) == 2
+
+
+def test_word_overlap():
+    assert word_overlap("The cat sat.", "the CAT sat") == 1.0
+    assert word_overlap("a b", "c d") == 0.0
+    assert word_overlap("a b c", "a b d") == pytest.approx(2 / 4)
+
+
+def test_wordnet_paraphraser_substitutes_and_reinflects():
+    from ksemstamp.training.paraphrase import WordNetParaphraser
+
+    wn = WordNetParaphraser(rate=1.0)
+    assert wn.synonyms("the") == ()  # stopword
+    assert wn.synonyms("London") == ()  # capitalised: names are left alone
+    budget_syns = wn.synonyms("prices")
+    assert budget_syns and all(s.endswith("s") for s in budget_syns)  # plural kept
+    assert "monetary_value" not in budget_syns  # multi-word lemmas are skipped
+    sentence = "The committee approved the budget after a long debate."
+    out = wn.paraphrase(sentence, random.Random(0))
+    assert out is not None and out != sentence
+    assert out.startswith("The ") and out.endswith(".")  # punctuation and names preserved
+    assert wn.paraphrase("The of and.", random.Random(0)) is None
+
+
+@pytest.mark.e2e
+def test_build_pairs_is_resumable(tmp_path):
+    out = tmp_path / "pairs.jsonl"
+    assert build_pairs(out, 4, split="val", progress=False) == 4
+    first = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(r["method"] == "wordnet" and r["text"] != r["paraphrase"] for r in first)
+    assert all(r["similarity"] >= 0.75 and r["overlap"] <= 0.85 for r in first)
+    # Simulate a crash mid-line, then resume to 6 pairs: nothing is written twice.
+    with out.open("a") as f:
+        f.write('{"id": "half')
+    assert build_pairs(out, 6, split="val", progress=False) == 2
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 6 and len({r["id"] for r in rows}) == 6
+    assert rows[:4] == first
+    assert build_pairs(out, 6, split="val", progress=False) == 0
