@@ -1,0 +1,281 @@
+"""``EncoderModule``: the Lightning system that fine-tunes a sentence encoder for k-SemStamp.
+
+The model inside is a plain ``SentenceTransformer``; this module adds the margin contrastive
+loss (negatives gathered from every process under DDP), AdamW with linear warmup and decay,
+validation metrics that matter for the watermark, and the k-means centroids as a buffer so
+that ``EncoderModule.load_from_checkpoint`` restores them with the weights.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..assets import DEFAULT_ENCODER, encoder_fingerprint, load_encoder
+from ..centroids import domain_sentences, fit_kmeans
+from ..partition import kmeans_regions
+from .loss import cosine_gap, margin_contrastive_loss
+
+
+class EncoderModule(L.LightningModule):
+    """Fine-tunes a sentence-transformers encoder so that paraphrases stay in one region.
+
+    Validation logs, over held-out pairs:
+
+    * ``val/cos_gap``: cos(text, own paraphrase) minus cos(text, hardest other paraphrase of the
+      batch), averaged; the loss asks for at least ``delta``.
+    * ``val/region_agreement``: share of pairs whose text and paraphrase fall in the same k-means
+      region. The centroids are the fitted buffer once ``KMeansCallback`` has filled it, and
+      otherwise *provisional* centroids fitted at the start of each validation epoch on
+      ``val_kmeans_sentences`` domain sentences embedded with the current encoder. Provisional
+      refits, rather than the shipped centroids of the base encoder, measure what the watermark
+      would see if training stopped now: centroids are always refitted for a changed encoder.
+    """
+
+    def __init__(
+        self,
+        encoder: str = DEFAULT_ENCODER,
+        delta: float = 0.8,
+        lr: float = 4e-5,
+        warmup_ratio: float = 0.1,
+        weight_decay: float = 0.01,
+        num_regions: int = 8,
+        max_seq_length: int | None = 128,
+        loss_reduction: str = "mean",
+        gather_negatives: bool = True,
+        val_kmeans_sentences: int = 2000,
+        kmeans_seed: int = 0,
+        embed_batch_size: int = 64,
+    ) -> None:
+        """
+        Args:
+            encoder: encoder spec for ``assets.load_encoder`` (offline alias, folder or Hub id).
+            delta: margin of the contrastive loss (paper: 0.8).
+            lr: peak AdamW learning rate (paper: 4e-5).
+            warmup_ratio: share of all optimizer steps spent warming the learning rate up
+                linearly; it then decays linearly to zero.
+            weight_decay: AdamW weight decay, not applied to biases and LayerNorm weights.
+            num_regions: ``K``, the number of k-means regions (paper: 8).
+            max_seq_length: truncate sentences to this many tokens (``None``: the encoder's own).
+            loss_reduction: ``"mean"`` over pairs (default) or ``"sum"`` (the paper's formula).
+                With AdamW the two differ by a constant factor that Adam's normalisation all but
+                cancels; the mean keeps logged losses comparable across batch sizes and world
+                sizes, and under DDP's gradient averaging it gives the same gradients as one
+                process on the concatenated batch.
+            gather_negatives: under DDP, search hardest negatives among every rank's paraphrases.
+            val_kmeans_sentences: domain sentences for provisional validation centroids
+                (0 disables region agreement until real centroids exist).
+            kmeans_seed: seed of provisional k-means fits.
+            embed_batch_size: batch size when embedding domain sentences without gradients.
+        """
+        super().__init__()
+        if delta <= 0:
+            raise ValueError(f"delta must be > 0, got {delta}")
+        if not 0.0 <= warmup_ratio < 1.0:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {warmup_ratio}")
+        if num_regions < 2:
+            raise ValueError(f"num_regions must be >= 2, got {num_regions}")
+        if loss_reduction not in ("mean", "sum"):
+            raise ValueError(f"loss_reduction must be 'mean' or 'sum', got {loss_reduction!r}")
+        self.save_hyperparameters()
+        self.encoder = load_encoder(encoder)
+        if max_seq_length:
+            self.encoder.max_seq_length = max_seq_length
+        freeze_unused_pooler(self.encoder)
+        # load_encoder returns an eval-mode model and Lightning keeps submodule modes as found;
+        # fine-tune with dropout on, as sentence-transformers does.
+        self.encoder.train()
+        dim = self.encoder.get_embedding_dimension()
+        # Buffers travel with state_dict, so checkpoints carry the centroids.
+        self.register_buffer("centroids", torch.zeros(num_regions, dim))
+        self.register_buffer("centroids_fitted", torch.tensor(False))
+        self._val_centroids: Tensor | None = None
+        self._domain_cache: dict[int, list[str]] = {}
+
+    # ------------------------------------------------------------------ model
+
+    def forward(self, texts: list[str]) -> Tensor:
+        """``(N, D)`` sentence embeddings with gradients (``encode`` would run in inference mode)."""
+        features = self.encoder.preprocess(list(texts))
+        features = {
+            k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in features.items()
+        }
+        return self.encoder(features)["sentence_embedding"]
+
+    @torch.no_grad()
+    def embed_sharded(self, sentences: list[str], batch_size: int | None = None) -> Tensor:
+        """``(N, D)`` unit embeddings of ``sentences`` on every rank, each rank embedding one shard.
+
+        A collective call under DDP: every rank must call it with the same list. Shards are
+        contiguous and padded to equal length (``all_gather`` needs equal shapes), so the gathered
+        rows come back in the input order.
+        """
+        if not sentences:
+            raise ValueError("no sentences to embed")
+        batch_size = batch_size or self.hparams.embed_batch_size
+        world = self.trainer.world_size if self._trainer is not None else 1
+        rank = self.global_rank if self._trainer is not None else 0
+        per_rank = math.ceil(len(sentences) / world)
+        shard = sentences[rank * per_rank : (rank + 1) * per_rank]
+        shard = shard + [sentences[-1]] * (per_rank - len(shard))
+        was_training = self.training
+        self.eval()  # no dropout while embedding
+        emb = torch.cat([self(shard[i : i + batch_size]) for i in range(0, per_rank, batch_size)])
+        self.train(was_training)
+        emb = F.normalize(emb.float(), dim=-1)
+        if world > 1:
+            emb = self.all_gather(emb).reshape(-1, emb.shape[-1])
+        return emb[: len(sentences)]
+
+    def fit_centroids(self, embeddings: Tensor, seed: int | None = None) -> Tensor:
+        """``(K, D)`` k-means centroids, fitted on rank 0 and broadcast (collective under DDP)."""
+        seed = self.hparams.kmeans_seed if seed is None else seed
+        centroids = None
+        if self.global_rank == 0:
+            centroids = fit_kmeans(embeddings.cpu(), k=self.hparams.num_regions, seed=seed)
+        if self._trainer is not None:
+            centroids = self.trainer.strategy.broadcast(centroids, src=0)
+        return centroids.to(self.device)
+
+    def set_centroids(self, centroids: Tensor) -> None:
+        """Store fitted centroids in the buffer (saved with every later checkpoint)."""
+        if centroids.shape != self.centroids.shape:
+            raise ValueError(
+                f"centroids must be {tuple(self.centroids.shape)}, got {tuple(centroids.shape)}"
+            )
+        self.centroids.copy_(F.normalize(centroids.float(), dim=-1))
+        self.centroids_fitted.fill_(True)
+
+    def domain_sentence_list(self, num_sentences: int) -> list[str]:
+        """The first ``num_sentences`` domain sentences (news ``fit`` split), cached."""
+        if num_sentences not in self._domain_cache:
+            docs = domain_sentences(max_sentences=num_sentences)
+            self._domain_cache[num_sentences] = [s for doc in docs for s in doc]
+        return self._domain_cache[num_sentences]
+
+    # ------------------------------------------------------------------ steps
+
+    def _columns(self, positive: Tensor) -> tuple[Tensor, int]:
+        """Negative columns and the offset of this rank's own paraphrases among them."""
+        world = self.trainer.world_size
+        if world > 1 and self.hparams.gather_negatives:
+            # (world, B, D) with gradients flowing back to each rank's own rows.
+            gathered = self.all_gather(positive, sync_grads=True)
+            return gathered.reshape(-1, positive.shape[-1]), self.global_rank * positive.shape[0]
+        return positive, 0
+
+    def _embed_pairs(self, batch: dict[str, list[str]]) -> tuple[Tensor, Tensor]:
+        # One encoder pass for both sides: fewer, larger matrix products.
+        n = len(batch["text"])
+        emb = self(batch["text"] + batch["paraphrase"])
+        return emb[:n], emb[n:]
+
+    def training_step(self, batch: dict[str, list[str]], batch_idx: int) -> Tensor:
+        anchor, positive = self._embed_pairs(batch)
+        columns, offset = self._columns(positive)
+        loss = margin_contrastive_loss(
+            anchor,
+            positive,
+            columns,
+            delta=self.hparams.delta,
+            offset=offset,
+            reduction=self.hparams.loss_reduction,
+        )
+        n = anchor.shape[0]
+        self.log("train/loss", loss, prog_bar=True, batch_size=n)
+        with torch.no_grad():
+            pos = F.cosine_similarity(anchor, positive, dim=-1).mean()
+        self.log("train/pos_cos", pos, batch_size=n)
+        return loss
+
+    def on_train_start(self) -> None:
+        # Training moves the encoder, so centroids from an earlier run (a resumed final
+        # checkpoint) no longer describe it; KMeansCallback refits them at the end.
+        self.centroids_fitted.fill_(False)
+
+    def on_validation_epoch_start(self) -> None:
+        # Collective under DDP (embedding shards, broadcast): runs on every rank.
+        self._val_centroids = None
+        if bool(self.centroids_fitted):
+            self._val_centroids = self.centroids
+        elif self.hparams.val_kmeans_sentences > 0:
+            sentences = self.domain_sentence_list(self.hparams.val_kmeans_sentences)
+            self._val_centroids = self.fit_centroids(self.embed_sharded(sentences))
+
+    def validation_step(self, batch: dict[str, list[str]], batch_idx: int) -> None:
+        anchor, positive = self._embed_pairs(batch)
+        n = anchor.shape[0]
+        pos = F.cosine_similarity(anchor, positive, dim=-1)
+        self.log("val/pos_cos", pos.mean(), batch_size=n, sync_dist=True)
+        if n >= 2:  # a gap needs another pair in the batch
+            self.log(
+                "val/cos_gap", cosine_gap(anchor, positive).mean(), batch_size=n, sync_dist=True
+            )
+            loss = margin_contrastive_loss(
+                anchor, positive, delta=self.hparams.delta, reduction="mean"
+            )
+            self.log("val/loss", loss, batch_size=n, sync_dist=True)
+        if self._val_centroids is not None:
+            text_regions, _ = kmeans_regions(anchor, self._val_centroids, 0.0)
+            para_regions, _ = kmeans_regions(positive, self._val_centroids, 0.0)
+            agree = (text_regions == para_regions).float().mean()
+            self.log("val/region_agreement", agree, prog_bar=True, batch_size=n, sync_dist=True)
+
+    # ------------------------------------------------------------------ optimisation
+
+    def configure_optimizers(self):
+        decay, no_decay = [], []
+        for param in self.encoder.parameters():
+            if param.requires_grad:
+                # 1-D tensors are biases and LayerNorm scales: decaying them only hurts.
+                (no_decay if param.ndim < 2 else decay).append(param)
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": self.hparams.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=self.hparams.lr,
+        )
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = int(round(self.hparams.warmup_ratio * total))
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / (warmup + 1)
+            return max(0.0, (total - step) / max(1, total - warmup))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # Plain types only, so the checkpoint still loads with weights_only=True.
+        checkpoint["ksemstamp"] = {
+            "encoder_fingerprint": encoder_fingerprint(self.encoder),
+            "centroids_fitted": bool(self.centroids_fitted),
+        }
+
+
+def freeze_unused_pooler(encoder: torch.nn.Module) -> list[str]:
+    """Stop gradients to a BERT-style ``pooler`` that sentence-transformers pooling never uses.
+
+    Unused trainable parameters make DDP fail (or need the slower ``find_unused_parameters``).
+    Freezing, rather than deleting, keeps the weights in the exported folder, so the exported
+    encoder reloads with exactly the weights (and fingerprint) it was saved with.
+
+    Returns the names of the frozen parameters.
+    """
+    frozen = []
+    for name, param in encoder.named_parameters():
+        if ".pooler." in f".{name}":
+            param.requires_grad_(False)
+            frozen.append(name)
+    return frozen

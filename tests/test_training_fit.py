@@ -1,0 +1,189 @@
+"""End-to-end training runs through ``train.py`` with the real MiniLM encoder on a tiny pair set.
+
+Each run fits for a couple of steps, fits k-means on a few dozen news sentences at the end,
+and must leave a checkpoint whose centroids load back and a centroid file that the fine-tuned,
+exported encoder passes the fingerprint check of.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+import yaml
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ksemstamp.assets import encoder_fingerprint, load_encoder  # noqa: E402
+from ksemstamp.centroids import CentroidFile  # noqa: E402
+from ksemstamp.training.module import EncoderModule  # noqa: E402
+from train import cli_main  # noqa: E402
+
+PAIRS = [
+    (
+        "The city council approved the new budget on Tuesday.",
+        "On Tuesday the council passed the new budget.",
+    ),
+    (
+        "Heavy rain caused flooding across the northern region.",
+        "Severe rainfall led to floods throughout the north.",
+    ),
+    (
+        "The company reported a sharp rise in quarterly profits.",
+        "Quarterly earnings at the firm climbed steeply.",
+    ),
+    (
+        "Scientists found a new species of frog in the rainforest.",
+        "Researchers discovered an unknown frog species in the jungle.",
+    ),
+    (
+        "The president signed an executive order on immigration.",
+        "An immigration order was signed by the president.",
+    ),
+    (
+        "Fans celebrated in the streets after the team won the title.",
+        "Supporters partied in the streets after the title win.",
+    ),
+    (
+        "The museum will reopen next month after renovations.",
+        "After renovation work, the museum reopens next month.",
+    ),
+    (
+        "Oil prices fell for the third consecutive day.",
+        "For a third day in a row, the price of oil dropped.",
+    ),
+    (
+        "The senator criticized the proposal as too expensive.",
+        "The senator called the proposal too costly.",
+    ),
+    (
+        "Police arrested two suspects in connection with the robbery.",
+        "Two robbery suspects were detained by police.",
+    ),
+    (
+        "The airline cancelled hundreds of flights because of snow.",
+        "Snow forced the airline to scrap hundreds of flights.",
+    ),
+    (
+        "Voters will choose a new mayor in the spring election.",
+        "A new mayor will be elected by voters this spring.",
+    ),
+]
+
+
+def make_config(tmp_path: Path, devices: int = 1) -> Path:
+    """A tiny configuration layered on configs/train/news.yaml, everything under ``tmp_path``."""
+    pairs = tmp_path / "pairs.jsonl"
+    with pairs.open("w") as f:
+        for text, para in PAIRS:
+            f.write(json.dumps({"text": text, "paraphrase": para}) + "\n")
+    run = tmp_path / "run"
+    config = {
+        "model": {"max_seq_length": 32, "val_kmeans_sentences": 24, "embed_batch_size": 16},
+        "data": {"train_file": str(pairs), "val_file": str(pairs), "batch_size": 4},
+        "kmeans": {
+            "num_sentences": 25,  # odd on purpose: shards of unequal length under 2 ranks
+            "batch_size": 16,
+            "export_dir": str(tmp_path / "encoder"),
+            "centroid_file": str(tmp_path / "centroids.pt"),
+        },
+        "checkpoint": {"dirpath": str(run)},
+        "trainer": {
+            "max_epochs": 1,
+            "limit_train_batches": 2,
+            "limit_val_batches": 1,
+            "num_sanity_val_steps": 0,
+            "log_every_n_steps": 1,
+            "enable_progress_bar": False,
+            "default_root_dir": str(run),
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(run), "name": "logs"},
+            },
+        },
+    }
+    if devices > 1:
+        config["trainer"].update(
+            yaml.safe_load((ROOT / "configs/train/news-ddp-cpu.yaml").read_text())["trainer"]
+        )
+        config["trainer"]["devices"] = devices
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def fit(config: Path, *extra: str):
+    args = ["fit", "--config", str(ROOT / "configs/train/news.yaml"), "--config", str(config)]
+    # pytest's own arguments must not reach the CLI's parser.
+    with mock.patch.object(sys, "argv", [sys.argv[0]]):
+        return cli_main([*args, *extra])
+
+
+def check_artefacts(tmp_path: Path) -> None:
+    """The final checkpoint restores the centroids; the centroid file fits the exported encoder."""
+    final = tmp_path / "run" / "final.ckpt"
+    module = EncoderModule.load_from_checkpoint(final, weights_only=True)
+    assert bool(module.centroids_fitted)
+    assert torch.allclose(module.centroids.norm(dim=-1), torch.ones(8), atol=1e-5)
+
+    saved = CentroidFile.load(tmp_path / "centroids.pt")
+    assert torch.allclose(saved.centroids, module.centroids, atol=1e-6)
+    assert saved.encoder == str(tmp_path / "encoder")
+    assert saved.settings["num_sentences"] == 25
+    assert saved.transition is not None and saved.transition.shape == (8, 8)
+    exported = load_encoder(saved.encoder)  # a plain sentence-transformers folder
+    saved.check_encoder(encoder_fingerprint(exported))
+    assert encoder_fingerprint(module.encoder) == saved.encoder_fingerprint
+    # The run did train: the weights moved away from the base encoder's.
+    assert saved.encoder_fingerprint != encoder_fingerprint(load_encoder("all-minilm-l6-v2"))
+    raw = torch.load(final, map_location="cpu", weights_only=True)
+    assert raw["ksemstamp"]["encoder_fingerprint"] == saved.encoder_fingerprint
+
+
+def logged_metrics(tmp_path: Path) -> dict[str, list[float]]:
+    values: dict[str, list[float]] = {}
+    for path in (tmp_path / "run" / "logs").glob("version_*/metrics.csv"):
+        with path.open() as f:
+            for row in csv.DictReader(f):
+                for key, value in row.items():
+                    if value not in ("", None):
+                        values.setdefault(key, []).append(float(value))
+    return values
+
+
+@pytest.mark.e2e
+def test_cpu_fit_writes_checkpoint_with_centroids_and_resumes(tmp_path):
+    config = make_config(tmp_path)
+    cli = fit(config)
+    assert cli.trainer.global_step == 2
+    check_artefacts(tmp_path)
+    metrics = logged_metrics(tmp_path)
+    assert all(0.0 <= v <= 1.0 for v in metrics["val/region_agreement"])
+    assert "val/cos_gap" in metrics and "train/loss" in metrics
+
+    # Resume from last.ckpt for one more epoch: the step count continues, artefacts are redone.
+    first_centroids = CentroidFile.load(tmp_path / "centroids.pt")
+    cli = fit(config, "--trainer.max_epochs=2", f"--ckpt_path={tmp_path / 'run' / 'last.ckpt'}")
+    assert cli.trainer.global_step == 4
+    check_artefacts(tmp_path)
+    assert CentroidFile.load(tmp_path / "centroids.pt").encoder_fingerprint != (
+        first_centroids.encoder_fingerprint
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_ddp_spawn_two_process_fit_produces_the_same_artefacts(tmp_path):
+    config = make_config(tmp_path, devices=2)
+    fit(config)
+    check_artefacts(tmp_path)
+    assert "val/region_agreement" in logged_metrics(tmp_path)
