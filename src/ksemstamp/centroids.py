@@ -184,7 +184,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     fitted = fit_centroid_file(args.encoder, args.k, args.max_sentences, args.seed)
     fitted.save(args.output)
-    print(f"wrote {args.output}: K={fitted.num_regions}, {fitted.settings['num_sentences']} sentences")
+    print(
+        f"wrote {args.output}: K={fitted.num_regions}, {fitted.settings['num_sentences']} sentences"
+    )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ from torch import Tensor
 
 
 @torch.inference_mode()
-def embed(encoder, sentences: Sequence[str], batch_size: int = 64, progress: bool = False) -> Tensor:
+def embed(
+    encoder, sentences: Sequence[str], batch_size: int = 64, progress: bool = False
+) -> Tensor:
     """``(N, D)`` float32 unit-norm embeddings on the CPU, one encoder pass for all ``sentences``."""
     if len(sentences) == 0:
         dim = encoder.get_embedding_dimension()

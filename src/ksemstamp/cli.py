@@ -1,0 +1,340 @@
+"""Command line: ``python watermark.py {generate,detect,demo} ...``.
+
+Settings come from the defaults of ``WatermarkConfig``, then ``--config`` YAML files (later ones
+win), then flags (``--gamma 0.25``, ``--no-adaptive-batch``, ...): every setting can be given
+either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm.auto import tqdm
+
+from .config import WatermarkConfig, build_detector, build_scheme, build_watermarker
+from .jsonl import InputRecord, ResumableWriter, read_jsonl
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("settings (override --config)")
+    hints = typing.get_type_hints(WatermarkConfig)
+    for field in dataclasses.fields(WatermarkConfig):
+        flag = "--" + field.name.replace("_", "-")
+        hint = hints[field.name]
+        if hint is bool:
+            group.add_argument(
+                flag,
+                dest=field.name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+            )
+            continue
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        group.add_argument(
+            flag,
+            dest=field.name,
+            type=hint,
+            default=argparse.SUPPRESS,
+            metavar=hint.__name__.upper(),
+        )
+
+
+def _config(args: argparse.Namespace) -> WatermarkConfig:
+    data: dict[str, Any] = {}
+    for path in args.config or []:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: expected a mapping of settings")
+        data.update(loaded)
+    names = {f.name for f in dataclasses.fields(WatermarkConfig)}
+    data.update({k: v for k, v in vars(args).items() if k in names})
+    return WatermarkConfig.from_dict(data)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="watermark.py",
+        description="k-SemStamp / SemStamp semantic watermarks: generate and detect.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", action="append", help="YAML settings file (repeatable)")
+        p.add_argument("--print-config", action="store_true", help="print settings and exit")
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
+        _add_setting_flags(p)
+
+    gen = sub.add_parser("generate", help="generate watermarked continuations")
+    src = gen.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="one prompt")
+    src.add_argument("--input", help='JSONL with {"id": ..., "prompt": ...} per line')
+    gen.add_argument("--output", help="JSONL output (required with --input; resumable)")
+    gen.add_argument(
+        "--no-watermark",
+        action="store_true",
+        help="plain sentence-by-sentence sampling with the same settings",
+    )
+    common(gen)
+
+    det = sub.add_parser("detect", help="detect the watermark in texts")
+    src = det.add_mutually_exclusive_group()
+    src.add_argument("--text", help="one text")
+    src.add_argument("--file", help="a plain-text file holding one text")
+    src.add_argument("--input", help='JSONL with {"text": ..., ["prompt": ...]} per line')
+    det.add_argument("--prompt", help="with --text/--file: the prompt the text continues")
+    det.add_argument("--output", help="JSONL output (required with --input; resumable)")
+    det.add_argument("--batch-size", type=int, default=64, help="texts per encoder pass")
+    common(det)
+
+    demo = sub.add_parser("demo", help="watermark a held-out news prompt, then detect it")
+    demo.add_argument("--article", type=int, default=0, help="index of the test-split article")
+    demo.add_argument(
+        "--prompt-words",
+        type=int,
+        default=32,
+        help="prompt length in words, cut back to a sentence end (paper: ~32)",
+    )
+    common(demo)
+    return parser
+
+
+# ---------------------------------------------------------------------- generate
+
+
+def news_prompt(article_index: int, words: int = 32) -> str:
+    """The first sentences of a test-split news article, about ``words`` words long."""
+    from .assets import news_articles
+    from .splitter import get_splitter
+
+    articles = news_articles("test")
+    text = articles[article_index % len(articles)].text
+    prompt: list[str] = []
+    for sentence in get_splitter().split(text):
+        if prompt and len(" ".join(prompt).split()) + len(sentence.split()) > words:
+            break
+        prompt.append(sentence)
+    return " ".join(prompt)
+
+
+def _generate_records(args, cfg: WatermarkConfig) -> int:
+    watermarker = build_watermarker(cfg)
+    fingerprint = watermarker.scheme.key_fingerprint
+    todo: list[InputRecord] = []
+    failures = successes = 0
+    with ResumableWriter(args.output) as out:
+        records = list(read_jsonl(args.input))
+        pending = [r for r in records if not out.is_done(r)]
+        skipped = len(records) - len(pending)
+        if skipped:
+            print(f"resuming: {skipped} records already in {args.output}", file=sys.stderr)
+        bar = tqdm(total=len(pending), unit="prompt", desc="generate", disable=args.quiet)
+
+        def flush() -> None:
+            nonlocal failures, successes
+            if not todo:
+                return
+            results = watermarker.generate(
+                [r.data["prompt"] for r in todo], watermark=not args.no_watermark
+            )
+            for rec, res in zip(todo, results, strict=True):
+                row = {**rec.data, "line": rec.line, **res.to_record()}
+                row["key_fingerprint"] = None if args.no_watermark else fingerprint
+                out.write(row)
+                failures += res.status != "ok"
+                successes += res.status == "ok"
+                bar.update()
+            todo.clear()
+
+        for rec in pending:
+            error = rec.error
+            if error is None:
+                prompt = rec.data.get("prompt")
+                if prompt is None:
+                    error = "missing field 'prompt'"
+                elif not isinstance(prompt, str):
+                    error = f"'prompt' must be a string, got {type(prompt).__name__}"
+            if error:
+                out.write({**(rec.data or {}), "line": rec.line, "status": "error", "error": error})
+                failures += 1
+                bar.update()
+                continue
+            todo.append(rec)
+            if len(todo) >= cfg.prompt_batch:
+                flush()
+        flush()
+        bar.close()
+    print(f"generate: {successes} ok, {failures} failed, {skipped} already done", file=sys.stderr)
+    return 1 if failures and not successes and not skipped else 0
+
+
+def cmd_generate(args, cfg: WatermarkConfig) -> int:
+    if args.input:
+        if not args.output:
+            raise SystemExit("generate: --input needs --output")
+        return _generate_records(args, cfg)
+    if args.prompt is None:
+        raise SystemExit("generate: give --prompt TEXT or --input FILE.jsonl")
+    watermarker = build_watermarker(cfg)
+    res = watermarker.generate(
+        [args.prompt], watermark=not args.no_watermark, progress=not args.quiet
+    )[0]
+    if res.status != "ok":
+        print(f"error: {res.error}", file=sys.stderr)
+        return 1
+    print(res.text)
+    print(
+        f"\n[{res.num_sentences} sentences, {res.num_tokens} tokens, {res.candidates} candidates, "
+        f"{res.fallbacks} fallbacks, {res.seconds:.1f} s]",
+        file=sys.stderr,
+    )
+    return 0
+
+
+# ---------------------------------------------------------------------- detect
+
+
+def format_detection(result) -> str:
+    """A readable report of one ``DetectionResult``."""
+    lines = []
+    for i, (sentence, region, verdict) in enumerate(
+        zip(result.sentences, result.regions, result.verdicts, strict=True), start=1
+    ):
+        short = sentence if len(sentence) <= 70 else sentence[:67] + "..."
+        lines.append(f"  {i:>3}  region {region:>2}  {verdict:<8} {short}")
+    if result.status != "ok":
+        lines.append(f"status: {result.status} ({result.error})")
+        return "\n".join(lines)
+    verdict = "WATERMARKED" if result.watermarked else "not watermarked"
+    lines.append(
+        f"scored {result.num_scored}, valid {result.num_valid}  |  z = {result.z_score:.2f} "
+        f"(paper)  p = {result.p_value:.3g} ({result.statistic})  ->  {verdict}"
+    )
+    return "\n".join(lines)
+
+
+def _detect_records(args, cfg: WatermarkConfig) -> int:
+    detector = build_detector(cfg)
+    fingerprint = detector.scheme.key_fingerprint
+    failures = successes = 0
+    with ResumableWriter(args.output) as out:
+        records = list(read_jsonl(args.input))
+        pending = [r for r in records if not out.is_done(r)]
+        skipped = len(records) - len(pending)
+        bar = tqdm(total=len(pending), unit="text", desc="detect", disable=args.quiet)
+        for start in range(0, len(pending), args.batch_size):
+            chunk = pending[start : start + args.batch_size]
+            ready, errors = [], {}
+            for rec in chunk:
+                data = rec.data or {}
+                if rec.error:
+                    errors[rec.line] = rec.error
+                elif "text" not in data:
+                    errors[rec.line] = "missing field 'text'"
+                elif data.get("key_fingerprint") not in (None, fingerprint):
+                    errors[rec.line] = (
+                        "this text was generated with a different key (fingerprint "
+                        f"{data['key_fingerprint']}, detector {fingerprint})"
+                    )
+                else:
+                    ready.append(rec)
+            results = (
+                detector.detect_batch(
+                    [r.data["text"] for r in ready], [r.data.get("prompt") for r in ready]
+                )
+                if ready
+                else []
+            )
+            by_line = {r.line: res for r, res in zip(ready, results, strict=True)}
+            for rec in chunk:
+                base = {**(rec.data or {}), "line": rec.line}
+                if rec.line in errors:
+                    row = {
+                        **base,
+                        "z_score": None,
+                        "p_value": None,
+                        "num_scored": 0,
+                        "num_valid": 0,
+                        "status": "error",
+                        "error": errors[rec.line],
+                    }
+                else:
+                    row = {**base, **by_line[rec.line].to_record()}
+                failures += row["status"] == "error"
+                successes += row["status"] != "error"
+                out.write(row)
+                bar.update()
+        bar.close()
+    print(f"detect: {successes} scored, {failures} failed, {skipped} already done", file=sys.stderr)
+    return 1 if failures and not successes and not skipped else 0
+
+
+def cmd_detect(args, cfg: WatermarkConfig) -> int:
+    if args.input:
+        if not args.output:
+            raise SystemExit("detect: --input needs --output")
+        return _detect_records(args, cfg)
+    if args.text is not None:
+        text = args.text
+    elif args.file:
+        text = Path(args.file).read_text(encoding="utf-8", errors="replace")
+    else:
+        raise SystemExit("detect: give --text TEXT, --file FILE or --input FILE.jsonl")
+    result = build_detector(cfg).detect(text, args.prompt)
+    print(format_detection(result))
+    return 0 if result.status != "error" else 1
+
+
+# ---------------------------------------------------------------------- demo
+
+
+def cmd_demo(args, cfg: WatermarkConfig) -> int:
+    prompt = news_prompt(args.article, args.prompt_words)
+    scheme = build_scheme(cfg)
+    watermarker = build_watermarker(cfg, scheme)
+    detector = build_detector(cfg, scheme)
+    print(f"prompt (held-out news article {args.article}):\n  {prompt}\n")
+    res = watermarker.generate([prompt], progress=not args.quiet)[0]
+    if res.status != "ok":
+        print(f"error: {res.error}", file=sys.stderr)
+        return 1
+    print(
+        f"watermarked continuation ({res.num_tokens} tokens, {res.seconds:.1f} s):\n  {res.text}\n"
+    )
+    per = res.candidates / max(res.num_sentences, 1)
+    print(
+        f"generation: {res.num_sentences} sentences, {res.candidates} candidates "
+        f"({per:.1f} per sentence), {res.fallbacks} fallbacks\n"
+    )
+    start = time.perf_counter()
+    result = detector.detect(res.text, prompt)
+    print(f"detection ({time.perf_counter() - start:.2f} s):")
+    print(format_detection(result))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        cfg = _config(args)
+    except (ValueError, OSError, TypeError) as err:
+        parser.error(str(err))
+    if args.print_config:
+        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        return 0
+    handler = {"generate": cmd_generate, "detect": cmd_detect, "demo": cmd_demo}[args.command]
+    return handler(args, cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

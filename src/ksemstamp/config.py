@@ -1,0 +1,203 @@
+"""Settings for generation and detection, and the builders that turn them into objects.
+
+``WatermarkConfig`` mirrors the YAML files under ``configs/`` field by field. Paper values are
+the defaults where the paper gives one (gamma 0.25, margin 0.035 for k-SemStamp, 100 candidates
+per sentence, temperature 0.7, repetition penalty 1.05, no top-k, ~200 new tokens).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .assets import DEFAULT_ENCODER, DEFAULT_LM
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CENTROIDS = {
+    DEFAULT_ENCODER: REPO_ROOT / "checkpoints" / "centroids-all-minilm-l6-v2-k8.pt",
+}
+
+
+@dataclass
+class WatermarkConfig:
+    """Everything that defines a watermark and how text is generated and scored.
+
+    The key is never written anywhere: ``to_dict`` leaves it out.
+    """
+
+    lm: str = DEFAULT_LM
+    """Generator: offline alias, local folder, ``.gguf`` file or Hub id."""
+    encoder: str = DEFAULT_ENCODER
+    """Sentence encoder: offline alias, local folder or Hub id."""
+    partition: str = "kmeans"
+    """``kmeans`` (k-SemStamp) or ``lsh`` (SemStamp)."""
+    centroids: str | None = None
+    """Centroid file for ``kmeans``; ``None`` picks the shipped file of the default encoder."""
+    lsh_bits: int = 3
+    """SemStamp hyperplanes ``d`` (``2**d`` regions; paper: 3)."""
+    lsh_seed: int = 0
+    """Seed of the SemStamp hyperplanes."""
+    gamma: float = 0.25
+    """Share of valid regions (paper: 0.25)."""
+    margin: float = 0.035
+    """Rejection margin (k-SemStamp paper: 0.035; SemStamp paper: 0.02)."""
+    valid_mode: str = "keyed"
+    """``keyed`` (HMAC of the secret key) or ``paper`` (public table seeded by ``q * 15485863``)."""
+    key: str | None = None
+    """Secret key; falls back to ``$KSEMSTAMP_KEY``, then to a public demo key (with a warning)."""
+    max_candidates: int = 100
+    """Candidates per sentence before accepting the last one (paper: 100)."""
+    candidate_batch: int = 8
+    """Most candidate rows per document in one batched decode."""
+    adaptive_batch: bool = True
+    """Size each round from the expected acceptance of the current valid set."""
+    max_new_tokens: int = 200
+    """Stop a continuation once it has this many tokens (paper: ~200)."""
+    max_sentence_tokens: int = 64
+    """Cut a candidate sentence that runs longer than this."""
+    temperature: float = 0.7
+    repetition_penalty: float = 1.05
+    top_k: int = 0
+    """0 disables top-k (paper: no top-k)."""
+    top_p: float = 1.0
+    seed: int = 0
+    """Sampling seed."""
+    statistic: str = "exact"
+    """Detection p-value: ``exact`` (key randomisation, calibrated) or ``paper`` (normal tail)."""
+    alpha: float = 0.01
+    """A text is called watermarked when its p-value is at most this."""
+    prompt_batch: int = 4
+    """Prompts generated together in one batch."""
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.partition not in ("kmeans", "lsh"):
+            problems.append(f"partition must be 'kmeans' or 'lsh', not {self.partition!r}")
+        if not 0 < self.gamma < 1:
+            problems.append(f"gamma must be in (0, 1), got {self.gamma}")
+        if self.margin < 0:
+            problems.append(f"margin must be >= 0, got {self.margin}")
+        if self.lsh_bits < 1:
+            problems.append(f"lsh_bits must be >= 1 (2**lsh_bits regions), got {self.lsh_bits}")
+        if self.valid_mode not in ("keyed", "paper"):
+            problems.append(f"valid_mode must be 'keyed' or 'paper', not {self.valid_mode!r}")
+        for name in ("max_candidates", "candidate_batch", "max_new_tokens", "prompt_batch"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.statistic not in ("exact", "paper"):
+            problems.append(f"statistic must be 'exact' or 'paper', not {self.statistic!r}")
+        if not 0 < self.alpha < 1:
+            problems.append(f"alpha must be in (0, 1), got {self.alpha}")
+        if problems:
+            raise ValueError("invalid settings:\n  " + "\n  ".join(problems))
+
+    # ------------------------------------------------------------------ I/O
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> WatermarkConfig:
+        """Read a YAML file (keys as the fields here), then apply ``overrides``."""
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a mapping of settings")
+        return cls.from_dict({**data, **overrides})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WatermarkConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown settings {unknown}; known: {sorted(names)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """All settings except the key."""
+        out = dataclasses.asdict(self)
+        out.pop("key")
+        return out
+
+    def __repr__(self) -> str:
+        return f"WatermarkConfig({self.to_dict()})"
+
+    def centroid_path(self) -> Path:
+        if self.centroids:
+            return Path(self.centroids)
+        if self.encoder in DEFAULT_CENTROIDS:
+            return DEFAULT_CENTROIDS[self.encoder]
+        raise ValueError(
+            f"no default centroids for encoder {self.encoder!r}: fit them with "
+            f"`python -m ksemstamp.centroids --encoder {self.encoder} --output FILE` "
+            f"and pass `centroids: FILE`"
+        )
+
+
+# ---------------------------------------------------------------------- builders
+
+
+def build_scheme(cfg: WatermarkConfig, encoder=None):
+    """Encoder + partition + keyed table, checked for consistency (no LM needed)."""
+    from .assets import encoder_fingerprint, load_encoder
+    from .centroids import CentroidFile
+    from .keys import resolve_key
+    from .partition import KMeansPartition, LSHPartition
+    from .scheme import WatermarkScheme
+    from .splitter import get_splitter
+
+    encoder = encoder if encoder is not None else load_encoder(cfg.encoder, cfg.device)
+    transition = None
+    if cfg.partition == "kmeans":
+        fitted = CentroidFile.load(cfg.centroid_path())
+        fitted.check_encoder(encoder_fingerprint(encoder), cfg.encoder)
+        partition = KMeansPartition(fitted.centroids, cfg.margin)
+        transition = fitted.transition
+    else:
+        partition = LSHPartition(
+            encoder.get_embedding_dimension(), cfg.lsh_bits, cfg.margin, cfg.lsh_seed
+        )
+    key = resolve_key(cfg.key) if cfg.valid_mode == "keyed" else None
+    return WatermarkScheme(
+        encoder,
+        partition.to(cfg.device),
+        cfg.gamma,
+        key,
+        get_splitter(),
+        valid_mode=cfg.valid_mode,
+        transition=transition,
+    )
+
+
+def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
+    """A ready ``Watermarker``; pass ``lm=(model, tokenizer)`` to reuse a loaded LM."""
+    from .assets import load_lm
+    from .sampler import CandidateSampler, SamplingConfig
+    from .watermarker import Watermarker
+
+    scheme = scheme or build_scheme(cfg)
+    model, tokenizer = lm or load_lm(cfg.lm, cfg.device)
+    sampling = SamplingConfig(
+        temperature=cfg.temperature,
+        repetition_penalty=cfg.repetition_penalty,
+        top_k=cfg.top_k,
+        top_p=cfg.top_p,
+        max_sentence_tokens=cfg.max_sentence_tokens,
+    )
+    sampler = CandidateSampler(model, tokenizer, scheme.splitter, sampling)
+    return Watermarker(
+        scheme,
+        sampler,
+        max_candidates=cfg.max_candidates,
+        candidate_batch=cfg.candidate_batch,
+        adaptive_batch=cfg.adaptive_batch,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed,
+    )
+
+
+def build_detector(cfg: WatermarkConfig, scheme=None):
+    """A ``Detector`` for the scheme of ``cfg``."""
+    from .detector import Detector
+
+    return Detector(scheme or build_scheme(cfg), statistic=cfg.statistic, alpha=cfg.alpha)

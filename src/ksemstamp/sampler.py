@@ -1,0 +1,319 @@
+"""Batched sampling of candidate next sentences.
+
+One *round* samples candidate continuations for several documents ("groups") at once. Each
+group contributes ``n_g`` rows that share the group's prefix: the prefix is run through the LM
+once, its key/value cache is copied to the group's rows, and all rows of all groups are decoded
+together, one token per step. A row stops as soon as it holds one complete sentence; finished
+rows leave the batch, so the step cost shrinks as rows finish.
+
+Acceptance is ordered, so that batching does not change what is sampled: within a group, row
+``i`` stands for the ``i``-th candidate of the sequential algorithm. As rows finish, the caller's
+``judge`` scores them (embedding, region, margin); a group is resolved once some accepted row
+``i`` has every row before it finished and rejected (rows after ``i`` are dropped unfinished),
+or when all its rows finished without an acceptance. The accepted sentence is therefore the first
+valid one of an i.i.d. sequence of candidates, exactly as in Algorithm 1, and not "whichever valid
+row happened to be shortest".
+
+Sentence ends are detected incrementally. Per vocabulary entry we precompute whether the token
+starts with whitespace; a row is only handed to the splitter when its newest token starts with
+whitespace (a new word has begun) and its text so far contains sentence punctuation. The text
+checked is the row's own short continuation, never the whole document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .splitter import PunktSplitter
+
+TERMINALS = ".!?\u2026"
+
+# judge(group_ids, texts) -> one (accepted, info) pair per text
+Judge = Callable[[list[int], list[str]], list[tuple[bool, Any]]]
+
+
+@dataclass
+class Candidate:
+    """One finished candidate row."""
+
+    text: str
+    num_tokens: int
+    accepted: bool
+    info: Any = None
+    truncated: bool = False
+    separator: str = " "
+    """Whitespace the model put before the sentence (a space, or its newlines)."""
+
+
+@dataclass
+class GroupResult:
+    """What one group's round produced, in draw order, up to and including the accepted row."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    accepted_index: int | None = None
+    decoded_tokens: int = 0
+    wasted_tokens: int = 0
+
+
+@dataclass
+class SamplingConfig:
+    """Decoding settings. Defaults are the paper's: temperature 0.7, repetition penalty 1.05,
+    no top-k and no nucleus truncation."""
+
+    temperature: float = 0.7
+    repetition_penalty: float = 1.05
+    top_k: int = 0
+    top_p: float = 1.0
+    max_sentence_tokens: int = 64
+    suppress_eos: bool = True
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_sentence_tokens < 1:
+            raise ValueError(f"max_sentence_tokens must be >= 1, got {self.max_sentence_tokens}")
+
+
+class CandidateSampler:
+    """Samples candidate sentences from a causal LM, many rows at a time.
+
+    Args:
+        model: a Hugging Face causal LM (``forward`` with ``past_key_values``).
+        tokenizer: its tokenizer (left padding and a pad token are set here).
+        splitter: the sentence splitter shared with detection.
+        config: decoding settings.
+    """
+
+    def __init__(
+        self, model, tokenizer, splitter: PunktSplitter, config: SamplingConfig | None = None
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.splitter = splitter
+        self.config = config or SamplingConfig()
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.device = next(model.parameters()).device
+        vocab = model.get_output_embeddings().weight.shape[0]
+        pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+        starts_space = torch.zeros(vocab, dtype=torch.bool)
+        has_terminal = torch.zeros(vocab, dtype=torch.bool)
+        for i, piece in enumerate(pieces[:vocab]):
+            starts_space[i] = piece[:1].isspace()
+            has_terminal[i] = any(c in TERMINALS for c in piece)
+        self.starts_space = starts_space.to(self.device)
+        self.has_terminal = has_terminal.to(self.device)
+        eos = tokenizer.eos_token_id
+        self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+
+    # ------------------------------------------------------------------ logits processing
+    def _next_tokens(
+        self, logits: Tensor, seen: Tensor, generator: torch.Generator | None
+    ) -> Tensor:
+        """Sample one token per row from ``(R, V)`` logits; ``seen`` marks tokens to penalise."""
+        cfg = self.config
+        logits = logits.float()
+        if cfg.repetition_penalty != 1.0:
+            penalised = torch.where(
+                logits > 0, logits / cfg.repetition_penalty, logits * cfg.repetition_penalty
+            )
+            logits = torch.where(seen, penalised, logits)
+        if cfg.suppress_eos and self.eos_ids:
+            logits[:, self.eos_ids] = float("-inf")
+        logits = logits / cfg.temperature
+        if cfg.top_k > 0:
+            kth = torch.topk(logits, min(cfg.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if cfg.top_p < 1.0:
+            sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+            cum = sorted_logits.softmax(-1).cumsum(-1)
+            drop = cum - sorted_logits.softmax(-1) >= cfg.top_p
+            logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+        probs = logits.softmax(dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    def _prefill(self, prefixes: Sequence[str]):
+        """Run the prefixes through the LM once: cache, last logits, masks and seen-token sets."""
+        enc = self.tokenizer(list(prefixes), return_tensors="pt", padding=True)
+        input_ids = enc["input_ids"].to(self.device)
+        mask = enc["attention_mask"].to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True
+        )
+        vocab = out.logits.shape[-1]
+        # Padding is marked too, as transformers' own repetition penalty does with pad ids.
+        seen = torch.zeros(len(prefixes), vocab, dtype=torch.bool, device=self.device)
+        seen.scatter_(1, input_ids, True)
+        return out.past_key_values, out.logits[:, -1, :], mask, seen
+
+    # ------------------------------------------------------------------ one round
+    @torch.inference_mode()
+    def sample_round(
+        self,
+        prefixes: Sequence[str],
+        rows: Sequence[int],
+        judge: Judge,
+        generator: torch.Generator | None = None,
+        contexts: Sequence[str] | None = None,
+    ) -> list[GroupResult]:
+        """Sample ``rows[g]`` candidate sentences after ``prefixes[g]`` for every group ``g``.
+
+        ``contexts[g]`` is the last sentence of ``prefixes[g]``: sentence ends are decided on it
+        plus the row's text, as detection will split them, and a row that would merge into it is
+        stopped as an empty (never accepted) candidate.
+
+        Returns one ``GroupResult`` per group with its candidates in draw order up to the first
+        accepted one (or all of them when none was accepted).
+        """
+        if len(prefixes) != len(rows) or not prefixes:
+            raise ValueError("need one row count per prefix, and at least one prefix")
+        contexts = list(contexts) if contexts is not None else [""] * len(prefixes)
+        if any(n < 1 for n in rows):
+            raise ValueError(f"every group needs at least one row, got {list(rows)}")
+        cache, last_logits, prefix_mask, prefix_seen = self._prefill(prefixes)
+
+        group_of = torch.repeat_interleave(
+            torch.arange(len(rows), device=self.device), torch.tensor(rows, device=self.device)
+        )
+        cache.batch_select_indices(group_of)
+        logits = last_logits[group_of]
+        mask = prefix_mask[group_of]
+        seen = prefix_seen[group_of]
+        # Bookkeeping per live row, as Python lists (they are short).
+        live_group = group_of.tolist()
+        live_index = [i for n in rows for i in range(n)]
+        tokens: list[list[int]] = [[] for _ in live_group]
+        punct = [False] * len(live_group)
+
+        results = [GroupResult() for _ in rows]
+        # outcome[g][i]: None while row i of group g runs, else its Candidate
+        outcome: list[list[Candidate | None]] = [[None] * n for n in rows]
+        resolved = [False] * len(rows)
+
+        while live_group:
+            next_ids = self._next_tokens(logits, seen, generator)
+            seen[torch.arange(len(live_group), device=self.device), next_ids] = True
+            check = (self.starts_space[next_ids] | (step_is_eos := self._is_eos(next_ids))).tolist()
+            ids = next_ids.tolist()
+            eos_rows = step_is_eos.tolist()
+
+            finished: list[int] = []  # positions in the live batch
+            finished_text: list[str] = []
+            finished_trunc: list[bool] = []
+            finished_sep: list[str] = []
+            for r, tok in enumerate(ids):
+                text = None
+                trunc = False
+                if check[r] and (punct[r] or eos_rows[r]):
+                    text = self._sentence(contexts[live_group[r]], tokens[r], eos_rows[r])
+                if text is None and not eos_rows[r]:
+                    tokens[r].append(tok)
+                    punct[r] = punct[r] or bool(self.has_terminal[tok])
+                    if len(tokens[r]) < self.config.max_sentence_tokens:
+                        continue
+                    text, trunc = self._sentence(contexts[live_group[r]], tokens[r], True), True
+                raw = self.tokenizer.decode(tokens[r], skip_special_tokens=True)
+                lead = raw[: len(raw) - len(raw.lstrip())]
+                finished.append(r)
+                finished_text.append(text or "")
+                finished_trunc.append(trunc)
+                finished_sep.append("\n" * lead.count("\n") if "\n" in lead else " ")
+
+            if finished:
+                verdicts = judge([live_group[r] for r in finished], finished_text)
+                for r, text, trunc, sep, (ok, info) in zip(
+                    finished, finished_text, finished_trunc, finished_sep, verdicts, strict=True
+                ):
+                    g, i = live_group[r], live_index[r]
+                    accepted = bool(ok) and bool(text)
+                    outcome[g][i] = Candidate(text, len(tokens[r]), accepted, info, trunc, sep)
+
+            # Resolve groups and decide which live rows continue.
+            for g in range(len(rows)):
+                if resolved[g]:
+                    continue
+                for i, cand in enumerate(outcome[g]):
+                    if cand is None:
+                        break
+                    if cand.accepted:
+                        results[g].accepted_index = i
+                        resolved[g] = True
+                        break
+                else:
+                    resolved[g] = True  # every row finished, none accepted
+                if resolved[g]:
+                    last = results[g].accepted_index
+                    kept = outcome[g] if last is None else outcome[g][: last + 1]
+                    results[g].candidates = [c for c in kept if c is not None]
+
+            keep = [
+                r
+                for r in range(len(live_group))
+                if not resolved[live_group[r]] and outcome[live_group[r]][live_index[r]] is None
+            ]
+            kept = set(keep)
+            for r in range(len(live_group)):
+                g = live_group[r]
+                if r not in kept:
+                    results[g].decoded_tokens += len(tokens[r]) + 1
+                    cand = outcome[g][live_index[r]]
+                    used = results[g].accepted_index
+                    if cand is None or (used is not None and live_index[r] > used):
+                        results[g].wasted_tokens += len(tokens[r]) + 1
+            if not keep:
+                break
+            if len(keep) < len(live_group):
+                keep_t = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(keep_t)
+                mask, seen, next_ids = mask[keep_t], seen[keep_t], next_ids[keep_t]
+                live_group = [live_group[r] for r in keep]
+                live_index = [live_index[r] for r in keep]
+                tokens = [tokens[r] for r in keep]
+                punct = [punct[r] for r in keep]
+            mask = torch.cat([mask, mask.new_ones(len(keep), 1)], dim=1)
+            positions = (mask.sum(-1, keepdim=True) - 1).clamp(min=0)
+            out = self.model(
+                input_ids=next_ids[:, None],
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
+        return results
+
+    def _sentence(self, context: str, tokens: list[int], final: bool) -> str | None:
+        """The row's sentence if it is complete (or ``final``), ``""`` if it can never be one,
+        ``None`` to keep decoding."""
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        sentence, complete = self.splitter.next_sentence(context, text)
+        return sentence if complete or final else None
+
+    def _is_eos(self, ids: Tensor) -> Tensor:
+        if not self.eos_ids or self.config.suppress_eos:
+            return torch.zeros_like(ids, dtype=torch.bool)
+        return torch.isin(ids, torch.tensor(self.eos_ids, device=ids.device))
+
+    def sample_sentences(
+        self, prefix: str, num: int, generator: torch.Generator | None = None
+    ) -> list[str]:
+        """``num`` independent candidate sentences after ``prefix`` (no acceptance rule)."""
+        sentences = self.splitter.split(prefix)
+        context = sentences[-1] if sentences else ""
+        result = self.sample_round(
+            [prefix], [num], lambda g, t: [(False, None)] * len(t), generator, [context]
+        )
+        return [c.text for c in result[0].candidates]

@@ -1,0 +1,88 @@
+"""Detection statistics over a text's region transitions.
+
+A text's sentences fall in regions ``q_0, q_1, ..., q_T``; each scored transition
+``(q_{t-1}, q_t)`` is *valid* when ``q_t`` is in the valid set ``G(q_{t-1})``. Two tests:
+
+``paper``
+    The one-proportion z-test of SemStamp / k-SemStamp: ``z = (S_V - gamma T) / sqrt(gamma (1-gamma) T)``
+    with a normal tail. It assumes each sentence is valid with probability ``gamma`` independently
+    of the previous one. Human text is not like that (consecutive sentences often share a region),
+    so its p-values are too small on human text.
+
+``exact`` (default)
+    A key-randomisation test. Human text does not depend on the secret key, so its valid count
+    under our table is one draw of the valid count under a uniformly random table (each row an
+    independent uniformly random ``gamma K``-subset, which is how the keyed table is built). Given the
+    text's transition counts ``n[a, b]``, the valid count is ``sum_a S_a`` with
+    ``S_a = sum_{b in G(a)} n[a, b]``; the law of each ``S_a`` over random subsets is computed
+    exactly by dynamic programming, and the rows are independent, so the laws convolve. The
+    p-value ``P(S >= S_V)`` is exact under the null, whatever the structure of the text.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from torch import Tensor
+
+STATISTICS = ("exact", "paper")
+
+
+def paper_z(num_valid: int, num_scored: int, gamma: float) -> float:
+    """The paper's z-score; requires ``num_scored >= 1``."""
+    if num_scored < 1:
+        raise ValueError("the z-score needs at least one scored sentence")
+    return (num_valid - gamma * num_scored) / math.sqrt(gamma * (1 - gamma) * num_scored)
+
+
+def normal_sf(z: float) -> float:
+    """One-sided upper tail of the standard normal."""
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def subset_sum_pmf(values: np.ndarray, size: int) -> np.ndarray:
+    """Law of ``sum(values[S])`` for ``S`` a uniformly random subset of ``size`` indices.
+
+    ``values`` are non-negative integers; returns ``pmf`` with ``pmf[s] = P(sum = s)``. Dynamic
+    programming over elements: ``ways[j, s]`` counts subsets of ``j`` of the elements seen so far
+    summing to ``s``. Cost ``O(len(values) * size * sum(values))``.
+    """
+    values = np.asarray(values, dtype=np.int64)
+    total = int(values.sum())
+    ways = np.zeros((size + 1, total + 1), dtype=np.float64)
+    ways[0, 0] = 1.0
+    for v in values:
+        # Iterate j downwards so each element is used at most once.
+        for j in range(size, 0, -1):
+            if v == 0:
+                ways[j] += ways[j - 1]
+            else:
+                ways[j, v:] += ways[j - 1, :-v]
+    return ways[size] / math.comb(len(values), size)
+
+
+def exact_p_value(transitions: Tensor | np.ndarray, table: Tensor | np.ndarray) -> float:
+    """Key-randomisation p-value ``P(S >= S_V)`` for a ``(K, K)`` transition-count matrix.
+
+    ``table`` is the ``(K, K)`` boolean valid table in use; only its row size ``gamma K`` enters the
+    null law, its entries give the observed count.
+    """
+    counts = np.asarray(transitions, dtype=np.int64)
+    valid = np.asarray(table, dtype=bool)
+    size = int(valid[0].sum())
+    observed = int(counts[valid].sum())
+    law = np.ones(1)
+    for row in counts:
+        if row.sum() > 0:
+            law = np.convolve(law, subset_sum_pmf(row, size))
+    return float(min(1.0, law[observed:].sum()))
+
+
+def transition_matrix(regions: list[int], scored: list[bool], num_regions: int) -> np.ndarray:
+    """``(K, K)`` counts of the transitions ``(regions[t-1], regions[t])`` with ``scored[t]``."""
+    counts = np.zeros((num_regions, num_regions), dtype=np.int64)
+    for t in range(1, len(regions)):
+        if scored[t]:
+            counts[regions[t - 1], regions[t]] += 1
+    return counts

@@ -1,0 +1,313 @@
+"""Watermarked generation: the sentence loop of k-SemStamp's Algorithm 1, batched.
+
+For each new sentence of each document: draw candidate sentences, accept the first whose region
+is valid after the previous sentence's region and whose margin holds; after ``max_candidates``
+draws accept the last one drawn (a *fallback*). Candidates are drawn in rounds of several rows
+per document (see ``sampler``), several documents per round. The first generated sentence is
+seeded by the region of the prompt's last sentence.
+
+Round size: with acceptance probability ``p`` for the current valid set and a round of ``n``
+rows costing about ``1 + row_cost * (n - 1)`` single-row decodes (measured: 8 rows ~ 2x one row
+on a CPU, ``row_cost ~ 0.14``), the expected cost per accepted sentence is
+``(1 + row_cost (n - 1)) / (1 - (1 - p)^n)``; we take the ``n <= candidate_batch`` minimising it.
+``p`` is a running acceptance rate per previous region, started from a prior: the domain
+transition estimate of landing in a valid region times the margin pass rate measured on news
+sentences (0.74 at m = 0.035), worth ``prior_weight`` observations. The generator's own text
+soon overrides the prior where it differs from the domain's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+from .sampler import CandidateSampler
+from .scheme import WatermarkScheme
+
+
+@dataclass
+class SentenceRecord:
+    """One accepted sentence and what it took to get it.
+
+    ``rejected_region`` and ``rejected_margin`` count the candidates that failed each rule (a
+    region block is counted first); a fallback sentence is among them.
+    """
+
+    text: str
+    region: int
+    candidates: int
+    rejected_region: int = 0
+    rejected_margin: int = 0
+    fallback: bool = False
+    num_tokens: int = 0
+
+
+@dataclass
+class GenerationResult:
+    """A generated continuation (without the prompt) and its statistics."""
+
+    prompt: str
+    text: str = ""
+    sentences: list[SentenceRecord] = field(default_factory=list)
+    status: str = "ok"
+    error: str | None = None
+    seconds: float = 0.0
+    decoded_tokens: int = 0
+    wasted_tokens: int = 0
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.sentences)
+
+    @property
+    def candidates(self) -> int:
+        return sum(s.candidates for s in self.sentences)
+
+    @property
+    def fallbacks(self) -> int:
+        return sum(s.fallback for s in self.sentences)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.sentences)
+
+    def to_record(self) -> dict:
+        """Fields added to a JSONL record."""
+        out = {
+            "text": self.text,
+            "num_sentences": self.num_sentences,
+            "candidates": self.candidates,
+            "fallbacks": self.fallbacks,
+            "num_tokens": self.num_tokens,
+            "rejected_region": sum(s.rejected_region for s in self.sentences),
+            "rejected_margin": sum(s.rejected_margin for s in self.sentences),
+            "regions": [s.region for s in self.sentences],
+            "seconds": round(self.seconds, 3),
+            "status": self.status,
+        }
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class _Doc:
+    """Mutable state of one document during generation."""
+
+    result: GenerationResult
+    prefix: str
+    context: str
+    previous: int
+    started: float
+    drawn: int = 0
+    rejected_region: int = 0
+    rejected_margin: int = 0
+    done: bool = False
+
+
+class Watermarker:
+    """Generates watermarked text with a ``WatermarkScheme`` and a ``CandidateSampler``.
+
+    Args:
+        scheme: encoder, partition and valid table.
+        sampler: the batched candidate sampler.
+        max_candidates: ``N_max``, candidates per sentence before falling back (paper: 100).
+        candidate_batch: most rows per document per round.
+        adaptive_batch: size rounds from the expected acceptance (else always ``candidate_batch``).
+        row_cost: relative cost of one extra row in a batched decode step.
+        max_new_tokens: stop a document once its continuation has this many tokens.
+        max_sentences: optional cap on sentences per document.
+        seed: seed of the sampling RNG (same seed, inputs and settings give the same text).
+    """
+
+    def __init__(
+        self,
+        scheme: WatermarkScheme,
+        sampler: CandidateSampler,
+        max_candidates: int = 100,
+        candidate_batch: int = 8,
+        adaptive_batch: bool = True,
+        row_cost: float = 0.14,
+        max_new_tokens: int = 200,
+        max_sentences: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        if max_candidates < 1:
+            raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
+        if candidate_batch < 1:
+            raise ValueError(f"candidate_batch must be >= 1, got {candidate_batch}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.scheme = scheme
+        self.sampler = sampler
+        self.max_candidates = max_candidates
+        self.candidate_batch = candidate_batch
+        self.adaptive_batch = adaptive_batch
+        self.row_cost = row_cost
+        self.max_new_tokens = max_new_tokens
+        self.max_sentences = max_sentences
+        self.seed = seed
+        self.prior_weight = 4.0
+        # previous region -> [accepted, drawn] including the prior's pseudo-counts
+        self._accept: dict[int, list[float]] = {}
+
+    # ------------------------------------------------------------------ round sizing
+    def rows_for(self, previous: int, drawn: int, watermark: bool = True) -> int:
+        """Rows to draw for a document whose previous region is ``previous``."""
+        budget = self.max_candidates - drawn
+        if not watermark:
+            return 1
+        if not self.adaptive_batch:
+            return max(1, min(self.candidate_batch, budget))
+        accepted, drawn_all = self._acceptance(previous)
+        p = min(max(accepted / drawn_all, 1e-3), 1.0)
+        best, best_cost = 1, math.inf
+        for n in range(1, self.candidate_batch + 1):
+            cost = (1 + self.row_cost * (n - 1)) / (1 - (1 - p) ** n)
+            if cost < best_cost - 1e-12:
+                best, best_cost = n, cost
+        return max(1, min(best, budget))
+
+    def _acceptance(self, previous: int) -> list[float]:
+        if previous not in self._accept:
+            prior = self.scheme.acceptance_rate(previous) * 0.74
+            self._accept[previous] = [prior * self.prior_weight, self.prior_weight]
+        return self._accept[previous]
+
+    # ------------------------------------------------------------------ generation
+    def generate(
+        self,
+        prompts: Sequence[str],
+        watermark: bool = True,
+        progress: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> list[GenerationResult]:
+        """Continue each prompt; with ``watermark=False`` the first candidate is always kept
+        (plain sentence-by-sentence sampling with the same settings)."""
+        gen = generator or torch.Generator().manual_seed(self.seed)
+        docs: list[_Doc] = []
+        prompt_lasts: list[str] = []
+        for prompt in prompts:
+            result = GenerationResult(prompt=prompt)
+            sentences = self.scheme.splitter.split(prompt) if isinstance(prompt, str) else []
+            doc = _Doc(
+                result,
+                prefix=prompt.strip() if sentences else "",
+                context=sentences[-1] if sentences else "",
+                previous=-1,
+                started=time.perf_counter(),
+            )
+            if not sentences:
+                result.status, result.error = "error", "prompt is empty or has no sentence"
+                doc.done = True
+            prompt_lasts.append(sentences[-1] if sentences else "")
+            docs.append(doc)
+        seeds = [s for s in prompt_lasts if s]
+        seed_regions = self.scheme.regions(seeds)[0].tolist() if seeds else []
+        it = iter(seed_regions)
+        for doc, last in zip(docs, prompt_lasts, strict=True):
+            if last:
+                doc.previous = next(it)
+
+        bar = tqdm(
+            total=len(docs) * self.max_new_tokens, disable=not progress, unit="tok", desc="generate"
+        )
+        while active := [d for d in docs if not d.done]:
+            rows = [self.rows_for(d.previous, d.drawn, watermark) for d in active]
+
+            def judge(group_ids: list[int], texts: list[str], active=active) -> list:
+                if not watermark:
+                    return [(True, (-1, True, True)) for _ in texts]
+                regions, margin_ok = self.scheme.regions(texts)
+                previous = torch.tensor([active[g].previous for g in group_ids])
+                valid = self.scheme.is_valid(previous, regions)
+                return [
+                    (bool(v and m), (int(r), bool(v), bool(m)))
+                    for r, v, m in zip(
+                        regions.tolist(), valid.tolist(), margin_ok.tolist(), strict=True
+                    )
+                ]
+
+            results = self.sampler.sample_round(
+                [d.prefix for d in active], rows, judge, gen, [d.context for d in active]
+            )
+            for doc, res in zip(active, results, strict=True):
+                doc.result.decoded_tokens += res.decoded_tokens
+                doc.result.wasted_tokens += res.wasted_tokens
+                for cand in res.candidates:
+                    doc.drawn += 1
+                    if cand.info is None or not watermark:
+                        continue
+                    _, valid, margin_ok = cand.info
+                    stats = self._acceptance(doc.previous)
+                    stats[0] += cand.accepted
+                    stats[1] += 1
+                    if not valid:
+                        doc.rejected_region += 1
+                    elif not margin_ok:
+                        doc.rejected_margin += 1
+                chosen = None
+                fallback = False
+                if res.accepted_index is not None:
+                    chosen = res.candidates[res.accepted_index]
+                elif doc.drawn >= self.max_candidates:
+                    usable = [c for c in res.candidates if c.text]
+                    chosen, fallback = (usable[-1] if usable else None), True
+                if chosen is None:
+                    if doc.drawn >= self.max_candidates:  # only empty candidates: give up
+                        doc.done = True
+                        doc.result.status = "error"
+                        doc.result.error = "the model produced no usable sentence"
+                    continue
+                region = chosen.info[0] if chosen.info else -1
+                doc.result.sentences.append(
+                    SentenceRecord(
+                        text=chosen.text,
+                        region=region,
+                        candidates=doc.drawn,
+                        rejected_region=doc.rejected_region,
+                        rejected_margin=doc.rejected_margin,
+                        fallback=fallback,
+                        num_tokens=chosen.num_tokens,
+                    )
+                )
+                bar.update(chosen.num_tokens)
+                doc.result.text += (chosen.separator if doc.result.text else "") + chosen.text
+                doc.prefix += chosen.separator + chosen.text
+                doc.context = chosen.text
+                doc.previous = region
+                doc.drawn = doc.rejected_region = doc.rejected_margin = 0
+                if doc.result.num_tokens >= self.max_new_tokens or (
+                    self.max_sentences is not None
+                    and doc.result.num_sentences >= self.max_sentences
+                ):
+                    doc.done = True
+            for doc in active:
+                if doc.done:
+                    doc.result.seconds = time.perf_counter() - doc.started
+        bar.close()
+        return [d.result for d in docs]
+
+
+def summarize(results: Sequence[GenerationResult]) -> dict:
+    """Totals over results: candidates per accepted sentence, fallbacks, rejections, waste."""
+    ok = [r for r in results if r.status == "ok"]
+    sentences = sum(r.num_sentences for r in ok)
+    candidates = sum(r.candidates for r in ok)
+    decoded = sum(r.decoded_tokens for r in ok)
+    return {
+        "documents": len(ok),
+        "sentences": sentences,
+        "tokens": sum(r.num_tokens for r in ok),
+        "candidates_per_sentence": candidates / sentences if sentences else None,
+        "fallbacks": sum(r.fallbacks for r in ok),
+        "rejected_region": sum(s.rejected_region for r in ok for s in r.sentences),
+        "rejected_margin": sum(s.rejected_margin for r in ok for s in r.sentences),
+        "wasted_token_share": sum(r.wasted_tokens for r in ok) / decoded if decoded else None,
+        "seconds": sum(r.seconds for r in ok),
+    }

@@ -1,0 +1,58 @@
+"""Shared fixtures. The real offline models are loaded once per session."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("KSEMSTAMP_KEY", "test-suite-key")
+
+
+class HashEncoder:
+    """A stand-in sentence encoder: a fixed pseudo-random unit vector per distinct sentence."""
+
+    def __init__(self, dim: int = 32) -> None:
+        self.dim = dim
+        self.calls = 0
+
+    def get_embedding_dimension(self) -> int:
+        return self.dim
+
+    def encode(self, sentences, batch_size=32, convert_to_tensor=True, show_progress_bar=False):
+        self.calls += 1
+        rows = []
+        for s in sentences:
+            seed = int(hashlib.sha256(s.encode()).hexdigest()[:8], 16)
+            rows.append(torch.randn(self.dim, generator=torch.Generator().manual_seed(seed)))
+        return torch.nn.functional.normalize(torch.stack(rows), dim=-1)
+
+
+@pytest.fixture
+def hash_encoder() -> HashEncoder:
+    return HashEncoder()
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    from ksemstamp.assets import load_encoder
+
+    return load_encoder()
+
+
+@pytest.fixture(scope="session")
+def lm():
+    from ksemstamp.assets import load_lm
+
+    return load_lm()
+
+
+@pytest.fixture(scope="session")
+def default_scheme(encoder):
+    from ksemstamp.config import WatermarkConfig, build_scheme
+
+    return build_scheme(WatermarkConfig(key="test-suite-key"), encoder=encoder)

@@ -1,0 +1,38 @@
+import pytest
+
+from ksemstamp.splitter import get_splitter
+
+
+@pytest.fixture
+def splitter():
+    return get_splitter()
+
+
+def test_split_handles_abbreviations_and_paragraphs(splitter):
+    text = "Mr. Smith went to Washington. He arrived at 5 p.m. on Monday!\n\nA new paragraph"
+    assert splitter.split(text) == [
+        "Mr. Smith went to Washington.",
+        "He arrived at 5 p.m. on Monday!",
+        "A new paragraph",
+    ]
+    assert splitter.split("") == [] and splitter.split("  \n ") == []
+
+
+@pytest.mark.parametrize(
+    "context,continuation,expected",
+    [
+        ("Trump won.", " He said", ("He said", False)),
+        ("Trump won.", " He said so. The", ("He said so.", True)),
+        ("She moved to the U.S.", " to give", ("", True)),  # would merge into the context
+        ("Ads:", "\nThe cat sat. It", ("The cat sat.", True)),
+        ("", " The cat sat. It", ("The cat sat.", True)),
+        ("It rained.", " Mr. Smith met", ("Mr. Smith met", False)),  # "Mr." is not an end
+    ],
+)
+def test_next_sentence(splitter, context, continuation, expected):
+    assert splitter.next_sentence(context, continuation) == expected
+
+
+def test_unknown_splitter():
+    with pytest.raises(ValueError):
+        get_splitter("nope")
