@@ -23,7 +23,9 @@ def test_paper_z_by_hand():
         paper_z(0, 0, 0.25)
 
 
-@pytest.mark.parametrize("values,size", [([3, 0, 1, 2, 0, 5], 2), ([1, 1, 1, 4], 3), ([0, 0, 7], 1)])
+@pytest.mark.parametrize(
+    "values,size", [([3, 0, 1, 2, 0, 5], 2), ([1, 1, 1, 4], 3), ([0, 0, 7], 1)]
+)
 def test_subset_sum_pmf_matches_enumeration(values, size):
     pmf = subset_sum_pmf(np.array(values), size)
     subsets = list(itertools.combinations(range(len(values)), size))
@@ -35,9 +37,7 @@ def test_subset_sum_pmf_matches_enumeration(values, size):
 def test_exact_p_value_matches_brute_force_over_tables():
     # K = 4, gamma = 0.5: enumerate every table (6 subsets per row, 6**4 tables).
     counts = np.array([[2, 1, 0, 0], [0, 0, 3, 0], [1, 0, 0, 1], [0, 0, 0, 0]])
-    observed_table = np.array(
-        [[1, 1, 0, 0], [0, 1, 1, 0], [1, 0, 1, 0], [0, 0, 1, 1]], dtype=bool
-    )
+    observed_table = np.array([[1, 1, 0, 0], [0, 1, 1, 0], [1, 0, 1, 0], [0, 0, 1, 1]], dtype=bool)
     observed = counts[observed_table].sum()
     rows = list(itertools.combinations(range(4), 2))
     hits = total = 0

@@ -120,9 +120,18 @@ class CandidateSampler:
 
     # ------------------------------------------------------------------ logits processing
     def _next_tokens(
-        self, logits: Tensor, seen: Tensor, generator: torch.Generator | None
+        self,
+        logits: Tensor,
+        seen: Tensor,
+        generator: torch.Generator | None,
+        segments: Sequence[tuple[int, int, torch.Generator | None]] = (),
     ) -> Tensor:
-        """Sample one token per row from ``(R, V)`` logits; ``seen`` marks tokens to penalise."""
+        """Sample one token per row from ``(R, V)`` logits; ``seen`` marks tokens to penalise.
+
+        ``segments`` optionally gives ``(start, stop, generator)`` row ranges that draw from
+        their own generators (one per document, so a document's text does not depend on the
+        other documents of its batch); otherwise ``generator`` serves every row.
+        """
         cfg = self.config
         logits = logits.float()
         if cfg.repetition_penalty != 1.0:
@@ -142,7 +151,11 @@ class CandidateSampler:
             drop = cum - sorted_logits.softmax(-1) >= cfg.top_p
             logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
         probs = logits.softmax(dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        if not segments:
+            return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        return torch.cat(
+            [torch.multinomial(probs[a:b], 1, generator=g).squeeze(-1) for a, b, g in segments]
+        )
 
     def _prefill(self, prefixes: Sequence[str]):
         """Run the prefixes through the LM once: cache, last logits, masks and seen-token sets."""
@@ -166,7 +179,7 @@ class CandidateSampler:
         prefixes: Sequence[str],
         rows: Sequence[int],
         judge: Judge,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
         contexts: Sequence[str] | None = None,
     ) -> list[GroupResult]:
         """Sample ``rows[g]`` candidate sentences after ``prefixes[g]`` for every group ``g``.
@@ -175,9 +188,14 @@ class CandidateSampler:
         plus the row's text, as detection will split them, and a row that would merge into it is
         stopped as an empty (never accepted) candidate.
 
+        ``generator`` is one generator for all rows or one per group.
+
         Returns one ``GroupResult`` per group with its candidates in draw order up to the first
         accepted one (or all of them when none was accepted).
         """
+        per_group = isinstance(generator, Sequence)
+        if per_group and len(generator) != len(prefixes):
+            raise ValueError("need one generator per prefix")
         if len(prefixes) != len(rows) or not prefixes:
             raise ValueError("need one row count per prefix, and at least one prefix")
         contexts = list(contexts) if contexts is not None else [""] * len(prefixes)
@@ -204,7 +222,14 @@ class CandidateSampler:
         resolved = [False] * len(rows)
 
         while live_group:
-            next_ids = self._next_tokens(logits, seen, generator)
+            segments = []
+            if per_group:  # live rows stay ordered by group: contiguous ranges
+                start = 0
+                for r in range(1, len(live_group) + 1):
+                    if r == len(live_group) or live_group[r] != live_group[start]:
+                        segments.append((start, r, generator[live_group[start]]))
+                        start = r
+            next_ids = self._next_tokens(logits, seen, None if per_group else generator, segments)
             seen[torch.arange(len(live_group), device=self.device), next_ids] = True
             check = (self.starts_space[next_ids] | (step_is_eos := self._is_eos(next_ids))).tolist()
             ids = next_ids.tolist()
@@ -224,7 +249,9 @@ class CandidateSampler:
                     punct[r] = punct[r] or bool(self.has_terminal[tok])
                     if len(tokens[r]) < self.config.max_sentence_tokens:
                         continue
-                    text, trunc = self._sentence(contexts[live_group[r]], tokens[r], True), True
+                    # No sentence end within the limit: not a usable sentence (it would leave
+                    # the document with an unfinished sentence that swallows the next one).
+                    text, trunc = "", True
                 raw = self.tokenizer.decode(tokens[r], skip_special_tokens=True)
                 lead = raw[: len(raw) - len(raw.lstrip())]
                 finished.append(r)

@@ -34,6 +34,10 @@ class PunktSplitter:
                 out.extend(s.strip() for s in nupunkt.sent_tokenize(paragraph) if s.strip())
         return out
 
+    def ends_sentence(self, sentence: str) -> bool:
+        """Whether ``sentence`` is complete, i.e. a following capitalised word starts a new one."""
+        return len(self.split(sentence.strip() + " The")) == 2
+
     def next_sentence(self, context: str, continuation: str) -> tuple[str, bool]:
         """The first sentence that ``continuation`` adds after ``context``, and whether it is done.
 

@@ -18,6 +18,7 @@ soon overrides the prior where it differs from the domain's.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Sequence
@@ -104,6 +105,8 @@ class _Doc:
     context: str
     previous: int
     started: float
+    generator: torch.Generator
+    stats: dict[int, list[float]] = field(default_factory=dict)
     drawn: int = 0
     rejected_region: int = 0
     rejected_margin: int = 0
@@ -153,18 +156,23 @@ class Watermarker:
         self.max_sentences = max_sentences
         self.seed = seed
         self.prior_weight = 4.0
-        # previous region -> [accepted, drawn] including the prior's pseudo-counts
-        self._accept: dict[int, list[float]] = {}
 
     # ------------------------------------------------------------------ round sizing
-    def rows_for(self, previous: int, drawn: int, watermark: bool = True) -> int:
-        """Rows to draw for a document whose previous region is ``previous``."""
+    def rows_for(
+        self, previous: int, drawn: int, stats: dict[int, list[float]], watermark: bool = True
+    ) -> int:
+        """Rows to draw for a document whose previous region is ``previous``.
+
+        ``stats`` maps a previous region to its running ``[accepted, drawn]`` counts (prior
+        pseudo-counts included); it lives for one ``generate`` call, so the same inputs and seed
+        always give the same rounds and the same text.
+        """
         budget = self.max_candidates - drawn
         if not watermark:
             return 1
         if not self.adaptive_batch:
             return max(1, min(self.candidate_batch, budget))
-        accepted, drawn_all = self._acceptance(previous)
+        accepted, drawn_all = self._acceptance(previous, stats)
         p = min(max(accepted / drawn_all, 1e-3), 1.0)
         best, best_cost = 1, math.inf
         for n in range(1, self.candidate_batch + 1):
@@ -173,11 +181,11 @@ class Watermarker:
                 best, best_cost = n, cost
         return max(1, min(best, budget))
 
-    def _acceptance(self, previous: int) -> list[float]:
-        if previous not in self._accept:
+    def _acceptance(self, previous: int, stats: dict[int, list[float]]) -> list[float]:
+        if previous not in stats:
             prior = self.scheme.acceptance_rate(previous) * 0.74
-            self._accept[previous] = [prior * self.prior_weight, self.prior_weight]
-        return self._accept[previous]
+            stats[previous] = [prior * self.prior_weight, self.prior_weight]
+        return stats[previous]
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -188,8 +196,13 @@ class Watermarker:
         generator: torch.Generator | None = None,
     ) -> list[GenerationResult]:
         """Continue each prompt; with ``watermark=False`` the first candidate is always kept
-        (plain sentence-by-sentence sampling with the same settings)."""
-        gen = generator or torch.Generator().manual_seed(self.seed)
+        (plain sentence-by-sentence sampling with the same settings).
+
+        Each document samples from its own generator, seeded from ``seed`` and its prompt, and
+        learns its own acceptance rates, so its text depends only on the seed, the prompt and
+        the settings: not on the other prompts of its batch, nor on an interrupted earlier run.
+        ``generator`` replaces that with one generator shared by all documents.
+        """
         docs: list[_Doc] = []
         prompt_lasts: list[str] = []
         for prompt in prompts:
@@ -201,9 +214,17 @@ class Watermarker:
                 context=sentences[-1] if sentences else "",
                 previous=-1,
                 started=time.perf_counter(),
+                generator=generator or _document_generator(self.seed, prompt),
             )
             if not sentences:
                 result.status, result.error = "error", "prompt is empty or has no sentence"
+                doc.done = True
+            elif not self.scheme.splitter.ends_sentence(sentences[-1]):
+                result.status = "error"
+                result.error = (
+                    "the prompt must end with a complete sentence (end it with '.', '!' or '?'): "
+                    "the watermark is applied sentence by sentence after it"
+                )
                 doc.done = True
             prompt_lasts.append(sentences[-1] if sentences else "")
             docs.append(doc)
@@ -218,7 +239,7 @@ class Watermarker:
             total=len(docs) * self.max_new_tokens, disable=not progress, unit="tok", desc="generate"
         )
         while active := [d for d in docs if not d.done]:
-            rows = [self.rows_for(d.previous, d.drawn, watermark) for d in active]
+            rows = [self.rows_for(d.previous, d.drawn, d.stats, watermark) for d in active]
 
             def judge(group_ids: list[int], texts: list[str], active=active) -> list:
                 if not watermark:
@@ -234,7 +255,11 @@ class Watermarker:
                 ]
 
             results = self.sampler.sample_round(
-                [d.prefix for d in active], rows, judge, gen, [d.context for d in active]
+                [d.prefix for d in active],
+                rows,
+                judge,
+                generator or [d.generator for d in active],
+                [d.context for d in active],
             )
             for doc, res in zip(active, results, strict=True):
                 doc.result.decoded_tokens += res.decoded_tokens
@@ -244,9 +269,9 @@ class Watermarker:
                     if cand.info is None or not watermark:
                         continue
                     _, valid, margin_ok = cand.info
-                    stats = self._acceptance(doc.previous)
-                    stats[0] += cand.accepted
-                    stats[1] += 1
+                    counts = self._acceptance(doc.previous, doc.stats)
+                    counts[0] += cand.accepted
+                    counts[1] += 1
                     if not valid:
                         doc.rejected_region += 1
                     elif not margin_ok:
@@ -292,6 +317,11 @@ class Watermarker:
                     doc.result.seconds = time.perf_counter() - doc.started
         bar.close()
         return [d.result for d in docs]
+
+
+def _document_generator(seed: int, prompt: object) -> torch.Generator:
+    digest = hashlib.sha256(f"{seed}|{prompt}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
 
 
 def summarize(results: Sequence[GenerationResult]) -> dict:

@@ -1,0 +1,69 @@
+import pytest
+import torch
+
+from ksemstamp.assets import encoder_fingerprint
+from ksemstamp.centroids import CentroidFile, CentroidMismatchError, fit_kmeans, transition_counts
+from ksemstamp.config import WatermarkConfig, build_scheme
+
+
+def test_validation_lists_every_problem():
+    with pytest.raises(ValueError) as err:
+        WatermarkConfig(gamma=1.5, margin=-1, candidate_batch=0, partition="grid")
+    message = str(err.value)
+    for word in ("gamma", "margin", "candidate_batch", "partition"):
+        assert word in message
+
+
+def test_key_never_in_dict_or_repr():
+    cfg = WatermarkConfig(key="super-secret-value")
+    assert "super-secret-value" not in repr(cfg)
+    assert "key" not in cfg.to_dict()
+
+
+def test_yaml_roundtrip_and_unknown_keys(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("gamma: 0.5\nmargin: 0.01\n")
+    cfg = WatermarkConfig.from_yaml(path, seed=3)
+    assert (cfg.gamma, cfg.margin, cfg.seed) == (0.5, 0.01, 3)
+    path.write_text("gama: 0.5\n")
+    with pytest.raises(ValueError, match="unknown settings"):
+        WatermarkConfig.from_yaml(path)
+
+
+def test_fit_kmeans_and_transitions():
+    gen = torch.Generator().manual_seed(0)
+    centers = torch.nn.functional.normalize(torch.randn(3, 16, generator=gen), dim=-1)
+    points = torch.cat([c + 0.05 * torch.randn(50, 16, generator=gen) for c in centers])
+    fitted = fit_kmeans(points, k=3, seed=0)
+    assert fitted.shape == (3, 16)
+    assert torch.allclose(fitted.norm(dim=-1), torch.ones(3), atol=1e-5)
+    # each true center has a fitted centroid close to it
+    assert (centers @ fitted.T).max(dim=1).values.min() > 0.95
+    counts = transition_counts([torch.tensor([0, 0, 1]), torch.tensor([2])], 3)
+    assert counts[0, 0] == 1 and counts[0, 1] == 1 and counts.sum() == 2
+    with pytest.raises(ValueError):
+        fit_kmeans(points[:2], k=3)
+
+
+def test_centroid_file_roundtrip_and_mismatch(tmp_path, encoder):
+    fp = encoder_fingerprint(encoder)
+    cf = CentroidFile(torch.randn(8, 384), "all-minilm-l6-v2", fp, torch.ones(8, 8), {"k": 8})
+    cf.save(tmp_path / "c.pt")
+    back = CentroidFile.load(tmp_path / "c.pt")
+    assert torch.allclose(back.centroids, cf.centroids) and back.settings == {"k": 8}
+    back.check_encoder(fp)
+    with pytest.raises(CentroidMismatchError, match="refit"):
+        back.check_encoder("0000000000000000")
+    other = CentroidFile(torch.randn(8, 384), "some-other-encoder", "deadbeefdeadbeef")
+    other.save(tmp_path / "other.pt")
+    with pytest.raises(CentroidMismatchError):
+        build_scheme(
+            WatermarkConfig(centroids=str(tmp_path / "other.pt"), key="k"), encoder=encoder
+        )
+
+
+def test_shipped_centroids_belong_to_the_default_encoder(encoder):
+    cf = CentroidFile.load(WatermarkConfig().centroid_path())
+    cf.check_encoder(encoder_fingerprint(encoder))
+    assert cf.num_regions == 8 and cf.transition is not None
+    assert cf.settings["num_sentences"] >= 10000

@@ -1,0 +1,112 @@
+"""The batched sampler on the real offline LM (SmolLM2-135M)."""
+
+import pytest
+import torch
+from transformers import RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper
+
+from ksemstamp.sampler import CandidateSampler, SamplingConfig
+from ksemstamp.splitter import get_splitter
+
+pytestmark = pytest.mark.e2e
+
+PROMPT = (
+    "The city council approved a new budget on Monday after months of debate. "
+    "The plan raises spending on schools and roads."
+)
+SHORT = "Scientists found water on the moon."
+
+
+@pytest.fixture(scope="module")
+def sampler(lm):
+    model, tokenizer = lm
+    return CandidateSampler(model, tokenizer, get_splitter(), SamplingConfig())
+
+
+def test_logit_processing_matches_transformers(sampler):
+    # Our vectorised penalty + temperature must equal transformers' own processors.
+    gen = torch.Generator().manual_seed(0)
+    vocab = sampler.starts_space.shape[0]
+    logits = torch.randn(3, vocab, generator=gen) * 3
+    history = torch.randint(0, vocab, (3, 40), generator=gen)
+    seen = torch.zeros(3, vocab, dtype=torch.bool)
+    seen.scatter_(1, history, True)
+    want = RepetitionPenaltyLogitsProcessor(1.05)(history, logits.clone())
+    want = TemperatureLogitsWarper(0.7)(history, want).softmax(-1)
+    # Empirical check of the sampler's draws against the reference distribution.
+    draws = 40000
+    counts = torch.zeros(vocab)
+    cfg = sampler.config
+    sampler.config = SamplingConfig(suppress_eos=False)
+    try:
+        for _ in range(draws // 2000):
+            ids = sampler._next_tokens(logits[:1].expand(2000, -1), seen[:1].expand(2000, -1), gen)
+            counts += torch.bincount(ids, minlength=vocab).float()
+    finally:
+        sampler.config = cfg
+    top = torch.topk(want[0], 5).indices
+    freq = counts[top] / draws
+    sd = (want[0, top] * (1 - want[0, top]) / draws).sqrt()
+    assert ((freq - want[0, top]).abs() <= 4.5 * sd + 1e-4).all()
+
+
+def test_candidates_are_single_sentences_and_rows_stop_independently(sampler):
+    gen = torch.Generator().manual_seed(1)
+    result = sampler.sample_round(
+        [PROMPT],
+        [6],
+        lambda g, t: [(False, None)] * len(t),
+        gen,
+        [get_splitter().split(PROMPT)[-1]],
+    )[0]
+    assert len(result.candidates) == 6 and result.accepted_index is None
+    splitter = get_splitter()
+    for cand in result.candidates:
+        assert cand.text and splitter.split(cand.text) == [cand.text]
+        # and it stays its own sentence after the prompt's last sentence
+        assert (
+            splitter.split("The plan raises spending on schools and roads. " + cand.text)[-1]
+            == cand.text
+        )
+    lengths = {c.num_tokens for c in result.candidates}
+    assert len(lengths) > 1  # rows ended at their own sentence ends
+    assert result.decoded_tokens <= sum(c.num_tokens + 1 for c in result.candidates)
+
+
+def test_ordered_acceptance_and_early_stop(sampler):
+    gen = torch.Generator().manual_seed(2)
+    # accept only candidates longer than 12 tokens' worth of text
+    judge = lambda groups, texts: [(len(t) > 60, None) for t in texts]  # noqa: E731
+    result = sampler.sample_round([PROMPT], [8], judge, gen, [get_splitter().split(PROMPT)[-1]])[0]
+    if result.accepted_index is not None:
+        cands = result.candidates
+        assert len(cands) == result.accepted_index + 1
+        assert cands[-1].accepted and len(cands[-1].text) > 60
+        assert all(len(c.text) <= 60 for c in cands[:-1])
+
+
+def test_batching_does_not_change_what_is_sampled(lm):
+    # Near-greedy decoding: any mistake in sharing, padding or pruning the cache would change
+    # the text. One row alone, four rows of one prompt, and two prompts of different lengths
+    # batched together must all give the same sentences.
+    model, tokenizer = lm
+    sampler = CandidateSampler(model, tokenizer, get_splitter(), SamplingConfig(temperature=1e-4))
+    none = lambda g, t: [(False, None)] * len(t)  # noqa: E731
+    split = get_splitter().split
+    alone_long = sampler.sample_round([PROMPT], [1], none, None, [split(PROMPT)[-1]])[0]
+    alone_short = sampler.sample_round([SHORT], [1], none, None, [SHORT])[0]
+    four = sampler.sample_round([PROMPT], [4], none, None, [split(PROMPT)[-1]])[0]
+    mixed = sampler.sample_round([SHORT, PROMPT], [2, 3], none, None, [SHORT, split(PROMPT)[-1]])
+    want_long, want_short = alone_long.candidates[0].text, alone_short.candidates[0].text
+    assert want_long and want_short
+    assert [c.text for c in four.candidates] == [want_long] * 4
+    assert [c.text for c in mixed[0].candidates] == [want_short] * 2
+    assert [c.text for c in mixed[1].candidates] == [want_long] * 3
+
+
+def test_bad_arguments(sampler):
+    with pytest.raises(ValueError):
+        sampler.sample_round([PROMPT], [0], lambda g, t: [], None)
+    with pytest.raises(ValueError):
+        sampler.sample_round([PROMPT, SHORT], [1], lambda g, t: [], None)
+    with pytest.raises(ValueError):
+        SamplingConfig(temperature=0)
