@@ -51,7 +51,7 @@ class WatermarkConfig:
     """Secret key; falls back to ``$KSEMSTAMP_KEY``, then to a public demo key (with a warning)."""
     max_candidates: int = 100
     """Candidates per sentence before accepting the last one (paper: 100)."""
-    candidate_batch: int = 8
+    candidate_batch: int = 32
     """Most candidate rows per document in one batched decode."""
     adaptive_batch: bool = True
     """Size each round from the expected acceptance of the current valid set."""
