@@ -1,0 +1,93 @@
+"""Round sizing and bookkeeping of the sentence loop, without a real LM."""
+
+import torch
+
+from ksemstamp.partition import LSHPartition
+from ksemstamp.sampler import Candidate, GroupResult
+from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.splitter import get_splitter
+from ksemstamp.watermarker import Watermarker, summarize
+
+
+class ScriptedSampler:
+    """Returns candidates from a fixed script: each round yields ``(text, accepted)`` pairs."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.rounds = []
+
+    def sample_round(self, prefixes, rows, judge, generator=None, contexts=None):
+        self.rounds.append(list(rows))
+        out = []
+        for _ in prefixes:
+            texts = self.script.pop(0)
+            verdicts = judge([0] * len(texts), texts)
+            res = GroupResult()
+            for i, (text, (ok, info)) in enumerate(zip(texts, verdicts, strict=True)):
+                res.candidates.append(Candidate(text, 5, ok, info))
+                if ok:
+                    res.accepted_index = i
+                    break
+            out.append(res)
+        return out
+
+
+def _scheme(hash_encoder):
+    return WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), 0.25, "k", get_splitter())
+
+
+def test_round_size_grows_as_acceptance_falls(hash_encoder):
+    wm = Watermarker(_scheme(hash_encoder), sampler=None, candidate_batch=32)
+    sizes = []
+    for p in (0.9, 0.5, 0.2, 0.05, 0.01):
+        stats = {0: [p * 1000, 1000.0]}
+        sizes.append(wm.rows_for(0, 0, stats))
+    assert sizes == sorted(sizes) and sizes[0] <= 2 and sizes[-1] == 32
+    assert wm.rows_for(0, 95, {0: [10.0, 1000.0]}) == 5  # never beyond the candidate budget
+    assert wm.rows_for(0, 0, {}, watermark=False) == 1
+    fixed = Watermarker(_scheme(hash_encoder), None, candidate_batch=6, adaptive_batch=False)
+    assert fixed.rows_for(0, 0, {}) == 6
+
+
+def _valid_after(scheme, previous, want):
+    """A sentence whose region is (or is not) valid after ``previous``."""
+    for i in range(500):
+        text = f"Candidate sentence {i}."
+        region = int(scheme.regions([text])[0][0])
+        if bool(scheme.table[previous, region]) == want:
+            return text
+    raise AssertionError("no such sentence")
+
+
+def test_fallback_after_max_candidates_and_counts(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    scheme.partition.margin = 0.0
+    prompt = "A prompt sentence."
+    seed_region = int(scheme.regions([prompt])[0][0])
+    bad = _valid_after(scheme, seed_region, False)
+    sampler = ScriptedSampler([[bad, bad], [bad, bad]])
+    wm = Watermarker(
+        scheme, sampler, max_candidates=4, candidate_batch=2, adaptive_batch=False, max_new_tokens=5
+    )
+    res = wm.generate([prompt])[0]
+    assert res.status == "ok" and res.num_sentences == 1
+    record = res.sentences[0]
+    assert record.fallback and record.candidates == 4 and record.rejected_region == 4
+    assert sampler.rounds == [[2], [2]]
+    assert summarize([res])["fallbacks"] == 1
+
+
+def test_accepts_first_valid_and_chains_regions(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    scheme.partition.margin = 0.0
+    prompt = "A prompt sentence."
+    first_prev = int(scheme.regions([prompt])[0][0])
+    good = _valid_after(scheme, first_prev, True)
+    bad = _valid_after(scheme, first_prev, False)
+    sampler = ScriptedSampler([[bad, good, bad]])
+    wm = Watermarker(scheme, sampler, candidate_batch=3, adaptive_batch=False, max_new_tokens=5)
+    res = wm.generate([prompt])[0]
+    assert res.text == good and res.sentences[0].candidates == 2
+    assert res.sentences[0].region == int(scheme.regions([good])[0][0])
+    assert not res.sentences[0].fallback
+    assert torch.is_tensor(scheme.table)
