@@ -21,7 +21,7 @@ class ScriptedSampler:
         out = []
         for _ in prefixes:
             texts = self.script.pop(0)
-            verdicts = judge([0] * len(texts), texts)
+            verdicts = judge([(0, i) for i in range(len(texts))], texts)
             res = GroupResult()
             for i, (text, (ok, info)) in enumerate(zip(texts, verdicts, strict=True)):
                 res.candidates.append(Candidate(text, 5, ok, info))
@@ -91,3 +91,47 @@ def test_accepts_first_valid_and_chains_regions(hash_encoder):
     assert res.sentences[0].region == int(scheme.regions([good])[0][0])
     assert not res.sentences[0].fallback
     assert torch.is_tensor(scheme.table)
+
+
+def _with_region(scheme, region, same):
+    for i in range(500):
+        text = f"Another sentence {i}."
+        if (int(scheme.regions([text])[0][0]) == region) == same:
+            return text
+    raise AssertionError("no such sentence")
+
+
+def test_novelty_rejects_repeated_transitions_until_patience(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    scheme.partition.margin = 0.0
+    scheme.table = torch.ones(8, 8, dtype=torch.bool)  # every transition valid
+    prompt = "A prompt sentence."
+    s = int(scheme.regions([prompt])[0][0])
+    same = [
+        t for t in (f"Same region {i}." for i in range(400)) if int(scheme.regions([t])[0][0]) == s
+    ]
+    other = _with_region(scheme, s, False)
+    assert len(same) >= 4
+
+    def run(patience, second):
+        script = [[same[0]], second, [same[3]], [same[3]]]
+        wm = Watermarker(
+            scheme,
+            ScriptedSampler(script),
+            candidate_batch=2,
+            adaptive_batch=False,
+            max_new_tokens=10,
+            novelty_patience=patience,
+        )
+        return wm.generate([prompt])[0]
+
+    # the paper's rule: the first valid candidate, repeated transition or not
+    paper = run(0, [same[1], other])
+    assert [x.text for x in paper.sentences][:2] == [same[0], same[1]]
+    # (s, s) is used by the first sentence, so the second must move on
+    novel = run(10, [same[1], other])
+    assert [x.text for x in novel.sentences][:2] == [same[0], other]
+    assert novel.sentences[1].rejected_repeat == 1 and novel.sentences[1].candidates == 2
+    # patience reached at the second candidate: a repeat is accepted there
+    patient = run(2, [same[1], same[2]])
+    assert patient.sentences[1].text == same[2] and patient.sentences[1].rejected_repeat == 1

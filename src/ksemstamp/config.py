@@ -51,6 +51,9 @@ class WatermarkConfig:
     """Secret key; falls back to ``$KSEMSTAMP_KEY``, then to a public demo key (with a warning)."""
     max_candidates: int = 100
     """Candidates per sentence before accepting the last one (paper: 100)."""
+    novelty_patience: int = 10
+    """Candidates after which a valid but already-used region transition is accepted; 0 is the
+    paper's rule. Repeated transitions add no evidence for the default (exact) test."""
     candidate_batch: int = 32
     """Most candidate rows per document in one batched decode."""
     adaptive_batch: bool = True
@@ -89,6 +92,10 @@ class WatermarkConfig:
         for name in ("max_candidates", "candidate_batch", "max_new_tokens", "prompt_batch"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.novelty_patience < 0:
+            problems.append(
+                f"novelty_patience must be >= 0 (0 = paper), got {self.novelty_patience}"
+            )
         if self.statistic not in ("exact", "paper"):
             problems.append(f"statistic must be 'exact' or 'paper', not {self.statistic!r}")
         if not 0 < self.alpha < 1:
@@ -100,10 +107,7 @@ class WatermarkConfig:
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> WatermarkConfig:
         """Read a YAML file (keys as the fields here), then apply ``overrides``."""
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping of settings")
-        return cls.from_dict({**data, **overrides})
+        return cls.from_dict({**load_settings_file(path), **overrides})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WatermarkConfig:
@@ -132,6 +136,24 @@ class WatermarkConfig:
             f"`python -m ksemstamp.centroids --encoder {self.encoder} --output FILE` "
             f"and pass `centroids: FILE`"
         )
+
+
+def load_settings_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML settings file into a dict.
+
+    A YAML syntax error is re-raised as a ``ValueError`` naming only the file and position:
+    PyYAML's own message quotes the offending line, which may hold the secret key.
+    """
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "not valid YAML"
+        raise ValueError(f"{path}: YAML error{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of settings")
+    return data
 
 
 # ---------------------------------------------------------------------- builders
@@ -192,6 +214,7 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
         candidate_batch=cfg.candidate_batch,
         adaptive_batch=cfg.adaptive_batch,
         max_new_tokens=cfg.max_new_tokens,
+        novelty_patience=cfg.novelty_patience,
         seed=cfg.seed,
     )
 

@@ -33,8 +33,8 @@ from .splitter import PunktSplitter
 
 TERMINALS = ".!?\u2026"
 
-# judge(group_ids, texts) -> one (accepted, info) pair per text
-Judge = Callable[[list[int], list[str]], list[tuple[bool, Any]]]
+# judge(rows, texts) -> one (accepted, info) pair per text; rows[i] = (group, index in group)
+Judge = Callable[[list[tuple[int, int]], list[str]], list[tuple[bool, Any]]]
 
 
 @dataclass
@@ -260,7 +260,7 @@ class CandidateSampler:
                 finished_sep.append("\n" * lead.count("\n") if "\n" in lead else " ")
 
             if finished:
-                verdicts = judge([live_group[r] for r in finished], finished_text)
+                verdicts = judge([(live_group[r], live_index[r]) for r in finished], finished_text)
                 for r, text, trunc, sep, (ok, info) in zip(
                     finished, finished_text, finished_trunc, finished_sep, verdicts, strict=True
                 ):
