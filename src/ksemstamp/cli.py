@@ -20,7 +20,13 @@ from typing import Any
 import yaml
 from tqdm.auto import tqdm
 
-from .config import WatermarkConfig, build_detector, build_scheme, build_watermarker
+from .config import (
+    WatermarkConfig,
+    build_detector,
+    build_scheme,
+    build_watermarker,
+    load_settings_file,
+)
 from .jsonl import InputRecord, ResumableWriter, read_jsonl
 
 
@@ -52,10 +58,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
 def _config(args: argparse.Namespace) -> WatermarkConfig:
     data: dict[str, Any] = {}
     for path in args.config or []:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: expected a mapping of settings")
-        data.update(loaded)
+        data.update(load_settings_file(path))
     names = {f.name for f in dataclasses.fields(WatermarkConfig)}
     data.update({k: v for k, v in vars(args).items() if k in names})
     return WatermarkConfig.from_dict(data)
