@@ -3,6 +3,7 @@ are named."""
 
 import pytest
 
+from ksemstamp.cli import main
 from ksemstamp.config import WatermarkConfig
 
 YAML_KEY = "yk3-YAMLKEY-distinctive-55e0"
@@ -17,3 +18,9 @@ def test_broken_yaml_error_names_the_file_not_its_content(tmp_path):
     assert str(path) in str(err.value) and "line" in str(err.value)
     assert YAML_KEY not in str(err.value) and err.value.__cause__ is None
     assert err.value.__context__ is None or err.value.__suppress_context__
+
+
+def test_zero_batch_size_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["detect", "--batch-size", "0", "--text", "A. B."])
+    assert exit_.value.code == 2 and "--batch-size" in capsys.readouterr().err

@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--input", help='JSONL with {"text": ..., ["prompt": ...]} per line')
     det.add_argument("--prompt", help="with --text/--file: the prompt the text continues")
     det.add_argument("--output", help="JSONL output (required with --input; resumable)")
-    det.add_argument("--batch-size", type=int, default=64, help="texts per encoder pass")
+    det.add_argument("--batch-size", type=_positive_int, default=64, help="texts per encoder pass")
     common(det)
 
     demo = sub.add_parser("demo", help="watermark a held-out news prompt, then detect it")
@@ -109,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(demo)
     return parser
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
+    return number
 
 
 # ---------------------------------------------------------------------- generate
