@@ -111,3 +111,24 @@ def test_build_pairs_is_resumable(tmp_path):
     assert len(rows) == 6 and len({r["id"] for r in rows}) == 6
     assert rows[:4] == first
     assert build_pairs(out, 6, split="val", progress=False) == 0
+
+
+def test_agreement_report_counts_shared_regions_and_margin():
+    import torch
+
+    from ksemstamp.training.evaluate import agreement_report
+
+    def unit(*deg):
+        rad = torch.tensor(deg) * torch.pi / 180
+        return torch.stack([torch.cos(rad), torch.sin(rad)], dim=-1)
+
+    centroids = unit(0, 180)  # region 0: right half-plane, region 1: left half-plane
+    texts = unit(10, 80, 170, 200)
+    paras = unit(20, 100, 160, 210)  # the second pair crosses the boundary at 90 degrees
+    report = agreement_report(texts, paras, centroids, margin=0.5, batch_size=4)
+    assert report["pairs"] == 4
+    assert report["region_agreement"] == pytest.approx(0.75)
+    # Only the text at 80 degrees is within the margin of the boundary; the rest all agree.
+    assert report["margin_pass_rate"] == pytest.approx(0.75)
+    assert report["region_agreement_margin"] == pytest.approx(1.0)
+    assert report["chance_agreement"] == pytest.approx(0.5**2 + 0.5**2)

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
@@ -187,3 +188,23 @@ def test_ddp_spawn_two_process_fit_produces_the_same_artefacts(tmp_path):
     fit(config)
     check_artefacts(tmp_path)
     assert "val/region_agreement" in logged_metrics(tmp_path)
+
+
+@pytest.mark.e2e
+def test_module_gathers_negatives_from_all_ranks_with_own_offset(monkeypatch):
+    module = EncoderModule(val_kmeans_sentences=0)
+    assert not any(p.requires_grad for n, p in module.encoder.named_parameters() if "pooler" in n)
+    module._trainer = SimpleNamespace(world_size=2, global_rank=1)  # as if rank 1 of 2
+    positive = torch.randn(3, 4, requires_grad=True)
+    rank0 = torch.randn(3, 4)
+    calls = []
+
+    def fake_all_gather(x, sync_grads=False):
+        calls.append(sync_grads)
+        return torch.stack([rank0, x])  # (world, batch, dim), as Lightning returns it
+
+    monkeypatch.setattr(module, "all_gather", fake_all_gather)
+    columns, offset = module._columns(positive)
+    assert calls == [True]  # gradients must flow back through the gather
+    assert columns.shape == (6, 4) and offset == 3
+    assert torch.equal(columns[:3], rank0) and torch.equal(columns[3:], positive)

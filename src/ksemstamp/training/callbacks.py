@@ -85,7 +85,9 @@ class KMeansCallback(L.Callback):
         pl_module.set_centroids(centroids)
 
         path = self._checkpoint_path(trainer)
-        trainer.save_checkpoint(path)  # collective: every rank calls it, rank 0 writes
+        # Collective: every rank calls it, rank 0 writes. A full checkpoint (optimizer and loop
+        # state too), like the ones ModelCheckpoint writes.
+        trainer.save_checkpoint(path, weights_only=False)
         self.final_checkpoint_path = str(path)
 
         if trainer.is_global_zero and self.export_dir:

@@ -1,0 +1,184 @@
+"""Measure how well an encoder and its centroids keep paraphrases in one region.
+
+    python -m ksemstamp.training.evaluate --encoder all-minilm-l6-v2 \
+        --pairs data/pairs/news-val.jsonl --fit-sentences 20000
+    python -m ksemstamp.training.evaluate --encoder checkpoints/encoder-news \
+        --centroids checkpoints/centroids-encoder-news-k8.pt --pairs data/pairs/news-val.jsonl
+
+Reports, over held-out pairs (overall and per paraphrase method):
+
+* ``region_agreement``: share of pairs whose text and paraphrase share a k-means region;
+* ``region_agreement_margin``: the same among texts that pass the generation margin ``m``
+  (the watermark only ever emits such sentences, so this is the share that matters for it);
+* ``chance_agreement``: agreement if the paraphrase's region were an independent draw from the
+  texts' region frequencies (sum of squared shares), the level a useless encoder reaches;
+* ``cos_gap``: cos(text, own paraphrase) minus cos(text, hardest other paraphrase) within
+  consecutive batches of ``--batch-size`` pairs, as logged during validation;
+* ``pos_cos``: mean cos(text, own paraphrase).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ..partition import kmeans_regions
+from .loss import cosine_gap
+
+
+def read_pair_rows(path: str | Path) -> list[dict]:
+    """Rows of a JSONL pair file (a half-written last line is ignored)."""
+    rows = []
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                if number != len(lines):
+                    raise
+    return rows
+
+
+def agreement_report(
+    text_emb: torch.Tensor,
+    para_emb: torch.Tensor,
+    centroids: torch.Tensor,
+    margin: float = 0.035,
+    batch_size: int = 32,
+) -> dict[str, float]:
+    """Region agreement, margin-filtered agreement, chance level and cosine gap of pairs."""
+    text_regions, text_ok = kmeans_regions(text_emb, centroids, margin)
+    para_regions, _ = kmeans_regions(para_emb, centroids, 0.0)
+    same = (text_regions == para_regions).float()
+    shares = torch.bincount(text_regions, minlength=centroids.shape[0]).double() / len(text_regions)
+    gaps = [
+        cosine_gap(text_emb[i : i + batch_size], para_emb[i : i + batch_size])
+        for i in range(0, len(text_emb), batch_size)
+        if len(text_emb[i : i + batch_size]) >= 2
+    ]
+    return {
+        "pairs": len(same),
+        "region_agreement": float(same.mean()),
+        "region_agreement_margin": float(same[text_ok].mean()) if text_ok.any() else float("nan"),
+        "margin_pass_rate": float(text_ok.float().mean()),
+        "chance_agreement": float((shares**2).sum()),
+        "cos_gap": float(torch.cat(gaps).mean()) if gaps else float("nan"),
+        "pos_cos": float(torch.nn.functional.cosine_similarity(text_emb, para_emb).mean()),
+    }
+
+
+def evaluate(
+    encoder_spec: str,
+    pairs: str | Path,
+    centroids_file: str | None = None,
+    fit_sentences: int = 20000,
+    k: int = 8,
+    seeds: Sequence[int] = (0,),
+    margin: float = 0.035,
+    batch_size: int = 32,
+) -> dict:
+    """Embed the pairs and report agreement overall and per ``method`` of the pair file.
+
+    With ``centroids_file`` the file's centroids are used (after a fingerprint check); otherwise
+    centroids are fitted once per k-means seed in ``seeds``, the domain sentences embedded once,
+    and the report adds the mean and spread of region agreement over seeds.
+    """
+    from ..assets import encoder_fingerprint, load_encoder
+    from ..centroids import CentroidFile, domain_sentences, fit_kmeans
+    from ..encoding import embed
+
+    encoder = load_encoder(encoder_spec)
+    rows = read_pair_rows(pairs)
+    text_emb = embed(encoder, [r["text"] for r in rows])
+    para_emb = embed(encoder, [r["paraphrase"] for r in rows])
+    methods = sorted({r.get("method", "unknown") for r in rows})
+    groups = {"all": torch.arange(len(rows))}
+    for method in methods:
+        idx = [i for i, r in enumerate(rows) if r.get("method", "unknown") == method]
+        if len(idx) >= 2:
+            groups[method] = torch.tensor(idx)
+
+    def report_for(centroids: torch.Tensor) -> dict:
+        return {
+            name: agreement_report(text_emb[idx], para_emb[idx], centroids, margin, batch_size)
+            for name, idx in groups.items()
+        }
+
+    if centroids_file:
+        loaded = CentroidFile.load(centroids_file)
+        loaded.check_encoder(encoder_fingerprint(encoder), encoder_spec)
+        return {
+            "encoder": encoder_spec,
+            "centroids": centroids_file,
+            "margin": margin,
+            **report_for(loaded.centroids),
+        }
+    # The same recipe as KMeansCallback and `python -m ksemstamp.centroids`.
+    docs = domain_sentences(max_sentences=fit_sentences)
+    flat = [s for doc in docs for s in doc]
+    domain = embed(encoder, flat, progress=True)
+    per_seed = {seed: report_for(fit_kmeans(domain, k=k, seed=seed)) for seed in seeds}
+    first = per_seed[seeds[0]]
+    report = {
+        "encoder": encoder_spec,
+        "centroids": f"fitted on {len(flat)} news fit-split sentences, seed {seeds[0]}",
+        "margin": margin,
+        **first,
+    }
+    if len(seeds) > 1:
+        summary = {}
+        for name in groups:
+            for key in ("region_agreement", "region_agreement_margin"):
+                values = torch.tensor([per_seed[s][name][key] for s in seeds])
+                summary[f"{name}/{key}"] = {
+                    "mean": float(values.mean()),
+                    "sd": float(values.std()),
+                    "min": float(values.min()),
+                    "max": float(values.max()),
+                }
+        report["over_seeds"] = {"seeds": list(seeds), **summary}
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m ksemstamp.training.evaluate``: region agreement of an encoder on pairs."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--encoder", required=True, help="encoder spec (alias, folder, Hub id)")
+    parser.add_argument("--pairs", required=True, help="JSONL pair file (held-out)")
+    parser.add_argument("--centroids", help="CentroidFile for this encoder (else fit them)")
+    parser.add_argument("--fit-sentences", type=int, default=20000)
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[0], help="k-means seeds when fitting centroids"
+    )
+    parser.add_argument("--margin", type=float, default=0.035)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--output", help="also write the report as JSON here")
+    args = parser.parse_args(argv)
+    report = evaluate(
+        args.encoder,
+        args.pairs,
+        args.centroids,
+        args.fit_sentences,
+        args.k,
+        args.seeds,
+        args.margin,
+        args.batch_size,
+    )
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.output:
+        from ..assets import write_json_atomic
+
+        write_json_atomic(args.output, report)
+
+
+if __name__ == "__main__":
+    main()
