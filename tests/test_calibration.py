@@ -1,0 +1,229 @@
+"""The calibration measurement: its pieces on exact cases, then the command on real text."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ksemstamp.calibration import (
+    CalibrationSettings,
+    allocate,
+    calibration_tables,
+    human_texts,
+    ks_distance,
+    make_windows,
+    p_values,
+    score_texts,
+    scored_from_counts,
+    simulate_watermarked,
+    tpr_at_fpr,
+)
+from ksemstamp.cli import main
+from ksemstamp.detector import Detector
+from ksemstamp.keys import valid_table
+from ksemstamp.partition import LSHPartition
+from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.splitter import get_splitter
+from ksemstamp.stats import exact_p_value, normal_sf, paper_z
+
+
+def _bound(alpha: float, n: int) -> float:
+    # 3.5 standard deviations of a rate over n independent draws each flagged with
+    # probability at most alpha: a calibrated test exceeds it with probability ~2e-4.
+    return alpha + 3.5 * math.sqrt(alpha * (1 - alpha) / n)
+
+
+# ---------------------------------------------------------------------- pieces
+
+
+def test_make_windows_cuts_by_words_and_drops_short_tails():
+    units = [f"w{i} x y z." for i in range(10)]  # 4 words each
+    assert make_windows(units, 12) == [" ".join(units[i : i + 3]) for i in (0, 3, 6)]
+    # the tail (one unit, 4 words) is under half of 12 words: dropped
+    assert make_windows(units, 12, min_units=4) == []
+    assert make_windows(units[:2], 12, min_units=2) == [" ".join(units[:2])]  # 8 >= 6 words
+    assert make_windows(["a b c", "d e f"], 4, min_units=1, joiner="\n") == ["a b c\nd e f"]
+
+
+def test_allocate_spreads_and_redistributes():
+    assert allocate({"a": 100, "b": 100, "c": 100}, 30) == {"a": 10, "b": 10, "c": 10}
+    got = allocate({"a": 100, "b": 3, "c": 100}, 30)
+    assert got["b"] == 3 and sum(got.values()) == 30
+    assert allocate({"a": 2, "b": 1}, 10) == {"a": 2, "b": 1}
+
+
+def test_fast_p_values_equal_the_detectors_functions():
+    # The calibration computes the null law once per text and reuses it for every table: it
+    # must give exactly stats.exact_p_value and the paper's normal tail for every table.
+    rng = np.random.default_rng(0)
+    counts = rng.poisson(0.3, size=(40, 8, 8))
+    counts[0] = 0
+    counts[0, 2, 2] = 5  # a text that never leaves one region
+    counts[1] = 0
+    counts[1, 3, 4] = 1  # one scored sentence
+    scored = scored_from_counts(counts, 2, "x")
+    for table in calibration_tables(8, 0.25, 5, seed=1):
+        got = p_values(scored, table, 0.25, np.random.default_rng(0))
+        for i, c in enumerate(counts):
+            observed = int(c[table].sum())
+            assert got["exact"][i] == pytest.approx(exact_p_value(c, table), abs=1e-12)
+            want = normal_sf(paper_z(observed, int(c.sum()), 0.25))
+            assert got["paper"][i] == pytest.approx(want)
+            # the randomised p-value lies between P(S > s) and P(S >= s)
+            assert got["exact"][i] - scored.pmf[i, observed] - 1e-12 <= got["exact_randomised"][i]
+            assert got["exact_randomised"][i] <= got["exact"][i] + 1e-12
+
+
+@pytest.fixture
+def hash_scheme(hash_encoder):
+    return WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), 0.25, "k", get_splitter())
+
+
+def test_score_texts_follows_the_detector_rules(hash_scheme):
+    # Seeding by the prompt, repeats and too-short texts: the key-free counts scored by the
+    # calibration must give the detector's own p-values under the scheme's table.
+    sentences = [f"Sentence {i} is about topic {i * 5 % 11}." for i in range(30)]
+    texts = [
+        " ".join(sentences[:8]),
+        " ".join(sentences[5:9] + sentences[5:7] + sentences[10:13]),  # repeats
+        sentences[20],  # one sentence: too short without a prompt
+        " ".join(sentences[14:19]),
+        sentences[25],
+    ]
+    prompts = [None, None, None, sentences[13], sentences[24]]
+    scored = score_texts(hash_scheme, texts, ["t"] * len(texts), prompts)
+    assert scored.too_short == {"t": 1} and len(scored) == 4
+    table = hash_scheme.table.numpy()
+    got = p_values(scored, table, 0.25)
+    for statistic in ("exact", "paper"):
+        results = Detector(hash_scheme, statistic=statistic).detect_batch(texts, prompts)
+        want = [r.p_value for r in results if r.status == "ok"]
+        assert got[statistic] == pytest.approx(want)
+    assert list(scored.num_scored) == [
+        r.num_scored for r in Detector(hash_scheme).detect_batch(texts, prompts) if r.num_scored
+    ]
+
+
+def test_ks_distance_and_tpr_at_fpr():
+    grid = (np.arange(1000) + 0.5) / 1000
+    ks, excess = ks_distance(grid)
+    assert ks == pytest.approx(0.0005) and excess == pytest.approx(0.0005)
+    ks, excess = ks_distance(np.ones(50))  # maximally conservative: never too many small p
+    assert ks == pytest.approx(1.0) and excess == 0.0
+    ks, excess = ks_distance(np.zeros(50))  # maximally anti-conservative
+    assert ks == pytest.approx(1.0) and excess == pytest.approx(1.0)
+    null = np.array([0.001, 0.02, 0.02, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0, 1.0])
+    alt = np.array([0.0001, 0.001, 0.01, 0.02, 0.5])
+    assert tpr_at_fpr(alt, null, 0.0) == pytest.approx(0.2)  # only below 0.001
+    assert tpr_at_fpr(alt, null, 0.1) == pytest.approx(0.6)  # below the tied 0.02
+    assert tpr_at_fpr(alt, null, 0.3) == pytest.approx(0.8)
+
+
+def test_simulated_watermark_only_moves_to_valid_regions():
+    table = valid_table(8, 0.25, "sim")
+    transition = np.random.default_rng(0).integers(0, 50, size=(8, 8)).astype(float)
+    counts = simulate_watermarked(transition, table.numpy(), [9, 3, 12], np.random.default_rng(1))
+    assert list(counts.sum(axis=(1, 2))) == [9, 3, 12]
+    assert counts[:, ~table.numpy()].sum() == 0
+
+
+def test_calibration_settings_name_the_bad_setting():
+    for name, value in [("num_keys", 1), ("max_texts", 0), ("window_words", 0)]:
+        with pytest.raises(ValueError, match=name):
+            CalibrationSettings(**{name: value})
+
+
+# ---------------------------------------------------------------------- real text
+
+
+@pytest.mark.e2e
+def test_exact_test_flags_at_most_alpha_of_key_independent_human_text(default_scheme):
+    # Each text gets its own keys, so every (text, key) flag is an independent draw with
+    # probability at most alpha under the exact test: the pooled rate obeys a binomial bound.
+    texts, _ = human_texts(default_scheme.splitter, ("news",), max_texts=50, seed=3)
+    scored = score_texts(default_scheme, [t.text for t in texts], ["news"] * len(texts))
+    assert len(scored) >= 45
+    keys_per_text = 40
+    flags = {("exact", a): 0 for a in (0.01, 0.05)} | {("paper", a): 0 for a in (0.01, 0.05)}
+    for i in range(len(scored)):
+        one = scored_from_counts(scored.counts[i : i + 1], 2, "news")
+        for j in range(keys_per_text):
+            table = valid_table(8, 0.25, f"independent|{i}|{j}").numpy()
+            p = p_values(one, table, 0.25)
+            for stat, alpha in flags:
+                flags[stat, alpha] += bool(p[stat][0] <= alpha)
+    draws = len(scored) * keys_per_text
+    for alpha in (0.01, 0.05):
+        assert flags["exact", alpha] / draws <= _bound(alpha, draws)
+    # The same check catches a miscalibrated statistic: the paper's normal tail fails it.
+    assert flags["paper", 0.05] / draws > _bound(0.05, draws)
+
+
+@pytest.mark.e2e
+def test_calibrate_command_writes_json_report_and_png(tmp_path):
+    from ksemstamp.keys import DEMO_KEY, key_fingerprint
+
+    fingerprint = key_fingerprint("test-suite-key")  # conftest sets KSEMSTAMP_KEY
+    marked = tmp_path / "marked.jsonl"
+    records = [
+        {
+            "id": 1,
+            "prompt": "The vote was close.",
+            "text": "It passed. Critics were loud. The mayor smiled.",
+            "key_fingerprint": fingerprint,
+            "status": "ok",
+        },
+        {
+            "id": 2,
+            "prompt": "Rain fell.",
+            "text": "Roads flooded. Schools shut.",
+            "key_fingerprint": fingerprint,
+            "status": "ok",
+        },
+        {"id": 3, "text": "Another key. Not used.", "key_fingerprint": key_fingerprint(DEMO_KEY)},
+        {"id": 4, "status": "error", "error": "boom"},
+    ]
+    marked.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "cal"
+    args = ["calibrate", "--output-dir", str(out), "--max-texts", "48", "--num-keys", "20"]
+    args += ["--simulated-per-key", "30", "--watermarked", str(marked), "--quiet"]
+    assert main(args) == 0
+
+    result = json.loads((out / "calibration.json").read_text())
+    assert result["texts_total"] >= 45
+    assert set(result["sources"]) == {"news", "parliament", "tweets"}
+    assert all(s["texts"] >= 10 for s in result["sources"].values())
+    assert result["calibration"]["num_keys"] == 20
+    for group in ("news", "parliament", "tweets", "overall"):
+        for stat in ("paper", "exact"):
+            for alpha in ("0.001", "0.01", "0.05"):
+                f = result["null"][group][stat]["fpr"][alpha]
+                assert 0 <= f["min"] <= f["mean"] <= f["max"] <= 1
+    # Per-key rates are independent across keys with mean at most alpha and values in [0, 1],
+    # so their average over 20 keys has a standard deviation of at most sqrt(a (1 - a) / 20).
+    for alpha in (0.01, 0.05):
+        assert result["null"]["overall"]["exact"]["fpr"][str(alpha)]["mean"] <= _bound(alpha, 20)
+    gen = result["power"]["generated"]
+    assert gen["texts"] == 2 and gen["skipped"] == {"not_ok": 1, "other_key": 1}
+    assert "simulated" in result["power"]["simulated"]["what"]
+    assert result["configured_key"]["key_fingerprint"] == fingerprint
+
+    report = (out / "report.md").read_text()
+    assert "python watermark.py calibrate --output-dir" in report and "| overall (" in report
+    assert (out / "pvalues.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.glob("*.tmp*"))
+
+
+def test_hash_encoder_calibration_runs_without_models(hash_scheme, tmp_path):
+    # The run itself on a stand-in encoder (no transition matrix: no simulated power).
+    from ksemstamp.calibration import run_calibration, write_outputs
+
+    settings = CalibrationSettings(sources=("parliament",), max_texts=20, num_keys=4)
+    result = run_calibration(hash_scheme, settings, {"command": "x"}, progress=False)
+    assert result["texts_total"] == 20 and "simulated" not in result["power"]
+    paths = write_outputs(result, tmp_path)
+    assert all(p.exists() for p in paths.values())
+    assert torch.is_tensor(hash_scheme.table)  # the caller's scheme was left as it was
+    assert not hasattr(hash_scheme.encoder, "cache")
