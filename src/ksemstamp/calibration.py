@@ -842,8 +842,9 @@ def render_report(result: dict[str, Any]) -> str:
     lines += [
         "## The configured key",
         "",
-        f"Under the configured key (fingerprint `{conf['key_fingerprint']}`), one draw among the",
-        "keys above, the human texts were flagged at:",
+        f"Under the configured key (fingerprint `{conf['key_fingerprint']}`"
+        + (f", {result['key']}" if result.get("key") else "")
+        + "), one draw among the keys above, the human texts were flagged at:",
         "",
         "| statistic | " + " | ".join(f"alpha {a}" for a in alphas) + " |",
         "|---|" + "---|" * len(alphas),
@@ -879,10 +880,12 @@ def plot_pvalues(result: dict[str, Any], path: str | Path) -> None:
     ax = axes[2]
     a = np.asarray(curve["alphas"])
     for stat in STATS:
-        ax.loglog(a, np.maximum(curve[stat], 1e-5), label=stat)
+        # A zero rate has no place on a log axis: the line stops where nothing is flagged.
+        rate = np.asarray(curve[stat], dtype=np.float64)
+        ax.loglog(a, np.where(rate > 0, rate, np.nan), label=stat)
     ax.loglog(a, a, color="grey", linestyle="--", label="nominal")
     ax.set_xlabel("nominal alpha")
-    ax.set_ylabel("share of human texts flagged")
+    ax.set_ylabel("share of human texts flagged (0 not drawn)")
     ax.set_title("false-positive rate")
     ax.legend(fontsize=8)
     n, keys = result["texts_total"], result["calibration"]["num_keys"]

@@ -385,6 +385,7 @@ def command_line(argv: Sequence[str]) -> str:
 
 def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
     from .calibration import CalibrationSettings, run_calibration, write_outputs
+    from .keys import DEMO_KEY, key_fingerprint
 
     settings = CalibrationSettings(
         sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
@@ -402,7 +403,13 @@ def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
         "settings": {k: v for k, v in cfg.to_dict().items() if k in shown},
     }
     if cfg.partition == "kmeans":
-        describe["settings"]["centroids"] = str(cfg.centroid_path())
+        path = cfg.centroid_path().resolve()
+        root = Path(__file__).resolve().parents[2]
+        describe["settings"]["centroids"] = str(
+            path.relative_to(root) if path.is_relative_to(root) else path
+        )
+    if scheme.key_fingerprint == key_fingerprint(DEMO_KEY):
+        describe["key"] = "the public demo key (KSEMSTAMP_KEY unset)"
     result = run_calibration(scheme, settings, describe, progress=not args.quiet)
     paths = write_outputs(result, args.output_dir)
     overall = result["null"]["overall"]
