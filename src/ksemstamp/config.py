@@ -58,6 +58,9 @@ class WatermarkConfig:
     """Most candidate rows per document in one batched decode."""
     adaptive_batch: bool = True
     """Size each round from the expected acceptance of the current valid set."""
+    sampler_strategy: str = "batched"
+    """``batched`` (many rows over one prefill) or ``sequential`` (one ``generate`` call per
+    candidate, as the reference code; a baseline for benchmarks)."""
     max_new_tokens: int = 200
     """Stop a continuation once it has this many tokens (paper: ~200)."""
     max_sentence_tokens: int = 64
@@ -95,6 +98,10 @@ class WatermarkConfig:
         if self.novelty_patience < 0:
             problems.append(
                 f"novelty_patience must be >= 0 (0 = paper), got {self.novelty_patience}"
+            )
+        if self.sampler_strategy not in ("batched", "sequential"):
+            problems.append(
+                f"sampler_strategy must be 'batched' or 'sequential', not {self.sampler_strategy!r}"
             )
         if self.statistic not in ("exact", "paper"):
             problems.append(f"statistic must be 'exact' or 'paper', not {self.statistic!r}")
@@ -194,7 +201,7 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
 def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
     """A ready ``Watermarker``; pass ``lm=(model, tokenizer)`` to reuse a loaded LM."""
     from .assets import load_lm
-    from .sampler import CandidateSampler, SamplingConfig
+    from .sampler import CandidateSampler, SamplingConfig, SequentialCandidateSampler
     from .watermarker import Watermarker
 
     scheme = scheme or build_scheme(cfg)
@@ -206,7 +213,10 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
         top_p=cfg.top_p,
         max_sentence_tokens=cfg.max_sentence_tokens,
     )
-    sampler = CandidateSampler(model, tokenizer, scheme.splitter, sampling)
+    strategy = (
+        SequentialCandidateSampler if cfg.sampler_strategy == "sequential" else CandidateSampler
+    )
+    sampler = strategy(model, tokenizer, scheme.splitter, sampling)
     return Watermarker(
         scheme,
         sampler,

@@ -344,3 +344,138 @@ class CandidateSampler:
             [prefix], [num], lambda g, t: [(False, None)] * len(t), generator, [context]
         )
         return [c.text for c in result[0].candidates]
+
+
+class _WholeTextSentenceStop:
+    """Stops ``generate`` once the whole decoded text holds one sentence more than the prefix
+    plus the candidate, i.e. once a further sentence has begun.
+
+    It re-decodes and re-splits the entire sequence (prefix included) after every token, as the
+    reference implementation does; that quadratic cost is part of what the sequential baseline
+    measures, so it is kept on purpose.
+    """
+
+    def __init__(self, tokenizer, splitter: PunktSplitter, prefix_ids: Tensor) -> None:
+        self.tokenizer = tokenizer
+        self.splitter = splitter
+        self.base = len(splitter.split(tokenizer.decode(prefix_ids, skip_special_tokens=True)))
+
+    def __call__(self, input_ids: Tensor, scores: Tensor | None = None, **kwargs) -> Tensor:
+        text = self.tokenizer.decode(input_ids[0], skip_special_tokens=True)
+        done = len(self.splitter.split(text)) > self.base + 1
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+
+
+class SequentialCandidateSampler:
+    """One candidate per ``model.generate`` call: the reference implementation's strategy.
+
+    A baseline for benchmarks, selected with ``sampler_strategy: sequential``. Each candidate
+    re-encodes the whole prefix, decodes one row with Hugging Face ``generate`` (same
+    temperature, repetition penalty, top-k/top-p and EOS suppression as ``CandidateSampler``)
+    and stops through a criterion that re-decodes and re-splits the whole text after every
+    token. Each finished candidate is judged at once and a group stops at its first accepted
+    candidate, so nothing is ever decoded speculatively (``wasted_tokens`` stays 0).
+
+    Sentences are cut with the same rule as ``CandidateSampler`` (``splitter.next_sentence`` on
+    the previous sentence plus the continuation), so both samplers yield the same kind of
+    candidates; only the cost differs. The interface is ``CandidateSampler.sample_round``'s.
+
+    Args:
+        model: a Hugging Face causal LM.
+        tokenizer: its tokenizer.
+        splitter: the sentence splitter shared with detection.
+        config: decoding settings.
+    """
+
+    def __init__(
+        self, model, tokenizer, splitter: PunktSplitter, config: SamplingConfig | None = None
+    ):
+        from transformers import GenerationConfig
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.splitter = splitter
+        self.config = config or SamplingConfig()
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.device = next(model.parameters()).device
+        eos = tokenizer.eos_token_id
+        self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        cfg = self.config
+        self.generation_config = GenerationConfig(
+            do_sample=True,
+            temperature=cfg.temperature,
+            repetition_penalty=cfg.repetition_penalty,
+            top_k=cfg.top_k,  # 0 disables top-k in transformers, as here
+            top_p=cfg.top_p,
+            max_new_tokens=cfg.max_sentence_tokens,
+            suppress_tokens=self.eos_ids if cfg.suppress_eos and self.eos_ids else None,
+            eos_token_id=self.eos_ids or None,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+
+    @torch.inference_mode()
+    def sample_round(
+        self,
+        prefixes: Sequence[str],
+        rows: Sequence[int],
+        judge: Judge,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
+        contexts: Sequence[str] | None = None,
+    ) -> list[GroupResult]:
+        """Draw up to ``rows[g]`` candidates after ``prefixes[g]``, one at a time, stopping a
+        group at its first accepted candidate (see ``CandidateSampler.sample_round``)."""
+        per_group = isinstance(generator, Sequence)
+        if per_group and len(generator) != len(prefixes):
+            raise ValueError("need one generator per prefix")
+        if len(prefixes) != len(rows) or not prefixes:
+            raise ValueError("need one row count per prefix, and at least one prefix")
+        if any(n < 1 for n in rows):
+            raise ValueError(f"every group needs at least one row, got {list(rows)}")
+        contexts = list(contexts) if contexts is not None else [""] * len(prefixes)
+        results = []
+        for g, prefix in enumerate(prefixes):
+            gen = generator[g] if per_group else generator
+            result = GroupResult()
+            for i in range(rows[g]):
+                cand = self._draw(prefix, contexts[g], gen)
+                result.decoded_tokens += cand.num_tokens
+                ((ok, info),) = judge([(g, i)], [cand.text])
+                cand.accepted, cand.info = bool(ok) and bool(cand.text), info
+                result.candidates.append(cand)
+                if cand.accepted:
+                    result.accepted_index = i
+                    break
+            results.append(result)
+        return results
+
+    def _draw(self, prefix: str, context: str, generator: torch.Generator | None) -> Candidate:
+        """One candidate sentence from one ``generate`` call over the whole prefix."""
+        from transformers import StoppingCriteriaList
+
+        enc = self.tokenizer(prefix, return_tensors="pt")
+        input_ids = enc["input_ids"].to(self.device)
+        stop = StoppingCriteriaList(
+            [_WholeTextSentenceStop(self.tokenizer, self.splitter, input_ids[0])]
+        )
+        kwargs = dict(
+            attention_mask=enc["attention_mask"].to(self.device),
+            generation_config=self.generation_config,
+            stopping_criteria=stop,
+        )
+        if generator is None:
+            out = self.model.generate(input_ids, **kwargs)
+        else:
+            # generate() samples from torch's global RNG: seed it from the document's own
+            # stream inside a forked RNG state, so documents stay independent of each other.
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                out = self.model.generate(input_ids, **kwargs)
+        new = out[0, input_ids.shape[1] :].tolist()
+        raw = self.tokenizer.decode(new, skip_special_tokens=True)
+        sentence, complete = self.splitter.next_sentence(context, raw)
+        lead = raw[: len(raw) - len(raw.lstrip())]
+        separator = "\n" * lead.count("\n") if "\n" in lead else " "
+        truncated = not complete and len(new) >= self.config.max_sentence_tokens
+        return Candidate(sentence if complete else "", len(new), False, None, truncated, separator)
