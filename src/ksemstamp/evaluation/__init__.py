@@ -1,0 +1,5 @@
+"""Evaluation as in the paper: generate, attack, detect, and score detection and text quality.
+
+``run`` holds the pipeline behind ``watermark.py evaluate``; ``attacks``, ``metrics`` and
+``baselines`` are usable on their own; ``predict`` spreads generation over processes.
+"""

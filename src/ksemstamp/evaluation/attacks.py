@@ -1,0 +1,342 @@
+"""Sentence-by-sentence paraphrase attacks, as in the paper's evaluation.
+
+A *paraphraser* turns a list of sentences into a list of candidate lists (several candidates per
+sentence, all sentences of all texts in one batch). An ``Attack`` splits each text into
+sentences, asks the paraphraser for candidates, keeps one candidate per sentence and joins them:
+
+* ``select="best"``: the plain paraphrase attack. The candidate most similar to the original
+  among those that differ from it (a stand-in for a paraphraser's top beam; small LMs drift, so
+  the most faithful candidate is the fair choice).
+* ``select="bigram"``: the bigram attack. Among candidates whose similarity to the original is
+  at least ``similarity_bound``, the one sharing the fewest token bigrams with it; when none
+  meets the bound, the most similar candidate.
+
+Similarity is the cosine of sentence-encoder embeddings (``similarity_encoder``), an
+embedding-based stand-in for BERTScore. An encoder other than the watermark's is preferable;
+the offline default is the same all-MiniLM-L6-v2 because no second encoder ships offline.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from ..assets import AssetError
+from .metrics import words
+
+
+class Paraphraser(Protocol):
+    """Anything that proposes paraphrase candidates for sentences."""
+
+    def candidates(self, sentences: list[str]) -> list[list[str]]:
+        """For each sentence, a list of candidate paraphrases (possibly empty)."""
+        ...
+
+
+# ---------------------------------------------------------------------- paraphrasers
+
+
+class Seq2SeqParaphraser:
+    """A sequence-to-sequence paraphraser (Pegasus, Parrot/T5, ...) by Hub id or local folder.
+
+    No such weights ship offline; this is for users with Hub access or a local copy. The model
+    loads on first use. Candidates come from beam search (``num_candidates`` returned beams),
+    as the paper's Pegasus setting.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        num_candidates: int = 4,
+        num_beams: int | None = None,
+        max_new_tokens: int = 64,
+        prefix: str = "",
+        device: str = "cpu",
+    ) -> None:
+        self.model_name = model
+        self.num_candidates = num_candidates
+        self.num_beams = max(num_beams or num_candidates, num_candidates)
+        self.max_new_tokens = max_new_tokens
+        self.prefix = prefix  # e.g. "paraphrase: " for T5-style models
+        self.device = device
+        self._loaded = None
+
+    def _load(self):
+        if self._loaded is None:
+            from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(self.model_name)
+                model = AutoModelForSeq2SeqLM.from_pretrained(self.model_name)
+            except (OSError, ValueError) as err:
+                raise AssetError(
+                    f"could not load the seq2seq paraphraser '{self.model_name}': {err}. "
+                    "No Pegasus/Parrot weights ship offline: give a local folder or a Hub id "
+                    "with Hub access, or use the `lm` or `wordnet` paraphraser."
+                ) from err
+            self._loaded = (model.to(self.device).eval(), tokenizer)
+        return self._loaded
+
+    @torch.no_grad()
+    def candidates(self, sentences: list[str]) -> list[list[str]]:
+        if not sentences:
+            return []
+        model, tokenizer = self._load()
+        enc = tokenizer(
+            [self.prefix + s for s in sentences], return_tensors="pt", padding=True, truncation=True
+        ).to(self.device)
+        out = model.generate(
+            **enc,
+            num_beams=self.num_beams,
+            num_return_sequences=self.num_candidates,
+            max_new_tokens=self.max_new_tokens,
+        )
+        texts = [t.strip() for t in tokenizer.batch_decode(out, skip_special_tokens=True)]
+        n = self.num_candidates
+        return [texts[i * n : (i + 1) * n] for i in range(len(sentences))]
+
+
+# Written for this project: short news-style pairs that change both wording and order.
+_FEW_SHOT = (
+    (
+        "The mayor announced on Friday that the bridge will reopen next month.",
+        "The bridge is set to reopen next month, the mayor said on Friday.",
+    ),
+    (
+        "Shares of the carmaker fell after it reported weaker sales in Europe.",
+        "After reporting slower European sales, the carmaker saw its stock drop.",
+    ),
+    (
+        "Police are still searching for the driver who fled the scene.",
+        "The driver who ran from the scene has not yet been found by police.",
+    ),
+)
+
+
+class FewShotLMParaphraser:
+    """Few-shot paraphrasing with a causal LM: ``Original: ... Paraphrase: ...`` prompts.
+
+    Works with base and instruct models alike (no chat template). Each sentence gets
+    ``num_candidates`` sampled continuations in one batched ``generate``; the first line of
+    each is the candidate.
+    """
+
+    def __init__(
+        self,
+        model: str = "smollm2-135m-instruct",
+        num_candidates: int = 4,
+        temperature: float = 0.8,
+        top_p: float = 0.95,
+        max_new_tokens: int = 48,
+        batch_size: int = 32,
+        seed: int = 0,
+        lm=None,
+    ) -> None:
+        """``lm=(model, tokenizer)`` reuses an already loaded LM."""
+        from ..assets import load_lm
+
+        self.model, self.tokenizer = lm or load_lm(model)
+        self.num_candidates = num_candidates
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
+        self.seed = seed
+
+    @staticmethod
+    def prompt(sentence: str) -> str:
+        shots = "".join(f"Original: {a}\nParaphrase: {b}\n\n" for a, b in _FEW_SHOT)
+        return f"{shots}Original: {sentence.strip()}\nParaphrase:"
+
+    @torch.no_grad()
+    def candidates(self, sentences: list[str]) -> list[list[str]]:
+        rows = [self.prompt(s) for s in sentences for _ in range(self.num_candidates)]
+        texts: list[str] = []
+        # Seeded once per call: the same sentences give the same candidates on a rerun.
+        torch.manual_seed(self.seed)
+        for start in range(0, len(rows), self.batch_size):
+            enc = self.tokenizer(
+                rows[start : start + self.batch_size], return_tensors="pt", padding=True
+            )
+            out = self.model.generate(
+                **enc,
+                do_sample=True,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                max_new_tokens=self.max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+            texts += self.tokenizer.batch_decode(
+                out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True
+            )
+        cleaned = [t.strip().split("\n")[0].strip() for t in texts]
+        n = self.num_candidates
+        return [[c for c in cleaned[i * n : (i + 1) * n] if c] for i in range(len(sentences))]
+
+
+class WordNetCandidates:
+    """Lexical substitution: several independent draws of the project's WordNet paraphraser."""
+
+    def __init__(self, num_candidates: int = 4, rate: float = 0.4, seed: int = 0) -> None:
+        from ..training.paraphrase import WordNetParaphraser
+
+        self.paraphraser = WordNetParaphraser(rate=rate)
+        self.num_candidates = num_candidates
+        self.seed = seed
+
+    def candidates(self, sentences: list[str]) -> list[list[str]]:
+        out = []
+        for sentence in sentences:
+            # Seeded by the sentence so its candidates do not depend on the batch around it.
+            rng = random.Random(f"{self.seed}|{sentence}")
+            draws = [self.paraphraser.paraphrase(sentence, rng) for _ in range(self.num_candidates)]
+            out.append(list(dict.fromkeys(d for d in draws if d)))
+        return out
+
+
+def build_paraphraser(spec: dict, lm=None) -> Paraphraser:
+    """A paraphraser from an attack's settings: ``paraphraser`` is ``lm``, ``wordnet`` or
+    ``seq2seq``; the other keys are passed to its constructor."""
+    kind = spec.get("paraphraser", "lm")
+    options = {
+        k: v
+        for k, v in spec.items()
+        if k not in ("name", "paraphraser", "select", "similarity_bound")
+    }
+    if kind == "lm":
+        return FewShotLMParaphraser(lm=lm, **options)
+    if kind == "wordnet":
+        return WordNetCandidates(**options)
+    if kind == "seq2seq":
+        return Seq2SeqParaphraser(**options)
+    raise ValueError(f"paraphraser must be 'lm', 'wordnet' or 'seq2seq', not {kind!r}")
+
+
+# ---------------------------------------------------------------------- selection
+
+
+def bigrams(text: str) -> list[tuple[str, str]]:
+    tokens = words(text)
+    return list(zip(tokens, tokens[1:], strict=False))
+
+
+def bigram_overlap(original: str, candidate: str) -> float:
+    """Share of the original's token bigrams that also occur in the candidate (0 = none)."""
+    source = bigrams(original)
+    if not source:
+        return 0.0
+    target = set(bigrams(candidate))
+    return sum(b in target for b in source) / len(source)
+
+
+def select_best(
+    original: str, candidates: Sequence[str], similarities: Sequence[float]
+) -> int | None:
+    """Index of the most similar candidate that differs from ``original``; ``None`` if none."""
+    best = None
+    for i, (cand, sim) in enumerate(zip(candidates, similarities, strict=True)):
+        if cand.strip() != original.strip() and (best is None or sim > similarities[best]):
+            best = i
+    return best
+
+
+def select_bigram(
+    original: str, candidates: Sequence[str], similarities: Sequence[float], bound: float
+) -> int | None:
+    """Index of the least-bigram-overlap candidate with similarity ``>= bound``.
+
+    Ties in overlap go to the more similar candidate. When no candidate meets the bound the
+    most similar one is kept (the attacker will not submit a sentence it knows drifted).
+    """
+    within = [i for i, s in enumerate(similarities) if s >= bound]
+    if not within:
+        return max(range(len(candidates)), key=lambda i: similarities[i]) if candidates else None
+    return min(within, key=lambda i: (bigram_overlap(original, candidates[i]), -similarities[i]))
+
+
+@dataclass
+class AttackedText:
+    """A text after the attack, with its similarity to the original."""
+
+    text: str
+    similarity: float
+    """Cosine of the embeddings of the whole original and attacked texts."""
+    sentence_similarity: float
+    """Mean over sentences of the similarity of the kept sentence to its original."""
+    changed: int
+    """Sentences replaced by a candidate."""
+    sentences: int
+
+
+class Attack:
+    """Paraphrase every sentence of each text and keep one candidate per sentence.
+
+    Args:
+        paraphraser: proposes candidates (see ``Paraphraser``).
+        encoder: a sentence encoder with ``encode(list[str], convert_to_tensor=True)``.
+        splitter: sentence splitter with ``split(text)``.
+        select: ``best`` or ``bigram``.
+        similarity_bound: the bigram attack's semantic-similarity bound.
+    """
+
+    def __init__(
+        self,
+        paraphraser: Paraphraser,
+        encoder,
+        splitter,
+        select: str = "best",
+        similarity_bound: float = 0.8,
+    ) -> None:
+        if select not in ("best", "bigram"):
+            raise ValueError(f"select must be 'best' or 'bigram', not {select!r}")
+        self.paraphraser = paraphraser
+        self.encoder = encoder
+        self.splitter = splitter
+        self.select = select
+        self.similarity_bound = similarity_bound
+
+    def _embed(self, texts: list[str]) -> torch.Tensor:
+        if not texts:
+            return torch.zeros(0, 1)
+        emb = self.encoder.encode(texts, convert_to_tensor=True, show_progress_bar=False)
+        return torch.nn.functional.normalize(emb.float().cpu(), dim=-1)
+
+    def __call__(self, texts: Sequence[str]) -> list[AttackedText]:
+        split = [self.splitter.split(t) for t in texts]
+        flat = [s for sentences in split for s in sentences]
+        proposals = self.paraphraser.candidates(flat)
+        pool = flat + [c for cands in proposals for c in cands]
+        emb = self._embed(pool)
+        kept, kept_sims = [], []
+        offset = len(flat)
+        for i, (original, cands) in enumerate(zip(flat, proposals, strict=True)):
+            sims = (emb[offset : offset + len(cands)] @ emb[i]).tolist() if cands else []
+            offset += len(cands)
+            if self.select == "bigram":
+                choice = select_bigram(original, cands, sims, self.similarity_bound)
+            else:
+                choice = select_best(original, cands, sims)
+            kept.append(original if choice is None else cands[choice])
+            kept_sims.append(1.0 if choice is None else sims[choice])
+        results, pos = [], 0
+        for sentences in split:
+            n = len(sentences)
+            new = kept[pos : pos + n]
+            results.append(
+                AttackedText(
+                    text=" ".join(new),
+                    similarity=0.0,
+                    sentence_similarity=sum(kept_sims[pos : pos + n]) / n if n else 1.0,
+                    changed=sum(a != b for a, b in zip(sentences, new, strict=True)),
+                    sentences=n,
+                )
+            )
+            pos += n
+        whole = self._embed([*texts, *(r.text for r in results)])
+        for i, res in enumerate(results):
+            res.similarity = float(whole[i] @ whole[len(texts) + i])
+        return results

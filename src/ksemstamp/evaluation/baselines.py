@@ -1,0 +1,126 @@
+"""Baselines of the comparison: KGW (token-level green lists) and SemStamp (LSH partition).
+
+KGW runs through transformers' own implementation: a ``WatermarkingConfig`` passed to
+``model.generate`` biases the green list while sampling, and ``transformers.WatermarkDetector``
+scores a text's tokens. Nothing of KGW is re-implemented here.
+
+SemStamp is this project's watermarker with ``partition: lsh`` (``configs/semstamp.yaml``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class KGWSettings:
+    """KGW parameters (the paper's comparison uses gamma 0.25, delta 2 and a one-token context)."""
+
+    greenlist_ratio: float = 0.25
+    bias: float = 2.0
+    hashing_key: int = 15485863
+    seeding_scheme: str = "lefthash"
+    context_width: int = 1
+
+    def watermarking_config(self):
+        from transformers import WatermarkingConfig
+
+        return WatermarkingConfig(
+            greenlist_ratio=self.greenlist_ratio,
+            bias=self.bias,
+            hashing_key=self.hashing_key,
+            seeding_scheme=self.seeding_scheme,
+            context_width=self.context_width,
+        )
+
+
+class KGWGenerator:
+    """Samples continuations with a KGW watermark, with the same sampling settings as ours.
+
+    Each prompt is generated on its own with a generator seeded by ``seed`` and the prompt, so a
+    text never depends on its batch or on a restart (as the project's watermarker).
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        settings: KGWSettings | None = None,
+        max_new_tokens: int = 200,
+        temperature: float = 0.7,
+        repetition_penalty: float = 1.05,
+        seed: int = 0,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.settings = settings or KGWSettings()
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.repetition_penalty = repetition_penalty
+        self.seed = seed
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[str]) -> list[dict]:
+        """One record per prompt: ``text``, ``num_tokens`` and ``status``."""
+        out = []
+        config = self.settings.watermarking_config()
+        for prompt in prompts:
+            digest = hashlib.sha256(f"kgw|{self.seed}|{prompt}".encode()).digest()
+            torch.manual_seed(int.from_bytes(digest[:8], "little"))
+            enc = self.tokenizer(prompt.strip(), return_tensors="pt")
+            ids = self.model.generate(
+                **enc,
+                watermarking_config=config,
+                do_sample=True,
+                top_k=0,
+                temperature=self.temperature,
+                repetition_penalty=self.repetition_penalty,
+                max_new_tokens=self.max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+            new = ids[0, enc["input_ids"].shape[1] :]
+            text = self.tokenizer.decode(new, skip_special_tokens=True).strip()
+            out.append({"text": text, "num_tokens": int(new.numel()), "status": "ok"})
+        return out
+
+
+class KGWDetector:
+    """Scores texts with ``transformers.WatermarkDetector`` built from the generating config.
+
+    The text is re-tokenized without special tokens (detection sees text, not the generator's
+    ids). A text too short to score gets ``z_score=None``.
+    """
+
+    def __init__(self, model_config, tokenizer, settings: KGWSettings | None = None) -> None:
+        from transformers import WatermarkDetector
+
+        self.tokenizer = tokenizer
+        self.detector = WatermarkDetector(
+            model_config=model_config,
+            device="cpu",
+            watermarking_config=(settings or KGWSettings()).watermarking_config(),
+        )
+
+    def detect_batch(self, texts: Sequence[str]) -> list[dict]:
+        out = []
+        for text in texts:
+            ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+            if ids.shape[1] < 2:
+                out.append(
+                    {"z_score": None, "p_value": None, "num_scored": 0, "status": "too_short"}
+                )
+                continue
+            res = self.detector(ids, return_dict=True)
+            out.append(
+                {
+                    "z_score": float(res.z_score[0]),
+                    "p_value": float(res.p_value[0]),
+                    "num_scored": int(res.num_tokens_scored[0]),
+                    "status": "ok",
+                }
+            )
+        return out
