@@ -139,6 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cal.add_argument("--calibration-seed", type=int, default=0, help="keys and sampling seed")
     common(cal)
+
+    from .evaluation.run import add_arguments as add_evaluate_arguments
+
+    ev = sub.add_parser(
+        "evaluate", help="paper evaluation: generate, attack, detect; AUC, TPR, quality"
+    )
+    add_evaluate_arguments(ev)
+    # Its --config is an evaluation file, not watermark settings: keep _config() at defaults.
+    ev.set_defaults(config=None, print_config=False)
     return parser
 
 
@@ -424,6 +433,12 @@ def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
     return 0
 
 
+def cmd_evaluate(args, cfg: WatermarkConfig) -> int:
+    from .evaluation.run import main_from_args
+
+    return main_from_args(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -441,6 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "detect": cmd_detect,
         "demo": cmd_demo,
         "calibrate": cmd_calibrate,
+        "evaluate": cmd_evaluate,
     }[args.command]
     return handler(args, cfg)
 

@@ -1,0 +1,192 @@
+"""Generation over many prompts with ``Trainer.predict``: one process per device under DDP.
+
+Each rank generates its share of the prompts (Lightning's unrepeated distributed sampler for
+prediction: no prompt is given to two ranks) and appends every record to its own shard file as
+soon as it exists, so an interrupted run loses at most one batch. ``merge_shards`` then folds
+the shards into the stage file, in prompt order, keeping the first record of each id.
+
+The generator is built inside each process from a picklable ``GeneratorFactory`` (models are
+loaded per rank, never pickled across ``ddp_spawn``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from ..jsonl import ResumableWriter
+
+GenerateFn = Callable[[list[str]], list[dict]]
+
+
+@dataclass
+class GeneratorFactory:
+    """Everything needed to build one algorithm's generator in a fresh process.
+
+    ``algorithm`` is ``ksemstamp``/``semstamp`` (the project's watermarker with
+    ``watermark_config``), ``none`` (the same sentence-by-sentence sampler, unwatermarked) or
+    ``kgw`` (transformers' KGW watermark over ``watermark_config['lm']``).
+    """
+
+    algorithm: str
+    watermark_config: dict[str, Any] = field(default_factory=dict)
+    kgw: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self) -> GenerateFn:
+        from ..config import WatermarkConfig, build_watermarker
+
+        cfg = WatermarkConfig.from_dict(self.watermark_config)
+        if self.algorithm == "kgw":
+            from ..assets import load_lm
+            from .baselines import KGWGenerator, KGWSettings
+
+            model, tokenizer = load_lm(cfg.lm, cfg.device)
+            kgw = KGWGenerator(
+                model,
+                tokenizer,
+                KGWSettings(**self.kgw),
+                max_new_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature,
+                repetition_penalty=cfg.repetition_penalty,
+                seed=cfg.seed,
+            )
+            return kgw.generate
+        if self.algorithm not in ("ksemstamp", "semstamp", "none"):
+            raise ValueError(f"unknown algorithm {self.algorithm!r}")
+        watermarker = build_watermarker(cfg)
+        watermark = self.algorithm != "none"
+        fingerprint = watermarker.scheme.key_fingerprint if watermark else None
+
+        def generate(prompts: list[str]) -> list[dict]:
+            results = watermarker.generate(prompts, watermark=watermark)
+            return [{**r.to_record(), "key_fingerprint": fingerprint} for r in results]
+
+        return generate
+
+
+class PromptDataModule(L.LightningDataModule):
+    """Prompts (``{"id": ..., "prompt": ...}``) in fixed order, a few per batch."""
+
+    def __init__(self, prompts: Sequence[dict], batch_size: int = 4) -> None:
+        super().__init__()
+        self.prompts = list(prompts)
+        self.batch_size = batch_size
+
+    def predict_dataloader(self) -> DataLoader:
+        # A list collate keeps the dicts intact (the default would tensorise and transpose).
+        return DataLoader(self.prompts, batch_size=self.batch_size, shuffle=False, collate_fn=list)
+
+
+class GenerationModule(L.LightningModule):
+    """Wraps a generator (a ``Watermarker`` or KGW) for ``Trainer.predict``.
+
+    Args:
+        factory: builds the generator in each process.
+        shard_dir: folder of the shard files.
+        name: stage name; rank ``r`` writes ``<shard_dir>/<name>.shard<r>.jsonl``.
+    """
+
+    def __init__(self, factory: GeneratorFactory, shard_dir: str, name: str) -> None:
+        super().__init__()
+        self.factory = factory
+        self.shard_dir = shard_dir
+        self.name = name
+        self._generate: GenerateFn | None = None
+        self._writer: ResumableWriter | None = None
+
+    def on_predict_start(self) -> None:
+        # torch's default intra-op threads on every rank would oversubscribe shared cores.
+        if self.trainer.world_size > 1:
+            torch.set_num_threads(1)
+        self._generate = self.factory()
+        path = Path(self.shard_dir) / f"{self.name}.shard{self.global_rank}.jsonl"
+        self._writer = ResumableWriter(path)
+
+    def predict_step(self, batch: list[dict], batch_idx: int) -> None:
+        assert self._generate is not None and self._writer is not None
+        records = self._generate([row["prompt"] for row in batch])
+        for row, record in zip(batch, records, strict=True):
+            self._writer.write({"id": row["id"], "algorithm": self.factory.algorithm, **record})
+        # Nothing is returned: records live in the shard files, not in memory on rank 0.
+
+    def on_predict_end(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def shard_paths(shard_dir: str | Path, name: str) -> list[Path]:
+    return sorted(Path(shard_dir).glob(f"{name}.shard*.jsonl"))
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """Records of a JSONL file written by ``ResumableWriter`` (no file: no records)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash; its prompt is redone
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def merge_shards(shards: Sequence[Path], target: Path, order: Sequence[Any]) -> list[dict]:
+    """Fold ``shards`` into ``target`` (records already there are kept), ordered by ``order``.
+
+    The first record of each id wins; ids not in ``order`` are dropped. The target is replaced
+    atomically, then the shards are removed.
+    """
+    by_id: dict[str, dict] = {}
+    for path in [target, *shards]:
+        for rec in read_records(path):
+            by_id.setdefault(json.dumps(rec.get("id")), rec)
+    merged = [by_id[json.dumps(i)] for i in order if json.dumps(i) in by_id]
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in merged))
+    tmp.replace(target)
+    for path in shards:
+        path.unlink()
+    return merged
+
+
+def predict_to_shards(
+    factory: GeneratorFactory,
+    prompts: Sequence[dict],
+    shard_dir: str | Path,
+    name: str,
+    devices: int = 1,
+    accelerator: str = "cpu",
+    strategy: str = "auto",
+    batch_size: int = 4,
+    progress: bool = True,
+) -> list[Path]:
+    """Generate for ``prompts`` with ``Trainer.predict``; returns the shard files written."""
+    Path(shard_dir).mkdir(parents=True, exist_ok=True)
+    if prompts:
+        trainer = L.Trainer(
+            accelerator=accelerator,
+            devices=devices,
+            strategy=strategy,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=progress,
+            enable_model_summary=False,
+        )
+        trainer.predict(
+            GenerationModule(factory, str(shard_dir), name),
+            datamodule=PromptDataModule(prompts, batch_size),
+            return_predictions=False,
+        )
+    return shard_paths(shard_dir, name)

@@ -1,0 +1,666 @@
+"""The evaluation pipeline: prompts -> generations -> attacks -> detection -> metrics -> report.
+
+Every stage writes one JSONL file per algorithm (and attack) in the run folder, one record per
+prompt id, appended and flushed as it is made; a rerun skips the ids already there, so an
+interrupted run resumes where it stopped and a larger ``num_prompts`` extends a finished run.
+
+Run folder layout::
+
+    settings.json                    the settings that fix the stored records
+    prompts.jsonl                    id, article_id, prompt, human (the negative)
+    generations/<algorithm>.jsonl    via Trainer.predict (shards merged)
+    attacks/<algorithm>.<attack>.jsonl
+    detections/<algorithm>.<text>.jsonl   text = human, none (no attack) or an attack
+    quality/<algorithm>.jsonl        oracle perplexity and pooled hidden state per text
+    results.json, results.md, roc.png
+
+Positives are the (attacked) watermarked texts, negatives the human continuations of the same
+articles, cut at a sentence end once they reach ``max_new_tokens`` generator tokens (the
+generations stop the same way). Both are scored with their prompt. The ROC score is the paper's
+z-score; a text with no score (too short) gets ``MISSING_SCORE``, below every real z.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm.auto import tqdm
+
+from ..assets import write_json_atomic
+from ..config import REPO_ROOT, WatermarkConfig, load_settings_file
+from ..jsonl import InputRecord, ResumableWriter
+
+MISSING_SCORE = -1000.0
+WATERMARKED = ("ksemstamp", "semstamp", "kgw")
+LABELS = {"ksemstamp": "k-SemStamp", "semstamp": "SemStamp", "kgw": "KGW", "none": "No watermark"}
+# Settings that change what the stored records mean: a run folder refuses a change to them.
+_FIXED = (
+    "prompt_words",
+    "min_human_sentences",
+    "max_new_tokens",
+    "watermark_configs",
+    "watermark_overrides",
+    "kgw",
+    "similarity_encoder",
+    "oracle",
+)
+
+
+def _default_attacks() -> list[dict]:
+    return [
+        {"name": "lm-paraphrase", "paraphraser": "lm", "num_candidates": 4, "select": "best"},
+        {
+            "name": "lm-bigram",
+            "paraphraser": "lm",
+            "num_candidates": 8,
+            "select": "bigram",
+            "similarity_bound": 0.75,
+        },
+    ]
+
+
+@dataclass
+class EvalSettings:
+    """Settings of one evaluation run (mirrored by ``configs/eval/news.yaml``)."""
+
+    output_dir: str = "runs/eval-news"
+    num_prompts: int = 100
+    """Held-out news prompts (paper: 1000 RealNews prompts)."""
+    prompt_words: int = 32
+    """Prompt length in words, cut back to a sentence end (paper: ~32)."""
+    min_human_sentences: int = 3
+    """Skip articles whose text after the prompt has fewer sentences than this."""
+    max_new_tokens: int = 200
+    """Generation length, and the length human negatives are cut to (paper: ~200)."""
+    algorithms: list[str] = field(default_factory=lambda: ["ksemstamp", "semstamp", "kgw", "none"])
+    watermark_configs: dict[str, list[str]] = field(
+        default_factory=lambda: {
+            "ksemstamp": ["configs/ksemstamp.yaml"],
+            "semstamp": ["configs/ksemstamp.yaml", "configs/semstamp.yaml"],
+            "kgw": ["configs/ksemstamp.yaml"],
+            "none": ["configs/ksemstamp.yaml"],
+        }
+    )
+    """Watermark settings files per algorithm (later files win)."""
+    watermark_overrides: dict[str, Any] = field(default_factory=dict)
+    """Applied on top of every algorithm's settings (e.g. a smaller ``max_candidates``)."""
+    kgw: dict[str, Any] = field(default_factory=dict)
+    """``KGWSettings`` fields (defaults: gamma 0.25, delta 2.0, lefthash, context 1)."""
+    attacks: list[dict] = field(default_factory=_default_attacks)
+    similarity_encoder: str = "all-minilm-l6-v2"
+    oracle: str = "gemma3-270m"
+    """Perplexity / Sem-Ent oracle LM (paper: OPT-2.7B)."""
+    oracle_batch: int = 4
+    sem_ent_k: int = 50
+    """k-means clusters for Sem-Ent (paper: 50)."""
+    devices: int = 1
+    accelerator: str = "cpu"
+    strategy: str = "auto"
+    prompt_batch: int = 4
+    attack_batch: int = 8
+    """Texts per attack call."""
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        unknown = sorted(set(self.algorithms) - set(LABELS))
+        if unknown:
+            problems.append(f"unknown algorithms {unknown}; known: {sorted(LABELS)}")
+        missing = [a for a in self.algorithms if a not in self.watermark_configs]
+        if missing:
+            problems.append(f"watermark_configs has no entry for {missing}")
+        names = [a.get("name") for a in self.attacks]
+        if None in names or len(set(names)) != len(names) or "none" in names or "human" in names:
+            problems.append("every attack needs a unique name other than 'none' and 'human'")
+        for name in ("num_prompts", "max_new_tokens", "devices", "prompt_batch", "attack_batch"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if problems:
+            raise ValueError("invalid evaluation settings:\n  " + "\n  ".join(problems))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> EvalSettings:
+        data = {**load_settings_file(path), **overrides}
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"{path}: unknown evaluation settings {unknown}")
+        return cls(**data)
+
+    def watermark_config(self, algorithm: str) -> WatermarkConfig:
+        """The watermark settings of ``algorithm`` (its files, then the overrides)."""
+        data: dict[str, Any] = {}
+        for name in self.watermark_configs[algorithm]:
+            path = Path(name)
+            data.update(load_settings_file(path if path.exists() else REPO_ROOT / path))
+        data.update(self.watermark_overrides)
+        data["max_new_tokens"] = self.max_new_tokens
+        data["seed"] = self.seed
+        return WatermarkConfig.from_dict(data)
+
+
+# ---------------------------------------------------------------------- prompts
+
+
+def split_article(sentences: Sequence[str], words: int) -> tuple[list[str], list[str]]:
+    """Leading sentences of about ``words`` words (at least one), and the rest.
+
+    The same rule as ``cli.news_prompt``: add sentences while the total stays within ``words``.
+    """
+    prompt: list[str] = []
+    for sentence in sentences:
+        if prompt and len(" ".join(prompt).split()) + len(sentence.split()) > words:
+            break
+        prompt.append(sentence)
+    return prompt, list(sentences[len(prompt) :])
+
+
+def cut_to_tokens(sentences: Sequence[str], count_tokens, max_tokens: int) -> str:
+    """Whole sentences from the start until they reach ``max_tokens`` tokens."""
+    kept: list[str] = []
+    total = 0
+    for sentence in sentences:
+        kept.append(sentence)
+        total += count_tokens(sentence)
+        if total >= max_tokens:
+            break
+    return " ".join(kept)
+
+
+def build_prompts(settings: EvalSettings, count_tokens) -> list[dict]:
+    """The first ``num_prompts`` usable test-split articles as prompts with human negatives."""
+    from ..assets import news_articles
+    from ..splitter import get_splitter
+
+    splitter = get_splitter()
+    out = []
+    for index, article in enumerate(news_articles("test")):
+        prompt, rest = split_article(splitter.split(article.text), settings.prompt_words)
+        if len(rest) < settings.min_human_sentences:
+            continue
+        out.append(
+            {
+                "id": f"news-test-{index}",
+                "article_id": article.article_id,
+                "prompt": " ".join(prompt),
+                "human": cut_to_tokens(rest, count_tokens, settings.max_new_tokens),
+            }
+        )
+        if len(out) == settings.num_prompts:
+            break
+    return out
+
+
+# ---------------------------------------------------------------------- stages
+
+
+class Run:
+    """One evaluation run in ``settings.output_dir``; each stage method is resumable."""
+
+    def __init__(self, settings: EvalSettings) -> None:
+        self.settings = settings
+        self.root = Path(settings.output_dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._check_settings()
+        self._lms: dict[str, tuple] = {}
+        self._encoders: dict[str, Any] = {}
+
+    def _check_settings(self) -> None:
+        fixed: dict[str, Any] = {k: getattr(self.settings, k) for k in _FIXED}
+        # Attacks are kept by name: running a subset later is fine, redefining a name is not.
+        fixed["attacks"] = {a["name"]: a for a in self.settings.attacks}
+        path = self.root / "settings.json"
+        if path.exists():
+            stored = json.loads(path.read_text())
+            changed = sorted(k for k in _FIXED if stored.get(k) != fixed[k])
+            attacks = stored.get("attacks", {})
+            changed += sorted(
+                f"attack {name}"
+                for name, spec in fixed["attacks"].items()
+                if name in attacks and attacks[name] != spec
+            )
+            if changed:
+                raise ValueError(
+                    f"{self.root} holds a run with other settings ({', '.join(changed)}): "
+                    "use a new output_dir, or delete the folder to start over"
+                )
+            fixed["attacks"] = {**attacks, **fixed["attacks"]}
+        write_json_atomic(path, fixed)
+
+    def _progress(self, **kwargs) -> tqdm:
+        return tqdm(disable=not self.settings.progress, **kwargs)
+
+    def lm(self, spec: str):
+        from ..assets import load_lm
+
+        if spec not in self._lms:
+            self._lms[spec] = load_lm(spec)
+        return self._lms[spec]
+
+    def encoder(self, spec: str):
+        from ..assets import load_encoder
+
+        if spec not in self._encoders:
+            self._encoders[spec] = load_encoder(spec)
+        return self._encoders[spec]
+
+    # -- prompts
+    def prompts(self) -> list[dict]:
+        from transformers import AutoTokenizer
+
+        from ..assets import resolve_lm_path
+
+        path = self.root / "prompts.jsonl"
+        from .predict import read_records
+
+        stored = read_records(path)
+        if len(stored) >= self.settings.num_prompts:
+            return stored[: self.settings.num_prompts]
+        lm = self.settings.watermark_config(
+            "ksemstamp" if "ksemstamp" in self.settings.algorithms else self.settings.algorithms[0]
+        ).lm
+        tokenizer = AutoTokenizer.from_pretrained(resolve_lm_path(lm))
+
+        def count(text: str) -> int:
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+        rows = build_prompts(self.settings, count)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        tmp.replace(path)
+        return rows
+
+    # -- generation
+    def generate(self, algorithm: str, prompts: list[dict]) -> dict[str, dict]:
+        from .predict import GeneratorFactory, merge_shards, predict_to_shards, read_records
+
+        folder = self.root / "generations"
+        target = folder / f"{algorithm}.jsonl"
+        done = {r["id"] for r in read_records(target)}
+        pending = [{"id": p["id"], "prompt": p["prompt"]} for p in prompts if p["id"] not in done]
+        if pending:
+            print(f"generate {algorithm}: {len(pending)} prompts", file=sys.stderr)
+            cfg = self.settings.watermark_config(algorithm)
+            factory = GeneratorFactory(
+                algorithm, {**cfg.to_dict(), "key": cfg.key}, dict(self.settings.kgw)
+            )
+            predict_to_shards(
+                factory,
+                pending,
+                folder,
+                algorithm,
+                devices=self.settings.devices,
+                accelerator=self.settings.accelerator,
+                strategy=self.settings.strategy,
+                batch_size=self.settings.prompt_batch,
+                progress=self.settings.progress,
+            )
+        from .predict import shard_paths
+
+        records = merge_shards(shard_paths(folder, algorithm), target, [p["id"] for p in prompts])
+        return {r["id"]: r for r in records}
+
+    # -- attacks
+    def attack(self, algorithm: str, spec: dict, generations: dict[str, dict]) -> dict[str, dict]:
+        from ..splitter import get_splitter
+        from .attacks import Attack, build_paraphraser
+
+        path = self.root / "attacks" / f"{algorithm}.{spec['name']}.jsonl"
+        ids = [i for i, g in generations.items() if g.get("status") == "ok"]
+        with ResumableWriter(path) as out:
+            pending = [i for i in ids if not out.is_done(InputRecord(0, {"id": i}))]
+            if pending:
+                lm = None
+                if spec.get("paraphraser", "lm") == "lm":
+                    lm = self.lm(spec.get("model", "smollm2-135m-instruct"))
+                attack = Attack(
+                    build_paraphraser(spec, lm=lm),
+                    self.encoder(self.settings.similarity_encoder),
+                    get_splitter(),
+                    select=spec.get("select", "best"),
+                    similarity_bound=spec.get("similarity_bound", 0.8),
+                )
+                bar = self._progress(total=len(pending), desc=f"attack {algorithm}/{spec['name']}")
+                step = self.settings.attack_batch
+                for start in range(0, len(pending), step):
+                    chunk = pending[start : start + step]
+                    for i, res in zip(
+                        chunk, attack([generations[i]["text"] for i in chunk]), strict=True
+                    ):
+                        out.write({"id": i, **dataclasses.asdict(res)})
+                    bar.update(len(chunk))
+                bar.close()
+        from .predict import read_records
+
+        return {r["id"]: r for r in read_records(path)}
+
+    # -- detection
+    def detect(
+        self, algorithm: str, name: str, texts: dict[str, str], prompts: dict[str, str]
+    ) -> dict[str, dict]:
+        path = self.root / "detections" / f"{algorithm}.{name}.jsonl"
+        with ResumableWriter(path) as out:
+            pending = [i for i in texts if not out.is_done(InputRecord(0, {"id": i}))]
+            if pending:
+                detect = self._detector(algorithm)
+                for start in range(0, len(pending), 64):
+                    chunk = pending[start : start + 64]
+                    for i, res in zip(
+                        chunk,
+                        detect([texts[i] for i in chunk], [prompts[i] for i in chunk]),
+                        strict=True,
+                    ):
+                        out.write({"id": i, **res})
+        from .predict import read_records
+
+        return {r["id"]: r for r in read_records(path)}
+
+    def _detector(self, algorithm: str):
+        cfg = self.settings.watermark_config(algorithm)
+        if algorithm == "kgw":
+            from .baselines import KGWDetector, KGWSettings
+
+            model, tokenizer = self.lm(cfg.lm)
+            kgw = KGWDetector(model.config, tokenizer, KGWSettings(**self.settings.kgw))
+            return lambda texts, prompts: kgw.detect_batch(texts)
+        from ..config import build_detector, build_scheme
+
+        key = (algorithm, "detector")
+        if key not in self._encoders:
+            scheme = build_scheme(cfg, encoder=self.encoder(cfg.encoder))
+            self._encoders[key] = build_detector(cfg, scheme)
+        detector = self._encoders[key]
+
+        def run(texts: list[str], prompts: list[str]) -> list[dict]:
+            return [
+                {
+                    k: v
+                    for k, v in r.to_record().items()
+                    if k in ("z_score", "p_value", "num_scored", "num_valid", "status")
+                }
+                for r in detector.detect_batch(texts, prompts)
+            ]
+
+        return run
+
+    # -- quality
+    def quality(self, name: str, texts: dict[str, str], prompts: dict[str, str]) -> dict[str, dict]:
+        from .metrics import Oracle
+
+        path = self.root / "quality" / f"{name}.jsonl"
+        with ResumableWriter(path) as out:
+            pending = [i for i in texts if not out.is_done(InputRecord(0, {"id": i}))]
+            if pending:
+                oracle = Oracle(
+                    *self.lm(self.settings.oracle), batch_size=self.settings.oracle_batch
+                )
+                bar = self._progress(total=len(pending), desc=f"oracle {name}")
+                step = self.settings.oracle_batch
+                for start in range(0, len(pending), step):
+                    chunk = pending[start : start + step]
+                    scores = oracle.score([prompts[i] for i in chunk], [texts[i] for i in chunk])
+                    for i, s in zip(chunk, scores, strict=True):
+                        out.write({"id": i, **dataclasses.asdict(s)})
+                    bar.update(len(chunk))
+                bar.close()
+        from .predict import read_records
+
+        return {r["id"]: r for r in read_records(path)}
+
+
+# ---------------------------------------------------------------------- whole pipeline
+
+
+def _score(det: dict) -> float:
+    z = det.get("z_score")
+    return MISSING_SCORE if z is None else float(z)
+
+
+def run_evaluation(settings: EvalSettings) -> dict:
+    """Run (or resume) every stage and write ``results.json``, ``results.md`` and ``roc.png``."""
+    import numpy as np
+
+    from .metrics import detection_metrics, ngram_entropy, semantic_entropy
+
+    run = Run(settings)
+    prompts = run.prompts()
+    prompt_of = {p["id"]: p["prompt"] for p in prompts}
+    human = {p["id"]: p["human"] for p in prompts}
+    results: dict[str, Any] = {
+        "settings": dataclasses.asdict(settings),
+        "prompts": len(prompts),
+        "similarity": f"cosine of {settings.similarity_encoder} sentence embeddings "
+        "(an embedding stand-in for BERTScore)",
+        "score": "paper z-score; texts too short to score get " + str(MISSING_SCORE),
+        "detection": {},
+        "quality": {},
+    }
+    generations = {a: run.generate(a, prompts) for a in settings.algorithms}
+
+    def quality_of(name: str, texts: dict[str, str], extra: dict) -> dict:
+        scores = run.quality(name, texts, prompt_of)
+        ppl = [s["perplexity"] for s in scores.values() if s["perplexity"] is not None]
+        emb = np.array([s["embedding"] for s in scores.values() if s["embedding"]])
+        sem, k = semantic_entropy(emb, settings.sem_ent_k, settings.seed) if len(emb) else (0.0, 0)
+        return {
+            "texts": len(texts),
+            "perplexity": float(np.mean(ppl)) if ppl else None,
+            "ent3": ngram_entropy(list(texts.values()), 3),
+            "sem_ent": sem,
+            "sem_ent_k": k,
+            **extra,
+        }
+
+    for algorithm in settings.algorithms:
+        gens = {i: g for i, g in generations[algorithm].items() if g.get("status") == "ok"}
+        texts = {i: g["text"] for i, g in gens.items()}
+        results["quality"][algorithm] = quality_of(
+            algorithm, texts, _generation_stats(gens.values())
+        )
+        if algorithm not in WATERMARKED:
+            continue
+        negatives = run.detect(algorithm, "human", {i: human[i] for i in texts}, prompt_of)
+        per_attack: dict[str, Any] = {}
+        variants = {"none": (texts, None)}
+        for spec in settings.attacks:
+            attacked = run.attack(algorithm, spec, gens)
+            variants[spec["name"]] = ({i: a["text"] for i, a in attacked.items()}, attacked)
+        for name, (variant, attacked) in variants.items():
+            positives = run.detect(algorithm, name, variant, prompt_of)
+            ids = sorted(positives)
+            scores = [_score(positives[i]) for i in ids] + [
+                _score(negatives[i]) for i in sorted(negatives)
+            ]
+            labels = [1] * len(ids) + [0] * len(negatives)
+            if not ids or not negatives:
+                # Every generation failed (see the generation records): nothing to rank.
+                print(f"{algorithm}/{name}: no positives or no negatives", file=sys.stderr)
+                continue
+            entry = detection_metrics(scores, labels)
+            if attacked is not None:
+                entry["similarity"] = float(np.mean([a["similarity"] for a in attacked.values()]))
+                entry["sentence_similarity"] = float(
+                    np.mean([a["sentence_similarity"] for a in attacked.values()])
+                )
+                changed = sum(a["changed"] for a in attacked.values())
+                entry["changed_sentence_share"] = changed / max(
+                    1, sum(a["sentences"] for a in attacked.values())
+                )
+            per_attack[name] = entry
+        results["detection"][algorithm] = per_attack
+    results["quality"]["human"] = quality_of("human", human, {})
+
+    write_json_atomic(run.root / "results.json", results)
+    (run.root / "results.md").write_text(markdown_table(results))
+    plot_roc(results, run.root / "roc.png")
+    return results
+
+
+def _generation_stats(records) -> dict:
+    records = list(records)
+    sentences = sum(r.get("num_sentences", 0) for r in records)
+    candidates = sum(r.get("candidates", 0) for r in records)
+    return {
+        "candidates_per_sentence": candidates / sentences if sentences else None,
+        "margin_rejection_share": (
+            sum(r.get("rejected_margin", 0) for r in records) / candidates if candidates else None
+        ),
+        "fallbacks": sum(r.get("fallbacks", 0) for r in records),
+        "mean_tokens": float(sum(r.get("num_tokens", 0) for r in records) / max(1, len(records))),
+    }
+
+
+def _fmt(value, pattern: str = "{:.3f}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def markdown_table(results: dict) -> str:
+    """The paper's layout: one row per algorithm and attack; quality on each ``no attack`` row."""
+    lines = [
+        f"Prompts: {results['prompts']}. Similarity: {results['similarity']}. "
+        f"Score: {results['score']}.",
+        "",
+        "| Algorithm | Attack | AUC | TPR@1% | TPR@5% | Sim | PPL | Ent-3 | Sem-Ent | Cand./sent. | Margin rej. |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for algorithm, attacks in results["detection"].items():
+        q = results["quality"][algorithm]
+        for name, m in attacks.items():
+            first = name == "none"
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        LABELS[algorithm] if first else "",
+                        "no attack" if first else name,
+                        _fmt(m["auroc"]),
+                        _fmt(m["tpr_at_fpr_1"]),
+                        _fmt(m["tpr_at_fpr_5"]),
+                        _fmt(m.get("similarity")),
+                        _fmt(q["perplexity"], "{:.2f}") if first else "",
+                        _fmt(q["ent3"], "{:.2f}") if first else "",
+                        _fmt(q["sem_ent"], "{:.2f}") if first else "",
+                        _fmt(q.get("candidates_per_sentence"), "{:.1f}") if first else "",
+                        _fmt(q.get("margin_rejection_share"), "{:.3f}") if first else "",
+                    ]
+                )
+                + " |"
+            )
+    for name in ("none", "human"):
+        if name in results["quality"]:
+            q = results["quality"][name]
+            label = "Human text" if name == "human" else LABELS[name]
+            lines.append(
+                f"| {label} | - | - | - | - | - | {_fmt(q['perplexity'], '{:.2f}')} | "
+                f"{_fmt(q['ent3'], '{:.2f}')} | {_fmt(q['sem_ent'], '{:.2f}')} | "
+                f"{_fmt(q.get('candidates_per_sentence'), '{:.1f}')} | - |"
+            )
+    k = {q.get("sem_ent_k") for q in results["quality"].values()}
+    lines += [
+        "",
+        f"Sem-Ent: k-means with k = {sorted(k)} clusters (paper: 50) over the oracle's "
+        f"mean-pooled last hidden states. PPL under `{results['settings']['oracle']}`. "
+        "TPR at FPR x%: best TPR among ROC thresholds whose FPR on these negatives is <= x% "
+        "(no interpolation).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot_roc(results: dict, path: Path) -> None:
+    """ROC curves, one panel per algorithm, one line per attack."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    algorithms = list(results["detection"])
+    fig, axes = plt.subplots(
+        1, max(1, len(algorithms)), figsize=(4.2 * max(1, len(algorithms)), 4), squeeze=False
+    )
+    for ax, algorithm in zip(axes[0], algorithms, strict=False):
+        for name, m in results["detection"][algorithm].items():
+            label = f"{'no attack' if name == 'none' else name} (AUC {m['auroc']:.3f})"
+            ax.step(m["roc"]["fpr"], m["roc"]["tpr"], where="post", label=label)
+        ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=0.8)
+        ax.set_title(LABELS[algorithm])
+        ax.set_xlabel("false positive rate")
+        ax.set_ylabel("true positive rate")
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------- command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``watermark.py evaluate`` (the YAML file's values, overridable)."""
+    parser.add_argument("--config", dest="eval_config", required=True, help="evaluation YAML")
+    parser.add_argument("--output-dir", help="run folder (resumable)")
+    parser.add_argument("--num-prompts", type=int, help="held-out news prompts")
+    # Own dest: ``max_new_tokens`` would also be read as a watermark setting by the CLI.
+    parser.add_argument(
+        "--max-new-tokens", dest="eval_max_new_tokens", type=int, help="tokens per generation"
+    )
+    parser.add_argument("--algorithms", help="comma-separated subset, e.g. ksemstamp,kgw")
+    parser.add_argument("--attacks", help="comma-separated attack names from the YAML")
+    parser.add_argument("--devices", type=int, help="processes for generation (DDP)")
+    parser.add_argument("--accelerator", help="cpu, gpu, auto")
+    parser.add_argument("--strategy", help="Lightning strategy, e.g. ddp, ddp_spawn")
+    parser.add_argument("--oracle", help="perplexity oracle LM (alias, folder or Hub id)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def settings_from_args(args: argparse.Namespace) -> EvalSettings:
+    overrides: dict[str, Any] = {}
+    for name in ("output_dir", "num_prompts", "devices", "accelerator", "strategy", "oracle"):
+        if getattr(args, name, None) is not None:
+            overrides[name] = getattr(args, name)
+    if getattr(args, "eval_max_new_tokens", None) is not None:
+        overrides["max_new_tokens"] = args.eval_max_new_tokens
+    if args.algorithms:
+        overrides["algorithms"] = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    if args.quiet:
+        overrides["progress"] = False
+    settings = EvalSettings.from_yaml(args.eval_config, **overrides)
+    if args.attacks:
+        wanted = [a.strip() for a in args.attacks.split(",") if a.strip()]
+        known = {a["name"]: a for a in settings.attacks}
+        unknown = [a for a in wanted if a not in known]
+        if unknown:
+            raise ValueError(f"unknown attacks {unknown}; in {args.eval_config}: {sorted(known)}")
+        settings = dataclasses.replace(settings, attacks=[known[a] for a in wanted])
+    return settings
+
+
+def main_from_args(args: argparse.Namespace) -> int:
+    """Entry of ``watermark.py evaluate``."""
+    try:
+        settings = settings_from_args(args)
+    except (ValueError, OSError, TypeError) as err:
+        raise SystemExit(f"evaluate: {err}") from None
+    results = run_evaluation(settings)
+    root = Path(settings.output_dir)
+    print((root / "results.md").read_text())
+    print(
+        f"wrote {root / 'results.json'}, {root / 'results.md'}, {root / 'roc.png'}", file=sys.stderr
+    )
+    return 0 if results["detection"] or results["quality"] else 1
+
+
+def dump_settings(settings: EvalSettings) -> str:
+    return yaml.safe_dump(dataclasses.asdict(settings), sort_keys=False)

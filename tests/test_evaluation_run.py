@@ -1,0 +1,117 @@
+"""The evaluation pipeline end to end on the real offline models, tiny settings."""
+
+import json
+
+import pytest
+
+from ksemstamp.cli import main
+from ksemstamp.evaluation.predict import (
+    GeneratorFactory,
+    merge_shards,
+    predict_to_shards,
+    read_records,
+)
+from ksemstamp.evaluation.run import EvalSettings, cut_to_tokens, split_article
+
+TINY = {
+    "max_candidates": 4,
+    "candidate_batch": 4,
+    "novelty_patience": 0,
+}
+
+
+def test_split_article_and_cut_to_tokens():
+    sentences = ["One two three.", "Four five six seven.", "Eight nine.", "Ten."]
+    assert split_article(sentences, 7) == (sentences[:2], sentences[2:])
+    # The first sentence is always kept, even when longer than the budget.
+    assert split_article(sentences, 1) == (sentences[:1], sentences[1:])
+    assert (
+        cut_to_tokens(sentences[1:], lambda s: len(s.split()), 5)
+        == "Four five six seven. Eight nine."
+    )
+
+
+def test_settings_reject_unknown_algorithm_and_duplicate_attack():
+    with pytest.raises(ValueError, match="unknown algorithms"):
+        EvalSettings(algorithms=["ksemstamp", "unigram"])
+    with pytest.raises(ValueError, match="unique name"):
+        EvalSettings(attacks=[{"name": "a"}, {"name": "a"}])
+
+
+@pytest.mark.e2e
+def test_evaluate_writes_json_table_and_plot(tmp_path):
+    config = tmp_path / "eval.yaml"
+    settings = {
+        "num_prompts": 2,
+        "max_new_tokens": 20,
+        "algorithms": ["ksemstamp", "kgw", "none"],
+        "watermark_overrides": TINY,
+        "attacks": [
+            {"name": "wordnet", "paraphraser": "wordnet", "num_candidates": 3, "select": "best"},
+            {
+                "name": "wordnet-bigram",
+                "paraphraser": "wordnet",
+                "num_candidates": 3,
+                "select": "bigram",
+                "similarity_bound": 0.5,
+            },
+        ],
+        # The small generator as oracle keeps the test fast; the run's default is Gemma.
+        "oracle": "smollm2-135m-instruct",
+        "sem_ent_k": 50,
+    }
+    config.write_text(json.dumps(settings))  # JSON is YAML
+    out = tmp_path / "run"
+    argv = ["evaluate", "--config", str(config), "--output-dir", str(out), "--quiet"]
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert (out / "roc.png").stat().st_size > 1000
+    table = (out / "results.md").read_text()
+    assert "| k-SemStamp | no attack |" in table and "wordnet-bigram" in table
+    assert "| KGW | no attack |" in table and "Human text" in table
+    assert set(results["detection"]) == {"ksemstamp", "kgw"}
+    for algorithm in ("ksemstamp", "kgw"):
+        rows = results["detection"][algorithm]
+        assert set(rows) == {"none", "wordnet", "wordnet-bigram"}
+        for m in rows.values():
+            assert 0.0 <= m["auroc"] <= 1.0 and m["positives"] == 2 and m["negatives"] == 2
+        assert 0.0 < rows["wordnet"]["similarity"] <= 1.0
+    q = results["quality"]["ksemstamp"]
+    assert q["perplexity"] > 1 and q["ent3"] > 0 and q["sem_ent_k"] == 2
+    assert q["candidates_per_sentence"] >= 1
+    gens = read_records(out / "generations" / "ksemstamp.jsonl")
+    assert [g["id"] for g in gens] == [p["id"] for p in read_records(out / "prompts.jsonl")]
+    # A second run resumes: nothing is regenerated, the results are the same.
+    stamp = (out / "generations" / "ksemstamp.jsonl").stat().st_mtime_ns
+    assert main(argv) == 0
+    assert json.loads((out / "results.json").read_text())["detection"] == results["detection"]
+    assert (out / "generations" / "ksemstamp.jsonl").stat().st_mtime_ns >= stamp
+    assert len(read_records(out / "generations" / "ksemstamp.jsonl")) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_ddp_spawn_predict_shards_merge_without_loss_or_duplicates(tmp_path):
+    prompts = [
+        {"id": f"p{i}", "prompt": f"Story {i} begins here. The town council met on Monday."}
+        for i in range(5)
+    ]
+    factory = GeneratorFactory("ksemstamp", {**TINY, "max_new_tokens": 8, "key": "test-suite-key"})
+    shards = predict_to_shards(
+        factory,
+        prompts,
+        tmp_path,
+        "ksemstamp",
+        devices=2,
+        accelerator="cpu",
+        strategy="ddp_spawn",
+        batch_size=2,
+        progress=False,
+    )
+    assert [p.name for p in shards] == ["ksemstamp.shard0.jsonl", "ksemstamp.shard1.jsonl"]
+    per_rank = [[r["id"] for r in read_records(p)] for p in shards]
+    assert all(per_rank) and not set(per_rank[0]) & set(per_rank[1])
+    merged = merge_shards(shards, tmp_path / "ksemstamp.jsonl", [p["id"] for p in prompts])
+    assert [r["id"] for r in merged] == [p["id"] for p in prompts]
+    assert all(r["status"] == "ok" and r["text"] for r in merged)
+    assert not list(tmp_path.glob("*.shard*.jsonl"))
