@@ -83,3 +83,12 @@ def test_attack_applies_selection_per_sentence_and_reports_similarity():
 def test_attack_rejects_unknown_selection():
     with pytest.raises(ValueError, match="select"):
         Attack(ScriptedParaphraser({}), ScriptedEncoder({}), Splitter(), "longest")
+
+
+def test_missing_seq2seq_paraphraser_fails_with_a_clear_error(tmp_path):
+    from ksemstamp.assets import AssetError
+    from ksemstamp.evaluation.attacks import Seq2SeqParaphraser
+
+    paraphraser = Seq2SeqParaphraser(str(tmp_path / "no-such-pegasus"))  # loads lazily
+    with pytest.raises(AssetError, match="no-such-pegasus.*No Pegasus/Parrot weights ship"):
+        paraphraser.candidates(["The council met."])

@@ -153,6 +153,8 @@ def merge_shards(shards: Sequence[Path], target: Path, order: Sequence[Any]) -> 
         for rec in read_records(path):
             by_id.setdefault(json.dumps(rec.get("id")), rec)
     merged = [by_id[json.dumps(i)] for i in order if json.dumps(i) in by_id]
+    if not shards and target.exists():
+        return merged  # nothing new: leave the stage file as it is
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in merged))
     tmp.replace(target)
