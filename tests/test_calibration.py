@@ -205,7 +205,7 @@ def test_calibrate_command_writes_json_report_and_png(tmp_path):
     # so their average over 20 keys has a standard deviation of at most sqrt(a (1 - a) / 20).
     for alpha in (0.01, 0.05):
         assert result["null"]["overall"]["exact"]["fpr"][str(alpha)]["mean"] <= _bound(alpha, 20)
-    gen = result["power"]["generated"]
+    gen = result["power"]["generated: marked.jsonl"]
     assert gen["texts"] == 2 and gen["skipped"] == {"not_ok": 1, "other_key": 1}
     assert "simulated" in result["power"]["simulated"]["what"]
     assert result["configured_key"]["key_fingerprint"] == fingerprint

@@ -129,7 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cal.add_argument(
         "--watermarked",
-        help="JSONL written by `generate` under the configured key: real power beside the FPR",
+        action="append",
+        default=[],
+        help="JSONL written by `generate` under the configured key: real power beside the FPR "
+        "(repeatable)",
     )
     cal.add_argument(
         "--simulated-per-key",
@@ -403,7 +406,7 @@ def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
         window_words=args.window_words,
         simulated_per_key=args.simulated_per_key,
         seed=args.calibration_seed,
-        watermarked=args.watermarked,
+        watermarked=tuple(args.watermarked),
     )
     scheme = build_scheme(cfg)
     shown = ("encoder", "partition", "centroids", "gamma", "valid_mode")
