@@ -38,6 +38,27 @@ def test_settings_reject_unknown_algorithm_and_duplicate_attack():
         EvalSettings(attacks=[{"name": "a"}, {"name": "a"}])
 
 
+def test_merge_shards_keeps_first_record_per_id_in_prompt_order(tmp_path):
+    def write(name, ids):
+        (tmp_path / name).write_text("".join(json.dumps({"id": i, "n": name}) + "\n" for i in ids))
+
+    write("g.jsonl", ["p1", "old"])  # from an earlier, interrupted or larger run
+    write("g.shard0.jsonl", ["p0", "p1"])
+    write("g.shard1.jsonl", ["p2"])
+    with (tmp_path / "g.shard1.jsonl").open("a") as handle:
+        handle.write('{"id": "p3", "n": ')  # a line cut by a crash: p3 is redone
+    shards = sorted(tmp_path.glob("g.shard*.jsonl"))
+    merged = merge_shards(shards, tmp_path / "g.jsonl", ["p0", "p1", "p2", "p3"])
+    assert [(r["id"], r["n"]) for r in merged] == [
+        ("p0", "g.shard0.jsonl"),
+        ("p1", "g.jsonl"),
+        ("p2", "g.shard1.jsonl"),
+        ("old", "g.jsonl"),
+    ]
+    assert read_records(tmp_path / "g.jsonl") == merged
+    assert not list(tmp_path.glob("g.shard*"))
+
+
 @pytest.mark.e2e
 def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     config = tmp_path / "eval.yaml"

@@ -145,16 +145,20 @@ def read_records(path: str | Path) -> list[dict]:
 def merge_shards(shards: Sequence[Path], target: Path, order: Sequence[Any]) -> list[dict]:
     """Fold ``shards`` into ``target`` (records already there are kept), ordered by ``order``.
 
-    The first record of each id wins; ids not in ``order`` are dropped. The target is replaced
-    atomically, then the shards are removed.
+    The first record of each id wins. Ids not in ``order`` (say, from an earlier run with more
+    prompts) are kept after the others, never dropped. The target is replaced atomically, then
+    the shards are removed.
     """
     by_id: dict[str, dict] = {}
     for path in [target, *shards]:
         for rec in read_records(path):
             by_id.setdefault(json.dumps(rec.get("id")), rec)
-    merged = [by_id[json.dumps(i)] for i in order if json.dumps(i) in by_id]
+    wanted = [json.dumps(i) for i in order]
+    rest = [key for key in by_id if key not in set(wanted)]
+    merged = [by_id[key] for key in wanted + rest if key in by_id]
     if not shards and target.exists():
         return merged  # nothing new: leave the stage file as it is
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in merged))
     tmp.replace(target)

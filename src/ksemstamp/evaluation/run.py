@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from tqdm.auto import tqdm
 
 from ..assets import write_json_atomic
@@ -281,11 +280,13 @@ class Run:
 
     # -- generation
     def generate(self, algorithm: str, prompts: list[dict]) -> dict[str, dict]:
-        from .predict import GeneratorFactory, merge_shards, predict_to_shards, read_records
+        from .predict import GeneratorFactory, merge_shards, predict_to_shards, shard_paths
 
         folder = self.root / "generations"
         target = folder / f"{algorithm}.jsonl"
-        done = {r["id"] for r in read_records(target)}
+        order = [p["id"] for p in prompts]
+        # Shards left by an interrupted run hold finished prompts: fold them in first.
+        done = {r["id"] for r in merge_shards(shard_paths(folder, algorithm), target, order)}
         pending = [{"id": p["id"], "prompt": p["prompt"]} for p in prompts if p["id"] not in done]
         if pending:
             print(f"generate {algorithm}: {len(pending)} prompts", file=sys.stderr)
@@ -304,10 +305,8 @@ class Run:
                 batch_size=self.settings.prompt_batch,
                 progress=self.settings.progress,
             )
-        from .predict import shard_paths
-
-        records = merge_shards(shard_paths(folder, algorithm), target, [p["id"] for p in prompts])
-        return {r["id"]: r for r in records}
+        records = merge_shards(shard_paths(folder, algorithm), target, order)
+        return {r["id"]: r for r in records if r["id"] in set(order)}
 
     # -- attacks
     def attack(self, algorithm: str, spec: dict, generations: dict[str, dict]) -> dict[str, dict]:
@@ -660,7 +659,3 @@ def main_from_args(args: argparse.Namespace) -> int:
         f"wrote {root / 'results.json'}, {root / 'results.md'}, {root / 'roc.png'}", file=sys.stderr
     )
     return 0 if results["detection"] or results["quality"] else 1
-
-
-def dump_settings(settings: EvalSettings) -> str:
-    return yaml.safe_dump(dataclasses.asdict(settings), sort_keys=False)
