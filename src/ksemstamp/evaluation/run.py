@@ -608,12 +608,18 @@ def plot_roc(results: dict, path: Path) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``watermark.py evaluate`` (the YAML file's values, overridable)."""
-    parser.add_argument("--config", dest="eval_config", required=True, help="evaluation YAML")
+    parser.add_argument(
+        "--config", dest="eval_config", required=True, metavar="FILE", help="evaluation YAML"
+    )
     parser.add_argument("--output-dir", help="run folder (resumable)")
     parser.add_argument("--num-prompts", type=int, help="held-out news prompts")
     # Own dest: ``max_new_tokens`` would also be read as a watermark setting by the CLI.
     parser.add_argument(
-        "--max-new-tokens", dest="eval_max_new_tokens", type=int, help="tokens per generation"
+        "--max-new-tokens",
+        dest="eval_max_new_tokens",
+        type=int,
+        metavar="N",
+        help="tokens per generation",
     )
     parser.add_argument("--algorithms", help="comma-separated subset, e.g. ksemstamp,kgw")
     parser.add_argument("--attacks", help="comma-separated attack names from the YAML")
