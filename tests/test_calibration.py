@@ -207,6 +207,7 @@ def test_calibrate_command_writes_json_report_and_png(tmp_path):
         assert result["null"]["overall"]["exact"]["fpr"][str(alpha)]["mean"] <= _bound(alpha, 20)
     gen = result["power"]["generated: marked.jsonl"]
     assert gen["texts"] == 2 and gen["skipped"] == {"not_ok": 1, "other_key": 1}
+    assert gen["one_region_share"] <= 1 and gen["distinct_transitions_mean"] >= 1
     assert "simulated" in result["power"]["simulated"]["what"]
     assert result["configured_key"]["key_fingerprint"] == fingerprint
 

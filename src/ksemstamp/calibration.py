@@ -561,8 +561,10 @@ class CalibrationSettings:
 
 
 def _read_watermarked(path: str, fingerprint: str) -> tuple[list[str], list[str | None], dict]:
+    """Texts and prompts of usable records, and counts of what was skipped and what it cost."""
     texts, prompts = [], []
     skipped = {"not_ok": 0, "other_key": 0}
+    cost = {"sentences": 0, "candidates": 0, "fallbacks": 0}
     for rec in read_jsonl(path):
         data = rec.data or {}
         if rec.error or data.get("status", "ok") != "ok" or not isinstance(data.get("text"), str):
@@ -573,7 +575,10 @@ def _read_watermarked(path: str, fingerprint: str) -> tuple[list[str], list[str 
             texts.append(data["text"])
             prompt = data.get("prompt")
             prompts.append(prompt if isinstance(prompt, str) else None)
-    return texts, prompts, skipped
+            for name, field in (("sentences", "num_sentences"), ("candidates", "candidates")):
+                cost[name] += int(data.get(field) or 0)
+            cost["fallbacks"] += int(data.get("fallbacks") or 0)
+    return texts, prompts, {"skipped": skipped, "cost": cost}
 
 
 def run_calibration(
@@ -657,7 +662,8 @@ def run_calibration(
     }
     own_news = {s: own[s][news_index] for s in STATS} if len(news_index) else own
     for path in settings.watermarked:
-        wm_texts, wm_prompts, skipped = _read_watermarked(path, scheme.key_fingerprint)
+        wm_texts, wm_prompts, info = _read_watermarked(path, scheme.key_fingerprint)
+        skipped, cost = info["skipped"], info["cost"]
         if not wm_texts:
             raise ValueError(
                 f"{path}: no usable watermarked record (skipped {skipped}); records must "
@@ -676,6 +682,8 @@ def run_calibration(
             "texts": len(real),
             "too_short": real.too_short.get("watermarked", 0),
             "skipped": skipped,
+            "candidates_per_sentence": cost["candidates"] / max(1, cost["sentences"]),
+            "fallbacks": cost["fallbacks"],
             "num_scored_mean": float(real.num_scored.mean()),
             # A text that only repeats one transition carries little evidence for the exact test.
             "distinct_transitions_mean": float(distinct.mean()),
@@ -767,9 +775,9 @@ def render_report(result: dict[str, Any]) -> str:
             emp = p[stat]["tpr_at_empirical_fpr"].get("0.01")
             if tpr and emp:
                 lines.append(
-                    f"- power, {name} watermarked text: `{stat}` flags {_pct(tpr['mean'])} at "
-                    f"nominal 0.01, and {_pct(emp['mean'])} at the threshold that flags 1% of "
-                    "human news text under the same key."
+                    f"- power on {name}: `{stat}` flags {_pct(tpr['mean'])} at nominal 0.01, "
+                    f"{_pct(emp['mean'])} at the threshold that flags 1% of human news text "
+                    "under the same key."
                 )
     lines += [
         "",
@@ -851,17 +859,27 @@ def render_report(result: dict[str, Any]) -> str:
         "## Detection power beside it",
         "",
     ]
+    lines += [
+        "True-positive rates (TPR): the share of watermarked texts flagged. Simulated texts are",
+        "scored under every key above; real generations only under the key they were made with,",
+        "so they are one draw, and with n texts each text moves a rate by 100/n points.",
+        "",
+    ]
     power = result["power"]
     if not power:
         lines.append("No power measurement in this run.")
     for name, p in power.items():
-        lines += [f"### {name}", "", p["what"] + ".", ""]
+        lines += [f"### {name}", "", p["what"][0].upper() + p["what"][1:] + ".", ""]
         if name.startswith("generated"):
+            skipped = p["skipped"]
             lines.append(
-                f"{p['texts']} texts ({p['too_short']} too short, skipped {p['skipped']}), "
+                f"{p['texts']} texts ({p['too_short']} too short; skipped: {skipped['not_ok']} "
+                f"failed records, {skipped['other_key']} of another key), "
                 f"{p['num_scored_mean']:.1f} scored sentences and "
                 f"{p['distinct_transitions_mean']:.1f} distinct region transitions on average; "
-                f"{_pct(p['one_region_share'])} never leave one region."
+                f"{_pct(p['one_region_share'])} never leave one region. Generation drew "
+                f"{p['candidates_per_sentence']:.1f} candidates per sentence, with "
+                f"{p['fallbacks']} fallbacks."
             )
         else:
             lines.append(f"{p['texts_per_key']} texts per key; lengths: {p['lengths']}.")
