@@ -111,3 +111,13 @@ def test_resumable_writer_repairs_partial_line(tmp_path):
         assert w.done_ids == {"1"}
         w.write({"id": 2, "line": 2})
     assert [r.data["id"] for r in read_jsonl(path)] == [1, 2]
+
+
+def test_build_time_setting_errors_are_one_line(tmp_path, capsys):
+    # gamma * K is only checked once the centroids (K) are known
+    assert main(["detect", "--gamma", "0.3", "--text", "One. Two. Three."]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "gamma" in err and "Traceback" not in err
+    missing = tmp_path / "nope.pt"
+    assert main(["detect", "--centroids", str(missing), "--text", "One. Two."]) == 2
+    assert "centroid file not found" in capsys.readouterr().err

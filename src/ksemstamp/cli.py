@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from tqdm.auto import tqdm
 
+from .assets import AssetError
 from .config import (
     WatermarkConfig,
     build_detector,
@@ -461,7 +462,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "calibrate": cmd_calibrate,
         "evaluate": cmd_evaluate,
     }[args.command]
-    return handler(args, cfg)
+    try:
+        return handler(args, cfg)
+    except (ValueError, FileNotFoundError, AssetError) as err:
+        # Settings that only fail once objects are built (gamma * K, centroid files, encoders):
+        # one line naming the problem, not a traceback. Messages never hold the key.
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
