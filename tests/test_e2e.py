@@ -58,8 +58,12 @@ def test_unwatermarked_and_human_text_are_not_flagged(pipeline, generations):
     zs = [r.z_score for r in results if r.z_score is not None]
     assert len(zs) >= 15
     assert results[0].z_score < 4 and not results[0].watermarked
-    assert sum(z > 4 for z in zs) == 0
-    assert sum(bool(r.watermarked) for r in results) <= 1  # alpha = 1% over 21 texts
+    # The calibrated verdict: at alpha = 1%, at most one flag among 21 texts.
+    assert sum(bool(r.watermarked) for r in results) <= 1
+    # The paper's z over-flags human text that keeps to one topic (docs/calibration: 2.6% of
+    # human texts reach z >= 4 on average over keys, far more under some keys), so a rare
+    # z > 4 among 20 human texts is expected; more would mean something broke.
+    assert sum(z > 4 for z in zs[1:]) <= 2
 
 
 def test_generation_is_deterministic(encoder, lm):
