@@ -326,7 +326,12 @@ class GenerationBench:
         """Tokens of a produced text, counted the same way for every variant."""
         return len(self.tokenizer(text)["input_ids"])
 
-    def run(self, prompts: Sequence[str]) -> dict[str, list[PromptRun]]:
+    def run(
+        self,
+        prompts: Sequence[str],
+        on_prompt: Callable[[dict[str, list[PromptRun]]], None] | None = None,
+    ) -> dict[str, list[PromptRun]]:
+        """Run every variant on every prompt; ``on_prompt`` sees the runs after each prompt."""
         runs: dict[str, list[PromptRun]] = {v.name: [] for v in self.variants}
         names = [v.name for v in self.variants]
         if self.args.warmup:
@@ -346,6 +351,8 @@ class GenerationBench:
                     f"{run.tokens:4d} tok {run.sentences:3d} sent {run.candidates:4d} cand",
                     flush=True,
                 )
+            if on_prompt:
+                on_prompt(runs)
         return runs
 
 
@@ -737,7 +744,7 @@ def markdown(report: dict[str, Any]) -> str:
     s = report["settings"]
     m = report["machine"]
     lines = [
-        "# Benchmark results",
+        "# Benchmark results" + ("" if report.get("complete") else " (run still going)"),
         "",
         f"Command: `{report['command']}`",
         "",
@@ -855,8 +862,8 @@ def markdown(report: dict[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompts", type=int, default=3, help="news prompts for generation")
-    p.add_argument("--max-new-tokens", type=int, default=48, help="new tokens per prompt")
+    p.add_argument("--prompts", type=int, default=2, help="news prompts for generation")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="new tokens per prompt")
     p.add_argument("--prompt-words", type=int, default=32, help="prompt length in words")
     p.add_argument("--max-candidates", type=int, default=100, help="N_max (paper: 100)")
     p.add_argument(
@@ -909,32 +916,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("generation", flush=True)
         prompts = news_prompts(args.prompts, args.prompt_words)
         bench = GenerationBench(args, scheme, load_lm())
-        runs = bench.run(prompts)
-        rows = {v.name: summarize_variant(v, runs[v.name]) for v in bench.variants}
-        report["generation"] = {
-            "prompts_completed": len(runs["hf_generate"]),
-            "hard_threshold": HARD,
-            "variants": list(rows.values()),
-            "ratios": generation_ratios(rows, runs),
-        }
+
+        def record(runs: dict[str, list[PromptRun]]) -> None:
+            rows = {v.name: summarize_variant(v, runs[v.name]) for v in bench.variants}
+            report["generation"] = {
+                "prompts_completed": len(runs["hf_generate"]),
+                "hard_threshold": HARD,
+                "variants": list(rows.values()),
+                "ratios": generation_ratios(rows, runs),
+            }
+            # Long runs on shared machines get killed: keep what is done so far on disk.
+            write_report(report, Path(args.output_dir), started, final=False)
+
+        record(bench.run(prompts, on_prompt=record))
     if "detection" in sections:
         print("detection", flush=True)
         report["detection"] = bench_detection(args, scheme)
     if "training" in sections:
         print("training", flush=True)
         report["training"] = bench_training(args)
+    text = write_report(report, Path(args.output_dir), started, final=True)
+    print()
+    print(text)
+    print(f"wrote {args.output_dir}/latest.json and latest.md")
+    return 0
+
+
+def write_report(report: dict[str, Any], out: Path, started: float, final: bool) -> str:
+    """Write ``latest.json`` and ``latest.md``; ``final=False`` marks a run still going."""
+    report["complete"] = final
     report["targets"] = targets(report)
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report["total_seconds"] = time.perf_counter() - started
-    out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
     (out / "latest.md").write_text(text)
-    print()
-    print(text)
-    print(f"wrote {out / 'latest.json'} and {out / 'latest.md'}")
-    return 0
+    return text
 
 
 if __name__ == "__main__":
