@@ -552,6 +552,8 @@ def _sentence_transformers_steps(pairs, batch_size: int, steps: int) -> list[flo
         SentenceTransformerTrainer,
         SentenceTransformerTrainingArguments,
     )
+    from sentence_transformers.base.sampler import DefaultBatchSampler
+    from torch.utils.data import SequentialSampler
     from transformers import TrainerCallback
 
     from ksemstamp.training.loss import margin_contrastive_loss
@@ -573,6 +575,16 @@ def _sentence_transformers_steps(pairs, batch_size: int, steps: int) -> list[flo
             anchor, positive = (self.model(f)["sentence_embedding"] for f in sentence_features)
             return margin_contrastive_loss(anchor, positive, delta=0.8, reduction="mean")
 
+    class InOrderTrainer(SentenceTransformerTrainer):
+        """Batches in file order, as the Lightning side's loader: the same batches on both sides.
+        Shuffled batches would pad to other lengths, and padding is most of the cost difference
+        between two batch orders of the same pairs."""
+
+        def get_batch_sampler(self, dataset, batch_size, drop_last, **kwargs):
+            return DefaultBatchSampler(
+                SequentialSampler(dataset), batch_size=batch_size, drop_last=drop_last, **kwargs
+            )
+
     model = load_encoder()
     model.max_seq_length = 128  # as EncoderModule's default
     data = Dataset.from_dict({"anchor": [t for t, _ in pairs], "positive": [p for _, p in pairs]})
@@ -592,7 +604,7 @@ def _sentence_transformers_steps(pairs, batch_size: int, steps: int) -> list[flo
             disable_tqdm=True,
             seed=0,
         )
-        trainer = SentenceTransformerTrainer(
+        trainer = InOrderTrainer(
             model=model, args=args, train_dataset=data, loss=MarginLoss(model), callbacks=[Stamp()]
         )
         trainer.train()

@@ -50,6 +50,7 @@ class EncoderModule(L.LightningModule):
         val_kmeans_sentences: int = 2000,
         kmeans_seed: int = 0,
         embed_batch_size: int = 64,
+        fused_adamw: bool = True,
     ) -> None:
         """
         Args:
@@ -71,6 +72,9 @@ class EncoderModule(L.LightningModule):
                 (0 disables region agreement until real centroids exist).
             kmeans_seed: seed of provisional k-means fits.
             embed_batch_size: batch size when embedding domain sentences without gradients.
+            fused_adamw: use torch's fused AdamW kernel (CPU and GPU) instead of its per-parameter
+                loop; same update, one kernel for all parameters. sentence-transformers' trainer
+                uses it too (transformers' default optimizer).
         """
         super().__init__()
         if delta <= 0:
@@ -169,10 +173,10 @@ class EncoderModule(L.LightningModule):
         return positive, 0
 
     def _embed_pairs(self, batch: dict[str, list[str]]) -> tuple[Tensor, Tensor]:
-        # One encoder pass for both sides: fewer, larger matrix products.
-        n = len(batch["text"])
-        emb = self(batch["text"] + batch["paraphrase"])
-        return emb[:n], emb[n:]
+        # One pass per side, each padded to its own longest sentence. A single pass over both
+        # sides pads every paraphrase to the longest text as well; on CPU that extra padding
+        # cost more than the larger matrix products saved (about 10% per step on MiniLM).
+        return self(batch["text"]), self(batch["paraphrase"])
 
     def training_step(self, batch: dict[str, list[str]], batch_idx: int) -> Tensor:
         anchor, positive = self._embed_pairs(batch)
@@ -239,6 +243,7 @@ class EncoderModule(L.LightningModule):
                 {"params": no_decay, "weight_decay": 0.0},
             ],
             lr=self.hparams.lr,
+            fused=self.hparams.fused_adamw,
         )
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = int(round(self.hparams.warmup_ratio * total))
