@@ -14,7 +14,7 @@ import sys
 import time
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from .config import (
     build_watermarker,
     load_settings_file,
 )
-from .jsonl import InputRecord, ResumableWriter, read_jsonl
+from .jsonl import ResumableWriter, read_jsonl
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
@@ -180,10 +180,25 @@ def news_prompt(article_index: int, words: int = 32) -> str:
     return " ".join(prompt)
 
 
-def _generate_records(args, cfg: WatermarkConfig) -> int:
-    watermarker = build_watermarker(cfg)
-    fingerprint = watermarker.scheme.key_fingerprint
-    todo: list[InputRecord] = []
+def _process_jsonl(
+    args,
+    *,
+    name: str,
+    unit: str,
+    batch_size: int,
+    check: Callable[[dict], str | None],
+    process: Callable[[list[dict]], list[dict]],
+    error_fields: dict[str, Any],
+    counted_as_ok: str,
+) -> int:
+    """The JSONL loop shared by ``generate`` and ``detect``, resumable through ``ResumableWriter``.
+
+    Records already in ``args.output`` are skipped; the rest go in input order, in chunks of
+    ``batch_size``. ``check(data)`` returns why a record cannot be processed (or ``None``);
+    ``process(datas)`` returns one output dict per valid record. Every input line yields one
+    output line: the input fields, ``line``, and the result or ``status: error`` with ``error``.
+    Returns the exit code: 1 when nothing succeeded and something failed, else 0.
+    """
     failures = successes = 0
     with ResumableWriter(args.output) as out:
         records = list(read_jsonl(args.input))
@@ -191,44 +206,59 @@ def _generate_records(args, cfg: WatermarkConfig) -> int:
         skipped = len(records) - len(pending)
         if skipped:
             print(f"resuming: {skipped} records already in {args.output}", file=sys.stderr)
-        bar = tqdm(total=len(pending), unit="prompt", desc="generate", disable=args.quiet)
-
-        def flush() -> None:
-            nonlocal failures, successes
-            if not todo:
-                return
-            results = watermarker.generate(
-                [r.data["prompt"] for r in todo], watermark=not args.no_watermark
-            )
-            for rec, res in zip(todo, results, strict=True):
-                row = {**rec.data, "line": rec.line, **res.to_record()}
-                row["key_fingerprint"] = None if args.no_watermark else fingerprint
+        bar = tqdm(total=len(pending), unit=unit, desc=name, disable=args.quiet)
+        for start in range(0, len(pending), batch_size):
+            chunk = pending[start : start + batch_size]
+            errors = {r.line: r.error or check(r.data) for r in chunk}
+            ready = [r for r in chunk if errors[r.line] is None]
+            results = process([r.data for r in ready]) if ready else []
+            by_line = {r.line: res for r, res in zip(ready, results, strict=True)}
+            for rec in chunk:
+                row = {**(rec.data or {}), "line": rec.line}
+                if errors[rec.line] is None:
+                    row |= by_line[rec.line]
+                else:
+                    row |= {**error_fields, "status": "error", "error": errors[rec.line]}
+                failures += row["status"] == "error"
+                successes += row["status"] != "error"
                 out.write(row)
-                failures += res.status != "ok"
-                successes += res.status == "ok"
                 bar.update()
-            todo.clear()
-
-        for rec in pending:
-            error = rec.error
-            if error is None:
-                prompt = rec.data.get("prompt")
-                if prompt is None:
-                    error = "missing field 'prompt'"
-                elif not isinstance(prompt, str):
-                    error = f"'prompt' must be a string, got {type(prompt).__name__}"
-            if error:
-                out.write({**(rec.data or {}), "line": rec.line, "status": "error", "error": error})
-                failures += 1
-                bar.update()
-                continue
-            todo.append(rec)
-            if len(todo) >= cfg.prompt_batch:
-                flush()
-        flush()
         bar.close()
-    print(f"generate: {successes} ok, {failures} failed, {skipped} already done", file=sys.stderr)
+    print(
+        f"{name}: {successes} {counted_as_ok}, {failures} failed, {skipped} already done",
+        file=sys.stderr,
+    )
     return 1 if failures and not successes and not skipped else 0
+
+
+def _generate_records(args, cfg: WatermarkConfig) -> int:
+    watermarker = build_watermarker(cfg)
+    fingerprint = None if args.no_watermark else watermarker.scheme.key_fingerprint
+
+    def check(data: dict) -> str | None:
+        prompt = data.get("prompt")
+        if prompt is None:
+            return "missing field 'prompt'"
+        if not isinstance(prompt, str):
+            return f"'prompt' must be a string, got {type(prompt).__name__}"
+        return None
+
+    def process(datas: list[dict]) -> list[dict]:
+        results = watermarker.generate(
+            [d["prompt"] for d in datas], watermark=not args.no_watermark
+        )
+        return [{**res.to_record(), "key_fingerprint": fingerprint} for res in results]
+
+    return _process_jsonl(
+        args,
+        name="generate",
+        unit="prompt",
+        batch_size=cfg.prompt_batch,
+        check=check,
+        process=process,
+        error_fields={},
+        counted_as_ok="ok",
+    )
 
 
 def cmd_generate(args, cfg: WatermarkConfig) -> int:
@@ -279,57 +309,35 @@ def format_detection(result) -> str:
 def _detect_records(args, cfg: WatermarkConfig) -> int:
     detector = build_detector(cfg)
     fingerprint = detector.scheme.key_fingerprint
-    failures = successes = 0
-    with ResumableWriter(args.output) as out:
-        records = list(read_jsonl(args.input))
-        pending = [r for r in records if not out.is_done(r)]
-        skipped = len(records) - len(pending)
-        bar = tqdm(total=len(pending), unit="text", desc="detect", disable=args.quiet)
-        for start in range(0, len(pending), args.batch_size):
-            chunk = pending[start : start + args.batch_size]
-            ready, errors = [], {}
-            for rec in chunk:
-                data = rec.data or {}
-                if rec.error:
-                    errors[rec.line] = rec.error
-                elif "text" not in data:
-                    errors[rec.line] = "missing field 'text'"
-                elif data.get("key_fingerprint") not in (None, fingerprint):
-                    errors[rec.line] = (
-                        "this text was generated with a different key (fingerprint "
-                        f"{data['key_fingerprint']}, detector {fingerprint})"
-                    )
-                else:
-                    ready.append(rec)
-            results = (
-                detector.detect_batch(
-                    [r.data["text"] for r in ready], [r.data.get("prompt") for r in ready]
-                )
-                if ready
-                else []
+
+    def check(data: dict) -> str | None:
+        if "text" not in data:
+            return "missing field 'text'"
+        if not isinstance(data["text"], str):
+            return f"'text' must be a string, got {type(data['text']).__name__}"
+        if data.get("key_fingerprint") not in (None, fingerprint):
+            return (
+                "this text was generated with a different key (fingerprint "
+                f"{data['key_fingerprint']}, detector {fingerprint})"
             )
-            by_line = {r.line: res for r, res in zip(ready, results, strict=True)}
-            for rec in chunk:
-                base = {**(rec.data or {}), "line": rec.line}
-                if rec.line in errors:
-                    row = {
-                        **base,
-                        "z_score": None,
-                        "p_value": None,
-                        "num_scored": 0,
-                        "num_valid": 0,
-                        "status": "error",
-                        "error": errors[rec.line],
-                    }
-                else:
-                    row = {**base, **by_line[rec.line].to_record()}
-                failures += row["status"] == "error"
-                successes += row["status"] != "error"
-                out.write(row)
-                bar.update()
-        bar.close()
-    print(f"detect: {successes} scored, {failures} failed, {skipped} already done", file=sys.stderr)
-    return 1 if failures and not successes and not skipped else 0
+        return None
+
+    def process(datas: list[dict]) -> list[dict]:
+        results = detector.detect_batch(
+            [d["text"] for d in datas], [d.get("prompt") for d in datas]
+        )
+        return [res.to_record() for res in results]
+
+    return _process_jsonl(
+        args,
+        name="detect",
+        unit="text",
+        batch_size=args.batch_size,
+        check=check,
+        process=process,
+        error_fields={"z_score": None, "p_value": None, "num_scored": 0, "num_valid": 0},
+        counted_as_ok="scored",
+    )
 
 
 def cmd_detect(args, cfg: WatermarkConfig) -> int:

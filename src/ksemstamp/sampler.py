@@ -85,6 +85,16 @@ class SamplingConfig:
             raise ValueError(f"max_sentence_tokens must be >= 1, got {self.max_sentence_tokens}")
 
 
+def _prepare(model, tokenizer) -> tuple[torch.device, list[int]]:
+    """Left padding with a pad token (batched prompts end where decoding starts); returns the
+    model's device and the tokenizer's end-of-sequence ids."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    eos = tokenizer.eos_token_id
+    return next(model.parameters()).device, [eos] if isinstance(eos, int) else list(eos or [])
+
+
 class CandidateSampler:
     """Samples candidate sentences from a causal LM, many rows at a time.
 
@@ -102,10 +112,7 @@ class CandidateSampler:
         self.tokenizer = tokenizer
         self.splitter = splitter
         self.config = config or SamplingConfig()
-        tokenizer.padding_side = "left"
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        self.device = next(model.parameters()).device
+        self.device, self.eos_ids = _prepare(model, tokenizer)
         vocab = model.get_output_embeddings().weight.shape[0]
         pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
         starts_space = torch.zeros(vocab, dtype=torch.bool)
@@ -115,8 +122,6 @@ class CandidateSampler:
             has_terminal[i] = any(c in TERMINALS for c in piece)
         self.starts_space = starts_space.to(self.device)
         self.has_terminal = has_terminal.to(self.device)
-        eos = tokenizer.eos_token_id
-        self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
 
     # ------------------------------------------------------------------ logits processing
     def _next_tokens(
@@ -396,11 +401,7 @@ class SequentialCandidateSampler:
         self.tokenizer = tokenizer
         self.splitter = splitter
         self.config = config or SamplingConfig()
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        self.device = next(model.parameters()).device
-        eos = tokenizer.eos_token_id
-        self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        self.device, self.eos_ids = _prepare(model, tokenizer)
         cfg = self.config
         self.generation_config = GenerationConfig(
             do_sample=True,
