@@ -55,6 +55,23 @@ def test_datamodule_drops_the_last_training_batch_but_keeps_validation_rows(tmp_
     assert [len(b["text"]) for b in dm.val_dataloader()] == [4, 1]
 
 
+def test_datamodule_reads_several_files_in_order_and_drops_repeated_texts(tmp_path):
+    write_pairs(tmp_path / "a.jsonl", 3)  # text 0..2
+    with (tmp_path / "b.jsonl").open("w") as f:
+        for text, para in [("text 1", "other 1"), ("text 7", "para 7"), ("text 8", "para 8")]:
+            f.write(json.dumps({"text": text, "paraphrase": para}) + "\n")
+    files = [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    dm = PairDataModule(files, None, batch_size=2, max_train_pairs=4)
+    dm.setup("fit")
+    # "text 1" from b.jsonl repeats a text of a.jsonl: dropped before the limit is applied
+    assert dm.train_set.pairs == [
+        ("text 0", "para 0"),
+        ("text 1", "para 1"),
+        ("text 2", "para 2"),
+        ("text 7", "para 7"),
+    ]
+
+
 def test_datamodule_rejects_too_few_pairs(tmp_path):
     write_pairs(tmp_path / "train.jsonl", 3)
     dm = PairDataModule(str(tmp_path / "train.jsonl"), None, batch_size=4)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 
@@ -43,6 +44,22 @@ def read_pairs(path: str | Path, limit: int | None = None) -> list[tuple[str, st
     return pairs
 
 
+def distinct_texts(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``pairs`` without those whose text already appeared in an earlier pair.
+
+    Two pairs with one text in a training batch make each other's paraphrase that text's hardest
+    negative, and the loss would push a true paraphrase away. News repeats sentences across
+    articles, and pair files built with different seeds share sources.
+    """
+    seen: set[str] = set()
+    kept = []
+    for text, paraphrase in pairs:
+        if text not in seen:
+            seen.add(text)
+            kept.append((text, paraphrase))
+    return kept
+
+
 class PairDataset(Dataset):
     """In-memory list of ``(text, paraphrase)`` pairs."""
 
@@ -71,7 +88,7 @@ class PairDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        train_file: str = "data/pairs/news-train.jsonl",
+        train_file: str | list[str] = "data/pairs/news-train.jsonl",
         val_file: str | None = "data/pairs/news-val.jsonl",
         batch_size: int = 32,
         val_batch_size: int | None = None,
@@ -81,12 +98,14 @@ class PairDataModule(L.LightningDataModule):
     ) -> None:
         """
         Args:
-            train_file: JSONL training pairs.
+            train_file: JSONL training pairs, or a list of such files read one after the other
+                (e.g. LM paraphrases first, then WordNet ones). Pairs whose text already
+                appeared are dropped (see ``distinct_texts``).
             val_file: JSONL held-out pairs (``None`` disables validation).
             batch_size: pairs per training batch and per process; the hardest negative is
                 searched among ``batch_size * world_size`` paraphrases.
             val_batch_size: pairs per validation batch (default: ``batch_size``).
-            max_train_pairs: use only the first this many training pairs.
+            max_train_pairs: use only the first this many (distinct) training pairs.
             max_val_pairs: use only the first this many validation pairs.
             num_workers: ``DataLoader`` workers (strings need no heavy loading; 0 is fine).
         """
@@ -100,11 +119,19 @@ class PairDataModule(L.LightningDataModule):
     def setup(self, stage: str) -> None:
         hp = self.hparams
         if stage == "fit" and self.train_set is None:
-            self.train_set = PairDataset(read_pairs(hp.train_file, hp.max_train_pairs))
+            files = [hp.train_file] if isinstance(hp.train_file, str) else list(hp.train_file)
+            pairs = [pair for path in files for pair in read_pairs(path)]
+            distinct = distinct_texts(pairs)
+            kept = distinct[: hp.max_train_pairs]
+            rank_zero_info(
+                f"training pairs: {len(kept)} used of {len(pairs)} in {len(files)} file(s) "
+                f"({len(pairs) - len(distinct)} with a repeated text dropped)"
+            )
+            self.train_set = PairDataset(kept)
             if len(self.train_set) < hp.batch_size:
                 raise ValueError(
-                    f"{hp.train_file} has {len(self.train_set)} pairs, fewer than one batch "
-                    f"of {hp.batch_size} (training drops incomplete batches)"
+                    f"{', '.join(map(str, files))}: {len(self.train_set)} distinct pairs, fewer "
+                    f"than one batch of {hp.batch_size} (training drops incomplete batches)"
                 )
         if stage in ("fit", "validate") and self.val_set is None and hp.val_file:
             self.val_set = PairDataset(read_pairs(hp.val_file, hp.max_val_pairs))
