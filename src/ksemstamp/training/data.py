@@ -8,11 +8,16 @@ happens in the ``EncoderModule`` because the tokenizer belongs to the encoder.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 from pathlib import Path
+from typing import TypeVar
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
+
+T = TypeVar("T")
 
 
 def read_pairs(path: str | Path, limit: int | None = None) -> list[tuple[str, str]]:
@@ -44,8 +49,9 @@ def read_pairs(path: str | Path, limit: int | None = None) -> list[tuple[str, st
     return pairs
 
 
-def distinct_texts(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """``pairs`` without those whose text already appeared in an earlier pair.
+def distinct_texts(pairs: Sequence[T], text: Callable[[T], str] = itemgetter(0)) -> list[T]:
+    """``pairs`` without those whose text (``text(pair)``, by default ``pair[0]``) already
+    appeared in an earlier pair.
 
     Two pairs with one text in a training batch make each other's paraphrase that text's hardest
     negative, and the loss would push a true paraphrase away. News repeats sentences across
@@ -53,10 +59,10 @@ def distinct_texts(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """
     seen: set[str] = set()
     kept = []
-    for text, paraphrase in pairs:
-        if text not in seen:
-            seen.add(text)
-            kept.append((text, paraphrase))
+    for pair in pairs:
+        if text(pair) not in seen:
+            seen.add(text(pair))
+            kept.append(pair)
     return kept
 
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from operator import itemgetter
 from pathlib import Path
 
 import torch
 
 from ..partition import kmeans_regions
+from .data import distinct_texts
 from .loss import cosine_gap
 
 
@@ -74,7 +76,7 @@ def agreement_report(
 
 def evaluate(
     encoder_spec: str,
-    pairs: str | Path,
+    pairs: str | Path | Sequence[str | Path],
     centroids_file: str | None = None,
     fit_sentences: int = 20000,
     k: int = 8,
@@ -82,7 +84,10 @@ def evaluate(
     margin: float = 0.035,
     batch_size: int = 32,
 ) -> dict:
-    """Embed the pairs and report agreement overall and per ``method`` of the pair file.
+    """Embed the pairs and report agreement overall and per ``method`` of the pair file(s).
+
+    Several pair files are read one after the other; a pair whose text already appeared is
+    skipped, so a text counts once.
 
     With ``centroids_file`` the file's centroids are used (after a fingerprint check); otherwise
     centroids are fitted once per k-means seed in ``seeds``, the domain sentences embedded once,
@@ -93,7 +98,10 @@ def evaluate(
     from ..encoding import embed
 
     encoder = load_encoder(encoder_spec)
-    rows = read_pair_rows(pairs)
+    files = [pairs] if isinstance(pairs, str | Path) else list(pairs)
+    rows = distinct_texts(
+        [row for path in files for row in read_pair_rows(path)], itemgetter("text")
+    )
     text_emb = embed(encoder, [r["text"] for r in rows])
     para_emb = embed(encoder, [r["paraphrase"] for r in rows])
     methods = sorted({r.get("method", "unknown") for r in rows})
@@ -114,6 +122,7 @@ def evaluate(
         loaded.check_encoder(encoder_fingerprint(encoder), encoder_spec)
         return {
             "encoder": encoder_spec,
+            "pair_files": [str(f) for f in files],
             "centroids": centroids_file,
             "margin": margin,
             **report_for(loaded.centroids),
@@ -126,6 +135,7 @@ def evaluate(
     first = per_seed[seeds[0]]
     report = {
         "encoder": encoder_spec,
+        "pair_files": [str(f) for f in files],
         "centroids": f"fitted on {len(flat)} news fit-split sentences, seed {seeds[0]}",
         "margin": margin,
         **first,
@@ -151,7 +161,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--encoder", required=True, help="encoder spec (alias, folder, Hub id)")
-    parser.add_argument("--pairs", required=True, help="JSONL pair file (held-out)")
+    parser.add_argument(
+        "--pairs", required=True, nargs="+", help="JSONL pair file(s), held out from training"
+    )
     parser.add_argument("--centroids", help="CentroidFile for this encoder (else fit them)")
     parser.add_argument("--fit-sentences", type=int, default=20000)
     parser.add_argument("--k", type=int, default=8)
