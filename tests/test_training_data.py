@@ -149,3 +149,28 @@ def test_agreement_report_counts_shared_regions_and_margin():
     assert report["margin_pass_rate"] == pytest.approx(0.75)
     assert report["region_agreement_margin"] == pytest.approx(1.0)
     assert report["chance_agreement"] == pytest.approx(0.5**2 + 0.5**2)
+
+
+def test_agreement_plot_draws_one_bar_per_report_and_group(tmp_path, monkeypatch):
+    from ksemstamp.training import evaluate
+
+    def report(value):
+        group = {"pairs": 10, "region_agreement": value, "chance_agreement": 0.15}
+        over = {"seeds": [0, 1], "all/region_agreement": {"mean": value, "min": 0.5, "max": 0.9}}
+        return {"encoder": "x", "all": group, "lm": dict(group), "over_seeds": over}
+
+    bars = []
+    import matplotlib.axes
+
+    real_bar = matplotlib.axes.Axes.bar
+
+    def spy(self, x, height, *args, **kwargs):
+        bars.append((list(x), list(height)))
+        return real_bar(self, x, height, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar", spy)
+    path = tmp_path / "agreement.png"
+    evaluate.plot_agreement({"base": report(0.8), "tuned": report(0.6)}, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [h for _, h in bars] == [[0.8, 0.8], [0.6, 0.6]]  # two groups: all, lm
+    assert bars[0][0][0] < bars[1][0][0]  # side by side, base first

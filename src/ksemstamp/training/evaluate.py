@@ -155,6 +155,43 @@ def evaluate(
     return report
 
 
+def plot_agreement(reports: dict[str, dict], path: str | Path) -> None:
+    """Bar chart of region agreement per pair group (all, and each paraphrase method), one bar
+    per report; whiskers span the k-means seeds when a report has several, and a dashed tick
+    marks chance agreement."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [g for g in next(iter(reports.values())) if isinstance(g, str) and g != "over_seeds"]
+    groups = [g for g in groups if all(isinstance(r.get(g), dict) for r in reports.values())]
+    width = 0.8 / len(reports)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(groups), 3.6))
+    for j, (label, report) in enumerate(reports.items()):
+        x = [i + (j - (len(reports) - 1) / 2) * width for i in range(len(groups))]
+        heights, low, high = [], [], []
+        for g in groups:
+            seeds = report.get("over_seeds", {}).get(f"{g}/region_agreement")
+            mean = seeds["mean"] if seeds else report[g]["region_agreement"]
+            heights.append(mean)
+            low.append(mean - seeds["min"] if seeds else 0.0)
+            high.append(seeds["max"] - mean if seeds else 0.0)
+        ax.bar(x, heights, width, yerr=[low, high], capsize=3, label=label)
+        for xi, g in zip(x, groups, strict=True):
+            chance = report[g]["chance_agreement"]
+            ax.plot([xi - width / 2, xi + width / 2], [chance, chance], "k--", lw=0.8)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{g}\n({reports[next(iter(reports))][g]['pairs']} pairs)" for g in groups])
+    ax.set_ylabel("region agreement under paraphrase")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("Text and paraphrase in the same k-means region (dashed: chance)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m ksemstamp.training.evaluate``: region agreement of an encoder on pairs."""
     parser = argparse.ArgumentParser(
@@ -173,7 +210,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--margin", type=float, default=0.035)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--output", help="also write the report as JSON here")
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        default=[],
+        metavar="LABEL=REPORT.json",
+        help="earlier reports (--output files) to plot beside this one",
+    )
+    parser.add_argument("--label", help="this encoder's label in the plot (default: --encoder)")
+    parser.add_argument("--plot", help="write a bar chart of region agreement (PNG) here")
     args = parser.parse_args(argv)
+    earlier = {}
+    for item in args.compare:
+        label, sep, path = item.partition("=")
+        if not sep:
+            parser.error(f"--compare takes LABEL=REPORT.json, got {item!r}")
+        earlier[label] = json.loads(Path(path).read_text())
     report = evaluate(
         args.encoder,
         args.pairs,
@@ -190,6 +242,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         from ..assets import write_json_atomic
 
         write_json_atomic(args.output, report)
+    if args.plot:
+        plot_agreement({**earlier, args.label or args.encoder: report}, args.plot)
+        print(f"wrote {args.plot}")
 
 
 if __name__ == "__main__":
