@@ -106,6 +106,32 @@ def test_score_texts_follows_the_detector_rules(hash_scheme):
     ]
 
 
+def test_embedding_store_is_reused_by_a_second_run(hash_encoder, tmp_path):
+    from ksemstamp.calibration import CachedEncoder
+
+    store = tmp_path / "emb" / "enc.pt"
+    first = CachedEncoder(hash_encoder, store=store)
+    first.prefill(["A cat sat.", "A dog ran."])
+    want = first.encode(["A dog ran."])
+    assert store.is_file() and hash_encoder.calls == 1
+
+    second = CachedEncoder(hash_encoder, store=store)  # a later run: nothing to embed
+    assert torch.equal(second.encode(["A dog ran."]), want) and hash_encoder.calls == 1
+    second.prefill(["A cat sat.", "A bird sang."])  # only the new sentence is embedded
+    assert hash_encoder.calls == 2
+    assert len(CachedEncoder(hash_encoder, store=store).cache) == 3
+
+
+def test_embedding_store_names_the_encoder_weights(monkeypatch, tmp_path):
+    from ksemstamp.calibration import embedding_store
+
+    monkeypatch.setenv("KSEMSTAMP_CACHE", str(tmp_path))
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    assert embedding_store(a).parent == tmp_path / "embeddings"
+    assert embedding_store(a) == embedding_store(a) != embedding_store(b)
+    assert embedding_store(object()) is None  # a stand-in encoder is not cached on disk
+
+
 def test_ks_distance_and_tpr_at_fpr():
     grid = (np.arange(1000) + 0.5) / 1000
     ks, excess = ks_distance(grid)
@@ -162,8 +188,10 @@ def test_exact_test_flags_at_most_alpha_of_key_independent_human_text(default_sc
 
 
 @pytest.mark.e2e
-def test_calibrate_command_writes_json_report_and_png(tmp_path):
+def test_calibrate_command_writes_json_report_and_png(tmp_path, monkeypatch):
     from ksemstamp.keys import DEMO_KEY, key_fingerprint
+
+    monkeypatch.setenv("KSEMSTAMP_CACHE", str(tmp_path / "cache"))  # the embedding store
 
     fingerprint = key_fingerprint("test-suite-key")  # conftest sets KSEMSTAMP_KEY
     marked = tmp_path / "marked.jsonl"
@@ -215,6 +243,7 @@ def test_calibrate_command_writes_json_report_and_png(tmp_path):
     assert "python watermark.py calibrate --output-dir" in report and "| overall (" in report
     assert (out / "pvalues.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(out.glob("*.tmp*"))
+    assert len(list((tmp_path / "cache" / "embeddings").glob("*.pt"))) == 1
 
 
 def test_hash_encoder_calibration_runs_without_models(hash_scheme, tmp_path):

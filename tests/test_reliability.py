@@ -114,7 +114,7 @@ def test_key_appears_in_no_output_stream_or_error(tmp_path, monkeypatch, capfd):
     run(
         ["calibrate", "--key", FLAG_KEY, "--sources", "news", "--max-texts", "6"]
         + ["--num-keys", "2", "--simulated-per-key", "2", "--quiet"]
-        + ["--output-dir", str(tmp_path / "cal")]
+        + ["--output-dir", str(tmp_path / "cal"), "--no-embedding-cache"]
     )
     with pytest.raises(ValueError) as err:
         WatermarkConfig(key=YAML_KEY, gamma=2.0, margin=-1)

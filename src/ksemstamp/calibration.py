@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import csv
 import io
+import os
 import random
 import time
 import zipfile
@@ -38,7 +39,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .assets import _package_dir, news_articles, write_json_atomic
+from .assets import (
+    _package_dir,
+    cache_dir,
+    encoder_fingerprint,
+    news_articles,
+    write_json_atomic,
+)
 from .detector import Detector
 from .encoding import embed
 from .jsonl import read_jsonl
@@ -201,12 +208,20 @@ class CachedEncoder:
 
     ``prefill`` embeds new sentences in chunks (with a progress bar); ``encode`` answers from
     the cache, embedding whatever is missing. Embeddings are unit vectors, as ``embed`` returns.
+
+    With ``store`` (a ``.pt`` file, one per encoder: name it by the encoder's fingerprint) the
+    cache starts from the file's embeddings and ``prefill`` writes it back when it embedded
+    something new, so a second calibration of the same texts embeds nothing.
     """
 
-    def __init__(self, encoder, batch_size: int = 64) -> None:
+    def __init__(self, encoder, batch_size: int = 64, store: str | Path | None = None) -> None:
         self.encoder = encoder
         self.batch_size = batch_size
         self.cache: dict[str, torch.Tensor] = {}
+        self.store = Path(store) if store is not None else None
+        if self.store is not None and self.store.is_file():
+            saved = torch.load(self.store, weights_only=True)
+            self.cache.update(zip(saved["sentences"], saved["embeddings"], strict=True))
 
     def get_embedding_dimension(self) -> int:
         return self.encoder.get_embedding_dimension()
@@ -221,19 +236,40 @@ class CachedEncoder:
             self.cache.update(zip(part, vectors, strict=True))
             bar.update(len(part))
         bar.close()
+        if todo and self.store is not None:
+            self.store.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.store.with_suffix(".tmp")
+            saved = {
+                "sentences": list(self.cache),
+                "embeddings": torch.stack(list(self.cache.values())),
+            }
+            torch.save(saved, tmp)
+            os.replace(tmp, self.store)  # atomic: an interrupted save leaves the old file
 
     def encode(self, sentences, batch_size=None, convert_to_tensor=True, show_progress_bar=False):
         self.prefill(sentences)
         return torch.stack([self.cache[s] for s in sentences])
 
 
-def with_cached_encoder(scheme: WatermarkScheme) -> WatermarkScheme:
-    """A shallow copy of ``scheme`` whose encoder embeds each distinct sentence once."""
+def with_cached_encoder(
+    scheme: WatermarkScheme, store: str | Path | None = None
+) -> WatermarkScheme:
+    """A shallow copy of ``scheme`` whose encoder embeds each distinct sentence once (and keeps
+    the embeddings in ``store``, see ``CachedEncoder``)."""
     if isinstance(scheme.encoder, CachedEncoder):
         return scheme
     cached = copy.copy(scheme)
-    cached.encoder = CachedEncoder(scheme.encoder, scheme.encode_batch_size)
+    cached.encoder = CachedEncoder(scheme.encoder, scheme.encode_batch_size, store)
     return cached
+
+
+def embedding_store(encoder) -> Path | None:
+    """Where calibration keeps ``encoder``'s sentence embeddings: one file per weights
+    fingerprint and maximum sequence length (``None`` for an encoder that is not a module)."""
+    if not isinstance(encoder, torch.nn.Module):
+        return None
+    length = getattr(encoder, "max_seq_length", None)
+    return cache_dir() / "embeddings" / f"{encoder_fingerprint(encoder)}-len{length}.pt"
 
 
 # ---------------------------------------------------------------------- key-free scoring
@@ -543,6 +579,8 @@ class CalibrationSettings:
     alphas: tuple[float, ...] = ALPHAS
     watermarked: tuple[str, ...] = ()
     """JSONL files written by ``generate`` under the configured key (real power)."""
+    reuse_embeddings: bool = True
+    """Keep sentence embeddings on disk (``embedding_store``) and reuse them in later runs."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -604,7 +642,8 @@ def run_calibration(
     texts, available = human_texts(
         scheme.splitter, settings.sources, settings.max_texts, settings.window_words, settings.seed
     )
-    scheme = with_cached_encoder(scheme)
+    store = embedding_store(scheme.encoder) if settings.reuse_embeddings else None
+    scheme = with_cached_encoder(scheme, store)
     human = score_texts(
         scheme, [t.text for t in texts], [t.source for t in texts], progress=progress
     )

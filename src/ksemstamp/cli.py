@@ -142,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated watermarked region sequences per key (0: none)",
     )
     cal.add_argument("--calibration-seed", type=int, default=0, help="keys and sampling seed")
+    cal.add_argument(
+        "--no-embedding-cache",
+        dest="reuse_embeddings",
+        action="store_false",
+        help="embed every sentence afresh instead of reusing embeddings kept from earlier runs "
+        "(kept under KSEMSTAMP_CACHE/embeddings, one file per encoder fingerprint)",
+    )
     common(cal)
 
     from .evaluation.run import add_arguments as add_evaluate_arguments
@@ -416,6 +423,7 @@ def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
         simulated_per_key=args.simulated_per_key,
         seed=args.calibration_seed,
         watermarked=tuple(args.watermarked),
+        reuse_embeddings=args.reuse_embeddings,
     )
     scheme = build_scheme(cfg)
     shown = ("encoder", "partition", "centroids", "gamma", "valid_mode")
