@@ -155,7 +155,12 @@ def test_agreement_plot_draws_one_bar_per_report_and_group(tmp_path, monkeypatch
     from ksemstamp.training import evaluate
 
     def report(value):
-        group = {"pairs": 10, "region_agreement": value, "chance_agreement": 0.15}
+        group = {
+            "pairs": 10,
+            "region_agreement": value,
+            "region_agreement_margin": value + 0.05,
+            "chance_agreement": 0.15,
+        }
         over = {"seeds": [0, 1], "all/region_agreement": {"mean": value, "min": 0.5, "max": 0.9}}
         return {"encoder": "x", "all": group, "lm": dict(group), "over_seeds": over}
 
@@ -172,5 +177,7 @@ def test_agreement_plot_draws_one_bar_per_report_and_group(tmp_path, monkeypatch
     path = tmp_path / "agreement.png"
     evaluate.plot_agreement({"base": report(0.8), "tuned": report(0.6)}, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert [h for _, h in bars] == [[0.8, 0.8], [0.6, 0.6]]  # two groups: all, lm
+    # two panels (all pairs, margin-passing texts) x two reports x two groups (all, lm)
+    heights = [pytest.approx(h) for _, h in bars]
+    assert heights == [[0.8, 0.8], [0.6, 0.6], [0.85, 0.85], [0.65, 0.65]]
     assert bars[0][0][0] < bars[1][0][0]  # side by side, base first

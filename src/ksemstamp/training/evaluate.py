@@ -156,37 +156,45 @@ def evaluate(
 
 
 def plot_agreement(reports: dict[str, dict], path: str | Path) -> None:
-    """Bar chart of region agreement per pair group (all, and each paraphrase method), one bar
-    per report; whiskers span the k-means seeds when a report has several, and a dashed tick
-    marks chance agreement."""
+    """Bar charts of region agreement per pair group (all, and each paraphrase method), one bar
+    per report: over all pairs, and over pairs whose text passes the margin (the sentences a
+    watermark emits). Whiskers span the k-means seeds when a report has several; dashed ticks
+    mark chance agreement."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = [g for g in next(iter(reports.values())) if isinstance(g, str) and g != "over_seeds"]
+    first = next(iter(reports.values()))
+    groups = [g for g, v in first.items() if isinstance(v, dict) and "region_agreement" in v]
     groups = [g for g in groups if all(isinstance(r.get(g), dict) for r in reports.values())]
     width = 0.8 / len(reports)
-    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(groups), 3.6))
-    for j, (label, report) in enumerate(reports.items()):
-        x = [i + (j - (len(reports) - 1) / 2) * width for i in range(len(groups))]
-        heights, low, high = [], [], []
-        for g in groups:
-            seeds = report.get("over_seeds", {}).get(f"{g}/region_agreement")
-            mean = seeds["mean"] if seeds else report[g]["region_agreement"]
-            heights.append(mean)
-            low.append(mean - seeds["min"] if seeds else 0.0)
-            high.append(seeds["max"] - mean if seeds else 0.0)
-        ax.bar(x, heights, width, yerr=[low, high], capsize=3, label=label)
-        for xi, g in zip(x, groups, strict=True):
-            chance = report[g]["chance_agreement"]
-            ax.plot([xi - width / 2, xi + width / 2], [chance, chance], "k--", lw=0.8)
-    ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([f"{g}\n({reports[next(iter(reports))][g]['pairs']} pairs)" for g in groups])
-    ax.set_ylabel("region agreement under paraphrase")
-    ax.set_ylim(0, 1)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.set_title("Text and paraphrase in the same k-means region (dashed: chance)", fontsize=9)
+    panels = {
+        "region_agreement": "all pairs",
+        "region_agreement_margin": "texts passing the margin",
+    }
+    fig, axes = plt.subplots(1, 2, figsize=(2.5 + 2.6 * len(groups), 3.8), sharey=True)
+    for ax, (key, title) in zip(axes, panels.items(), strict=True):
+        for j, (label, report) in enumerate(reports.items()):
+            x = [i + (j - (len(reports) - 1) / 2) * width for i in range(len(groups))]
+            heights, low, high = [], [], []
+            for g in groups:
+                seeds = report.get("over_seeds", {}).get(f"{g}/{key}")
+                mean = seeds["mean"] if seeds else report[g][key]
+                heights.append(mean)
+                low.append(mean - seeds["min"] if seeds else 0.0)
+                high.append(seeds["max"] - mean if seeds else 0.0)
+            ax.bar(x, heights, width, yerr=[low, high], capsize=3, label=label)
+            for xi, g in zip(x, groups, strict=True):
+                chance = report[g]["chance_agreement"]
+                ax.plot([xi - width / 2, xi + width / 2], [chance, chance], "k--", lw=0.8)
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([f"{g}\n({first[g]['pairs']} pairs)" for g in groups])
+        ax.set_title(title, fontsize=9)
+        ax.set_ylim(0, 1)
+    axes[0].set_ylabel("text and paraphrase in one region")
+    axes[1].legend(loc="lower right", fontsize=8)
+    fig.suptitle("Region agreement under paraphrase (dashed: chance)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
