@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from ksemstamp.assets import encoder_fingerprint, load_encoder  # noqa: E402
 from ksemstamp.centroids import CentroidFile  # noqa: E402
+from ksemstamp.training.loss import margin_contrastive_loss, region_consistency_loss  # noqa: E402
 from ksemstamp.training.module import EncoderModule  # noqa: E402
 from train import cli_main  # noqa: E402
 
@@ -185,9 +186,13 @@ def test_cpu_fit_writes_checkpoint_with_centroids_and_resumes(tmp_path):
 @pytest.mark.e2e
 def test_ddp_spawn_two_process_fit_produces_the_same_artefacts(tmp_path):
     config = make_config(tmp_path, devices=2)
-    fit(config)
+    # With the region term on, every rank fits provisional centroids in on_train_start (a
+    # collective: embedding shards, broadcast) before the first step.
+    fit(config, "--model.region_weight=0.5")
     check_artefacts(tmp_path)
-    assert "val/region_agreement" in logged_metrics(tmp_path)
+    metrics = logged_metrics(tmp_path)
+    assert "val/region_agreement" in metrics
+    assert metrics["train/region_loss"] and all(v >= 0 for v in metrics["train/region_loss"])
 
 
 @pytest.mark.e2e
@@ -208,3 +213,23 @@ def test_module_gathers_negatives_from_all_ranks_with_own_offset(monkeypatch):
     assert calls == [True]  # gradients must flow back through the gather
     assert columns.shape == (6, 4) and offset == 3
     assert torch.equal(columns[:3], rank0) and torch.equal(columns[3:], positive)
+
+
+@pytest.mark.e2e
+def test_training_step_adds_the_weighted_region_term(monkeypatch):
+    module = EncoderModule(val_kmeans_sentences=8, region_weight=0.5, region_temperature=0.1)
+    module.encoder.eval()  # no dropout, so the embeddings below are the step's own
+    module._trainer = SimpleNamespace(world_size=1, global_rank=0)
+    logged = {}
+    monkeypatch.setattr(module, "log", lambda name, value, **kw: logged.update({name: value}))
+    module._val_centroids = torch.nn.functional.normalize(torch.randn(8, 384), dim=-1)
+    batch = {"text": [t for t, _ in PAIRS[:4]], "paraphrase": [p for _, p in PAIRS[:4]]}
+    loss = module.training_step(batch, 0)
+    with torch.no_grad():
+        anchor, positive = module(batch["text"]), module(batch["paraphrase"])
+    margin = margin_contrastive_loss(anchor, positive, delta=0.8, reduction="mean")
+    region = region_consistency_loss(anchor, positive, module._val_centroids, temperature=0.1)
+    assert torch.isclose(logged["train/region_loss"], region, atol=1e-5)
+    assert torch.isclose(loss, margin + 0.5 * region, atol=1e-5)
+    with pytest.raises(ValueError, match="val_kmeans_sentences"):
+        EncoderModule(val_kmeans_sentences=0, region_weight=1.0)

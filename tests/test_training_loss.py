@@ -13,7 +13,12 @@ import torch.distributed.nn  # noqa: F401 - registers torch.distributed.nn.funct
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from ksemstamp.training.loss import cosine_gap, hardest_negative_cosines, margin_contrastive_loss
+from ksemstamp.training.loss import (
+    cosine_gap,
+    hardest_negative_cosines,
+    margin_contrastive_loss,
+    region_consistency_loss,
+)
 
 
 def unit(*angles_deg: float) -> torch.Tensor:
@@ -92,6 +97,56 @@ def test_invalid_arguments_raise():
         margin_contrastive_loss(unit(0), unit(0))  # one pair: no negative exists
     with pytest.raises(ValueError):
         hardest_negative_cosines(a, a, offset=1)
+
+
+# --------------------------------------------------------------------------- region consistency
+
+
+def test_region_term_matches_cross_entropy_toward_midpoint_region():
+    centroids = unit(0, 90)
+    tau = 0.1
+    anchor, positive = unit(10), unit(30)  # midpoint 20 degrees: region of the 0-degree centroid
+
+    def ce(deg: float) -> float:
+        own, other = cosd(deg) / tau, cosd(90 - deg) / tau
+        return -(own - math.log(math.exp(own) + math.exp(other)))
+
+    loss = region_consistency_loss(anchor, positive, centroids, temperature=tau)
+    assert math.isclose(loss.item(), 0.5 * (ce(10) + ce(30)), rel_tol=1e-9)
+
+
+def test_region_term_pulls_a_straddling_pair_into_one_region():
+    # The boundary is at 45 degrees; the text (40) and paraphrase (60) sit on either side, and
+    # their midpoint (50) lies in the 90-degree region, so both must move toward 90 degrees.
+    centroids = unit(0, 90)
+    rad = torch.tensor([40.0, 60.0], dtype=torch.float64).mul(math.pi / 180).requires_grad_()
+    vecs = torch.stack([torch.cos(rad), torch.sin(rad)], dim=-1)
+    region_consistency_loss(vecs[:1], vecs[1:], centroids, temperature=0.1).backward()
+    assert torch.all(rad.grad < 0)  # gradient descent raises both angles
+
+
+def test_region_term_vanishes_deep_inside_a_region_and_ignores_scale():
+    centroids = unit(0, 90, 180, 270)
+    deep = region_consistency_loss(unit(0), unit(3), centroids, temperature=0.05)
+    edge = region_consistency_loss(unit(40), unit(50), centroids, temperature=0.05)
+    assert deep.item() < 1e-6 < edge.item()
+    scaled = region_consistency_loss(7 * unit(40), 0.5 * unit(50), 3 * centroids, temperature=0.05)
+    assert torch.isclose(scaled, edge)
+
+
+def test_region_term_treats_centroids_as_constants_and_checks_arguments():
+    centroids = unit(0, 90).requires_grad_()
+    anchor = unit(40).requires_grad_()
+    region_consistency_loss(anchor, unit(60), centroids).backward()
+    assert anchor.grad is not None and centroids.grad is None
+    with pytest.raises(ValueError):
+        region_consistency_loss(unit(0), unit(0, 90), unit(0, 90))
+    with pytest.raises(ValueError):
+        region_consistency_loss(unit(0), unit(0), torch.ones(2, 3, dtype=torch.float64))
+    with pytest.raises(ValueError):
+        region_consistency_loss(unit(0), unit(0), unit(0, 90), temperature=0.0)
+    with pytest.raises(ValueError):
+        region_consistency_loss(unit(0), unit(0), unit(0, 90), reduction="max")
 
 
 # --------------------------------------------------------------------------- gradients under DDP

@@ -8,6 +8,9 @@ where ``t'_i`` is the hardest negative: the paraphrase column ``t_j`` (``j != i`
 to ``s_i``. Rows are this process's anchors; columns are the paraphrases of this process or,
 under data parallelism, of every process (gathered in rank order). ``offset`` is where this
 process's own paraphrases start among the columns (``rank * batch``).
+
+``region_consistency_loss`` is an optional second term, not in the paper: it pulls a text and
+its paraphrase into the same k-means region of given centroids (see its docstring).
 """
 
 from __future__ import annotations
@@ -76,6 +79,57 @@ def margin_contrastive_loss(
     pos = F.cosine_similarity(anchor, positive, dim=-1)  # (B,)
     neg = hardest_negative_cosines(anchor, candidates, offset)  # (B,)
     losses = torch.clamp(delta - pos + neg, min=0.0)
+    if reduction == "sum":
+        return losses.sum()
+    if reduction == "mean":
+        return losses.mean()
+    return losses
+
+
+def region_consistency_loss(
+    anchor: Tensor,
+    positive: Tensor,
+    centroids: Tensor,
+    temperature: float = 0.05,
+    reduction: str = "mean",
+) -> Tensor:
+    """Cross-entropy pulling a text and its paraphrase into the region of their midpoint.
+
+    The target region of pair ``i`` is the centroid nearest (by cosine) to the mean of the unit
+    vectors of ``s_i`` and ``t_i``; each side is then scored by the cross-entropy of its
+    softmax over ``cos(x, c_k) / temperature`` against that target, and the two are averaged.
+    A pair straddling a boundary is pulled to one side of it; a pair deep inside one region,
+    whose cosine to its centroid beats the next by several temperatures, contributes almost
+    nothing. The watermark's margin test (the gap between the two nearest centroids) rewards
+    the same thing, so the term also keeps fewer texts near boundaries.
+
+    Args:
+        anchor: ``(B, D)`` embeddings of the texts.
+        positive: ``(B, D)`` embeddings of their paraphrases.
+        centroids: ``(K, D)`` region centroids (normalised here); treated as constants.
+        temperature: softmax temperature on cosines (> 0).
+        reduction: ``"sum"``, ``"mean"`` or ``"none"`` (per-pair ``(B,)``).
+    """
+    if anchor.shape != positive.shape or anchor.ndim != 2:
+        raise ValueError(
+            f"anchor and positive must both be (B, D), got {tuple(anchor.shape)} "
+            f"and {tuple(positive.shape)}"
+        )
+    if centroids.ndim != 2 or centroids.shape[-1] != anchor.shape[-1]:
+        raise ValueError(f"centroids must be (K, {anchor.shape[-1]}), got {tuple(centroids.shape)}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    c = F.normalize(centroids.detach().to(anchor.dtype), dim=-1)
+    a = F.normalize(anchor, dim=-1)
+    p = F.normalize(positive, dim=-1)
+    with torch.no_grad():
+        target = ((a + p) @ c.T).argmax(dim=-1)
+    losses = 0.5 * (
+        F.cross_entropy(a @ c.T / temperature, target, reduction="none")
+        + F.cross_entropy(p @ c.T / temperature, target, reduction="none")
+    )
     if reduction == "sum":
         return losses.sum()
     if reduction == "mean":

@@ -18,7 +18,7 @@ from torch import Tensor
 from ..assets import DEFAULT_ENCODER, encoder_fingerprint, load_encoder
 from ..centroids import domain_sentences, fit_kmeans
 from ..partition import kmeans_regions
-from .loss import cosine_gap, margin_contrastive_loss
+from .loss import cosine_gap, margin_contrastive_loss, region_consistency_loss
 
 
 class EncoderModule(L.LightningModule):
@@ -51,6 +51,8 @@ class EncoderModule(L.LightningModule):
         kmeans_seed: int = 0,
         embed_batch_size: int = 64,
         fused_adamw: bool = True,
+        region_weight: float = 0.0,
+        region_temperature: float = 0.05,
     ) -> None:
         """
         Args:
@@ -75,6 +77,11 @@ class EncoderModule(L.LightningModule):
             fused_adamw: use torch's fused AdamW kernel (CPU and GPU) instead of its per-parameter
                 loop; same update, one kernel for all parameters. sentence-transformers' trainer
                 uses it too (transformers' default optimizer).
+            region_weight: weight of ``region_consistency_loss`` added to the margin loss
+                (0, the default, trains with the paper's loss alone). Its centroids are the
+                provisional ones (``val_kmeans_sentences`` domain sentences, refitted with the
+                current encoder at the start of training and of every validation epoch).
+            region_temperature: softmax temperature of that term, on cosines.
         """
         super().__init__()
         if delta <= 0:
@@ -85,6 +92,14 @@ class EncoderModule(L.LightningModule):
             raise ValueError(f"num_regions must be >= 2, got {num_regions}")
         if loss_reduction not in ("mean", "sum"):
             raise ValueError(f"loss_reduction must be 'mean' or 'sum', got {loss_reduction!r}")
+        if region_weight < 0:
+            raise ValueError(f"region_weight must be >= 0, got {region_weight}")
+        if region_weight > 0 and val_kmeans_sentences <= 0:
+            raise ValueError(
+                "region_weight > 0 needs provisional centroids: set val_kmeans_sentences > 0"
+            )
+        if region_temperature <= 0:
+            raise ValueError(f"region_temperature must be > 0, got {region_temperature}")
         self.save_hyperparameters()
         self.encoder = load_encoder(encoder)
         if max_seq_length:
@@ -190,6 +205,16 @@ class EncoderModule(L.LightningModule):
             reduction=self.hparams.loss_reduction,
         )
         n = anchor.shape[0]
+        if self.hparams.region_weight > 0:
+            region = region_consistency_loss(
+                anchor,
+                positive,
+                self._val_centroids,
+                temperature=self.hparams.region_temperature,
+                reduction=self.hparams.loss_reduction,
+            )
+            self.log("train/region_loss", region, batch_size=n)
+            loss = loss + self.hparams.region_weight * region
         self.log("train/loss", loss, prog_bar=True, batch_size=n)
         with torch.no_grad():
             pos = F.cosine_similarity(anchor, positive, dim=-1).mean()
@@ -200,15 +225,24 @@ class EncoderModule(L.LightningModule):
         # Training moves the encoder, so centroids from an earlier run (a resumed final
         # checkpoint) no longer describe it; KMeansCallback refits them at the end.
         self.centroids_fitted.fill_(False)
+        if self.hparams.region_weight > 0 and (
+            self._val_centroids is None or self._val_centroids is self.centroids
+        ):
+            # No sanity-check validation has fitted provisional centroids for this encoder.
+            self._fit_provisional_centroids()
+
+    def _fit_provisional_centroids(self) -> None:
+        sentences = self.domain_sentence_list(self.hparams.val_kmeans_sentences)
+        self._val_centroids = self.fit_centroids(self.embed_sharded(sentences))
 
     def on_validation_epoch_start(self) -> None:
         # Collective under DDP (embedding shards, broadcast): runs on every rank.
-        self._val_centroids = None
         if bool(self.centroids_fitted):
             self._val_centroids = self.centroids
         elif self.hparams.val_kmeans_sentences > 0:
-            sentences = self.domain_sentence_list(self.hparams.val_kmeans_sentences)
-            self._val_centroids = self.fit_centroids(self.embed_sharded(sentences))
+            self._fit_provisional_centroids()
+        else:
+            self._val_centroids = None
 
     def validation_step(self, batch: dict[str, list[str]], batch_idx: int) -> None:
         anchor, positive = self._embed_pairs(batch)
