@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 
@@ -149,6 +150,15 @@ def test_agreement_report_counts_shared_regions_and_margin():
     assert report["margin_pass_rate"] == pytest.approx(0.75)
     assert report["region_agreement_margin"] == pytest.approx(1.0)
     assert report["chance_agreement"] == pytest.approx(0.5**2 + 0.5**2)
+    # Gaps to the boundary: 10 and 170 degrees are farthest (gap 1 - cos 160 - (1 - cos 20)),
+    # then 200, then 80. The top half are two agreeing pairs; the top three add 200 (agrees).
+    half = agreement_report(texts, paras, centroids, margin=0.5, batch_size=4, top_share=0.5)
+    assert half["top_share"] == pytest.approx(0.5)
+    assert half["region_agreement_top"] == pytest.approx(1.0)
+    expected = 2 * math.cos(math.radians(10))
+    assert half["top_margin"] == pytest.approx(expected, abs=1e-6)
+    all_texts = agreement_report(texts, paras, centroids, batch_size=4, top_share=1.0)
+    assert all_texts["region_agreement_top"] == pytest.approx(0.75)
 
 
 def test_agreement_plot_draws_one_bar_per_report_and_group(tmp_path, monkeypatch):
@@ -159,6 +169,8 @@ def test_agreement_plot_draws_one_bar_per_report_and_group(tmp_path, monkeypatch
             "pairs": 10,
             "region_agreement": value,
             "region_agreement_margin": value + 0.05,
+            "region_agreement_top": value + 0.1,
+            "top_share": 0.7,
             "chance_agreement": 0.15,
         }
         over = {"seeds": [0, 1], "all/region_agreement": {"mean": value, "min": 0.5, "max": 0.9}}
@@ -177,7 +189,7 @@ def test_agreement_plot_draws_one_bar_per_report_and_group(tmp_path, monkeypatch
     path = tmp_path / "agreement.png"
     evaluate.plot_agreement({"base": report(0.8), "tuned": report(0.6)}, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # two panels (all pairs, margin-passing texts) x two reports x two groups (all, lm)
+    # three panels (all pairs, margin-passing, top share) x two reports x two groups (all, lm)
     heights = [pytest.approx(h) for _, h in bars]
-    assert heights == [[0.8, 0.8], [0.6, 0.6], [0.85, 0.85], [0.65, 0.65]]
+    assert heights == [[0.8, 0.8], [0.6, 0.6], [0.85, 0.85], [0.65, 0.65], [0.9, 0.9], [0.7, 0.7]]
     assert bars[0][0][0] < bars[1][0][0]  # side by side, base first

@@ -10,6 +10,11 @@ Reports, over held-out pairs (overall and per paraphrase method):
 * ``region_agreement``: share of pairs whose text and paraphrase share a k-means region;
 * ``region_agreement_margin``: the same among texts that pass the generation margin ``m``
   (the watermark only ever emits such sentences, so this is the share that matters for it);
+* ``region_agreement_top``: the same among the ``--top-share`` of texts farthest from a region
+  boundary (largest gap between the two nearest centroids), with ``top_margin`` the margin
+  that keeps that share. The margin ``m`` is a cosine threshold, and fine-tuning changes the
+  scale of cosines, so one ``m`` rejects different shares of candidates for different
+  encoders; at a fixed share the comparison is at equal sampling cost;
 * ``chance_agreement``: agreement if the paraphrase's region were an independent draw from the
   texts' region frequencies (sum of squared shares), the level a useless encoder reaches;
 * ``cos_gap``: cos(text, own paraphrase) minus cos(text, hardest other paraphrase) within
@@ -52,11 +57,15 @@ def agreement_report(
     centroids: torch.Tensor,
     margin: float = 0.035,
     batch_size: int = 32,
+    top_share: float = 0.7,
 ) -> dict[str, float]:
-    """Region agreement, margin-filtered agreement, chance level and cosine gap of pairs."""
+    """Region agreement (all, margin-passing, top share by margin), chance level, cosine gap."""
     text_regions, text_ok = kmeans_regions(text_emb, centroids, margin)
     para_regions, _ = kmeans_regions(para_emb, centroids, 0.0)
     same = (text_regions == para_regions).float()
+    gap = boundary_gap(text_emb, centroids)
+    keep = max(1, round(top_share * len(gap)))
+    top = torch.topk(gap, keep).indices
     shares = torch.bincount(text_regions, minlength=centroids.shape[0]).double() / len(text_regions)
     gaps = [
         cosine_gap(text_emb[i : i + batch_size], para_emb[i : i + batch_size])
@@ -68,10 +77,25 @@ def agreement_report(
         "region_agreement": float(same.mean()),
         "region_agreement_margin": float(same[text_ok].mean()) if text_ok.any() else float("nan"),
         "margin_pass_rate": float(text_ok.float().mean()),
+        "region_agreement_top": float(same[top].mean()),
+        "top_share": keep / len(gap),
+        "top_margin": float(gap[top].min()),
         "chance_agreement": float((shares**2).sum()),
         "cos_gap": float(torch.cat(gaps).mean()) if gaps else float("nan"),
         "pos_cos": float(torch.nn.functional.cosine_similarity(text_emb, para_emb).mean()),
     }
+
+
+def boundary_gap(emb: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` cosine distance to the second-nearest centroid minus that to the nearest: the
+    largest margin ``m`` a text would still pass."""
+    dist = (
+        1.0
+        - torch.nn.functional.normalize(emb, dim=-1)
+        @ torch.nn.functional.normalize(centroids, dim=-1).T
+    )
+    two = torch.topk(dist, k=2, dim=-1, largest=False).values
+    return two[:, 1] - two[:, 0]
 
 
 def evaluate(
@@ -83,6 +107,7 @@ def evaluate(
     seeds: Sequence[int] = (0,),
     margin: float = 0.035,
     batch_size: int = 32,
+    top_share: float = 0.7,
 ) -> dict:
     """Embed the pairs and report agreement overall and per ``method`` of the pair file(s).
 
@@ -113,7 +138,9 @@ def evaluate(
 
     def report_for(centroids: torch.Tensor) -> dict:
         return {
-            name: agreement_report(text_emb[idx], para_emb[idx], centroids, margin, batch_size)
+            name: agreement_report(
+                text_emb[idx], para_emb[idx], centroids, margin, batch_size, top_share
+            )
             for name, idx in groups.items()
         }
 
@@ -143,7 +170,7 @@ def evaluate(
     if len(seeds) > 1:
         summary = {}
         for name in groups:
-            for key in ("region_agreement", "region_agreement_margin"):
+            for key in ("region_agreement", "region_agreement_margin", "region_agreement_top"):
                 values = torch.tensor([per_seed[s][name][key] for s in seeds])
                 summary[f"{name}/{key}"] = {
                     "mean": float(values.mean()),
@@ -171,9 +198,14 @@ def plot_agreement(reports: dict[str, dict], path: str | Path) -> None:
     width = 0.8 / len(reports)
     panels = {
         "region_agreement": "all pairs",
-        "region_agreement_margin": "texts passing the margin",
+        "region_agreement_margin": "texts passing the margin m",
     }
-    fig, axes = plt.subplots(1, 2, figsize=(2.5 + 2.6 * len(groups), 3.8), sharey=True)
+    if all("region_agreement_top" in r[groups[0]] for r in reports.values()):
+        share = first[groups[0]]["top_share"]
+        panels["region_agreement_top"] = f"{share:.0%} of texts farthest from a boundary"
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(1.0 + 2.0 * len(groups) * len(panels), 3.8), sharey=True
+    )
     for ax, (key, title) in zip(axes, panels.items(), strict=True):
         for j, (label, report) in enumerate(reports.items()):
             x = [i + (j - (len(reports) - 1) / 2) * width for i in range(len(groups))]
@@ -193,7 +225,7 @@ def plot_agreement(reports: dict[str, dict], path: str | Path) -> None:
         ax.set_title(title, fontsize=9)
         ax.set_ylim(0, 1)
     axes[0].set_ylabel("text and paraphrase in one region")
-    axes[1].legend(loc="lower right", fontsize=8)
+    axes[-1].legend(loc="lower right", fontsize=8)
     fig.suptitle("Region agreement under paraphrase (dashed: chance)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -217,6 +249,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--margin", type=float, default=0.035)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--top-share",
+        type=float,
+        default=0.7,
+        help="share of texts farthest from a boundary for region_agreement_top (0, 1]",
+    )
     parser.add_argument("--output", help="also write the report as JSON here")
     parser.add_argument(
         "--compare",
@@ -228,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--label", help="this encoder's label in the plot (default: --encoder)")
     parser.add_argument("--plot", help="write a bar chart of region agreement (PNG) here")
     args = parser.parse_args(argv)
+    if not 0.0 < args.top_share <= 1.0:
+        parser.error(f"--top-share must be in (0, 1], got {args.top_share}")
     earlier = {}
     for item in args.compare:
         label, sep, path = item.partition("=")
@@ -243,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.seeds,
         args.margin,
         args.batch_size,
+        args.top_share,
     )
     text = json.dumps(report, indent=2)
     print(text)
