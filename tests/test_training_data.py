@@ -150,6 +150,7 @@ def test_agreement_report_counts_shared_regions_and_margin():
     assert report["margin_pass_rate"] == pytest.approx(0.75)
     assert report["region_agreement_margin"] == pytest.approx(1.0)
     assert report["chance_agreement"] == pytest.approx(0.5**2 + 0.5**2)
+    assert report["region_kappa"] == pytest.approx((0.75 - 0.5) / (1 - 0.5))
     # Gaps to the boundary: 10 and 170 degrees are farthest (gap 1 - cos 160 - (1 - cos 20)),
     # then 200, then 80. The top half are two agreeing pairs; the top three add 200 (agrees).
     half = agreement_report(texts, paras, centroids, margin=0.5, batch_size=4, top_share=0.5)

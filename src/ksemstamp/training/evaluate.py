@@ -17,6 +17,9 @@ Reports, over held-out pairs (overall and per paraphrase method):
   encoders; at a fixed share the comparison is at equal sampling cost;
 * ``chance_agreement``: agreement if the paraphrase's region were an independent draw from the
   texts' region frequencies (sum of squared shares), the level a useless encoder reaches;
+* ``region_kappa``: agreement beyond chance, ``(agreement - chance) / (1 - chance)`` (Cohen's
+  kappa with the texts' shares for both sides). Raw agreement also rises when regions merely
+  become unequal in size; kappa does not reward that;
 * ``cos_gap``: cos(text, own paraphrase) minus cos(text, hardest other paraphrase) within
   consecutive batches of ``--batch-size`` pairs, as logged during validation;
 * ``pos_cos``: mean cos(text, own paraphrase).
@@ -72,15 +75,17 @@ def agreement_report(
         for i in range(0, len(text_emb), batch_size)
         if len(text_emb[i : i + batch_size]) >= 2
     ]
+    chance = float((shares**2).sum())
     return {
         "pairs": len(same),
         "region_agreement": float(same.mean()),
+        "region_kappa": (float(same.mean()) - chance) / (1.0 - chance) if chance < 1 else 0.0,
         "region_agreement_margin": float(same[text_ok].mean()) if text_ok.any() else float("nan"),
         "margin_pass_rate": float(text_ok.float().mean()),
         "region_agreement_top": float(same[top].mean()),
         "top_share": keep / len(gap),
         "top_margin": float(gap[top].min()),
-        "chance_agreement": float((shares**2).sum()),
+        "chance_agreement": chance,
         "cos_gap": float(torch.cat(gaps).mean()) if gaps else float("nan"),
         "pos_cos": float(torch.nn.functional.cosine_similarity(text_emb, para_emb).mean()),
     }
@@ -170,7 +175,12 @@ def evaluate(
     if len(seeds) > 1:
         summary = {}
         for name in groups:
-            for key in ("region_agreement", "region_agreement_margin", "region_agreement_top"):
+            for key in (
+                "region_agreement",
+                "region_agreement_margin",
+                "region_agreement_top",
+                "region_kappa",
+            ):
                 values = torch.tensor([per_seed[s][name][key] for s in seeds])
                 summary[f"{name}/{key}"] = {
                     "mean": float(values.mean()),
