@@ -233,3 +233,16 @@ def test_training_step_adds_the_weighted_region_term(monkeypatch):
     assert torch.isclose(loss, margin + 0.5 * region, atol=1e-5)
     with pytest.raises(ValueError, match="val_kmeans_sentences"):
         EncoderModule(val_kmeans_sentences=0, region_weight=1.0)
+
+
+@pytest.mark.parametrize("layer", ["news-ddp-cpu.yaml", "news-region.yaml"])
+def test_training_config_layers_parse(layer, capsys):
+    # --print_config parses and validates every key against the classes' signatures, then exits.
+    with pytest.raises(SystemExit) as exit_info:
+        fit(ROOT / "configs/train" / layer, "--print_config")
+    assert exit_info.value.code in (None, 0)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["delta"] == 0.8  # the paper's margin stays underneath
+    if layer == "news-region.yaml":
+        assert printed["model"]["region_weight"] == 0.2
+        assert len(printed["data"]["train_file"]) == 3
