@@ -169,8 +169,8 @@ def test_agreement_plot_draws_one_bar_per_report_and_group(tmp_path, monkeypatch
         group = {
             "pairs": 10,
             "region_agreement": value,
-            "region_agreement_margin": value + 0.05,
             "region_agreement_top": value + 0.1,
+            "region_kappa": value - 0.1,
             "top_share": 0.7,
             "chance_agreement": 0.15,
         }
@@ -190,7 +190,7 @@ def test_agreement_plot_draws_one_bar_per_report_and_group(tmp_path, monkeypatch
     path = tmp_path / "agreement.png"
     evaluate.plot_agreement({"base": report(0.8), "tuned": report(0.6)}, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # three panels (all pairs, margin-passing, top share) x two reports x two groups (all, lm)
+    # three panels (all pairs, kappa, top share) x two reports x two groups (all, lm)
     heights = [pytest.approx(h) for _, h in bars]
-    assert heights == [[0.8, 0.8], [0.6, 0.6], [0.85, 0.85], [0.65, 0.65], [0.9, 0.9], [0.7, 0.7]]
+    assert heights == [[0.8, 0.8], [0.6, 0.6], [0.7, 0.7], [0.5, 0.5], [0.9, 0.9], [0.7, 0.7]]
     assert bars[0][0][0] < bars[1][0][0]  # side by side, base first
