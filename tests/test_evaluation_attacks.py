@@ -92,3 +92,38 @@ def test_missing_seq2seq_paraphraser_fails_with_a_clear_error(tmp_path):
     paraphraser = Seq2SeqParaphraser(str(tmp_path / "no-such-pegasus"))  # loads lazily
     with pytest.raises(AssetError, match="no-such-pegasus.*No Pegasus/Parrot weights ship"):
         paraphraser.candidates(["The council met."])
+
+
+def test_first_line_stop_waits_for_text_before_a_line_break():
+    from ksemstamp.evaluation.attacks import FirstLineDone
+
+    class CharTokenizer:  # token id = character code
+        def batch_decode(self, rows, skip_special_tokens=True):
+            return ["".join(chr(int(t)) for t in row) for row in rows]
+
+    prompt = [ord(c) for c in "P:"]
+    rows = torch.tensor(
+        [prompt + [ord(c) for c in text] for text in (" \n  ab", "ab\ncd ", " a b  ")]
+    )
+    stop = FirstLineDone(CharTokenizer(), prompt_width=len(prompt))
+    # A leading blank line does not end the candidate; a break after text does.
+    assert stop(rows).tolist() == [False, True, False]
+
+
+@pytest.mark.e2e
+def test_cached_few_shot_examples_give_the_same_candidates_as_full_prompts():
+    from ksemstamp.evaluation.attacks import FewShotLMParaphraser
+
+    sentences = [
+        "The city council approved the new budget on Tuesday after a long debate.",
+        "Shares of the company rose 5% in early trading.",
+    ]
+    paraphraser = FewShotLMParaphraser(num_candidates=3, batch_size=4, cache_shots=False)
+    plain = paraphraser.candidates(sentences)
+    paraphraser.cache_shots = True
+    cached = paraphraser.candidates(sentences)
+    assert cached == plain  # same sampled tokens; batches of 4 rows span both sentences
+    assert all(len(c) >= 1 for c in cached)
+    assert paraphraser.prompt("x") == paraphraser.shots() + paraphraser.query("x")
+    # The cached path was the one taken: the two parts tokenize like the whole prompt.
+    assert "past_key_values" in paraphraser._inputs([paraphraser.query(s) for s in sentences])
