@@ -135,3 +135,32 @@ def test_novelty_rejects_repeated_transitions_until_patience(hash_encoder):
     # patience reached at the second candidate: a repeat is accepted there
     patient = run(2, [same[1], same[2]])
     assert patient.sentences[1].text == same[2] and patient.sentences[1].rejected_repeat == 1
+
+
+def test_text_ended_by_the_model_is_kept_and_an_empty_one_is_an_error(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    scheme.partition.margin = 0.0
+    prompt = "A prompt sentence."
+    good = _valid_after(scheme, int(scheme.regions([prompt])[0][0]), True)
+
+    def run(script):
+        sampler = ScriptedSampler(script)
+        wm = Watermarker(
+            scheme,
+            sampler,
+            max_candidates=4,
+            candidate_batch=2,
+            adaptive_batch=False,
+            max_new_tokens=100,
+            novelty_patience=0,
+        )
+        return wm.generate([prompt])[0]
+
+    # One accepted sentence, then only empty candidates until the budget is spent.
+    ended = run([[good], ["", ""], ["", ""]])
+    assert ended.status == "ok" and ended.text == good and ended.num_sentences == 1
+    assert ended.ended_by_model and ended.to_record()["ended_by_model"] is True
+    assert summarize([ended])["ended_by_model"] == 1
+    empty = run([["", ""], ["", ""]])
+    assert empty.status == "error" and "no usable sentence" in empty.error
+    assert not empty.ended_by_model and "ended_by_model" not in empty.to_record()

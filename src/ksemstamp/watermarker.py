@@ -68,6 +68,7 @@ class GenerationResult:
     sentences: list[SentenceRecord] = field(default_factory=list)
     status: str = "ok"
     error: str | None = None
+    ended_by_model: bool = False  # the LM kept ending the text before max_new_tokens
     seconds: float = 0.0
     decoded_tokens: int = 0
     wasted_tokens: int = 0
@@ -105,6 +106,8 @@ class GenerationResult:
         }
         if self.error:
             out["error"] = self.error
+        if self.ended_by_model:
+            out["ended_by_model"] = True
         return out
 
 
@@ -314,8 +317,13 @@ class Watermarker:
                 if chosen is None:
                     if doc.drawn >= self.max_candidates:  # only empty candidates: give up
                         doc.done = True
-                        doc.result.status = "error"
-                        doc.result.error = "the model produced no usable sentence"
+                        if doc.result.sentences:
+                            # The LM keeps ending the text here (end of text, or nothing a
+                            # sentence can be cut from): keep what it wrote, a shorter text.
+                            doc.result.ended_by_model = True
+                        else:
+                            doc.result.status = "error"
+                            doc.result.error = "the model produced no usable sentence"
                     continue
                 region = chosen.info[0] if chosen.info else -1
                 doc.result.sentences.append(
@@ -372,6 +380,7 @@ def summarize(results: Sequence[GenerationResult]) -> dict:
         "tokens": sum(r.num_tokens for r in ok),
         "candidates_per_sentence": candidates / sentences if sentences else None,
         "fallbacks": sum(r.fallbacks for r in ok),
+        "ended_by_model": sum(r.ended_by_model for r in ok),
         "rejected_region": sum(s.rejected_region for r in ok for s in r.sentences),
         "rejected_margin": sum(s.rejected_margin for r in ok for s in r.sentences),
         "rejected_repeat": sum(s.rejected_repeat for r in ok for s in r.sentences),

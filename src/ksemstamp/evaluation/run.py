@@ -514,6 +514,7 @@ def _generation_stats(records) -> dict:
             sum(r.get("rejected_margin", 0) for r in records) / candidates if candidates else None
         ),
         "fallbacks": sum(r.get("fallbacks", 0) for r in records),
+        "ended_by_model": sum(bool(r.get("ended_by_model")) for r in records),
         "mean_tokens": float(sum(r.get("num_tokens", 0) for r in records) / max(1, len(records))),
     }
 
