@@ -137,3 +137,48 @@ def test_ddp_spawn_predict_shards_merge_without_loss_or_duplicates(tmp_path):
     assert [r["id"] for r in merged] == [p["id"] for p in prompts]
     assert all(r["status"] == "ok" and r["text"] for r in merged)
     assert not list(tmp_path.glob("*.shard*.jsonl"))
+
+
+SLOW_PREDICT = """
+import sys, time
+from ksemstamp.evaluation.predict import predict_to_shards
+
+class SlowFactory:
+    algorithm = "slow"
+
+    def __call__(self):
+        def generate(prompts):
+            time.sleep(0.3)
+            return [{"text": p, "status": "ok"} for p in prompts]
+        return generate
+
+prompts = [{"id": f"p{i}", "prompt": f"prompt {i}"} for i in range(200)]
+predict_to_shards(SlowFactory(), prompts, sys.argv[1], "slow", batch_size=1, progress=False)
+"""
+
+
+def test_sigterm_stops_generation_after_the_current_batch(tmp_path):
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_PREDICT)
+    shard = tmp_path / "out" / "slow.shard0.jsonl"
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "out")])
+    try:
+        deadline = time.monotonic() + 120
+        while not (shard.exists() and shard.read_text().count("\n") >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline, "no records written"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        # Without the stop, the remaining ~190 batches would take about a minute.
+        code = proc.wait(timeout=20)
+    finally:
+        proc.kill()
+    assert code != 0
+    records = [json.loads(line) for line in shard.read_text().splitlines()]
+    assert 3 <= len(records) < 200
+    assert [r["id"] for r in records] == [f"p{i}" for i in range(len(records))]

@@ -12,6 +12,7 @@ loaded per rank, never pickled across ``ddp_spawn``).
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 from ..jsonl import ResumableWriter
@@ -115,6 +117,13 @@ class GenerationModule(L.LightningModule):
         for row, record in zip(batch, records, strict=True):
             self._writer.write({"id": row["id"], "algorithm": self.factory.algorithm, **record})
         # Nothing is returned: records live in the shard files, not in memory on rank 0.
+
+    def on_predict_batch_end(self, outputs, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        # Lightning notes a SIGTERM (a scheduler's stop, `kill`) but its predict loop carries
+        # on to the last batch. Finished batches are on disk, so stop after this one; a rerun
+        # resumes from the shards.
+        if self.trainer.received_sigterm:
+            raise SIGTERMException(128 + signal.SIGTERM)
 
     def on_predict_end(self) -> None:
         if self._writer is not None:
