@@ -29,11 +29,19 @@ def kmeans_regions(emb: Tensor, centroids: Tensor, margin: float) -> tuple[Tenso
     Returns:
         ``regions`` ``(N,)`` int64 and ``margin_ok`` ``(N,)`` bool.
     """
+    regions, gap = kmeans_gap(emb, centroids)
+    return regions, gap > margin
+
+
+def kmeans_gap(emb: Tensor, centroids: Tensor) -> tuple[Tensor, Tensor]:
+    """Nearest-centroid regions and each embedding's distance from a boundary.
+
+    Returns ``regions`` ``(N,)`` int64 and ``gap`` ``(N,)``: cosine distance to the second-nearest
+    centroid minus that to the nearest, the largest margin ``m`` the embedding passes.
+    """
     dist = 1.0 - F.normalize(emb, dim=-1) @ F.normalize(centroids, dim=-1).T  # (N, K)
     two = torch.topk(dist, k=2, dim=-1, largest=False)
-    regions = two.indices[:, 0]
-    margin_ok = two.values[:, 0] < two.values[:, 1] - margin
-    return regions, margin_ok
+    return two.indices[:, 0], two.values[:, 1] - two.values[:, 0]
 
 
 def lsh_regions(emb: Tensor, normals: Tensor, margin: float) -> tuple[Tensor, Tensor]:

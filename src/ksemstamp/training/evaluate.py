@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from ..partition import kmeans_regions
+from ..partition import kmeans_gap, kmeans_regions
 from .data import distinct_texts
 from .loss import cosine_gap
 
@@ -67,7 +67,7 @@ def agreement_report(
     text_regions, text_ok = kmeans_regions(text_emb, centroids, margin)
     para_regions, _ = kmeans_regions(para_emb, centroids, 0.0)
     same = (text_regions == para_regions).float()
-    gap = boundary_gap(text_emb, centroids)
+    _, gap = kmeans_gap(text_emb, centroids)
     keep = max(1, round(top_share * len(gap)))
     top = torch.topk(gap, keep).indices
     shares = torch.bincount(text_regions, minlength=centroids.shape[0]).double() / len(text_regions)
@@ -90,18 +90,6 @@ def agreement_report(
         "cos_gap": float(torch.cat(gaps).mean()) if gaps else float("nan"),
         "pos_cos": float(torch.nn.functional.cosine_similarity(text_emb, para_emb).mean()),
     }
-
-
-def boundary_gap(emb: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
-    """``(N,)`` cosine distance to the second-nearest centroid minus that to the nearest: the
-    largest margin ``m`` a text would still pass."""
-    dist = (
-        1.0
-        - torch.nn.functional.normalize(emb, dim=-1)
-        @ torch.nn.functional.normalize(centroids, dim=-1).T
-    )
-    two = torch.topk(dist, k=2, dim=-1, largest=False).values
-    return two[:, 1] - two[:, 0]
 
 
 def evaluate(
