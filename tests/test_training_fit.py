@@ -222,13 +222,13 @@ def test_training_step_adds_the_weighted_region_term(monkeypatch):
     module._trainer = SimpleNamespace(world_size=1, global_rank=0)
     logged = {}
     monkeypatch.setattr(module, "log", lambda name, value, **kw: logged.update({name: value}))
-    module._val_centroids = torch.nn.functional.normalize(torch.randn(8, 384), dim=-1)
+    module._current_centroids = torch.nn.functional.normalize(torch.randn(8, 384), dim=-1)
     batch = {"text": [t for t, _ in PAIRS[:4]], "paraphrase": [p for _, p in PAIRS[:4]]}
     loss = module.training_step(batch, 0)
     with torch.no_grad():
         anchor, positive = module(batch["text"]), module(batch["paraphrase"])
     margin = margin_contrastive_loss(anchor, positive, delta=0.8, reduction="mean")
-    region = region_consistency_loss(anchor, positive, module._val_centroids, temperature=0.1)
+    region = region_consistency_loss(anchor, positive, module._current_centroids, temperature=0.1)
     assert torch.isclose(logged["train/region_loss"], region, atol=1e-5)
     assert torch.isclose(loss, margin + 0.5 * region, atol=1e-5)
     with pytest.raises(ValueError, match="val_kmeans_sentences"):

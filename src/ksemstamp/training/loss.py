@@ -78,12 +78,7 @@ def margin_contrastive_loss(
         candidates, offset = positive, 0
     pos = F.cosine_similarity(anchor, positive, dim=-1)  # (B,)
     neg = hardest_negative_cosines(anchor, candidates, offset)  # (B,)
-    losses = torch.clamp(delta - pos + neg, min=0.0)
-    if reduction == "sum":
-        return losses.sum()
-    if reduction == "mean":
-        return losses.mean()
-    return losses
+    return _reduce(torch.clamp(delta - pos + neg, min=0.0), reduction)
 
 
 def region_consistency_loss(
@@ -130,6 +125,10 @@ def region_consistency_loss(
         F.cross_entropy(a @ c.T / temperature, target, reduction="none")
         + F.cross_entropy(p @ c.T / temperature, target, reduction="none")
     )
+    return _reduce(losses, reduction)
+
+
+def _reduce(losses: Tensor, reduction: str) -> Tensor:
     if reduction == "sum":
         return losses.sum()
     if reduction == "mean":

@@ -112,7 +112,9 @@ class EncoderModule(L.LightningModule):
         # Buffers travel with state_dict, so checkpoints carry the centroids.
         self.register_buffer("centroids", torch.zeros(num_regions, dim))
         self.register_buffer("centroids_fitted", torch.tensor(False))
-        self._val_centroids: Tensor | None = None
+        # Centroids of validation and of the region term: the fitted buffer once it exists,
+        # else provisional ones refitted with the current encoder.
+        self._current_centroids: Tensor | None = None
         self._domain_cache: dict[int, list[str]] = {}
 
     # ------------------------------------------------------------------ model
@@ -209,7 +211,7 @@ class EncoderModule(L.LightningModule):
             region = region_consistency_loss(
                 anchor,
                 positive,
-                self._val_centroids,
+                self._current_centroids,
                 temperature=self.hparams.region_temperature,
                 reduction=self.hparams.loss_reduction,
             )
@@ -226,23 +228,23 @@ class EncoderModule(L.LightningModule):
         # checkpoint) no longer describe it; KMeansCallback refits them at the end.
         self.centroids_fitted.fill_(False)
         if self.hparams.region_weight > 0 and (
-            self._val_centroids is None or self._val_centroids is self.centroids
+            self._current_centroids is None or self._current_centroids is self.centroids
         ):
             # No sanity-check validation has fitted provisional centroids for this encoder.
             self._fit_provisional_centroids()
 
     def _fit_provisional_centroids(self) -> None:
         sentences = self.domain_sentence_list(self.hparams.val_kmeans_sentences)
-        self._val_centroids = self.fit_centroids(self.embed_sharded(sentences))
+        self._current_centroids = self.fit_centroids(self.embed_sharded(sentences))
 
     def on_validation_epoch_start(self) -> None:
         # Collective under DDP (embedding shards, broadcast): runs on every rank.
         if bool(self.centroids_fitted):
-            self._val_centroids = self.centroids
+            self._current_centroids = self.centroids
         elif self.hparams.val_kmeans_sentences > 0:
             self._fit_provisional_centroids()
         else:
-            self._val_centroids = None
+            self._current_centroids = None
 
     def validation_step(self, batch: dict[str, list[str]], batch_idx: int) -> None:
         anchor, positive = self._embed_pairs(batch)
@@ -257,9 +259,9 @@ class EncoderModule(L.LightningModule):
                 anchor, positive, delta=self.hparams.delta, reduction="mean"
             )
             self.log("val/loss", loss, batch_size=n, sync_dist=True)
-        if self._val_centroids is not None:
-            text_regions, _ = kmeans_regions(anchor, self._val_centroids, 0.0)
-            para_regions, _ = kmeans_regions(positive, self._val_centroids, 0.0)
+        if self._current_centroids is not None:
+            text_regions, _ = kmeans_regions(anchor, self._current_centroids, 0.0)
+            para_regions, _ = kmeans_regions(positive, self._current_centroids, 0.0)
             agree = (text_regions == para_regions).float().mean()
             self.log("val/region_agreement", agree, prog_bar=True, batch_size=n, sync_dist=True)
 
