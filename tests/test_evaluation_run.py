@@ -100,6 +100,12 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     q = results["quality"]["ksemstamp"]
     assert q["perplexity"] > 1 and q["ent3"] > 0 and q["sem_ent_k"] == 2
     assert q["candidates_per_sentence"] >= 1
+    ppl = sorted(r["perplexity"] for r in read_records(out / "quality" / "ksemstamp.jsonl"))
+    assert q["perplexity_median"] == pytest.approx((ppl[0] + ppl[1]) / 2)
+    md_rows = [
+        line for line in (out / "results.md").read_text().splitlines() if line.startswith("|")
+    ]
+    assert len({line.count("|") for line in md_rows}) == 1, "ragged markdown table"
     gens = read_records(out / "generations" / "ksemstamp.jsonl")
     assert [g["id"] for g in gens] == [p["id"] for p in read_records(out / "prompts.jsonl")]
     # A second run resumes: nothing is generated, attacked or scored again; same results.
