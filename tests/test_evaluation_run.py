@@ -11,13 +11,22 @@ from ksemstamp.evaluation.predict import (
     predict_to_shards,
     read_records,
 )
-from ksemstamp.evaluation.run import EvalSettings, cut_to_tokens, split_article
+from ksemstamp.evaluation.run import EvalSettings, _exact_score, cut_to_tokens, split_article
 
 TINY = {
     "max_candidates": 4,
     "candidate_batch": 4,
     "novelty_patience": 0,
 }
+
+
+def test_exact_score_ranks_smaller_p_values_higher_and_missing_last():
+    assert _exact_score({"p_value": 1.0}) == 0.0
+    assert _exact_score({"p_value": 0.001}) == pytest.approx(3.0)
+    assert _exact_score({"p_value": 0.001}) > _exact_score({"p_value": 0.3}) > 0.0
+    # Too short to score: below every real p-value, including p = 1.
+    assert _exact_score({"p_value": None}) < _exact_score({"p_value": 1.0})
+    assert _exact_score({"p_value": 0.0}) == pytest.approx(300.0)
 
 
 def test_split_article_and_cut_to_tokens():
@@ -102,10 +111,14 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     assert q["candidates_per_sentence"] >= 1
     ppl = sorted(r["perplexity"] for r in read_records(out / "quality" / "ksemstamp.jsonl"))
     assert q["perplexity_median"] == pytest.approx((ppl[0] + ppl[1]) / 2)
-    md_rows = [
-        line for line in (out / "results.md").read_text().splitlines() if line.startswith("|")
-    ]
-    assert len({line.count("|") for line in md_rows}) == 1, "ragged markdown table"
+    for block in (out / "results.md").read_text().split("\n\n"):
+        md_rows = [line for line in block.splitlines() if line.startswith("|")]
+        assert len({line.count("|") for line in md_rows}) <= 1, "ragged markdown table"
+    # k-SemStamp's texts are also ranked by the exact p-value; KGW's are not.
+    exact = results["detection"]["ksemstamp"]["none"]["exact"]
+    assert 0.0 <= exact["auroc"] <= 1.0 and exact["positives"] == 2
+    assert "exact" not in results["detection"].get("kgw", {}).get("none", {})
+    assert "exact key-randomisation p-value" in table
     gens = read_records(out / "generations" / "ksemstamp.jsonl")
     assert [g["id"] for g in gens] == [p["id"] for p in read_records(out / "prompts.jsonl")]
     # A second run resumes: nothing is generated, attacked or scored again; same results.
