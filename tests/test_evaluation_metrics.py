@@ -7,8 +7,10 @@ import pytest
 
 from ksemstamp.evaluation.metrics import (
     auroc,
+    auroc_interval,
     detection_metrics,
     ngram_entropy,
+    pairwise_auroc,
     roc_curve,
     semantic_entropy,
     tpr_at_fpr,
@@ -31,6 +33,34 @@ def test_auroc_counts_a_tie_as_one_half():
 def test_no_sigmoid_is_applied_to_large_scores():
     # Through a sigmoid both scores would round to 1.0 and tie (AUROC 0.5, checked by hand).
     assert auroc([40.0, 38.0], [1, 0]) == pytest.approx(1.0)
+
+
+def test_pairwise_form_matches_torchmetrics_with_ties():
+    rng = np.random.default_rng(3)
+    scores = rng.integers(-3, 4, size=60).astype(float).tolist()  # many ties
+    labels = [1] * 25 + [0] * 35
+    assert pairwise_auroc(scores, labels).shape == (25, 35)
+    assert pairwise_auroc(scores, labels).mean() == pytest.approx(auroc(scores, labels))
+
+
+def test_auroc_interval_brackets_the_truth_and_narrows_with_more_texts():
+    # Positives N(1, 1), negatives N(0, 1): the true AUROC is Phi(1 / sqrt 2) = 0.760.
+    true_auc = 0.5 * (1 + math.erf(0.5))
+    rng = np.random.default_rng(0)
+    widths = []
+    for n in (40, 400):
+        scores = np.concatenate([rng.normal(1, 1, n), rng.normal(0, 1, n)]).tolist()
+        labels = [1] * n + [0] * n
+        low, high = auroc_interval(scores, labels, resamples=1000)
+        assert low <= auroc(scores, labels) <= high
+        assert low <= true_auc <= high
+        widths.append(high - low)
+    # The standard error falls like 1 / sqrt(n): ten times the texts, about a third the width.
+    assert 0.2 < widths[1] / widths[0] < 0.5
+    # Perfect separation leaves nothing to resample.
+    assert auroc_interval([3.0, 2.0, 1.0, 0.0], [1, 1, 0, 0]) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="level"):
+        auroc_interval([1.0, 0.0], [1, 0], level=1.0)
 
 
 def test_tpr_at_fpr_on_a_constructed_case():

@@ -543,15 +543,20 @@ def _fmt(value, pattern: str = "{:.3f}") -> str:
     return "-" if value is None else pattern.format(value)
 
 
+def _ci(metrics: dict) -> str:
+    interval = metrics.get("auroc_ci95")
+    return "-" if interval is None else f"{interval[0]:.3f}-{interval[1]:.3f}"
+
+
 def markdown_table(results: dict) -> str:
     """The paper's layout: one row per algorithm and attack; quality on each ``no attack`` row."""
     lines = [
         f"Prompts: {results['prompts']}. Similarity: {results['similarity']}. "
         f"Score: {results['score']}.",
         "",
-        "| Algorithm | Attack | AUC | TPR@1% | TPR@5% | Sim | PPL | PPL med. | Ent-3 | Sem-Ent "
-        "| Cand./sent. | Margin rej. |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Algorithm | Attack | AUC | AUC 95% CI | TPR@1% | TPR@5% | Sim | PPL | PPL med. | Ent-3 "
+        "| Sem-Ent | Cand./sent. | Margin rej. |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for algorithm, attacks in results["detection"].items():
         q = results["quality"][algorithm]
@@ -564,6 +569,7 @@ def markdown_table(results: dict) -> str:
                         LABELS[algorithm] if first else "",
                         "no attack" if first else name,
                         _fmt(m["auroc"]),
+                        _ci(m),
                         _fmt(m["tpr_at_fpr_1"]),
                         _fmt(m["tpr_at_fpr_5"]),
                         _fmt(m.get("similarity")),
@@ -582,7 +588,7 @@ def markdown_table(results: dict) -> str:
             q = results["quality"][name]
             label = "Human text" if name == "human" else LABELS[name]
             lines.append(
-                f"| {label} | - | - | - | - | - | {_fmt(q['perplexity'], '{:.2f}')} | "
+                f"| {label} | - | - | - | - | - | - | {_fmt(q['perplexity'], '{:.2f}')} | "
                 f"{_fmt(q.get('perplexity_median'), '{:.2f}')} | "
                 f"{_fmt(q['ent3'], '{:.2f}')} | {_fmt(q['sem_ent'], '{:.2f}')} | "
                 f"{_fmt(q.get('candidates_per_sentence'), '{:.1f}')} | - |"
@@ -594,7 +600,7 @@ def markdown_table(results: dict) -> str:
         f"mean-pooled last hidden states. PPL under `{results['settings']['oracle']}`: mean and "
         "median over texts. "
         "TPR at FPR x%: best TPR among ROC thresholds whose FPR on these negatives is <= x% "
-        "(no interpolation).",
+        "(no interpolation). AUC 95% CI: stratified bootstrap over texts (2000 resamples).",
         "",
     ]
     exact_rows = [
@@ -607,14 +613,15 @@ def markdown_table(results: dict) -> str:
         lines += [
             "The same texts ranked by the exact key-randomisation p-value instead of the paper's z:",
             "",
-            "| Algorithm | Attack | AUC | TPR@1% | TPR@5% |",
-            "|---|---|---|---|---|",
+            "| Algorithm | Attack | AUC | AUC 95% CI | TPR@1% | TPR@5% |",
+            "|---|---|---|---|---|---|",
         ]
         for algorithm, name, m in exact_rows:
             first = name == "none"
             lines.append(
                 f"| {LABELS[algorithm] if first else ''} | {'no attack' if first else name} | "
-                f"{_fmt(m['auroc'])} | {_fmt(m['tpr_at_fpr_1'])} | {_fmt(m['tpr_at_fpr_5'])} |"
+                f"{_fmt(m['auroc'])} | {_ci(m)} | {_fmt(m['tpr_at_fpr_1'])} | "
+                f"{_fmt(m['tpr_at_fpr_5'])} |"
             )
         lines.append("")
     return "\n".join(lines)
