@@ -27,6 +27,10 @@ def test_exact_score_ranks_smaller_p_values_higher_and_missing_last():
     # Too short to score: below every real p-value, including p = 1.
     assert _exact_score({"p_value": None}) < _exact_score({"p_value": 1.0})
     assert _exact_score({"p_value": 0.0}) == pytest.approx(300.0)
+    # The same p-value reached through a different sum ties instead of ranking at random.
+    assert _exact_score({"p_value": 0.36862244897959173}) == _exact_score(
+        {"p_value": 0.3686224489795918}
+    )
 
 
 def test_split_article_and_cut_to_tokens():
