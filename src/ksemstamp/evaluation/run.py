@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -429,8 +430,6 @@ def _score(det: dict) -> float:
 
 def _exact_score(det: dict) -> float:
     """``-log10 p`` of the key-randomisation p-value; a text without one ranks below all."""
-    import math
-
     p = det.get("p_value")
     if p is None:
         return -1.0
