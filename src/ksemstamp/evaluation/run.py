@@ -484,6 +484,10 @@ def run_evaluation(settings: EvalSettings) -> dict:
         if algorithm not in WATERMARKED:
             continue
         negatives = run.detect(algorithm, "human", {i: human[i] for i in texts}, prompt_of)
+        # The sentence schemes' exact p-value also ranks the texts (KGW's p is z's normal tail).
+        rank_by_exact = (
+            algorithm != "kgw" and settings.watermark_config(algorithm).statistic == "exact"
+        )
         per_attack: dict[str, Any] = {}
         variants = {"none": (texts, None)}
         for spec in settings.attacks:
@@ -501,7 +505,7 @@ def run_evaluation(settings: EvalSettings) -> dict:
                 print(f"{algorithm}/{name}: no positives or no negatives", file=sys.stderr)
                 continue
             entry = detection_metrics(scores, labels)
-            if algorithm != "kgw" and settings.watermark_config(algorithm).statistic == "exact":
+            if rank_by_exact:
                 exact = [_exact_score(positives[i]) for i in ids] + [
                     _exact_score(negatives[i]) for i in sorted(negatives)
                 ]
