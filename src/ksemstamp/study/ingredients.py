@@ -1,0 +1,158 @@
+"""The measured ingredients as arrays: one embedding per distinct sentence, and indices into it.
+
+``load_ingredients`` reads a candidate pool and its attack pairs, embeds every distinct sentence
+once with an encoder (kept on disk per encoder, as calibration keeps them), and returns:
+
+* the pool as ``(C, M)`` arrays over its ``C`` contexts and ``M`` candidates per context
+  (sentence index, ``-1`` for a draw that is no sentence; token count), the contexts of each
+  document in order, and each document's seed sentence (the prompt's last sentence);
+* for every attack, an *attacked embedding* of every sentence: the embedding of its actual
+  paraphrase where the sentence was attacked, else the sentence's embedding moved by the
+  displacement (paraphrase minus original) of the nearest attacked sentence. Paraphrases are
+  costly to draw, so only a sample of sentences is attacked; ``displacement_check`` measures how
+  well the displacement model predicts the regions of held-out actual paraphrases;
+* human continuations of the same documents as sentence indices, for transition statistics and
+  null checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .pairs import ATTACKS, read_pairs
+from .pool import read_pool, study_prompts
+
+
+@dataclass
+class Ingredients:
+    """Arrays for the simulator; every sentence is a row of ``embeddings``."""
+
+    encoder: str
+    sentences: list[str]
+    embeddings: torch.Tensor
+    """``(U, D)`` unit vectors."""
+    cand: np.ndarray
+    """``(C, M)`` sentence index of each candidate, ``-1`` when the draw gave no sentence."""
+    tokens: np.ndarray
+    """``(C, M)`` tokens each candidate took to draw."""
+    doc_contexts: list[np.ndarray]
+    """Context indices (rows of ``cand``) of each document, in order."""
+    seeds: np.ndarray
+    """``(D,)`` sentence index of each document's seed (the prompt's last sentence)."""
+    attacked: dict[str, torch.Tensor]
+    """Per attack, ``(U, D)`` attacked embeddings (actual or displacement-modelled)."""
+    actual: dict[str, np.ndarray]
+    """Per attack, the sentence indices whose attacked embedding is an actual paraphrase."""
+    para_index: dict[str, np.ndarray]
+    """Per attack, ``(U,)`` the sentence index of the actual paraphrase, ``-1`` if none."""
+    human: list[np.ndarray]
+    """Per document, sentence indices of its human continuation (prompt's last sentence first)."""
+
+    @property
+    def num_docs(self) -> int:
+        return len(self.doc_contexts)
+
+
+def _embed_all(encoder_spec: str, sentences: Sequence[str]) -> torch.Tensor:
+    from ..assets import load_encoder
+    from ..calibration import CachedEncoder, embedding_store
+
+    encoder = load_encoder(encoder_spec)
+    cached = CachedEncoder(encoder, store=embedding_store(encoder))
+    cached.prefill(sentences, progress=True)
+    return F.normalize(cached.encode(list(sentences)).float(), dim=-1)
+
+
+def displaced(
+    emb: torch.Tensor, sources: torch.Tensor, moves: torch.Tensor, exclude_self: bool = False
+) -> torch.Tensor:
+    """Each row of ``emb`` moved by the move of its nearest source (cosine), renormalised.
+
+    ``sources`` ``(P, D)`` are attacked sentences, ``moves`` ``(P, D)`` their paraphrase minus
+    original. With ``exclude_self`` a row identical to a source uses its next-nearest source
+    (leave-one-out, for checking the model on the sources themselves).
+    """
+    out = torch.empty_like(emb)
+    for start in range(0, len(emb), 4096):
+        part = emb[start : start + 4096]
+        sim = part @ sources.T
+        if exclude_self:
+            sim = sim.masked_fill(sim > 1 - 1e-6, -2.0)
+        nearest = sim.argmax(dim=1)
+        out[start : start + 4096] = F.normalize(part + moves[nearest], dim=-1)
+    return out
+
+
+def load_ingredients(
+    pool_path: str | Path,
+    pairs_path: str | Path,
+    encoder: str = "all-minilm-l6-v2",
+    human_split: str = "val",
+) -> Ingredients:
+    """Embed and index a pool, its attack pairs and the human continuations of its documents."""
+    pool = read_pool(pool_path)
+    pairs = read_pairs(pairs_path)
+    prompts = {p["id"]: p for p in study_prompts(human_split, 10**9, 32)}
+    index: dict[str, int] = {}
+
+    def idx(text: str) -> int:
+        if text not in index:
+            index[text] = len(index)
+        return index[text]
+
+    width = max(len(c["candidates"]) for d in pool for c in d["contexts"])
+    cand_rows, token_rows, doc_contexts, seeds, human = [], [], [], [], []
+    for doc in pool:
+        first = len(cand_rows)
+        for ctx in doc["contexts"]:
+            row = [idx(t) if t else -1 for t, _ in ctx["candidates"]]
+            toks = [n for _, n in ctx["candidates"]]
+            # Pad short rows by repeating draws (only a cut-off context can be short).
+            cand_rows.append((row * width)[:width])
+            token_rows.append((toks * width)[:width])
+        doc_contexts.append(np.arange(first, len(cand_rows)))
+        seeds.append(idx(doc["seed"]))
+        rest = prompts[doc["id"]]["human"] if doc["id"] in prompts else []
+        human.append(np.array([idx(doc["seed"]), *(idx(s) for s in rest)]))
+    for pair in pairs:
+        idx(pair["text"])
+        for att in pair["attacks"].values():
+            if att:
+                idx(att[0])
+    sentences = list(index)
+    emb = _embed_all(encoder, sentences)
+
+    attacked, actual, para_index = {}, {}, {}
+    for name in ATTACKS:
+        src = [index[p["text"]] for p in pairs if p["attacks"].get(name)]
+        dst = [index[p["attacks"][name][0]] for p in pairs if p["attacks"].get(name)]
+        src_t, dst_t = torch.tensor(src, dtype=torch.long), torch.tensor(dst, dtype=torch.long)
+        if len(src) == 0:
+            attacked[name] = emb.clone()
+        else:
+            moves = emb[dst_t] - emb[src_t]
+            attacked[name] = displaced(emb, emb[src_t], moves)
+            attacked[name][src_t] = emb[dst_t]
+        actual[name] = np.array(src, dtype=np.int64)
+        pi = np.full(len(sentences), -1, dtype=np.int64)
+        pi[src] = dst
+        para_index[name] = pi
+    return Ingredients(
+        encoder=encoder,
+        sentences=sentences,
+        embeddings=emb,
+        cand=np.array(cand_rows, dtype=np.int64),
+        tokens=np.array(token_rows, dtype=np.int64),
+        doc_contexts=doc_contexts,
+        seeds=np.array(seeds, dtype=np.int64),
+        attacked=attacked,
+        actual=actual,
+        para_index=para_index,
+        human=human,
+    )

@@ -1,0 +1,225 @@
+"""A region-level simulator of watermarked generation and detection.
+
+For a design point, a key (a random valid table built as real keys build theirs) and a held-out
+document, ``simulate_text`` replays the sentence loop on the measured candidate pool: at the
+``t``-th sentence it draws candidates i.i.d. from the ``M`` candidates the generator produced at
+that document's ``t``-th context, judges each with the design's partition, margin, valid set and
+acceptance rule, and keeps the accepted one, until the text holds ``max_new_tokens`` tokens. The
+accepted sentences' regions after each attack come from the attacked embeddings of the
+ingredients. Clean and attacked region sequences are then scored with the exact
+key-randomisation test, as the detector scores them (with the prompt: its last sentence seeds
+the first generated sentence; repeated sentences are not scored).
+
+What it cannot know: the context of a generated sentence is the plain continuation's context,
+not the watermarked text's own (the generator's next-sentence distribution is assumed to depend
+on the watermark's earlier choices only through the previous region); acceptance chances below
+``1 / M`` look like zero. ``validate`` compares its predictions with real generations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..keys import valid_table
+from .design import Design, DesignView
+from .ingredients import Ingredients
+
+# ---------------------------------------------------------------------- the exact test
+
+
+def sparse_subset_sum_pmf(values: np.ndarray, size: int) -> np.ndarray:
+    """Law of ``sum(values[S])`` for ``S`` a uniformly random ``size``-subset of the indices.
+
+    The same law as ``stats.subset_sum_pmf``, computed over the non-zero values only: a subset
+    with ``j`` non-zero members has ``size - j`` zero ones, chosen in ``C(zeros, size - j)`` ways.
+    Rows of a text's transition counts are mostly zeros, so this is much cheaper.
+    """
+    values = np.asarray(values, dtype=np.int64)
+    nonzero = values[values > 0]
+    zeros = len(values) - len(nonzero)
+    total = int(nonzero.sum())
+    top = min(size, len(nonzero))
+    ways = np.zeros((top + 1, total + 1))
+    ways[0, 0] = 1.0
+    for v in nonzero:
+        for j in range(top, 0, -1):
+            ways[j, v:] += ways[j - 1, : total + 1 - v]
+    pmf = np.zeros(total + 1)
+    for j in range(top + 1):
+        if 0 <= size - j <= zeros:
+            pmf += ways[j] * math.comb(zeros, size - j)
+    return pmf / math.comb(len(values), size)
+
+
+def exact_p(counts: np.ndarray, table: np.ndarray) -> float:
+    """Key-randomisation p-value of ``(S, K)`` transition counts under a ``(S, K)`` valid table."""
+    size = int(table[0].sum())
+    observed = int(counts[table].sum())
+    law = np.ones(1)
+    for row in counts:
+        if row.any():
+            law = np.convolve(law, sparse_subset_sum_pmf(row, size))
+    return float(min(1.0, law[observed:].sum()))
+
+
+def key_tables(design: Design, num_keys: int, seed: int = 0) -> list[np.ndarray]:
+    """``num_keys`` valid tables built exactly as keyed tables are (``(K, K)``, or ``(1, K)`` for
+    a ``fixed`` valid set)."""
+    tables = []
+    for i in range(num_keys):
+        table = valid_table(design.k, design.gamma, f"study|{seed}|{i}").numpy()
+        tables.append(table[:1] if design.context == "fixed" else table)
+    return tables
+
+
+# ---------------------------------------------------------------------- one text
+
+
+@dataclass
+class SimText:
+    """One simulated watermarked text and its scores."""
+
+    regions: list[int] = field(default_factory=list)
+    candidates: list[int] = field(default_factory=list)
+    fallbacks: list[bool] = field(default_factory=list)
+    tokens: int = 0
+    p_clean: float = 1.0
+    p_attacked: dict[str, float] = field(default_factory=dict)
+    valid_clean: int = 0
+    valid_attacked: dict[str, int] = field(default_factory=dict)
+    scored: int = 0
+    agreement: dict[str, float] = field(default_factory=dict)
+
+
+def _first(mask: np.ndarray) -> int | None:
+    hit = np.flatnonzero(mask)
+    return int(hit[0]) if len(hit) else None
+
+
+def _choose(design: Design, ok: np.ndarray, repeats: np.ndarray) -> tuple[int | None, int]:
+    """Index of the accepted draw and the draws it cost, or ``(None, N_max)``.
+
+    ``ok``: draws that pass region and margin; ``repeats``: how often each draw's transition
+    already occurs in the text.
+    """
+    draw = np.arange(1, len(ok) + 1)
+    if design.rule == "paper" or design.patience == 0:
+        i = _first(ok)
+    elif design.rule == "novelty":
+        i = _first(ok & ((repeats == 0) | (draw >= design.patience)))
+    else:  # evidence
+        early = ok & (draw <= design.patience)
+        i = _first(early & (repeats == 0))
+        if i is None and early.any():
+            seen = np.flatnonzero(early)
+            best = seen[np.argmin(repeats[seen])]
+            return int(best), min(design.patience, len(ok))
+        if i is None:
+            i = _first(ok & (draw > design.patience))
+    return (i, i + 1) if i is not None else (None, len(ok))
+
+
+def simulate_text(
+    design: Design,
+    dv: DesignView,
+    ing: Ingredients,
+    doc: int,
+    table: np.ndarray,
+    rng: np.random.Generator,
+    max_new_tokens: int = 200,
+) -> SimText:
+    """Generate one watermarked text for document ``doc`` under ``table`` and score it."""
+    fixed = design.context == "fixed"
+    k = design.k
+    counts = np.zeros((1 if fixed else k, k), dtype=np.int64)
+    seed_region = int(dv.region[ing.seeds[doc]])
+    prev = seed_region
+    out = SimText()
+    accepted: list[int] = []
+    width = ing.cand.shape[1]
+    for ctx in ing.doc_contexts[doc]:
+        if out.tokens >= max_new_tokens:
+            break
+        draws = rng.integers(width, size=design.max_candidates)
+        sid = ing.cand[ctx, draws]
+        ntok = ing.tokens[ctx, draws]
+        usable = (sid >= 0) & (ntok <= design.max_tokens)
+        safe = np.where(usable, sid, 0)
+        reg = dv.region[safe]
+        row = 0 if fixed else prev
+        valid = usable & table[row, reg]
+        ok = valid & (dv.gap[safe] > design.margin)
+        i, cost = _choose(design, ok, counts[row, reg])
+        fallback = i is None
+        if fallback:
+            pick = _first(valid) if design.fallback == "valid" else None
+            if pick is None:
+                hits = np.flatnonzero(usable)
+                pick = int(hits[-1]) if len(hits) else None
+            if pick is None:
+                break  # nothing usable in N_max draws: the text ends here
+            i = pick
+        q = int(reg[i])
+        counts[row, q] += 1
+        accepted.append(int(sid[i]))
+        out.regions.append(q)
+        out.candidates.append(cost)
+        out.fallbacks.append(fallback)
+        out.tokens += int(ntok[i])
+        prev = q
+
+    out.p_clean, out.valid_clean, out.scored = _score(
+        out.regions, accepted, seed_region, table, fixed, k
+    )
+    for name, regions in dv.attacked.items():
+        attacked = [int(regions[s]) for s in accepted]
+        p, v, _ = _score(attacked, accepted, seed_region, table, fixed, k)
+        out.p_attacked[name], out.valid_attacked[name] = p, v
+        out.agreement[name] = (
+            float(np.mean([a == b for a, b in zip(attacked, out.regions, strict=True)]))
+            if attacked
+            else float("nan")
+        )
+    return out
+
+
+def _score(
+    regions: list[int],
+    sentence_ids: list[int],
+    seed_region: int,
+    table: np.ndarray,
+    fixed: bool,
+    k: int,
+) -> tuple[float, int, int]:
+    """Exact p-value, valid count and scored count, with the detector's rules."""
+    counts = np.zeros((1 if fixed else k, k), dtype=np.int64)
+    seen: set[int] = set()
+    prev = seed_region
+    for q, s in zip(regions, sentence_ids, strict=True):
+        if s not in seen:
+            seen.add(s)
+            counts[0 if fixed else prev, q] += 1
+        prev = q
+    if counts.sum() == 0:
+        return 1.0, 0, 0
+    return exact_p(counts, table), int(counts[table].sum()), int(counts.sum())
+
+
+def human_p_values(
+    design: Design, dv: DesignView, ing: Ingredients, table: np.ndarray, max_sentences: int = 10
+) -> list[float]:
+    """Exact p-values of the documents' human continuations (seeded by the prompt) under
+    ``table``: a null check, since human text does not depend on the key."""
+    out = []
+    for seq in ing.human:
+        regions = [int(r) for r in dv.region[seq[: max_sentences + 1]]]
+        if len(regions) < 2:
+            continue
+        ids = [int(s) for s in seq[1 : max_sentences + 1]]
+        out.append(
+            _score(regions[1:], ids, regions[0], table, design.context == "fixed", design.k)[0]
+        )
+    return out

@@ -1,0 +1,346 @@
+"""Sweep design points through the simulator: the table and the frontier.
+
+Every design is simulated under the same ``num_keys`` keyed tables for every held-out document of
+the pool, so designs are compared on the same contexts and keys. Reported per design (pooled over
+keys and documents, with the spread over keys where it matters):
+
+* cost: candidates per sentence (mean, 95th percentile over sentences), fallback share;
+* evidence: scored sentences per text, share of texts with exact p <= 0.01 and <= 0.05, clean
+  and after each attack (mean over keys, and the worst key);
+* robustness: the share of accepted sentences whose attacked region is their own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .design import Design, DesignView, centroid_path, view
+from .ingredients import Ingredients
+from .simulate import SimText, human_p_values, key_tables, simulate_text
+
+ALPHAS = (0.01, 0.05)
+
+
+def summarize(per_key: Sequence[Sequence[SimText]], attacks: Sequence[str]) -> dict:
+    """Figures of one design from its simulated texts (one list of texts per key)."""
+    texts = [t for key in per_key for t in key]
+    cands = np.array([c for t in texts for c in t.candidates], dtype=np.float64)
+    falls = np.array([f for t in texts for f in t.fallbacks], dtype=bool)
+    out: dict = {
+        "texts": len(texts),
+        "keys": len(per_key),
+        "sentences_per_text": float(np.mean([len(t.regions) for t in texts])),
+        "scored_per_text": float(np.mean([t.scored for t in texts])),
+        "tokens_per_text": float(np.mean([t.tokens for t in texts])),
+        "candidates_mean": float(cands.mean()) if len(cands) else float("nan"),
+        "candidates_p95": float(np.percentile(cands, 95)) if len(cands) else float("nan"),
+        "fallback_share": float(falls.mean()) if len(falls) else float("nan"),
+        "valid_share": float(np.mean([t.valid_clean / max(t.scored, 1) for t in texts])),
+    }
+
+    def power(get) -> dict:
+        res = {}
+        for alpha in ALPHAS:
+            rates = [float(np.mean([get(t) <= alpha for t in key])) for key in per_key]
+            res[str(alpha)] = {"mean": float(np.mean(rates)), "min": float(np.min(rates))}
+        return res
+
+    out["power"] = {"clean": power(lambda t: t.p_clean)}
+    out["agreement"] = {}
+    for name in attacks:
+        out["power"][name] = power(lambda t, n=name: t.p_attacked[n])
+        out["agreement"][name] = float(np.nanmean([t.agreement[name] for t in texts]))
+    return out
+
+
+class Sweep:
+    """Simulates designs on one set of ingredients, caching each ``K``'s partition view."""
+
+    def __init__(
+        self,
+        ing: Ingredients,
+        centroid_folder: str | Path,
+        num_keys: int = 20,
+        max_new_tokens: int = 200,
+        seed: int = 0,
+    ) -> None:
+        self.ing = ing
+        self.folder = Path(centroid_folder)
+        self.num_keys = num_keys
+        self.max_new_tokens = max_new_tokens
+        self.seed = seed
+        self._views: dict[str, DesignView] = {}
+
+    def view(self, design: Design) -> DesignView:
+        from ..centroids import CentroidFile
+
+        path = design.centroids or str(centroid_path(self.folder, self.ing.encoder, design.k))
+        if path not in self._views:
+            centroids = CentroidFile.load(path).centroids
+            if centroids.shape[0] != design.k:
+                raise ValueError(f"{path} has {centroids.shape[0]} centroids, design K={design.k}")
+            self._views[path] = view(self.ing, centroids)
+        return self._views[path]
+
+    def margin_for(self, design: Design, pass_rate: float) -> Design:
+        """``design`` with the margin that ``pass_rate`` of the pool's usable candidates pass."""
+        from .design import margin_for_pass_rate
+
+        dv = self.view(design)
+        usable = np.unique(self.ing.cand[self.ing.cand >= 0])
+        return replace(design, margin=round(margin_for_pass_rate(dv.gap[usable], pass_rate), 4))
+
+    def run(self, design: Design) -> dict:
+        """Simulate ``design`` under every key for every document and summarise."""
+        dv = self.view(design)
+        per_key = []
+        human = []
+        for i, table in enumerate(key_tables(design, self.num_keys, self.seed)):
+            rng = np.random.default_rng([self.seed, i])
+            per_key.append(
+                [
+                    simulate_text(design, dv, self.ing, d, table, rng, self.max_new_tokens)
+                    for d in range(self.ing.num_docs)
+                ]
+            )
+            human.extend(human_p_values(design, dv, self.ing, table))
+        out = summarize(per_key, list(self.ing.attacked))
+        out["human_fpr"] = {str(a): float(np.mean(np.array(human) <= a)) for a in ALPHAS}
+        out["design"] = design.to_dict()
+        out["label"] = design.label()
+        return out
+
+    def run_all(self, designs: Sequence[Design], progress: bool = True) -> list[dict]:
+        return [self.run(d) for d in tqdm(designs, desc="designs", disable=not progress)]
+
+
+def write_results(results: list[dict], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def markdown_table(results: list[dict], attacks: Sequence[str]) -> str:
+    """One row per design: cost, then power at alpha 1% clean and after each attack."""
+    head = (
+        "| design | cand. mean | cand. p95 | fallbacks | scored/text | "
+        + " | ".join(f"TPR@1% {a}" for a in ("clean", *attacks))
+        + " | worst key clean / "
+        + attacks[0]
+        + " | agreement "
+        + attacks[0]
+        + " |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        p = r["power"]
+        cells = [
+            f"`{r['label']}`",
+            f"{r['candidates_mean']:.1f}",
+            f"{r['candidates_p95']:.0f}",
+            f"{r['fallback_share']:.1%}",
+            f"{r['scored_per_text']:.1f}",
+            *(f"{p[a]['0.01']['mean']:.2f}" for a in ("clean", *attacks)),
+            f"{p['clean']['0.01']['min']:.2f} / {p[attacks[0]]['0.01']['min']:.2f}",
+            f"{r['agreement'][attacks[0]]:.2f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def pool_gap_stats(ing: Ingredients, dv: DesignView) -> dict:
+    """Pass rates of the pool's candidates at a few margins (for choosing margins per K)."""
+    usable = np.unique(ing.cand[ing.cand >= 0])
+    gaps = torch.as_tensor(dv.gap[usable])
+    return {f"{m:.3f}": float((gaps > m).float().mean()) for m in (0.0, 0.01, 0.02, 0.035, 0.05)}
+
+
+# ---------------------------------------------------------------------- ingredients table
+
+
+def ingredient_stats(sweep: Sweep, ks: Sequence[int], pass_rates: Sequence[float]) -> list[dict]:
+    """What each partition does before any design choice, per ``K`` and margin pass rate:
+
+    * ``agreement``: share of actually attacked sentences whose paraphrase keeps their region
+      (all sentences, and those passing the margin);
+    * ``spread``: per context, distinct regions among its candidates, and the share of the
+      context's most common region (1 = every candidate in one region);
+    * ``human_self``: share of human transitions that stay in their region.
+    """
+    ing = sweep.ing
+    rows = []
+    for k in ks:
+        base = Design(k=k)
+        dv = sweep.view(base)
+        usable = ing.cand >= 0
+        distinct, top = [], []
+        for c in range(len(ing.cand)):
+            regs = dv.region[ing.cand[c][usable[c]]]
+            if len(regs):
+                counts = np.bincount(regs, minlength=k)
+                distinct.append(int((counts > 0).sum()))
+                top.append(float(counts.max() / counts.sum()))
+        steps = [(a, b) for seq in ing.human for a, b in zip(seq[1:], seq[2:], strict=False)]
+        self_share = float(np.mean([dv.region[a] == dv.region[b] for a, b in steps]))
+        for rate in pass_rates:
+            margin = sweep.margin_for(base, rate).margin
+            row = {
+                "k": k,
+                "pass_rate": rate,
+                "margin": margin,
+                "distinct_regions_per_context": float(np.mean(distinct)),
+                "top_region_share": float(np.mean(top)),
+                "human_self_transition": self_share,
+                "agreement": {},
+            }
+            for name, src in ing.actual.items():
+                if len(src) == 0:
+                    continue
+                keep = dv.attacked[name][src] == dv.region[src]
+                passing = dv.gap[src] > margin
+                row["agreement"][name] = {
+                    "all": float(keep.mean()),
+                    "passing": float(keep[passing].mean()) if passing.any() else float("nan"),
+                    "pairs": int(len(src)),
+                }
+            rows.append(row)
+    return rows
+
+
+def displacement_check(sweep: Sweep, ks: Sequence[int]) -> dict:
+    """How well the displacement model predicts the region of an actual paraphrase: each
+    attacked sentence's region after the move of its nearest *other* attacked sentence, against
+    the region of its real paraphrase (and the no-move baseline: the sentence's own region)."""
+    from .ingredients import displaced
+
+    ing = sweep.ing
+    out: dict = {}
+    for name, src in ing.actual.items():
+        if len(src) < 2:
+            continue
+        dst = ing.para_index[name][src]
+        emb = ing.embeddings
+        moved = displaced(emb[src], emb[src], emb[dst] - emb[src], exclude_self=True)
+        out[name] = {}
+        for k in ks:
+            from ..partition import kmeans_gap
+
+            dv = sweep.view(Design(k=k))
+            centroids = _centroids(sweep, k)
+            pred = kmeans_gap(moved, centroids)[0].numpy()
+            truth = dv.region[dst]
+            out[name][str(k)] = {
+                "model_agrees_on_kept": float(np.mean(pred == truth)),
+                "no_move_agrees": float(np.mean(dv.region[src] == truth)),
+                "model_keep_rate": float(np.mean(pred == dv.region[src])),
+                "actual_keep_rate": float(np.mean(truth == dv.region[src])),
+            }
+    return out
+
+
+def _centroids(sweep: Sweep, k: int) -> torch.Tensor:
+    from ..centroids import CentroidFile
+
+    return CentroidFile.load(centroid_path(sweep.folder, sweep.ing.encoder, k)).centroids
+
+
+# ---------------------------------------------------------------------- the grid
+
+
+KS = (8, 16, 32, 64)
+PASS_RATES = (1.0, 0.7, 0.5)
+
+
+def paper_designs(sweep: Sweep) -> list[Design]:
+    """The published scheme (K=8, margin 0.035 as configs/ksemstamp-paper.yaml) and the
+    previous shipped default (the same with novelty patience 10)."""
+    paper = Design(k=8, margin=0.035, gamma=0.25, rule="paper", max_candidates=100)
+    return [paper, replace(paper, rule="novelty", patience=10)]
+
+
+def stage_one(sweep: Sweep) -> list[Design]:
+    """Partition x valid-set context x rule x gamma, at matched pass rates."""
+    designs = []
+    for k in KS:
+        for rate in PASS_RATES:
+            base = sweep.margin_for(Design(k=k, fallback="valid"), rate)
+            for context in ("previous", "fixed"):
+                for gamma in (0.25, 0.5):
+                    for rule in ("paper", "evidence"):
+                        designs.append(replace(base, context=context, gamma=gamma, rule=rule))
+    return designs
+
+
+def stage_two(best: Sequence[Design]) -> list[Design]:
+    """Length cap, candidate budget, stall fallback and patience around the best points."""
+    designs = []
+    for d in best:
+        for max_tokens in (24, 32, 48, 64):
+            for n_max in (20, 40, 100):
+                for fallback in ("last", "valid"):
+                    designs.append(
+                        replace(d, max_tokens=max_tokens, max_candidates=n_max, fallback=fallback)
+                    )
+        for patience in (3, 5, 20):
+            designs.append(replace(d, patience=patience))
+    return list(dict.fromkeys(designs))
+
+
+def objective(result: dict, attack: str = "lm-paraphrase") -> float:
+    """Mean TPR at alpha 1% after ``attack``, for designs within the cost targets (mean
+    candidates <= 12, p95 <= 40, fallbacks <= 2%), else minus infinity."""
+    if (
+        result["candidates_mean"] > 12
+        or result["candidates_p95"] > 40
+        or result["fallback_share"] > 0.02
+    ):
+        return float("-inf")
+    return result["power"][attack]["0.01"]["mean"]
+
+
+def run_study(
+    pool: str | Path,
+    pairs: str | Path,
+    centroids: str | Path,
+    output: str | Path,
+    encoder: str = "all-minilm-l6-v2",
+    num_keys: int = 10,
+    max_new_tokens: int = 200,
+    top: int = 3,
+) -> list[dict]:
+    """The whole study: ingredients, stage one, stage two around the ``top`` designs by
+    ``objective``; writes ``output`` (JSON) and a Markdown table beside it."""
+    from .ingredients import load_ingredients
+
+    ing = load_ingredients(pool, pairs, encoder)
+    sweep = Sweep(ing, centroids, num_keys=num_keys, max_new_tokens=max_new_tokens)
+    report: dict = {
+        "documents": ing.num_docs,
+        "contexts": int(len(ing.cand)),
+        "candidates_per_context": int(ing.cand.shape[1]),
+        "keys": num_keys,
+        "max_new_tokens": max_new_tokens,
+        "ingredients": ingredient_stats(sweep, KS, PASS_RATES),
+        "displacement_check": displacement_check(sweep, KS),
+    }
+    attacks = list(ing.attacked)
+    first = sweep.run_all([*paper_designs(sweep), *stage_one(sweep)])
+    ranked = sorted(first[2:], key=objective, reverse=True)
+    best = [Design(**r["design"]) for r in ranked[:top]]
+    second = sweep.run_all(stage_two(best))
+    report["stage_one"] = first
+    report["stage_two"] = second
+    output = Path(output)
+    write_results(report, output)
+    allr = first[:2] + sorted(first[2:] + second, key=objective, reverse=True)
+    output.with_suffix(".md").write_text(markdown_table(allr, attacks))
+    return allr

@@ -1,0 +1,181 @@
+"""The design study's simulator on tiny hand-built ingredients (no models)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from ksemstamp.stats import exact_p_value, subset_sum_pmf
+from ksemstamp.study.design import Design, DesignView, margin_for_pass_rate
+from ksemstamp.study.ingredients import Ingredients, displaced
+from ksemstamp.study.simulate import (
+    _choose,
+    exact_p,
+    key_tables,
+    simulate_text,
+    sparse_subset_sum_pmf,
+)
+
+
+def test_sparse_subset_sum_matches_dense_law():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        n = int(rng.integers(2, 9))
+        values = rng.integers(0, 4, size=n) * (rng.random(n) < 0.5)
+        size = int(rng.integers(1, n + 1))
+        dense = subset_sum_pmf(values, size)
+        sparse = sparse_subset_sum_pmf(values, size)
+        np.testing.assert_allclose(sparse, dense[: len(sparse)], atol=1e-12)
+        assert dense[len(sparse) :].sum() == pytest.approx(0.0)
+
+
+def test_sparse_subset_sum_brute_force():
+    values = np.array([0, 3, 0, 1, 2, 0])
+    size = 3
+    sums = [sum(values[list(s)]) for s in itertools.combinations(range(6), size)]
+    brute = np.bincount(sums) / len(sums)
+    np.testing.assert_allclose(sparse_subset_sum_pmf(values, size), brute)
+
+
+def test_exact_p_matches_detector_statistic():
+    rng = np.random.default_rng(1)
+    for seed in range(10):
+        table = key_tables(Design(k=6, gamma=0.5), 1, seed=seed)[0]
+        counts = rng.integers(0, 3, size=(6, 6)) * (rng.random((6, 6)) < 0.3)
+        assert exact_p(counts, table) == pytest.approx(exact_p_value(counts, table))
+
+
+def test_key_tables_shape_and_size():
+    prev = key_tables(Design(k=16, gamma=0.25), 3)
+    fixed = key_tables(Design(k=16, gamma=0.25, context="fixed"), 3)
+    assert all(t.shape == (16, 16) and (t.sum(1) == 4).all() for t in prev)
+    assert all(t.shape == (1, 16) and t.sum() == 4 for t in fixed)
+    assert not np.array_equal(prev[0], prev[1])
+
+
+def test_margin_for_pass_rate():
+    gaps = np.linspace(0.0, 0.1, 101)
+    m = margin_for_pass_rate(gaps, 0.3)
+    assert np.mean(gaps > m) == pytest.approx(0.3, abs=0.02)
+    assert margin_for_pass_rate(gaps, 1.0) == 0.0
+    with pytest.raises(ValueError):
+        margin_for_pass_rate(gaps, 0.0)
+
+
+# ---------------------------------------------------------------------- tiny ingredients
+
+
+def _ingredients(regions_per_context: list[list[int]], tokens: int = 20) -> tuple:
+    """One document whose context ``c`` holds candidates in the given regions (one sentence
+    each, a distinct sentence per draw), with gap 1 (every margin passes)."""
+    cand, region = [], [0]  # sentence 0: the seed, region 0
+    for regs in regions_per_context:
+        row = []
+        for r in regs:
+            row.append(len(region))
+            region.append(r)
+        cand.append(row)
+    u = len(region)
+    ing = Ingredients(
+        encoder="test",
+        sentences=[f"s{i}" for i in range(u)],
+        embeddings=torch.zeros(u, 2),
+        cand=np.array(cand),
+        tokens=np.full((len(cand), len(cand[0])), tokens),
+        doc_contexts=[np.arange(len(cand))],
+        seeds=np.array([0]),
+        attacked={},
+        actual={},
+        para_index={},
+        human=[],
+    )
+    dv = DesignView(region=np.array(region), gap=np.ones(u), attacked={})
+    return ing, dv
+
+
+def test_every_candidate_valid_costs_one_draw():
+    ing, dv = _ingredients([[1, 1, 1, 1]] * 5)
+    table = np.ones((4, 4), dtype=bool)
+    text = simulate_text(
+        Design(k=4), dv, ing, 0, table, np.random.default_rng(0), max_new_tokens=1000
+    )
+    assert text.candidates == [1] * 5
+    assert text.fallbacks == [False] * 5
+    assert text.regions == [1] * 5
+    assert text.p_clean == 1.0  # every region valid under every key: no evidence at all
+
+
+def test_no_valid_candidate_falls_back_after_n_max():
+    ing, dv = _ingredients([[2, 2, 3, 3]] * 3)
+    table = np.zeros((4, 4), dtype=bool)
+    table[:, 1] = True
+    design = Design(k=4, max_candidates=7, gamma=0.25)
+    text = simulate_text(design, dv, ing, 0, table, np.random.default_rng(0), 1000)
+    assert text.candidates == [7, 7, 7]
+    assert all(text.fallbacks)
+
+
+def test_mean_draws_match_geometric_law():
+    # A quarter of each context's candidates is valid: draws ~ Geometric(1/4), mean 4.
+    ing, dv = _ingredients([[1, 0, 0, 0] * 8] * 400, tokens=1)
+    table = np.zeros((4, 4), dtype=bool)
+    table[:, 1] = True
+    design = Design(k=4, max_candidates=1000)
+    text = simulate_text(design, dv, ing, 0, table, np.random.default_rng(0), 10**6)
+    assert np.mean(text.candidates) == pytest.approx(4.0, rel=0.1)
+
+
+def test_token_budget_ends_the_text():
+    ing, dv = _ingredients([[1]] * 20, tokens=30)
+    table = np.ones((4, 4), dtype=bool)
+    text = simulate_text(Design(k=4), dv, ing, 0, table, np.random.default_rng(0), 200)
+    assert len(text.regions) == 7 and text.tokens == 210
+
+
+def test_evidence_rule_never_accepts_invalid_before_n_max():
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        ok = rng.random(n) < 0.2
+        repeats = rng.integers(0, 3, size=n)
+        design = Design(rule="evidence", patience=int(rng.integers(0, 12)), max_candidates=n)
+        i, cost = _choose(design, ok, repeats)
+        if i is None:
+            assert not ok.any() and cost == n
+        else:
+            assert ok[i]
+            assert i + 1 <= cost <= n
+
+
+def test_evidence_rule_prefers_new_transition():
+    ok = np.array([True, False, True, True])
+    repeats = np.array([2, 0, 0, 1])
+    i, cost = _choose(Design(rule="evidence", patience=10), ok, repeats)
+    assert (i, cost) == (2, 3)
+    i, cost = _choose(Design(rule="evidence", patience=2), ok, repeats)
+    assert (i, cost) == (0, 2)  # only draw 0 seen in the patience window: the best seen
+    i, cost = _choose(Design(rule="paper"), ok, repeats)
+    assert (i, cost) == (0, 1)
+
+
+def test_fixed_context_uses_one_valid_set():
+    ing, dv = _ingredients([[1, 2, 3, 0]] * 6, tokens=1)
+    table = np.zeros((1, 4), dtype=bool)
+    table[0, 2] = True
+    design = Design(k=4, context="fixed", max_candidates=200)
+    text = simulate_text(design, dv, ing, 0, table, np.random.default_rng(0), 100)
+    assert text.regions == [2] * 6
+
+
+def test_displacement_moves_by_the_nearest_source():
+    emb = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]]), dim=1)
+    sources = emb[[0, 2]]
+    moves = torch.tensor([[0.0, 5.0], [5.0, 0.0]])
+    out = displaced(emb, sources, moves)
+    assert out[1, 1] > out[1, 0]  # moved like source 0 (towards +y)
+    assert out[2, 0] > out[2, 1]  # moved like source 2 (towards +x)
+    loo = displaced(emb[:2], emb[:2], torch.tensor([[0.0, 5.0], [0.0, -5.0]]), exclude_self=True)
+    assert loo[0, 1] < 0  # row 0 uses row 1's move, not its own
