@@ -42,6 +42,8 @@ class Design:
         max_candidates: ``N_max``.
         fallback: after ``N_max`` draws, ``last`` (the paper: the last usable draw) or ``valid``
             (the first usable draw in a valid region, ignoring the margin, else the last).
+        margin_patience: draws after which the margin is no longer required (a valid region
+            suffices); ``None`` keeps it to the end (the paper).
         centroids: centroid file; ``None`` uses the study's fitted file for ``k``.
     """
 
@@ -54,6 +56,7 @@ class Design:
     max_tokens: int = 64
     max_candidates: int = 100
     fallback: str = "last"
+    margin_patience: int | None = None
     centroids: str | None = None
 
     def __post_init__(self) -> None:
@@ -76,8 +79,9 @@ class Design:
 
     def label(self) -> str:
         rule = self.rule if self.rule == "paper" else f"{self.rule}{self.patience}"
+        relax = "" if self.margin_patience is None else f"/{self.margin_patience}"
         return (
-            f"K{self.k} m{self.margin:.3f} g{self.gamma:g} {self.context} {rule} "
+            f"K{self.k} m{self.margin:.3f}{relax} g{self.gamma:g} {self.context} {rule} "
             f"L{self.max_tokens} N{self.max_candidates} fb-{self.fallback}"
         )
 

@@ -85,6 +85,7 @@ class SimText:
     regions: list[int] = field(default_factory=list)
     candidates: list[int] = field(default_factory=list)
     fallbacks: list[bool] = field(default_factory=list)
+    valid: list[bool] = field(default_factory=list)
     tokens: int = 0
     p_clean: float = 1.0
     p_attacked: dict[str, float] = field(default_factory=dict)
@@ -152,6 +153,8 @@ def simulate_text(
         row = 0 if fixed else prev
         valid = usable & table[row, reg]
         ok = valid & (dv.gap[safe] > design.margin)
+        if design.margin_patience is not None:
+            ok[design.margin_patience :] = valid[design.margin_patience :]
         i, cost = _choose(design, ok, counts[row, reg])
         fallback = i is None
         if fallback:
@@ -168,6 +171,7 @@ def simulate_text(
         out.regions.append(q)
         out.candidates.append(cost)
         out.fallbacks.append(fallback)
+        out.valid.append(bool(valid[i]))
         out.tokens += int(ntok[i])
         prev = q
 

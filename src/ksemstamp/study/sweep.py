@@ -42,6 +42,9 @@ def summarize(per_key: Sequence[Sequence[SimText]], attacks: Sequence[str]) -> d
         "candidates_mean": float(cands.mean()) if len(cands) else float("nan"),
         "candidates_p95": float(np.percentile(cands, 95)) if len(cands) else float("nan"),
         "fallback_share": float(falls.mean()) if len(falls) else float("nan"),
+        "invalid_share": float(np.mean([not v for t in texts for v in t.valid]))
+        if len(falls)
+        else float("nan"),
         "valid_share": float(np.mean([t.valid_clean / max(t.scored, 1) for t in texts])),
     }
 
@@ -132,7 +135,7 @@ def write_results(results: list[dict], path: str | Path) -> None:
 def markdown_table(results: list[dict], attacks: Sequence[str]) -> str:
     """One row per design: cost, then power at alpha 1% clean and after each attack."""
     head = (
-        "| design | cand. mean | cand. p95 | fallbacks | scored/text | "
+        "| design | cand. mean | cand. p95 | stalls | invalid | scored/text | "
         + " | ".join(f"TPR@1% {a}" for a in ("clean", *attacks))
         + " | worst key clean / "
         + attacks[0]
@@ -148,6 +151,7 @@ def markdown_table(results: list[dict], attacks: Sequence[str]) -> str:
             f"{r['candidates_mean']:.1f}",
             f"{r['candidates_p95']:.0f}",
             f"{r['fallback_share']:.1%}",
+            f"{r['invalid_share']:.1%}",
             f"{r['scored_per_text']:.1f}",
             *(f"{p[a]['0.01']['mean']:.2f}" for a in ("clean", *attacks)),
             f"{p['clean']['0.01']['min']:.2f} / {p[attacks[0]]['0.01']['min']:.2f}",
@@ -281,28 +285,42 @@ def stage_one(sweep: Sweep) -> list[Design]:
 
 
 def stage_two(best: Sequence[Design]) -> list[Design]:
-    """Length cap, candidate budget, stall fallback and patience around the best points."""
+    """Length cap, candidate budget, margin patience, stall fallback and rule patience around
+    the best points."""
     designs = []
     for d in best:
         for max_tokens in (24, 32, 48, 64):
-            for n_max in (20, 40, 100):
-                for fallback in ("last", "valid"):
-                    designs.append(
-                        replace(d, max_tokens=max_tokens, max_candidates=n_max, fallback=fallback)
-                    )
+            for n_max in (30, 50, 100):
+                for relax in (None, 10, 20):
+                    for fallback in ("last", "valid"):
+                        designs.append(
+                            replace(
+                                d,
+                                max_tokens=max_tokens,
+                                max_candidates=n_max,
+                                margin_patience=relax,
+                                fallback=fallback,
+                            )
+                        )
         for patience in (3, 5, 20):
-            designs.append(replace(d, patience=patience))
+            designs.append(replace(d, rule="evidence", patience=patience))
     return list(dict.fromkeys(designs))
 
 
-def objective(result: dict, attack: str = "lm-paraphrase") -> float:
-    """Mean TPR at alpha 1% after ``attack``, for designs within the cost targets (mean
-    candidates <= 12, p95 <= 40, fallbacks <= 2%), else minus infinity."""
-    if (
-        result["candidates_mean"] > 12
-        or result["candidates_p95"] > 40
-        or result["fallback_share"] > 0.02
-    ):
+COST_TARGETS = {"candidates_mean": 12.0, "candidates_p95": 40.0, "invalid_share": 0.02}
+"""The issue's generation targets: mean and 95th percentile candidates per sentence, and the
+share of sentences accepted outside the valid set (stalls that found no valid candidate)."""
+
+
+def within_cost(result: dict, slack: float = 1.0) -> bool:
+    """Whether ``result`` meets ``COST_TARGETS`` (each multiplied by ``slack``)."""
+    return all(result[name] <= bound * slack for name, bound in COST_TARGETS.items())
+
+
+def objective(result: dict, attack: str = "lm-paraphrase", slack: float = 1.0) -> float:
+    """Mean TPR at alpha 1% after ``attack`` for designs within the cost targets (times
+    ``slack``), else minus infinity."""
+    if not within_cost(result, slack):
         return float("-inf")
     return result["power"][attack]["0.01"]["mean"]
 
@@ -334,13 +352,27 @@ def run_study(
     }
     attacks = list(ing.attacked)
     first = sweep.run_all([*paper_designs(sweep), *stage_one(sweep)])
-    ranked = sorted(first[2:], key=objective, reverse=True)
+    # Stage two refines the designs with the most power after paraphrase among those within
+    # twice the mean-candidate target: stage one runs N_max = 100 with no margin patience (its
+    # p95 is mostly N_max), the settings stage two then trades for cost.
+    ranked = sorted(
+        first[2:],
+        key=lambda r: (
+            r["candidates_mean"] <= 2 * COST_TARGETS["candidates_mean"],
+            r["power"]["lm-paraphrase"]["0.01"]["mean"],
+        ),
+        reverse=True,
+    )
     best = [Design(**r["design"]) for r in ranked[:top]]
     second = sweep.run_all(stage_two(best))
     report["stage_one"] = first
     report["stage_two"] = second
     output = Path(output)
     write_results(report, output)
-    allr = first[:2] + sorted(first[2:] + second, key=objective, reverse=True)
+    allr = first[:2] + sorted(
+        first[2:] + second,
+        key=lambda r: (within_cost(r), r["power"]["lm-paraphrase"]["0.01"]["mean"]),
+        reverse=True,
+    )
     output.with_suffix(".md").write_text(markdown_table(allr, attacks))
     return allr
