@@ -1,5 +1,6 @@
 """Round sizing and bookkeeping of the sentence loop, without a real LM."""
 
+import pytest
 import torch
 
 from ksemstamp.partition import LSHPartition
@@ -164,3 +165,32 @@ def test_text_ended_by_the_model_is_kept_and_an_empty_one_is_an_error(hash_encod
     empty = run([["", ""], ["", ""]])
     assert empty.status == "error" and "no usable sentence" in empty.error
     assert not empty.ended_by_model and "ended_by_model" not in empty.to_record()
+
+
+def test_margin_patience_drops_the_margin_after_that_many_candidates(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    scheme.partition.margin = 10.0  # no candidate is ever far enough from a border
+    scheme.table = torch.ones(8, 8, dtype=torch.bool)  # every region valid
+    prompt = "A prompt sentence."
+    cands = [f"Candidate number {i}." for i in range(6)]
+
+    def run(patience):
+        wm = Watermarker(
+            scheme,
+            ScriptedSampler([cands[:2], cands[2:4], cands[4:6]]),
+            max_candidates=6,
+            candidate_batch=2,
+            adaptive_batch=False,
+            max_new_tokens=5,
+            margin_patience=patience,
+        )
+        return wm.generate([prompt])[0].sentences[0]
+
+    paper = run(None)  # the margin holds to N_max: the last draw, as a fallback
+    assert paper.fallback and paper.candidates == 6 and paper.text == cands[5]
+    assert paper.rejected_margin == 6
+    patient = run(3)  # draws 1-3 need the margin, draw 4 does not
+    assert not patient.fallback and patient.candidates == 4 and patient.text == cands[3]
+    assert patient.rejected_margin == 3
+    with pytest.raises(ValueError, match="margin_patience"):
+        Watermarker(scheme, ScriptedSampler([]), margin_patience=-1)

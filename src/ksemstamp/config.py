@@ -54,6 +54,9 @@ class WatermarkConfig:
     novelty_patience: int = 10
     """Candidates after which a valid but already-used region transition is accepted; 0 is the
     paper's rule. Repeated transitions add no evidence for the default (exact) test."""
+    margin_patience: int | None = None
+    """Candidates after which a candidate in a valid region is accepted without the margin;
+    ``None`` keeps the margin to ``max_candidates`` (the paper's rule)."""
     candidate_batch: int = 32
     """Most candidate rows per document in one batched decode."""
     adaptive_batch: bool = True
@@ -95,6 +98,8 @@ class WatermarkConfig:
         for name in ("max_candidates", "candidate_batch", "max_new_tokens", "prompt_batch"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.margin_patience is not None and self.margin_patience < 0:
+            problems.append(f"margin_patience must be >= 0 or null, got {self.margin_patience}")
         if self.novelty_patience < 0:
             problems.append(
                 f"novelty_patience must be >= 0 (0 = paper), got {self.novelty_patience}"
@@ -225,6 +230,7 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
         adaptive_batch=cfg.adaptive_batch,
         max_new_tokens=cfg.max_new_tokens,
         novelty_patience=cfg.novelty_patience,
+        margin_patience=cfg.margin_patience,
         seed=cfg.seed,
     )
 
