@@ -60,7 +60,7 @@ class GeneratorFactory:
                 seed=cfg.seed,
             )
             return kgw.generate
-        if self.algorithm not in ("ksemstamp", "semstamp", "none"):
+        if self.algorithm not in ("ksemstamp", "ksemstamp-paper", "semstamp", "none"):
             raise ValueError(f"unknown algorithm {self.algorithm!r}")
         watermarker = build_watermarker(cfg)
         watermark = self.algorithm != "none"

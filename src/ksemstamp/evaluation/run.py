@@ -42,8 +42,14 @@ from ..config import REPO_ROOT, WatermarkConfig, load_settings_file
 from ..jsonl import InputRecord, ResumableWriter
 
 MISSING_SCORE = -1000.0
-WATERMARKED = ("ksemstamp", "semstamp", "kgw")
-LABELS = {"ksemstamp": "k-SemStamp", "semstamp": "SemStamp", "kgw": "KGW", "none": "No watermark"}
+WATERMARKED = ("ksemstamp", "ksemstamp-paper", "semstamp", "kgw")
+LABELS = {
+    "ksemstamp": "k-SemStamp",
+    "ksemstamp-paper": "k-SemStamp (paper)",
+    "semstamp": "SemStamp",
+    "kgw": "KGW",
+    "none": "No watermark",
+}
 # Settings that change what the stored records mean: a run folder refuses a change to them.
 _FIXED = (
     "prompt_words",

@@ -100,9 +100,10 @@ class Sweep:
         usable = np.unique(self.ing.cand[self.ing.cand >= 0])
         return replace(design, margin=round(margin_for_pass_rate(dv.gap[usable], pass_rate), 4))
 
-    def run(self, design: Design) -> dict:
-        """Simulate ``design`` under every key for every document and summarise."""
+    def run(self, design: Design, docs: Sequence[int] | None = None) -> dict:
+        """Simulate ``design`` under every key for every document (or ``docs``) and summarise."""
         dv = self.view(design)
+        docs = range(self.ing.num_docs) if docs is None else docs
         per_key = []
         human = []
         for i, table in enumerate(key_tables(design, self.num_keys, self.seed)):
@@ -110,7 +111,7 @@ class Sweep:
             per_key.append(
                 [
                     simulate_text(design, dv, self.ing, d, table, rng, self.max_new_tokens)
-                    for d in range(self.ing.num_docs)
+                    for d in docs
                 ]
             )
             human.extend(human_p_values(design, dv, self.ing, table))
