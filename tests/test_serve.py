@@ -317,3 +317,43 @@ def test_queue_runs_one_job_at_a_time_in_order():
     assert first["result"] == {"n": 0} and first["progress"] == {"step": 1}
     assert third["state"] == "error" and third["error"] == "the prompt was refused"
     queue.close()
+
+
+def test_serve_command_passes_host_port_settings_and_limits(monkeypatch, tmp_path):
+    import ksemstamp.serve as serve_module
+    from ksemstamp.cli import main
+
+    calls = []
+    monkeypatch.setattr(serve_module, "serve", lambda *args: calls.append(args))
+    config = tmp_path / "s.yaml"
+    config.write_text("gamma: 0.5\n")
+    argv = [
+        "serve",
+        "--config",
+        str(config),
+        "--port",
+        "9123",
+        "--max-chars",
+        "50",
+        "--no-generate",
+        "--alpha",
+        "0.05",
+    ]
+    assert main(argv) == 0
+    cfg, host, port, limits, generation = calls[0]
+    assert (host, port, limits.max_chars, generation) == ("127.0.0.1", 9123, 50, False)
+    assert (cfg.gamma, cfg.alpha) == (0.5, 0.05)
+
+
+def test_serve_prints_the_address(monkeypatch, capsys, app):
+    import uvicorn
+
+    import ksemstamp.serve as serve_module
+
+    ran = []
+    monkeypatch.setattr(serve_module, "create_app", lambda *a, **k: app)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: ran.append(self.config.port))
+    serve_module.serve(WatermarkConfig(partition="lsh", key=SECRET), port=0)
+    out = capsys.readouterr().out
+    assert f"http://127.0.0.1:{ran[0]}/" in out and app.state.key_fingerprint in out
+    assert SECRET not in out
