@@ -357,3 +357,14 @@ def test_serve_prints_the_address(monkeypatch, capsys, app):
     out = capsys.readouterr().out
     assert f"http://127.0.0.1:{ran[0]}/" in out and app.state.key_fingerprint in out
     assert SECRET not in out
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(hash_encoder):
+    app = create_app(
+        WatermarkConfig(partition="lsh", key=SECRET),
+        limits=Limits(max_chars=10, max_upload_bytes=10),
+        encoder=hash_encoder,
+        generation=False,
+    )
+    response = TestClient(app).post("/api/detect", json={"text": "x" * 100})
+    assert response.status_code == 413 and "larger" in response.json()["error"]

@@ -222,6 +222,10 @@ def create_app(
     # ------------------------------------------------------------------ errors
     @app.middleware("http")
     async def catch_everything(request: Request, call_next):
+        # Refuse an oversized body before reading it (the limits below apply once it is read).
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limits.max_upload_bytes + 4 * limits.max_chars:
+            return _problem(413, "the request is larger than this server accepts")
         # A bare 500 with no detail: an exception's message might hold anything.
         try:
             return await call_next(request)
@@ -407,6 +411,8 @@ def create_app(
                 if snap is None:
                     return
                 if snap["version"] == version:
+                    if jobs.closed:
+                        return
                     yield ": still waiting\n\n"
                 else:
                     version = snap["version"]

@@ -109,6 +109,11 @@ class GenerationQueue:
             self._changed.wait_for(lambda: job.version > version or self._closed, timeout)
             return self._snapshot(job)
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called."""
+        return self._closed
+
     def close(self) -> None:
         """Stop taking jobs; the worker ends after the running one."""
         with self._changed:
