@@ -2,18 +2,17 @@
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python docs/img/serve_screenshots.py
 
-Starts the app on a free port with the default settings and a fresh random key, generates a
-watermarked continuation of a held-out news prompt in the Generate tab, pastes it into the Detect
-tab, and scores a small JSONL file (that text, two human news texts, a too-short text and a bad
-line) in the Batch tab, driving Debian's chromium through Playwright. Prints the server-side
-time of the detection request.
+Starts the app on a free port with the default settings (the key from ``KSEMSTAMP_KEY``, else
+the public demo key, as ``make demo``), generates a watermarked continuation of a prompt in the
+Generate tab, pastes it into the Detect tab, and scores a small JSONL file (that text, two human
+news texts, a too-short text and a bad line) in the Batch tab, driving Debian's chromium through
+Playwright. Prints the server-side time of the detection request.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import shutil
 import tempfile
 import threading
@@ -24,27 +23,30 @@ import uvicorn
 from playwright.sync_api import sync_playwright
 
 from ksemstamp.assets import news_articles
-from ksemstamp.cli import news_prompt
 from ksemstamp.config import WatermarkConfig
 from ksemstamp.serve import create_app, free_port
 
 OUT = Path(__file__).resolve().parent
+PROMPT = (
+    "The city council approved a new budget on Monday after months of debate. "
+    "The plan raises spending on schools and roads."
+)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--article", type=int, default=3, help="held-out news prompt")
-    parser.add_argument("--max-new-tokens", type=int, default=120)
+    parser.add_argument("--prompt", default=PROMPT)
+    parser.add_argument("--max-new-tokens", type=int, default=200)
     args = parser.parse_args()
 
-    app = create_app(WatermarkConfig(key=secrets.token_hex(32)))
+    app = create_app(WatermarkConfig())
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.1)
     url = f"http://127.0.0.1:{port}/"
-    prompt = news_prompt(args.article)
+    prompt = args.prompt
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
@@ -76,8 +78,14 @@ def main() -> None:
 
         human = [" ".join(a.text.split()[:150]) for a in news_articles("test")[10:12]]
         rows = [
-            json.dumps({"id": "generated", "prompt": prompt, "text": text,
-                        "key_fingerprint": app.state.key_fingerprint}),
+            json.dumps(
+                {
+                    "id": "generated",
+                    "prompt": prompt,
+                    "text": text,
+                    "key_fingerprint": app.state.key_fingerprint,
+                }
+            ),
             json.dumps({"id": "news-10", "text": human[0]}),
             json.dumps({"id": "news-11", "text": human[1]}),
             json.dumps({"id": "one-line", "text": "A single sentence cannot be scored."}),

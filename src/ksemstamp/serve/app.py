@@ -7,6 +7,7 @@ pages and log lines carry only its fingerprint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -130,6 +131,8 @@ def create_app(
     """
     limits = limits or Limits()
     secret = resolve_key(settings.key) if settings.valid_mode == "keyed" else None
+    if secret is not None:  # resolved once: the demo-key warning is given once
+        settings = dataclasses.replace(settings, key=secret)
     redact = RedactKey(secret)
     install_redaction(redact)
     scheme = build_scheme(settings, encoder=encoder)

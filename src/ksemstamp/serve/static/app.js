@@ -63,7 +63,7 @@ function drawChart(container, nul, statistic) {
   container.replaceChildren();
   if (!nul) return;
   const pmf = nul.pmf, n = pmf.length - 1;
-  const W = 360, H = 170, L = 34, R = 8, T = 22, B = 30;
+  const W = 360, H = 180, L = 34, R = 8, T = 30, B = 30;
   const width = W - L - R, height = H - T - B;
   const top = Math.max(...pmf) || 1;
   const step = width / (n + 1);
@@ -81,10 +81,10 @@ function drawChart(container, nul, statistic) {
     root.appendChild(bar);
   });
   const ox = L + (nul.observed + 0.5) * step;
-  root.appendChild(svg("line", { x1: ox, y1: T - 4, x2: ox, y2: T + height, stroke: "#c0392b",
+  root.appendChild(svg("line", { x1: ox, y1: T - 18, x2: ox, y2: T + height, stroke: "#c0392b",
     "stroke-width": 2, "stroke-dasharray": "4 2" }));
   const anchor = nul.observed > n * 0.6 ? "end" : "start";
-  root.appendChild(svg("text", { x: ox + (anchor === "end" ? -4 : 4), y: T + 6, "font-size": 11,
+  root.appendChild(svg("text", { x: ox + (anchor === "end" ? -4 : 4), y: T - 8, "font-size": 11,
     fill: "#c0392b", "text-anchor": anchor }, `observed ${nul.observed}`));
   const ticks = new Set([0, n, nul.observed, Math.round(nul.expected)]);
   for (const s of ticks) {
