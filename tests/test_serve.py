@@ -273,6 +273,31 @@ def test_null_chart_uses_the_prompt_seed():
     assert chart["tail"] == pytest.approx(7 / 16) and chart["expected"] == pytest.approx(0.5)
 
 
+def test_explanation_names_a_text_that_never_changes_step():
+    from ksemstamp.serve.present import explanation
+
+    same = DetectionResult(
+        status="ok",
+        num_scored=3,
+        num_valid=3,
+        regions=[2, 2, 2, 2],
+        verdicts=["seed", "valid", "valid", "valid"],
+        p_value=0.25,
+        statistic="exact",
+    )
+    assert "same step, region 2 to region 2" in explanation(same, 0.25, 0.01)
+    varied = DetectionResult(
+        status="ok",
+        num_scored=2,
+        num_valid=2,
+        regions=[1, 2, 3],
+        verdicts=["seed", "valid", "valid"],
+        p_value=0.06,
+        statistic="exact",
+    )
+    assert "same step" not in explanation(varied, 0.25, 0.01)
+
+
 def test_parse_jsonl_and_check_record():
     parsed = parse_jsonl('{"text": "a"}\n\n[1]\n{bad\n')
     assert [(p.line, p.error is None) for p in parsed] == [(1, True), (3, False), (4, False)]

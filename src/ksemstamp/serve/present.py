@@ -72,10 +72,28 @@ def _segments(text: str, sentences: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def _scored_transitions(result: DetectionResult) -> set[tuple[int, int]]:
+    previous, out = result.seed_region, set()
+    for region, verdict in zip(result.regions, result.verdicts, strict=True):
+        if verdict in ("valid", "invalid") and previous is not None:
+            out.add((previous, region))
+        previous = region
+    return out
+
+
 def explanation(result: DetectionResult, gamma: float, alpha: float) -> str:
     """One plain paragraph on what this text's p-value promises and what it does not."""
     if result.status != "ok":
         return result.error or ""
+    one_step = ""
+    transitions = _scored_transitions(result)
+    if len(transitions) == 1 and result.num_scored > 1:
+        ((a, b),) = transitions
+        one_step = (
+            f" All {result.num_scored} scored sentences make the same step, region {a} to "
+            f"region {b}: under a random key that step is valid for all of them or for none, so "
+            f"this text cannot reach a p-value below {gamma:g}, watermarked or not."
+        )
     p, scored, valid = result.p_value, result.num_scored, result.num_valid
     if result.statistic == "exact":
         promise = (
@@ -90,7 +108,7 @@ def explanation(result: DetectionResult, gamma: float, alpha: float) -> str:
             f"meet, so it flags human text more often than its nominal rate."
         )
     return (
-        f"{promise} It does not cover text that quotes or paraphrases watermarked text or was "
+        f"{promise}{one_step} It does not cover text that quotes or paraphrases watermarked text or was "
         f"written by someone holding the key, and a text that stays in one region carries little "
         f"evidence either way. The text is called watermarked when p <= {alpha:g}."
     )
