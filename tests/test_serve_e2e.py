@@ -148,7 +148,7 @@ def server_url(app):
 
 
 @pytest.mark.browser
-def test_browser_detect_shows_the_verdict_and_coloured_sentences(
+def test_browser_shows_verdict_coloured_sentences_batch_and_generation(
     server_url, marked_text, tmp_path: Path
 ):
     browser_path = _chromium()
@@ -183,6 +183,32 @@ def test_browser_detect_shows_the_verdict_and_coloured_sentences(
             page.click("#detect-button")
             page.wait_for_function("document.getElementById('detect-status').textContent.length")
             assert "empty" in page.inner_text("#detect-status")
+
+            # Batch: the table shows each line's result or error, and the output downloads.
+            upload = tmp_path / "texts.jsonl"
+            upload.write_text(json.dumps({"id": "m", "text": marked_text}) + "\n{cut off\n")
+            page.click("#tab-batch")
+            page.set_input_files("#batch-file", str(upload))
+            page.click("#batch-button")
+            page.wait_for_selector("#batch-table")
+            rows = page.locator("#batch-table tr").all_inner_texts()
+            assert "watermarked" in rows[1] and "not valid JSON" in rows[2]
+            with page.expect_download() as download:
+                page.click("#batch-download")
+            saved = tmp_path / "out.jsonl"
+            download.value.save_as(saved)
+            lines = [json.loads(x) for x in saved.read_text().splitlines()]
+            assert [r["status"] for r in lines] == ["ok", "error"]
+            page.screenshot(path=str(tmp_path / "batch.png"), full_page=True)
+
+            # Generate: progress arrives over server-sent events, then the detection view.
+            page.click("#tab-generate")
+            page.fill("#generate-tokens", "8")
+            page.click("#generate-button")
+            page.wait_for_selector("#generate-result #verdict", timeout=300_000)
+            assert "done:" in page.inner_text("#generate-status")
+            assert page.locator("#generate-result .marked-text .s").count() >= 1
+            page.screenshot(path=str(tmp_path / "generate.png"), full_page=True)
         finally:
             browser.close()
     assert (tmp_path / "detect.png").stat().st_size > 10_000
