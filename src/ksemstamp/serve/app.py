@@ -151,7 +151,9 @@ def create_app(
     fingerprint = scheme.key_fingerprint
     valid_per_row = num_valid(scheme.num_regions, scheme.gamma)
     demo_key = secret is not None and fingerprint == key_fingerprint(DEMO_KEY)
-    del secret  # only the log filter keeps it
+    # From here on the key lives only in `settings` (whose repr and to_dict leave it out), the
+    # scheme's table and the log filter; nothing below puts it in a response.
+    del secret
 
     def view(result: DetectionResult, text: str, seconds: float) -> dict[str, Any]:
         out = detection_view(
