@@ -56,6 +56,8 @@ def test_one_sentence_with_prompt_is_scored(detector):
     assert res.status == "ok" and res.num_scored == 1
     assert res.verdicts[0] in ("valid", "invalid")
     assert res.sentences == ["Only one sentence here."]
+    assert res.seed_region == int(detector.scheme.regions(["Its last sentence."])[0][0])
+    assert detector.detect("One. Two.").seed_region is None
 
 
 def test_counts_and_z_match_the_table(detector, scheme):

@@ -7,6 +7,7 @@ import torch
 
 from ksemstamp.keys import valid_table
 from ksemstamp.stats import (
+    exact_null_pmf,
     exact_p_value,
     normal_sf,
     paper_z,
@@ -48,6 +49,9 @@ def test_exact_p_value_matches_brute_force_over_tables():
         total += 1
         hits += counts[table].sum() >= observed
     assert exact_p_value(counts, observed_table) == pytest.approx(hits / total)
+    pmf = exact_null_pmf(counts, 2)
+    assert pmf.sum() == pytest.approx(1.0) and len(pmf) == counts.sum() + 1
+    assert pmf[observed:].sum() == pytest.approx(hits / total)
 
 
 def _sticky_sequences(n_texts, length, k, stay, gen):

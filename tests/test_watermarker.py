@@ -194,3 +194,21 @@ def test_margin_patience_drops_the_margin_after_that_many_candidates(hash_encode
     assert patient.rejected_margin == 3
     with pytest.raises(ValueError, match="margin_patience"):
         Watermarker(scheme, ScriptedSampler([]), margin_patience=-1)
+
+
+def test_progress_is_reported_after_every_round(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    scheme.partition.margin = 0.0
+    prompt = "A prompt sentence."
+    first_prev = int(scheme.regions([prompt])[0][0])
+    good = _valid_after(scheme, first_prev, True)
+    bad = _valid_after(scheme, first_prev, False)
+    sampler = ScriptedSampler([[bad, bad], [bad, good]])
+    wm = Watermarker(scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=5)
+    seen = []
+    res = wm.generate([prompt], on_progress=seen.append)[0]
+    assert [(p.sentences, p.candidates, p.drawn_for_current) for p in seen] == [
+        (0, 2, 2),
+        (1, 4, 0),
+    ]
+    assert seen[-1].texts == [res.text] and seen[-1].tokens == 5 and seen[-1].max_tokens == 5

@@ -151,6 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(cal)
 
+    srv = sub.add_parser("serve", help="a local web page: detect, batch and generate")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    srv.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
+    srv.add_argument("--max-chars", type=_positive_int, default=200_000, help="longest text")
+    srv.add_argument("--no-generate", action="store_true", help="detection only: no LM loaded")
+    common(srv)
+
     from .evaluation.run import add_arguments as add_evaluate_arguments
 
     ev = sub.add_parser(
@@ -453,6 +460,13 @@ def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
     return 0
 
 
+def cmd_serve(args, cfg: WatermarkConfig) -> int:
+    from .serve import Limits, serve
+
+    serve(cfg, args.host, args.port, Limits(max_chars=args.max_chars), not args.no_generate)
+    return 0
+
+
 def cmd_evaluate(args, cfg: WatermarkConfig) -> int:
     from .evaluation.run import main_from_args
 
@@ -477,6 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo": cmd_demo,
         "calibrate": cmd_calibrate,
         "evaluate": cmd_evaluate,
+        "serve": cmd_serve,
     }[args.command]
     try:
         return handler(args, cfg)

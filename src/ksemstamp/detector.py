@@ -44,6 +44,7 @@ class DetectionResult:
     regions: list[int] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)  # seed / valid / invalid / repeat
     error: str | None = None
+    seed_region: int | None = None  # region of the prompt sentence that seeded the first one
 
     def to_record(self) -> dict:
         """Fields added to a JSONL record."""
@@ -166,6 +167,7 @@ class Detector:
             sentences=sentences[shown],
             regions=regions[shown],
             verdicts=verdicts[shown],
+            seed_region=regions[0] if seeded else None,
         )
         if num_scored == 0:
             result.status = "too_short"

@@ -70,13 +70,19 @@ def exact_p_value(transitions: Tensor | np.ndarray, table: Tensor | np.ndarray) 
     """
     counts = np.asarray(transitions, dtype=np.int64)
     valid = np.asarray(table, dtype=bool)
-    size = int(valid[0].sum())
     observed = int(counts[valid].sum())
-    law = np.ones(1)
-    for row in counts:
-        if row.sum() > 0:
-            law = np.convolve(law, subset_sum_pmf(row, size))
+    law = exact_null_pmf(counts, int(valid[0].sum()))
     return float(min(1.0, law[observed:].sum()))
+
+
+def exact_null_pmf(transitions: Tensor | np.ndarray, valid_per_row: int) -> np.ndarray:
+    """Null law of the valid count under uniformly random tables with ``valid_per_row`` valid
+    regions per row: ``pmf[s] = P(S = s)`` for a ``(K, K)`` transition-count matrix."""
+    law = np.ones(1)
+    for row in np.asarray(transitions, dtype=np.int64):
+        if row.sum() > 0:
+            law = np.convolve(law, subset_sum_pmf(row, valid_per_row))
+    return law
 
 
 def transition_matrix(regions: list[int], scored: list[bool], num_regions: int) -> np.ndarray:

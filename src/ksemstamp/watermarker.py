@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -116,6 +116,18 @@ class GenerationResult:
         if self.ended_by_model:
             out["ended_by_model"] = True
         return out
+
+
+@dataclass
+class GenerationProgress:
+    """Where a ``generate`` call stands after a round, summed over its documents."""
+
+    sentences: int  # accepted so far
+    candidates: int  # drawn so far, including those for the sentences still being searched
+    drawn_for_current: int  # most candidates drawn so far for one unfinished sentence
+    tokens: int  # tokens of the accepted sentences
+    max_tokens: int  # documents * max_new_tokens
+    texts: list[str]  # each document's continuation so far
 
 
 @dataclass
@@ -231,9 +243,13 @@ class Watermarker:
         watermark: bool = True,
         progress: bool = False,
         generator: torch.Generator | None = None,
+        on_progress: Callable[[GenerationProgress], None] | None = None,
     ) -> list[GenerationResult]:
         """Continue each prompt; with ``watermark=False`` the first candidate is always kept
         (plain sentence-by-sentence sampling with the same settings).
+
+        ``on_progress`` is called after every round of candidates with a ``GenerationProgress``
+        (totals over all documents), e.g. to stream progress to a user.
 
         Each document samples from its own generator, seeded from ``seed`` and its prompt, and
         learns its own acceptance rates, so its text depends only on the seed, the prompt and
@@ -375,6 +391,17 @@ class Watermarker:
                 drawn_for_current=max(d.drawn for d in active),
                 refresh=False,
             )
+            if on_progress is not None:
+                on_progress(
+                    GenerationProgress(
+                        sentences=sum(d.result.num_sentences for d in docs),
+                        candidates=sum(d.result.candidates + d.drawn for d in docs),
+                        drawn_for_current=max(d.drawn for d in active),
+                        tokens=sum(d.result.num_tokens for d in docs),
+                        max_tokens=len(docs) * self.max_new_tokens,
+                        texts=[d.result.text for d in docs],
+                    )
+                )
         bar.close()
         return [d.result for d in docs]
 

@@ -1,0 +1,233 @@
+"""What the page shows, as plain JSON: detection views, the null-law chart, batch records.
+
+Nothing here touches the models or the key: the functions take results and settings and return
+dicts, so they are tested without a server.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..detector import DetectionResult
+from ..stats import exact_null_pmf, transition_matrix
+
+# The detector's verdicts, as the page names them.
+LABELS = {
+    "valid": "valid",
+    "invalid": "blocked",
+    "seed": "seed only, not scored",
+    "repeat": "repeated, not scored",
+}
+HEADLINES = {
+    "watermarked": "Watermarked",
+    "not_watermarked": "No evidence of the watermark",
+    "too_short": "Too short to score",
+    "error": "Could not score this text",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Input limits of the server; requests beyond them get a 4xx and a message."""
+
+    max_chars: int = 200_000
+    """Longest text or prompt, in characters."""
+    max_upload_bytes: int = 20_000_000
+    """Largest batch upload."""
+    max_records: int = 5_000
+    """Most lines in one batch upload."""
+    max_waiting: int = 8
+    """Most generations waiting behind the running one."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_chars", "max_upload_bytes", "max_records"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_waiting < 0:
+            raise ValueError(f"max_waiting must be >= 0, got {self.max_waiting}")
+
+
+def decision(result: DetectionResult) -> str:
+    """``watermarked``, ``not_watermarked``, ``too_short`` or ``error``."""
+    if result.status != "ok":
+        return result.status
+    return "watermarked" if result.watermarked else "not_watermarked"
+
+
+def _segments(text: str, sentences: list[str]) -> list[dict[str, Any]]:
+    """The text cut into sentences and the gaps between them, so it can be shown in place."""
+    out: list[dict[str, Any]] = []
+    cursor = 0
+    for index, sentence in enumerate(sentences):
+        at = text.find(sentence, cursor)
+        if at < 0:  # the splitter changed the sentence: show it after a plain space
+            out.append({"gap": " " if out else ""})
+        else:
+            out.append({"gap": text[cursor:at]})
+            cursor = at + len(sentence)
+        out[-1]["sentence"] = index
+    out.append({"gap": text[cursor:] if sentences else text})
+    return out
+
+
+def _scored_transitions(result: DetectionResult) -> set[tuple[int, int]]:
+    previous, out = result.seed_region, set()
+    for region, verdict in zip(result.regions, result.verdicts, strict=True):
+        if verdict in ("valid", "invalid") and previous is not None:
+            out.add((previous, region))
+        previous = region
+    return out
+
+
+def explanation(result: DetectionResult, gamma: float, alpha: float) -> str:
+    """One plain paragraph on what this text's p-value promises and what it does not."""
+    if result.status != "ok":
+        return result.error or ""
+    one_step = ""
+    transitions = _scored_transitions(result)
+    if len(transitions) == 1 and result.num_scored > 1:
+        ((a, b),) = transitions
+        one_step = (
+            f" All {result.num_scored} scored sentences make the same step, region {a} to "
+            f"region {b}: under a random key that step is valid for all of them or for none, so "
+            f"this text cannot reach a p-value below {gamma:g}, watermarked or not."
+        )
+    p, scored, valid = result.p_value, result.num_scored, result.num_valid
+    if result.statistic == "exact":
+        promise = (
+            f"If this text had been written without our key, a valid count of {valid} or more "
+            f"out of {scored} scored sentences would turn up with probability {p:.3g} (the shaded "
+            f"area of the chart), whatever its topic or style."
+        )
+    else:
+        promise = (
+            f"p = {p:.3g} is the normal tail of the paper's z; it assumes every sentence is valid "
+            f"with chance {gamma:g} on its own, which human text that keeps its topic does not "
+            f"meet, so it flags human text more often than its nominal rate."
+        )
+    return (
+        f"{promise}{one_step} It does not cover text that quotes or paraphrases watermarked text or was "
+        f"written by someone holding the key, and a text that stays in one region carries little "
+        f"evidence either way. The text is called watermarked when p <= {alpha:g}."
+    )
+
+
+def null_chart(result: DetectionResult, valid_per_row: int, num_regions: int) -> dict | None:
+    """The exact test's null law of the valid count for this text, and where the text falls."""
+    if result.status != "ok":
+        return None
+    regions = list(result.regions)
+    scored = [v in ("valid", "invalid") for v in result.verdicts]
+    if result.seed_region is not None:
+        regions, scored = [result.seed_region, *regions], [False, *scored]
+    pmf = exact_null_pmf(transition_matrix(regions, scored, num_regions), valid_per_row)
+    observed = result.num_valid
+    return {
+        "pmf": [float(x) for x in pmf],
+        "observed": observed,
+        "tail": float(min(1.0, pmf[observed:].sum())),
+        "expected": float(sum(i * x for i, x in enumerate(pmf))),
+    }
+
+
+def detection_view(
+    result: DetectionResult,
+    text: str,
+    *,
+    gamma: float,
+    alpha: float,
+    valid_per_row: int,
+    num_regions: int,
+) -> dict[str, Any]:
+    """Everything the page needs to show one detection."""
+    previous = result.seed_region
+    sentences = []
+    for i, (sentence, region, verdict) in enumerate(
+        zip(result.sentences, result.regions, result.verdicts, strict=True)
+    ):
+        sentences.append(
+            {
+                "text": sentence,
+                "region": region,
+                "previous_region": previous,
+                "verdict": verdict,
+                "label": LABELS.get(verdict, verdict),
+                "scored": verdict in ("valid", "invalid"),
+                "index": i,
+            }
+        )
+        previous = region
+    kind = decision(result)
+    return {
+        "status": result.status,
+        "decision": kind,
+        "headline": HEADLINES[kind],
+        "message": result.error,
+        "p_value": result.p_value,
+        "z_score": result.z_score,
+        "num_scored": result.num_scored,
+        "num_valid": result.num_valid,
+        "expected_valid": gamma * result.num_scored,
+        "statistic": result.statistic,
+        "alpha": alpha,
+        "gamma": gamma,
+        "sentences": sentences,
+        "segments": _segments(text, result.sentences),
+        "null": null_chart(result, valid_per_row, num_regions),
+        "explanation": explanation(result, gamma, alpha),
+    }
+
+
+# ---------------------------------------------------------------------- batch
+
+
+@dataclass
+class BatchLine:
+    """One record of an upload: its 1-based line, the parsed object, or why it is unusable."""
+
+    line: int
+    data: dict[str, Any] | None
+    error: str | None = None
+
+
+def parse_jsonl(text: str) -> list[BatchLine]:
+    """Lines of a JSONL upload, as ``watermark.py detect --input`` reads them: blank lines are
+    skipped, a line that is not a JSON object becomes an error record."""
+    out = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as err:
+            out.append(BatchLine(number, None, f"line {number} is not valid JSON: {err.msg}"))
+            continue
+        if not isinstance(data, dict):
+            out.append(BatchLine(number, None, f"line {number} is not a JSON object"))
+            continue
+        out.append(BatchLine(number, data))
+    return out
+
+
+def check_record(data: dict[str, Any], fingerprint: str, max_chars: int) -> str | None:
+    """Why a detection record cannot be scored (the CLI's rules plus the size limit), or None."""
+    if "text" not in data:
+        return "missing field 'text'"
+    if not isinstance(data["text"], str):
+        return f"'text' must be a string, got {type(data['text']).__name__}"
+    prompt = data.get("prompt")
+    if prompt is not None and not isinstance(prompt, str):
+        return f"'prompt' must be a string, got {type(prompt).__name__}"
+    if len(data["text"]) + len(prompt or "") > max_chars:
+        return f"text and prompt are longer than the limit of {max_chars:,} characters"
+    if data.get("key_fingerprint") not in (None, fingerprint):
+        return (
+            "this text was generated with a different key (fingerprint "
+            f"{data['key_fingerprint']}, detector {fingerprint})"
+        )
+    return None
+
+
+ERROR_FIELDS = {"z_score": None, "p_value": None, "num_scored": 0, "num_valid": 0}

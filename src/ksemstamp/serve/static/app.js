@@ -1,0 +1,318 @@
+// The page's script: tabs, the three forms, and the detection view with its chart.
+// Everything is drawn here from the JSON the server returns; nothing is loaded from elsewhere.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const SVG = "http://www.w3.org/2000/svg";
+let info = null;
+
+// ---------------------------------------------------------------- helpers
+function fmtP(p) {
+  if (p === null || p === undefined) return "–";
+  if (p >= 0.001) return p.toPrecision(3).replace(/\.?0+$/, "");
+  return p.toExponential(2);
+}
+function fmtNum(x, digits = 2) {
+  return x === null || x === undefined ? "–" : Number(x).toFixed(digits);
+}
+async function api(path, options = {}) {
+  const response = await fetch(path, options);
+  let body = null;
+  try { body = await response.json(); } catch (_) { body = null; }
+  if (!response.ok) {
+    const message = body && body.error ? body.error : `the server answered ${response.status}`;
+    const err = new Error(message);
+    err.status = response.status;
+    throw err;
+  }
+  return body;
+}
+function setStatus(el, text, isError = false) {
+  el.textContent = text;
+  el.classList.toggle("error", isError);
+}
+function el(tag, attrs = {}, text = null) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== null) node.textContent = text;
+  return node;
+}
+function svg(tag, attrs = {}, text = null) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== null) node.textContent = text;
+  return node;
+}
+
+// ---------------------------------------------------------------- tabs
+function showTab(name) {
+  for (const t of ["detect", "generate", "batch"]) {
+    $(`tab-${t}`).setAttribute("aria-selected", String(t === name));
+    $(`panel-${t}`).hidden = t !== name;
+  }
+  history.replaceState(null, "", `#${name}`);
+}
+for (const t of ["detect", "generate", "batch"]) {
+  $(`tab-${t}`).addEventListener("click", () => showTab(t));
+}
+
+// ---------------------------------------------------------------- the chart
+// Bars: the exact test's null law of the valid count for this text's own region transitions
+// (over random keys). The shaded bars, at or right of the observed count, add up to the p-value.
+function drawChart(container, nul, statistic) {
+  container.replaceChildren();
+  if (!nul) return;
+  const pmf = nul.pmf, n = pmf.length - 1;
+  const W = 360, H = 180, L = 34, R = 8, T = 30, B = 30;
+  const width = W - L - R, height = H - T - B;
+  const top = Math.max(...pmf) || 1;
+  const step = width / (n + 1);
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": `null distribution of the valid count; observed ${nul.observed}, tail ${fmtP(nul.tail)}` });
+  root.appendChild(svg("line", { x1: L, y1: T + height, x2: L + width, y2: T + height, stroke: "#8a949f" }));
+  pmf.forEach((p, s) => {
+    const h = (p / top) * height;
+    const tail = s >= nul.observed;
+    const bar = svg("rect", {
+      x: L + s * step + step * 0.1, y: T + height - h, width: Math.max(step * 0.8, 0.5), height: h,
+      fill: tail ? "#1f5fae" : "#c3cad2", class: tail ? "tail" : "body",
+    });
+    bar.appendChild(svg("title", {}, `P(valid count = ${s}) = ${fmtP(p)}`));
+    root.appendChild(bar);
+  });
+  const ox = L + (nul.observed + 0.5) * step;
+  root.appendChild(svg("line", { x1: ox, y1: T - 18, x2: ox, y2: T + height, stroke: "#c0392b",
+    "stroke-width": 2, "stroke-dasharray": "4 2" }));
+  const anchor = nul.observed > n * 0.6 ? "end" : "start";
+  root.appendChild(svg("text", { x: ox + (anchor === "end" ? -4 : 4), y: T - 8, "font-size": 11,
+    fill: "#c0392b", "text-anchor": anchor }, `observed ${nul.observed}`));
+  const ticks = new Set([0, n, nul.observed, Math.round(nul.expected)]);
+  for (const s of ticks) {
+    root.appendChild(svg("text", { x: L + (s + 0.5) * step, y: T + height + 13, "font-size": 10,
+      fill: "#5b6572", "text-anchor": "middle" }, String(s)));
+  }
+  root.appendChild(svg("text", { x: L + width / 2, y: H - 3, "font-size": 10, fill: "#5b6572",
+    "text-anchor": "middle" }, "valid sentences, if the key had been random"));
+  root.appendChild(svg("text", { x: 4, y: T + height / 2, "font-size": 10, fill: "#5b6572",
+    transform: `rotate(-90 10 ${T + height / 2})`, "text-anchor": "middle" }, "chance"));
+  container.appendChild(root);
+  const caption = el("p", { class: "caption" },
+    `Shaded: P(valid count ≥ ${nul.observed}) = ${fmtP(nul.tail)} under the exact test` +
+    (statistic === "exact" ? " (the p-value)." : " (the calibrated p-value; the decision uses the paper's)."));
+  container.appendChild(caption);
+}
+
+// ---------------------------------------------------------------- the detection view
+function renderDetection(target, view) {
+  const node = $("detection-template").content.firstElementChild.cloneNode(true);
+  node.dataset.decision = view.decision;
+  const headline = node.querySelector(".headline");
+  headline.textContent = view.headline;
+  headline.classList.add(view.decision);
+  headline.id = "verdict";
+  const numbers = node.querySelector(".numbers");
+  const rows = view.status === "ok" ? [
+    ["p-value", `${fmtP(view.p_value)} (${view.statistic})`],
+    ["z-score", `${fmtNum(view.z_score)} (paper)`],
+    ["valid / scored", `${view.num_valid} of ${view.num_scored}`],
+    ["expected by chance", `${fmtNum(view.expected_valid, 1)} (γ = ${view.gamma})`],
+    ["threshold", `p ≤ ${view.alpha}`],
+    ["detection took", `${fmtNum(view.seconds, 3)} s`],
+  ] : [["sentences", String(view.sentences.length)]];
+  for (const [k, v] of rows) {
+    numbers.appendChild(el("dt", {}, k));
+    numbers.appendChild(el("dd", { "data-field": k }, v));
+  }
+  drawChart(node.querySelector(".chart"), view.null, view.statistic);
+  node.querySelector(".explain").textContent = view.explanation;
+  const text = node.querySelector(".marked-text");
+  for (const seg of view.segments) {
+    if (seg.gap) text.appendChild(document.createTextNode(seg.gap));
+    if (seg.sentence === undefined) continue;
+    const s = view.sentences[seg.sentence];
+    const span = el("span", { class: `s ${s.verdict}`, "data-verdict": s.verdict,
+      "data-region": s.region }, s.text);
+    const after = s.previous_region === null || s.previous_region === undefined
+      ? "" : ` after region ${s.previous_region}`;
+    span.title = `sentence ${s.index + 1}: region ${s.region}${after}: ${s.label}`;
+    text.appendChild(span);
+  }
+  target.replaceChildren(node);
+}
+
+// ---------------------------------------------------------------- detect
+$("detect-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const button = $("detect-button"), status = $("detect-status");
+  button.disabled = true;
+  setStatus(status, "scoring …");
+  try {
+    const view = await api("/api/detect", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ text: $("detect-text").value, prompt: $("detect-prompt").value || null }),
+    });
+    renderDetection($("detect-result"), view);
+    setStatus(status, "");
+  } catch (err) {
+    $("detect-result").replaceChildren();
+    setStatus(status, err.message, true);
+  } finally {
+    button.disabled = false;
+  }
+});
+
+// ---------------------------------------------------------------- generate
+function showJob(snap) {
+  const status = $("generate-status");
+  const box = $("generate-progress");
+  if (snap.state === "queued") {
+    box.hidden = false;
+    setStatus(status, snap.position === 1 && snap.ahead === 0
+      ? "starting …"
+      : `queued: position ${snap.position} (${snap.ahead} generation${snap.ahead === 1 ? "" : "s"} ahead)`);
+    $("generate-counts").textContent = "";
+    return false;
+  }
+  if (snap.state === "running") {
+    box.hidden = false;
+    setStatus(status, "generating …");
+    const p = snap.progress;
+    if (p) {
+      $("generate-bar").max = p.max_tokens;
+      $("generate-bar").value = Math.min(p.tokens, p.max_tokens);
+      $("generate-counts").textContent =
+        `${p.sentences} sentence${p.sentences === 1 ? "" : "s"} done, ${p.candidates} candidates drawn` +
+        ` (${p.drawn_for_current} for the current sentence), ${p.tokens} / ${p.max_tokens} tokens`;
+      $("generate-live").textContent = p.text;
+    }
+    return false;
+  }
+  $("generate-button").disabled = false;
+  if (snap.state === "error") {
+    setStatus(status, snap.error, true);
+    return true;
+  }
+  const r = snap.result, g = r.generation;
+  box.hidden = true;
+  setStatus(status, `done: ${g.num_sentences} sentences, ${g.num_tokens} tokens, ` +
+    `${g.candidates} candidates, ${g.fallbacks} fallbacks, ${fmtNum(g.seconds, 1)} s`);
+  renderDetection($("generate-result"), r.detection);
+  return true;
+}
+
+function follow(id) {
+  let finished = false;
+  const poll = async () => {
+    while (!finished) {
+      try { finished = showJob(await api(`/api/jobs/${id}`)); } catch (err) {
+        setStatus($("generate-status"), err.message, true); $("generate-button").disabled = false; return;
+      }
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  };
+  if (!window.EventSource) { poll(); return; }
+  const source = new EventSource(`/api/jobs/${id}/events`);
+  source.onmessage = (event) => {
+    finished = showJob(JSON.parse(event.data));
+    if (finished) source.close();
+  };
+  source.onerror = () => { source.close(); if (!finished) poll(); };
+}
+
+$("generate-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const button = $("generate-button");
+  button.disabled = true;
+  $("generate-result").replaceChildren();
+  $("generate-live").textContent = "";
+  $("generate-bar").value = 0;
+  try {
+    const tokens = parseInt($("generate-tokens").value, 10);
+    const snap = await api("/api/generate", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ prompt: $("generate-prompt").value, max_new_tokens: tokens || null }),
+    });
+    showJob(snap);
+    follow(snap.id);
+  } catch (err) {
+    setStatus($("generate-status"), err.message, true);
+    button.disabled = false;
+  }
+});
+
+// ---------------------------------------------------------------- batch
+function renderBatch(target, out) {
+  target.replaceChildren();
+  const s = out.summary;
+  target.appendChild(el("p", { id: "batch-summary" },
+    `${out.file}: ${out.records.length} records; ${s.ok} scored (${s.watermarked} watermarked), ` +
+    `${s.too_short} too short, ${s.error} with errors; ${fmtNum(out.seconds, 2)} s.`));
+  const table = el("table", { id: "batch-table" });
+  const head = el("tr");
+  for (const h of ["line", "id", "text", "status", "decision", "p-value", "z", "valid / scored", "error"]) {
+    head.appendChild(el("th", {}, h));
+  }
+  table.appendChild(head);
+  for (const r of out.records) {
+    const wm = r.status === "ok" && r.watermarked;
+    const tr = el("tr", { class: `status-${r.status}${wm ? " watermarked" : ""}` });
+    const text = typeof r.text === "string" ? r.text : "";
+    const cells = [
+      [r.line, "num"], [r.id ?? "", ""], [text.length > 70 ? text.slice(0, 67) + "…" : text, ""],
+      [r.status, ""],
+      [r.status === "ok" ? (r.watermarked ? "watermarked" : "not watermarked") : "", "decision"],
+      [r.status === "ok" ? fmtP(r.p_value) : "", "num"],
+      [r.status === "ok" ? fmtNum(r.z_score) : "", "num"],
+      [r.status === "error" ? "" : `${r.num_valid} / ${r.num_scored}`, "num"],
+      [r.error || "", ""],
+    ];
+    for (const [v, cls] of cells) tr.appendChild(el("td", cls ? { class: cls } : {}, String(v)));
+    table.appendChild(tr);
+  }
+  target.appendChild(table);
+  const url = URL.createObjectURL(new Blob([out.jsonl], { type: "application/x-ndjson" }));
+  target.appendChild(el("a", { href: url, download: out.output_name, class: "download", id: "batch-download" },
+    `Download ${out.output_name}`));
+}
+
+$("batch-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const file = $("batch-file").files[0], status = $("batch-status"), button = $("batch-button");
+  if (!file) { setStatus(status, "choose a .txt or .jsonl file first", true); return; }
+  button.disabled = true;
+  setStatus(status, "scoring …");
+  const form = new FormData();
+  form.append("file", file);
+  try {
+    renderBatch($("batch-result"), await api("/api/batch", { method: "POST", body: form }));
+    setStatus(status, "");
+  } catch (err) {
+    $("batch-result").replaceChildren();
+    setStatus(status, err.message, true);
+  } finally {
+    button.disabled = false;
+  }
+});
+
+// ---------------------------------------------------------------- start
+(async () => {
+  try {
+    info = await api("/api/info");
+    $("fingerprint").textContent = info.key_fingerprint;
+    $("settings").textContent = ` · ${info.partition}, ${info.num_regions} regions, γ = ${info.gamma}, ` +
+      `${info.statistic} test, α = ${info.alpha}`;
+    $("demo-warning").hidden = !info.demo_key;
+    $("generate-tokens").max = info.max_new_tokens;
+    $("generate-tokens").value = info.max_new_tokens;
+    if (!info.generation) {
+      $("generate-button").disabled = true;
+      setStatus($("generate-status"), "this server runs without a language model");
+    }
+  } catch (err) {
+    $("fingerprint").textContent = `unavailable (${err.message})`;
+  }
+  const wanted = location.hash.slice(1);
+  if (["detect", "generate", "batch"].includes(wanted)) showTab(wanted);
+})();

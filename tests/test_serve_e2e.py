@@ -1,0 +1,214 @@
+"""The web app on the real offline models: detection, the generation queue, and a real browser."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from ksemstamp.assets import news_articles
+from ksemstamp.config import WatermarkConfig
+from ksemstamp.serve import create_app, free_port
+
+pytestmark = pytest.mark.e2e
+
+SECRET = "e2e-serve-secret-key-4c19d2"
+PROMPT = "The city council approved a new budget on Monday. The plan raises spending on schools."
+
+
+@pytest.fixture(scope="module")
+def app(encoder, lm):
+    # Few candidates per sentence: generation tests only need the machinery to run.
+    cfg = WatermarkConfig(key=SECRET, max_candidates=8, max_new_tokens=200)
+    return create_app(cfg, encoder=encoder, lm=lm)
+
+
+@pytest.fixture(scope="module")
+def client(app):
+    return TestClient(app)
+
+
+@pytest.fixture(scope="module")
+def marked_text(app) -> str:
+    """Human news sentences chained so that every transition is valid under the key: the
+    watermarker's rejection sampling with a corpus in place of the LM."""
+    scheme = app.state.detector.scheme
+    pool = [
+        s
+        for a in news_articles("test")[:40]
+        for s in scheme.splitter.split(a.text)
+        if 8 <= len(s.split()) <= 30
+    ]
+    regions = scheme.regions(pool)[0].tolist()
+    chain, prev, used = [pool[0]], regions[0], set()
+    while len(chain) < 11:
+        options = [
+            (i, r) for i, r in enumerate(regions) if scheme.table[prev, r] and pool[i] not in chain
+        ]
+        i, r = min(options, key=lambda o: (prev, o[1]) in used)
+        used.add((prev, r))
+        chain.append(pool[i])
+        prev = r
+    return " ".join(chain)
+
+
+@pytest.fixture(scope="module")
+def human_text() -> str:
+    return " ".join(news_articles("test")[3].text.split()[:150])  # about 200 tokens
+
+
+def test_detect_marked_and_human_text(client, marked_text, human_text):
+    marked = client.post("/api/detect", json={"text": marked_text}).json()
+    assert marked["decision"] == "watermarked" and marked["p_value"] <= 0.01
+    assert [s["verdict"] for s in marked["sentences"]][1:] == ["valid"] * 10
+    human = client.post("/api/detect", json={"text": human_text}).json()
+    assert human["status"] == "ok" and human["num_scored"] >= 4
+    assert human["decision"] == "not_watermarked" and human["p_value"] > 0.01
+    # Models are loaded once: a ~200-token text answers well under a second.
+    timings = []
+    for _ in range(3):
+        start = time.perf_counter()
+        client.post("/api/detect", json={"text": human_text})
+        timings.append(time.perf_counter() - start)
+    assert min(timings) < 1.0, timings
+
+
+def _events(client, job_id):
+    with client.stream("GET", f"/api/jobs/{job_id}/events") as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return [
+            json.loads(line[len("data: ") :])
+            for line in response.iter_lines()
+            if line.startswith("data: ")
+        ]
+
+
+def test_generation_is_queued_and_streams_progress(client):
+    first = client.post("/api/generate", json={"prompt": PROMPT, "max_new_tokens": 8})
+    second = client.post(
+        "/api/generate",
+        json={"prompt": "The storm hit the coast. Thousands lost power.", "max_new_tokens": 8},
+    )
+    assert first.status_code == second.status_code == 202
+    second = second.json()
+    assert second["state"] == "queued" and second["ahead"] >= 1
+    events = _events(client, first.json()["id"])
+    assert events[-1]["state"] == "done", events[-1]
+    progress = [e["progress"] for e in events if e["progress"]]
+    assert progress and progress[-1]["sentences"] >= 1 and progress[-1]["candidates"] >= 1
+    result = events[-1]["result"]
+    assert result["text"] and result["generation"]["num_sentences"] >= 1
+    view = result["detection"]
+    assert view["status"] == "ok" and view["num_scored"] >= 1  # the prompt seeds sentence one
+    later = _events(client, second["id"])
+    assert later[-1]["state"] == "done"
+
+
+def test_bad_prompts_and_the_key(client):
+    unfinished = client.post("/api/generate", json={"prompt": "No end to this"})
+    assert unfinished.status_code == 422 and "complete sentence" in unfinished.json()["error"]
+    too_long = client.post("/api/generate", json={"prompt": PROMPT, "max_new_tokens": 10_000})
+    assert too_long.status_code == 422
+    for response in (unfinished, too_long, client.get("/api/info")):
+        assert SECRET not in response.text
+
+
+# ---------------------------------------------------------------------- browser
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if path := shutil.which(name):
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def server_url(app):
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the server did not start"
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.mark.browser
+def test_browser_shows_verdict_coloured_sentences_batch_and_generation(
+    server_url, marked_text, tmp_path: Path
+):
+    browser_path = _chromium()
+    if browser_path is None:
+        pytest.skip("no chromium found (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(server_url + "/")
+            page.wait_for_function("document.getElementById('fingerprint').textContent.length > 3")
+            page.fill("#detect-text", marked_text)
+            page.click("#detect-button")
+            page.wait_for_selector("#verdict", timeout=30_000)
+            assert page.inner_text("#verdict") == "Watermarked"
+            spans = page.locator(".marked-text .s")
+            verdicts = spans.evaluate_all("els => els.map(e => e.dataset.verdict)")
+            assert verdicts == ["seed"] + ["valid"] * 10
+            # Coloured: a valid sentence's background is the green of the legend.
+            colour = page.eval_on_selector(
+                ".marked-text .s.valid", "e => getComputedStyle(e).backgroundColor"
+            )
+            assert colour == "rgb(200, 236, 208)"
+            assert "region" in page.get_attribute(".marked-text .s.valid", "title")
+            assert page.locator(".chart svg rect.tail").count() >= 1
+            assert "probability" in page.inner_text(".explain")
+            assert SECRET not in page.content()
+            page.screenshot(path=str(tmp_path / "detect.png"), full_page=True)
+            # A bad request shows the server's message and the page keeps working.
+            page.fill("#detect-text", "   ")
+            page.click("#detect-button")
+            page.wait_for_function("document.getElementById('detect-status').textContent.length")
+            assert "empty" in page.inner_text("#detect-status")
+
+            # Batch: the table shows each line's result or error, and the output downloads.
+            upload = tmp_path / "texts.jsonl"
+            upload.write_text(json.dumps({"id": "m", "text": marked_text}) + "\n{cut off\n")
+            page.click("#tab-batch")
+            page.set_input_files("#batch-file", str(upload))
+            page.click("#batch-button")
+            page.wait_for_selector("#batch-table")
+            rows = page.locator("#batch-table tr").all_inner_texts()
+            assert "watermarked" in rows[1] and "not valid JSON" in rows[2]
+            with page.expect_download() as download:
+                page.click("#batch-download")
+            saved = tmp_path / "out.jsonl"
+            download.value.save_as(saved)
+            lines = [json.loads(x) for x in saved.read_text().splitlines()]
+            assert [r["status"] for r in lines] == ["ok", "error"]
+            page.screenshot(path=str(tmp_path / "batch.png"), full_page=True)
+
+            # Generate: progress arrives over server-sent events, then the detection view.
+            page.click("#tab-generate")
+            page.fill("#generate-tokens", "8")
+            page.click("#generate-button")
+            page.wait_for_selector("#generate-result #verdict", timeout=300_000)
+            assert "done:" in page.inner_text("#generate-status")
+            assert page.locator("#generate-result .marked-text .s").count() >= 1
+            page.screenshot(path=str(tmp_path / "generate.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (tmp_path / "detect.png").stat().st_size > 10_000
