@@ -1,9 +1,11 @@
+from pathlib import Path
+
 import pytest
 import torch
 
 from ksemstamp.assets import encoder_fingerprint
 from ksemstamp.centroids import CentroidFile, CentroidMismatchError, fit_kmeans, transition_counts
-from ksemstamp.config import WatermarkConfig, build_scheme
+from ksemstamp.config import WatermarkConfig, build_scheme, load_settings_file
 
 
 def test_validation_lists_every_problem():
@@ -63,7 +65,11 @@ def test_centroid_file_roundtrip_and_mismatch(tmp_path, encoder):
 
 
 def test_shipped_centroids_belong_to_the_default_encoder(encoder):
-    cf = CentroidFile.load(WatermarkConfig().centroid_path())
-    cf.check_encoder(encoder_fingerprint(encoder))
-    assert cf.num_regions == 8 and cf.transition is not None
-    assert cf.settings["num_sentences"] >= 10000
+    paper = WatermarkConfig.from_dict(
+        load_settings_file(Path(__file__).parents[1] / "configs/ksemstamp-paper.yaml")
+    )
+    for cfg, k in ((WatermarkConfig(), 64), (paper, 8)):
+        cf = CentroidFile.load(cfg.centroid_path())
+        cf.check_encoder(encoder_fingerprint(encoder))
+        assert cf.num_regions == k and cf.transition is not None
+        assert cf.settings["num_sentences"] >= 10000

@@ -57,7 +57,8 @@ def test_real_centroids_null_rate_over_keys(default_scheme):
     gen = torch.Generator().manual_seed(5)
     emb = F.normalize(torch.randn(4001, 384, generator=gen), dim=-1)
     regions, _ = default_scheme.partition(emb)
-    rates = [_rate(regions, valid_table(8, 0.25, f"key-{i}")) for i in range(200)]
+    k = default_scheme.num_regions
+    rates = [_rate(regions, valid_table(k, 0.25, f"key-{i}")) for i in range(200)]
     mean = sum(rates) / len(rates)
     spread = (sum((r - mean) ** 2 for r in rates) / (len(rates) - 1)) ** 0.5
     assert abs(mean - 0.25) < 4.5 * spread / math.sqrt(len(rates)) + 0.005

@@ -17,9 +17,11 @@ import yaml
 from .assets import DEFAULT_ENCODER, DEFAULT_LM
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# K = 64 is the default for the exact test's power (docs/study); K = 8 is the paper's partition.
 DEFAULT_CENTROIDS = {
-    DEFAULT_ENCODER: REPO_ROOT / "checkpoints" / "centroids-all-minilm-l6-v2-k8.pt",
+    DEFAULT_ENCODER: REPO_ROOT / "checkpoints" / "centroids-all-minilm-l6-v2-k64.pt",
 }
+PAPER_CENTROIDS = REPO_ROOT / "checkpoints" / "centroids-all-minilm-l6-v2-k8.pt"
 
 
 @dataclass
@@ -54,7 +56,7 @@ class WatermarkConfig:
     novelty_patience: int = 10
     """Candidates after which a valid but already-used region transition is accepted; 0 is the
     paper's rule. Repeated transitions add no evidence for the default (exact) test."""
-    margin_patience: int | None = None
+    margin_patience: int | None = 20
     """Candidates after which a candidate in a valid region is accepted without the margin;
     ``None`` keeps the margin to ``max_candidates`` (the paper's rule)."""
     candidate_batch: int = 32
@@ -140,7 +142,12 @@ class WatermarkConfig:
 
     def centroid_path(self) -> Path:
         if self.centroids:
-            return Path(self.centroids)
+            path = Path(self.centroids)
+            # A shipped file named relative to the checkout (configs/ksemstamp-paper.yaml) is
+            # found from any working directory.
+            if not path.is_absolute() and not path.exists() and (REPO_ROOT / path).exists():
+                return REPO_ROOT / path
+            return path
         if self.encoder in DEFAULT_CENTROIDS:
             return DEFAULT_CENTROIDS[self.encoder]
         raise ValueError(
