@@ -102,8 +102,18 @@ class DesignView:
 
 
 def centroid_path(folder: str | Path, encoder: str, k: int) -> Path:
-    """Where the study keeps its ``k``-centroid file for ``encoder``."""
-    return Path(folder) / f"centroids-{encoder.replace('/', '_')}-k{k}.pt"
+    """Where the study keeps its ``k``-centroid file for ``encoder``: in ``folder``, else the
+    file of that name shipped in ``checkpoints/`` (the K = 8 and K = 64 files are fitted the
+    same way, so the study does not keep copies of them)."""
+    name = f"centroids-{encoder.replace('/', '_')}-k{k}.pt"
+    path = Path(folder) / name
+    if not path.exists():
+        from ..config import PAPER_CENTROIDS
+
+        shipped = PAPER_CENTROIDS.parent / name
+        if shipped.exists():
+            return shipped
+    return path
 
 
 def view(ing: Ingredients, centroids: torch.Tensor) -> DesignView:
