@@ -117,7 +117,8 @@ def test_detection_is_unchanged(cfg, scheme, generations):
         out[statistic] = [r.to_record() for r in detector.detect_batch(texts, with_prompts)]
     # The same texts through the configured detector, one by one.
     one = build_detector(cfg, scheme)
-    out["single"] = [one.detect(t, p).to_record() for t, p in zip(texts[:5], with_prompts[:5])]
+    pairs = zip(texts[:5], with_prompts[:5], strict=True)
+    out["single"] = [one.detect(t, p).to_record() for t, p in pairs]
     _check("detect", out)
 
 
