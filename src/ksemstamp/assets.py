@@ -18,7 +18,6 @@ import csv
 import hashlib
 import importlib.util
 import io
-import json
 import os
 import shutil
 import zipfile
@@ -243,12 +242,3 @@ def news_articles(split: str | None = None) -> list[Article]:
     if split not in (None, "fit", "val", "test"):
         raise ValueError(f"split must be fit, val, test or None, not {split!r}")
     return [a for a in iter_news_articles() if split is None or news_split(a.article_id) == split]
-
-
-def write_json_atomic(path: str | Path, payload: object) -> None:
-    """Write JSON to ``path`` through a temporary file and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)

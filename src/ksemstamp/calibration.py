@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import csv
 import io
-import os
 import random
 import time
 import zipfile
@@ -44,11 +43,10 @@ from .assets import (
     cache_dir,
     encoder_fingerprint,
     news_articles,
-    write_json_atomic,
 )
 from .detector import Detector
 from .encoding import embed
-from .jsonl import read_jsonl
+from .io import atomic_target, read_jsonl, write_json_atomic, write_text_atomic
 from .keys import valid_table
 from .scheme import WatermarkScheme
 from .stats import normal_sf, paper_z, subset_sum_pmf
@@ -237,14 +235,12 @@ class CachedEncoder:
             bar.update(len(part))
         bar.close()
         if todo and self.store is not None:
-            self.store.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.store.with_suffix(".tmp")
             saved = {
                 "sentences": list(self.cache),
                 "embeddings": torch.stack(list(self.cache.values())),
             }
-            torch.save(saved, tmp)
-            os.replace(tmp, self.store)  # atomic: an interrupted save leaves the old file
+            with atomic_target(self.store) as tmp:  # an interrupted save leaves the old file
+                torch.save(saved, tmp)
 
     def encode(self, sentences, batch_size=None, convert_to_tensor=True, show_progress_bar=False):
         self.prefill(sentences)
@@ -990,12 +986,9 @@ def plot_pvalues(result: dict[str, Any], path: str | Path) -> None:
     n, keys = result["texts_total"], result["calibration"]["num_keys"]
     fig.suptitle(f"{n} human texts x {keys} keys")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    with atomic_target(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
-    tmp.replace(path)
 
 
 def write_outputs(result: dict[str, Any], output_dir: str | Path) -> dict[str, Path]:
@@ -1008,8 +1001,6 @@ def write_outputs(result: dict[str, Any], output_dir: str | Path) -> dict[str, P
         "png": out / "pvalues.png",
     }
     write_json_atomic(paths["json"], result)
-    tmp = paths["report"].with_name("report.md.tmp")
-    tmp.write_text(render_report(result))
-    tmp.replace(paths["report"])
+    write_text_atomic(paths["report"], render_report(result))
     plot_pvalues(result, paths["png"])
     return paths

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .io import atomic_target
+
 FORMAT_VERSION = 1
 
 
@@ -47,8 +49,6 @@ class CentroidFile:
 
     def save(self, path: str | Path) -> None:
         """Write atomically (temporary file, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "format_version": FORMAT_VERSION,
             "centroids": self.centroids.float().cpu(),
@@ -57,9 +57,8 @@ class CentroidFile:
             "transition": None if self.transition is None else self.transition.double().cpu(),
             "settings": dict(self.settings),
         }
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(payload, tmp)
-        tmp.replace(path)
+        with atomic_target(path) as tmp:
+            torch.save(payload, tmp)
 
     @classmethod
     def load(cls, path: str | Path) -> CentroidFile:

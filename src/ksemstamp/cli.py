@@ -29,7 +29,7 @@ from .config import (
     build_watermarker,
     load_settings_file,
 )
-from .jsonl import ResumableWriter, read_jsonl
+from .io import ResumableWriter, read_jsonl
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:

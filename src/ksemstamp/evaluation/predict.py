@@ -23,7 +23,7 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
-from ..jsonl import ResumableWriter
+from ..io import ResumableWriter, read_jsonl_objects, write_jsonl_atomic
 
 GenerateFn = Callable[[list[str]], list[dict]]
 
@@ -137,18 +137,7 @@ def shard_paths(shard_dir: str | Path, name: str) -> list[Path]:
 
 def read_records(path: str | Path) -> list[dict]:
     """Records of a JSONL file written by ``ResumableWriter`` (no file: no records)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash; its prompt is redone
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return read_jsonl_objects(path, missing_ok=True, skip_invalid=True)
 
 
 def merge_shards(shards: Sequence[Path], target: Path, order: Sequence[Any]) -> list[dict]:
@@ -167,10 +156,7 @@ def merge_shards(shards: Sequence[Path], target: Path, order: Sequence[Any]) -> 
     merged = [by_id[key] for key in wanted + rest if key in by_id]
     if not shards and target.exists():
         return merged  # nothing new: leave the stage file as it is
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in merged))
-    tmp.replace(target)
+    write_jsonl_atomic(target, merged)
     for path in shards:
         path.unlink()
     return merged

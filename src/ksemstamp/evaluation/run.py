@@ -37,9 +37,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..assets import write_json_atomic
 from ..config import REPO_ROOT, WatermarkConfig, load_settings_file
-from ..jsonl import InputRecord, ResumableWriter
+from ..io import (
+    InputRecord,
+    ResumableWriter,
+    atomic_target,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 
 MISSING_SCORE = -1000.0
 WATERMARKED = ("ksemstamp", "semstamp", "kgw")
@@ -277,9 +282,7 @@ class Run:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
         rows = build_prompts(self.settings, count)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        tmp.replace(path)
+        write_jsonl_atomic(path, rows)
         return rows
 
     # -- generation
@@ -655,11 +658,9 @@ def plot_roc(results: dict, path: Path) -> None:
         ax.set_ylabel("true positive rate")
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
+    with atomic_target(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
-    tmp.replace(path)
 
 
 # ---------------------------------------------------------------------- command line

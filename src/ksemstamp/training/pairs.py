@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ..io import drop_cut_last_line
+
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -59,14 +61,7 @@ def source_sentences(
 
 def done_ids(path: Path) -> set[str]:
     """Ids already written to ``path``; a half-written last line is cut off first."""
-    if not path.exists():
-        return set()
-    raw = path.read_bytes()
-    if raw and not raw.endswith(b"\n"):
-        # An interrupted run left part of a line: drop it so appends start on a fresh line.
-        keep = raw[: raw.rfind(b"\n") + 1]
-        path.write_bytes(keep)
-        raw = keep
+    raw = drop_cut_last_line(path)
     ids = set()
     for line in raw.decode("utf-8").splitlines():
         if line.strip():
