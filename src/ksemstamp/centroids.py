@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .corpora import domain_sentences
 from .io import atomic_target
 
 FORMAT_VERSION = 1
@@ -111,27 +112,6 @@ def transition_counts(regions_per_doc: Sequence[Tensor], k: int) -> Tensor:
             idx = regions[:-1] * k + regions[1:]
             counts += torch.bincount(idx, minlength=k * k).reshape(k, k).double()
     return counts
-
-
-def domain_sentences(
-    max_sentences: int = 20000, min_words: int = 5, split: str = "fit"
-) -> list[list[str]]:
-    """Sentences of the news corpus's ``split``, grouped by article, at most ``max_sentences``."""
-    from .assets import news_articles
-    from .splitter import get_splitter
-
-    splitter = get_splitter()
-    docs: list[list[str]] = []
-    total = 0
-    for article in news_articles(split):
-        sents = [s for s in splitter.split(article.text) if len(s.split()) >= min_words]
-        sents = sents[: max_sentences - total]
-        if sents:
-            docs.append(sents)
-            total += len(sents)
-        if total >= max_sentences:
-            break
-    return docs
 
 
 def fit_centroid_file(

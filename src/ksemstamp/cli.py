@@ -29,6 +29,7 @@ from .config import (
     build_watermarker,
     load_settings_file,
 )
+from .corpora import news_prompt
 from .io import ResumableWriter, read_jsonl
 
 
@@ -170,21 +171,6 @@ def _positive_int(value: str) -> int:
 
 
 # ---------------------------------------------------------------------- generate
-
-
-def news_prompt(article_index: int, words: int = 32) -> str:
-    """The first sentences of a test-split news article, about ``words`` words long."""
-    from .assets import news_articles
-    from .splitter import get_splitter
-
-    articles = news_articles("test")
-    text = articles[article_index % len(articles)].text
-    prompt: list[str] = []
-    for sentence in get_splitter().split(text):
-        if prompt and len(" ".join(prompt).split()) + len(sentence.split()) > words:
-            break
-        prompt.append(sentence)
-    return " ".join(prompt)
 
 
 def _process_jsonl(

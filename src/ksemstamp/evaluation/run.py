@@ -38,6 +38,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..config import REPO_ROOT, WatermarkConfig, load_settings_file
+from ..corpora import leading_sentences, news_articles
 from ..io import (
     InputRecord,
     ResumableWriter,
@@ -159,17 +160,8 @@ class EvalSettings:
 # ---------------------------------------------------------------------- prompts
 
 
-def split_article(sentences: Sequence[str], words: int) -> tuple[list[str], list[str]]:
-    """Leading sentences of about ``words`` words (at least one), and the rest.
-
-    The same rule as ``cli.news_prompt``: add sentences while the total stays within ``words``.
-    """
-    prompt: list[str] = []
-    for sentence in sentences:
-        if prompt and len(" ".join(prompt).split()) + len(sentence.split()) > words:
-            break
-        prompt.append(sentence)
-    return prompt, list(sentences[len(prompt) :])
+# The prompt rule of every command; other modules import it under this name.
+split_article = leading_sentences
 
 
 def cut_to_tokens(sentences: Sequence[str], count_tokens, max_tokens: int) -> str:
@@ -186,7 +178,6 @@ def cut_to_tokens(sentences: Sequence[str], count_tokens, max_tokens: int) -> st
 
 def build_prompts(settings: EvalSettings, count_tokens) -> list[dict]:
     """The first ``num_prompts`` usable test-split articles as prompts with human negatives."""
-    from ..assets import news_articles
     from ..splitter import get_splitter
 
     splitter = get_splitter()

@@ -100,7 +100,8 @@ def evaluate(
     and the report adds the mean and spread of region agreement over seeds.
     """
     from ..assets import encoder_fingerprint, load_encoder
-    from ..centroids import CentroidFile, domain_sentences, fit_kmeans
+    from ..centroids import CentroidFile, fit_kmeans
+    from ..corpora import domain_sentences
     from ..encoding import embed
 
     encoder = load_encoder(encoder_spec)

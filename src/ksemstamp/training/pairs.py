@@ -46,15 +46,12 @@ def source_sentences(
     split: str, seed: int = 0, min_words: int = 8, max_words: int = 40
 ) -> list[tuple[str, str]]:
     """Shuffled ``(id, sentence)`` of a news split; ids are ``<article_id>:<sentence index>``."""
-    from ..assets import news_articles
-    from ..splitter import get_splitter
+    from ..corpora import article_sentences
 
-    splitter = get_splitter()
-    out = []
-    for article in news_articles(split):
-        for index, sentence in enumerate(splitter.split(article.text)):
-            if min_words <= len(sentence.split()) <= max_words:
-                out.append((f"{article.article_id}:{index}", sentence))
+    out = [
+        (f"{article.article_id}:{index}", sentence)
+        for article, index, sentence in article_sentences(split, min_words, max_words)
+    ]
     random.Random(seed).shuffle(out)
     return out
 
