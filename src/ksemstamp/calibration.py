@@ -48,7 +48,7 @@ from .encoding import embed
 from .io import atomic_target, read_jsonl, write_json_atomic, write_text_atomic
 from .keys import valid_table
 from .scheme import WatermarkScheme
-from .stats import normal_sf, paper_z, subset_sum_pmf
+from .stats import normal_sf, null_count_pmf, paper_z
 
 ALPHAS = (0.001, 0.01, 0.05)
 STATS = ("paper", "exact")
@@ -157,19 +157,6 @@ class ScoredTexts:
         return np.array([i for i, x in enumerate(self.labels) if x == label], dtype=np.int64)
 
 
-def null_count_pmf(counts: np.ndarray, size: int) -> np.ndarray:
-    """Law of the valid count over random tables with ``size`` valid regions per row.
-
-    The same law ``stats.exact_p_value`` sums: rows are independent random subsets, so each
-    row's subset-sum law is convolved with the others.
-    """
-    law = np.ones(1)
-    for row in np.asarray(counts, dtype=np.int64):
-        if row.sum() > 0:
-            law = np.convolve(law, subset_sum_pmf(row, size))
-    return law
-
-
 def score_texts(
     scheme: WatermarkScheme,
     texts: Sequence[str],
@@ -180,9 +167,8 @@ def score_texts(
 ) -> ScoredTexts:
     """Run the detector's scoring rules once and keep each text's key-free transition counts.
 
-    Regions, seeding by the prompt and the repeat rule come from ``Detector.detect_batch``
-    itself; only the verdict labels depend on the scheme's table, and a transition is scored
-    when its verdict is ``valid`` or ``invalid`` whatever the table.
+    Regions, seeding by the prompt and the repeat rule are the detector's own scoring plans
+    (``Detector.plan_batch``), which do not depend on the key.
     """
     scheme = with_cached_encoder(scheme)
     prompts = list(prompts) if prompts is not None else [None] * len(texts)
@@ -199,27 +185,16 @@ def score_texts(
     bar = tqdm(total=len(texts), unit="text", desc="score", disable=not progress)
     for start in range(0, len(texts), batch):
         chunk = slice(start, start + batch)
-        results = detector.detect_batch(list(texts[chunk]), prompts[chunk])
-        for label, prompt, res in zip(labels[chunk], prompts[chunk], results, strict=True):
+        plans = detector.plan_batch(list(texts[chunk]), prompts[chunk])
+        for label, plan in zip(labels[chunk], plans, strict=True):
             bar.update()
-            if res.status != "ok":
+            if plan.error is not None or plan.num_scored == 0:
                 too_short[label] = too_short.get(label, 0) + 1
                 continue
-            # Without a prompt the first shown region only seeds; with one, the prompt's
-            # region (not shown) precedes the first shown sentence.
-            regions = res.regions
-            previous = [None, *regions[:-1]]
-            if prompt:
-                seed = scheme.regions(splitter.split(prompt)[-1:])[0].tolist()
-                previous = [seed[0], *regions[:-1]] if seed else previous
-            matrix = np.zeros((k, k), dtype=np.int64)
-            for prev, region, verdict in zip(previous, regions, res.verdicts, strict=True):
-                if verdict in ("valid", "invalid"):
-                    matrix[prev, region] += 1
-            assert matrix.sum() == res.num_scored
+            matrix = plan.transition_counts(k)
             kept_labels.append(label)
             counts.append(matrix)
-            num_scored.append(res.num_scored)
+            num_scored.append(plan.num_scored)
             laws.append(null_count_pmf(matrix, size))
     bar.close()
     pmf, survival = _tail_arrays(laws)

@@ -62,6 +62,17 @@ def subset_sum_pmf(values: np.ndarray, size: int) -> np.ndarray:
     return ways[size] / math.comb(len(values), size)
 
 
+def null_count_pmf(counts: Tensor | np.ndarray, size: int) -> np.ndarray:
+    """Law of the valid count of ``(K, K)`` transition ``counts`` over uniformly random tables
+    with ``size`` valid regions per row: each row's subset-sum law, convolved over the rows
+    (they are independent random subsets). ``law[s] = P(S = s)``."""
+    law = np.ones(1)
+    for row in np.asarray(counts, dtype=np.int64):
+        if row.sum() > 0:
+            law = np.convolve(law, subset_sum_pmf(row, size))
+    return law
+
+
 def exact_p_value(transitions: Tensor | np.ndarray, table: Tensor | np.ndarray) -> float:
     """Key-randomisation p-value ``P(S >= S_V)`` for a ``(K, K)`` transition-count matrix.
 
@@ -72,11 +83,7 @@ def exact_p_value(transitions: Tensor | np.ndarray, table: Tensor | np.ndarray) 
     valid = np.asarray(table, dtype=bool)
     size = int(valid[0].sum())
     observed = int(counts[valid].sum())
-    law = np.ones(1)
-    for row in counts:
-        if row.sum() > 0:
-            law = np.convolve(law, subset_sum_pmf(row, size))
-    return float(min(1.0, law[observed:].sum()))
+    return float(min(1.0, null_count_pmf(counts, size)[observed:].sum()))
 
 
 def transition_matrix(regions: list[int], scored: list[bool], num_regions: int) -> np.ndarray:
