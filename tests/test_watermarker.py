@@ -84,13 +84,29 @@ def test_accepts_first_valid_and_chains_regions(hash_encoder):
     first_prev = int(scheme.regions([prompt])[0][0])
     good = _valid_after(scheme, first_prev, True)
     bad = _valid_after(scheme, first_prev, False)
-    sampler = ScriptedSampler([[bad, good, bad]])
-    wm = Watermarker(scheme, sampler, candidate_batch=3, adaptive_batch=False, max_new_tokens=5)
+    # The second sentence is judged after the first one's region, not after the prompt's.
+    # good2 is valid only after the first sentence, bad2 only after the prompt.
+    second_prev = int(scheme.regions([good])[0][0])
+    table = scheme.table
+
+    def find(valid_after_second):
+        for i in range(500):
+            text = f"Next sentence {i}."
+            region = int(scheme.regions([text])[0][0])
+            after_second, after_prompt = table[second_prev, region], table[first_prev, region]
+            if bool(after_second) == valid_after_second and bool(after_prompt) != after_second:
+                return text
+        raise AssertionError("no such sentence")
+
+    good2, bad2 = find(True), find(False)
+    sampler = ScriptedSampler([[bad, good, bad], [bad2, good2, bad2]])
+    wm = Watermarker(scheme, sampler, candidate_batch=3, adaptive_batch=False, max_new_tokens=10)
     res = wm.generate([prompt])[0]
-    assert res.text == good and res.sentences[0].candidates == 2
-    assert res.sentences[0].region == int(scheme.regions([good])[0][0])
-    assert not res.sentences[0].fallback
-    assert torch.is_tensor(scheme.table)
+    assert [s.text for s in res.sentences] == [good, good2]
+    assert [s.candidates for s in res.sentences] == [2, 2]
+    assert [s.region for s in res.sentences] == [second_prev, int(scheme.regions([good2])[0][0])]
+    assert not any(s.fallback for s in res.sentences)
+    assert sampler.rounds == [[3], [3]]
 
 
 def _with_region(scheme, region, same):
