@@ -17,8 +17,11 @@ import yaml
 from .assets import DEFAULT_ENCODER, DEFAULT_LM
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout's root (relative settings paths are tried against it); not used to find data."""
+PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+# Shipped inside the package, so a wheel install finds them; ``checkpoints/`` links to the file.
 DEFAULT_CENTROIDS = {
-    DEFAULT_ENCODER: REPO_ROOT / "checkpoints" / "centroids-all-minilm-l6-v2-k8.pt",
+    DEFAULT_ENCODER: PACKAGE_DATA / "centroids-all-minilm-l6-v2-k8.pt",
 }
 
 
