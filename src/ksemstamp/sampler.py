@@ -18,6 +18,10 @@ Sentence ends are detected incrementally. Per vocabulary entry we precompute whe
 starts with whitespace; a row is only handed to the splitter when its newest token starts with
 whitespace (a new word has begun) and its text so far contains sentence punctuation. The text
 checked is the row's own short continuation, never the whole document.
+
+Length (~440 lines): two samplers with one interface, the batched one (one decode loop, kept
+whole because its bookkeeping is shared by every step) and the sequential baseline that the
+benchmarks compare it with. Decoding settings and logits processing are in ``decoding``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .decoding import SamplingConfig, warp_logits
 from .splitter import PunktSplitter
 
 TERMINALS = ".!?\u2026"
@@ -60,31 +65,6 @@ class GroupResult:
     wasted_tokens: int = 0
 
 
-@dataclass
-class SamplingConfig:
-    """Decoding settings. Defaults are the paper's: temperature 0.7, repetition penalty 1.05,
-    no top-k and no nucleus truncation."""
-
-    temperature: float = 0.7
-    repetition_penalty: float = 1.05
-    top_k: int = 0
-    top_p: float = 1.0
-    max_sentence_tokens: int = 64
-    suppress_eos: bool = True
-
-    def __post_init__(self) -> None:
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_sentence_tokens < 1:
-            raise ValueError(f"max_sentence_tokens must be >= 1, got {self.max_sentence_tokens}")
-
-
 def _prepare(model, tokenizer) -> tuple[torch.device, list[int]]:
     """Left padding with a pad token (batched prompts end where decoding starts); returns the
     model's device and the tokenizer's end-of-sequence ids."""
@@ -93,6 +73,19 @@ def _prepare(model, tokenizer) -> tuple[torch.device, list[int]]:
         tokenizer.pad_token = tokenizer.eos_token
     eos = tokenizer.eos_token_id
     return next(model.parameters()).device, [eos] if isinstance(eos, int) else list(eos or [])
+
+
+def _check_round(prefixes, rows, generator, contexts) -> tuple[bool, list[str]]:
+    """Validate ``sample_round``'s arguments; returns whether ``generator`` is one per group,
+    and the contexts (empty ones when none are given)."""
+    per_group = isinstance(generator, Sequence)
+    if per_group and len(generator) != len(prefixes):
+        raise ValueError("need one generator per prefix")
+    if len(prefixes) != len(rows) or not prefixes:
+        raise ValueError("need one row count per prefix, and at least one prefix")
+    if any(n < 1 for n in rows):
+        raise ValueError(f"every group needs at least one row, got {list(rows)}")
+    return per_group, list(contexts) if contexts is not None else [""] * len(prefixes)
 
 
 class CandidateSampler:
@@ -137,24 +130,8 @@ class CandidateSampler:
         their own generators (one per document, so a document's text does not depend on the
         other documents of its batch); otherwise ``generator`` serves every row.
         """
-        cfg = self.config
-        logits = logits.float()
-        if cfg.repetition_penalty != 1.0:
-            penalised = torch.where(
-                logits > 0, logits / cfg.repetition_penalty, logits * cfg.repetition_penalty
-            )
-            logits = torch.where(seen, penalised, logits)
-        if cfg.suppress_eos and self.eos_ids:
-            logits[:, self.eos_ids] = float("-inf")
-        logits = logits / cfg.temperature
-        if cfg.top_k > 0:
-            kth = torch.topk(logits, min(cfg.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        if cfg.top_p < 1.0:
-            sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-            cum = sorted_logits.softmax(-1).cumsum(-1)
-            drop = cum - sorted_logits.softmax(-1) >= cfg.top_p
-            logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+        suppress = self.eos_ids if self.config.suppress_eos else ()
+        logits = warp_logits(logits, seen, self.config, suppress)
         probs = logits.softmax(dim=-1)
         if not segments:
             return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
@@ -198,14 +175,7 @@ class CandidateSampler:
         Returns one ``GroupResult`` per group with its candidates in draw order up to the first
         accepted one (or all of them when none was accepted).
         """
-        per_group = isinstance(generator, Sequence)
-        if per_group and len(generator) != len(prefixes):
-            raise ValueError("need one generator per prefix")
-        if len(prefixes) != len(rows) or not prefixes:
-            raise ValueError("need one row count per prefix, and at least one prefix")
-        contexts = list(contexts) if contexts is not None else [""] * len(prefixes)
-        if any(n < 1 for n in rows):
-            raise ValueError(f"every group needs at least one row, got {list(rows)}")
+        per_group, contexts = _check_round(prefixes, rows, generator, contexts)
         cache, last_logits, prefix_mask, prefix_seen = self._prefill(prefixes)
 
         group_of = torch.repeat_interleave(
@@ -426,14 +396,7 @@ class SequentialCandidateSampler:
     ) -> list[GroupResult]:
         """Draw up to ``rows[g]`` candidates after ``prefixes[g]``, one at a time, stopping a
         group at its first accepted candidate (see ``CandidateSampler.sample_round``)."""
-        per_group = isinstance(generator, Sequence)
-        if per_group and len(generator) != len(prefixes):
-            raise ValueError("need one generator per prefix")
-        if len(prefixes) != len(rows) or not prefixes:
-            raise ValueError("need one row count per prefix, and at least one prefix")
-        if any(n < 1 for n in rows):
-            raise ValueError(f"every group needs at least one row, got {list(rows)}")
-        contexts = list(contexts) if contexts is not None else [""] * len(prefixes)
+        per_group, contexts = _check_round(prefixes, rows, generator, contexts)
         results = []
         for g, prefix in enumerate(prefixes):
             gen = generator[g] if per_group else generator
