@@ -21,6 +21,10 @@ z-score; a text with no score (too short) gets ``MISSING_SCORE``, below every re
 sentence-level schemes with the ``exact`` statistic, the same texts are also ranked by their
 key-randomisation p-value (``exact`` in each detection entry), which is calibrated and finer
 grained than z at a few sentences per text.
+
+Length (~500 lines): the ``Run`` stages share the run folder's state and resume rules, and
+``run_evaluation`` assembles their records; settings are in ``settings``, the report in
+``report``.
 """
 
 from __future__ import annotations
