@@ -17,6 +17,7 @@ from .embeddings import embedding_store, with_cached_encoder
 from .scoring import (
     DIAGNOSTIC,
     STATS,
+    ScoredTexts,
     calibration_tables,
     p_values,
     score_texts,
@@ -100,7 +101,6 @@ def run_calibration(
     """
     started = time.perf_counter()
     gamma, k = scheme.gamma, scheme.num_regions
-    size = int(scheme.table[0].sum())
     texts, available = human_texts(
         scheme.splitter, settings.sources, settings.max_texts, settings.window_words, settings.seed
     )
@@ -122,82 +122,29 @@ def run_calibration(
     null = {s: summarise_null(per_key, human.select(s), settings.alphas) for s in sources}
     null["overall"] = summarise_null(per_key, np.arange(len(human)), settings.alphas)
 
-    pooled = {s: np.concatenate([p[s] for p in per_key]) for s in (*STATS, DIAGNOSTIC)}
-    edges = np.linspace(0.0, 1.0, 21)
-    histogram = {
-        "edges": edges.tolist(),
-        **{s: np.histogram(v, bins=edges, density=True)[0].tolist() for s, v in pooled.items()},
-    }
-    curve_alphas = np.logspace(-4, 0, 41)
-    curve = {
-        "alphas": curve_alphas.tolist(),
-        **{s: [float(np.mean(pooled[s] <= a)) for a in curve_alphas] for s in STATS},
-    }
-
-    news_index = human.select("news")
-    length_pool = human.num_scored[news_index if len(news_index) else slice(None)]
+    # Empirical-FPR thresholds for power come from the human news pieces when there are any.
+    news = human.select("news")
+    reference = "news" if len(news) else "all sources"
     power: dict[str, Any] = {}
     if scheme.transition is not None and settings.simulated_per_key > 0:
-        sims = []
-        for table in tqdm(tables, desc="simulate", unit="key", disable=not progress):
-            lengths = rng.choice(length_pool, size=settings.simulated_per_key)
-            counts = simulate_watermarked(scheme.transition.numpy(), table, lengths, rng)
-            sims.append(p_values(scored_from_counts(counts, size, "simulated"), table, gamma))
-        sim_null = [{s: p[s][news_index] for s in STATS} if len(news_index) else p for p in per_key]
-        power["simulated"] = {
-            "what": (
-                "simulated region sequences, not generated text: the first region from the "
-                "domain's region frequencies, each next one from the domain transition matrix "
-                "(centroid file) restricted to the valid set; no fallbacks, no margin"
-            ),
-            "texts_per_key": settings.simulated_per_key,
-            "lengths": "scored counts drawn from the human news pieces",
-            "empirical_fpr_reference": f"{len(sim_null[0]['exact'])} human pieces "
-            f"({'news' if len(news_index) else 'all sources'}) under the same key",
-            **power_summary(sims, sim_null, settings.alphas),
-        }
-    configured = {"key_fingerprint": scheme.key_fingerprint}
-    own = p_values(human, scheme.table.numpy(), gamma)
-    configured["human_fpr"] = {
-        stat: {str(a): float(np.mean(own[stat] <= a)) for a in settings.alphas} for stat in STATS
-    }
-    own_news = {s: own[s][news_index] for s in STATS} if len(news_index) else own
-    for path in settings.watermarked:
-        wm_texts, wm_prompts, info = _read_watermarked(path, scheme.key_fingerprint)
-        skipped, cost = info["skipped"], info["cost"]
-        if not wm_texts:
-            raise ValueError(
-                f"{path}: no usable watermarked record (skipped {skipped}); records must "
-                "have status ok and the key fingerprint of the configured key"
-            )
-        real = score_texts(
-            scheme, wm_texts, ["watermarked"] * len(wm_texts), wm_prompts, progress=progress
+        null_news = [{s: p[s][news] for s in STATS} if len(news) else p for p in per_key]
+        lengths = human.num_scored[news if len(news) else slice(None)]
+        power["simulated"] = _simulated_power(
+            scheme, tables, lengths, null_news, reference, settings, rng, progress
         )
-        real_p = p_values(real, scheme.table.numpy(), gamma)
-        distinct = (real.counts > 0).sum(axis=(1, 2))
-        diagonal = np.trace(real.counts, axis1=1, axis2=2)
-        power[f"generated: {Path(path).name}"] = {
-            "what": f"real generations read from {Path(path).name}, detected with the "
-            "configured key (one key: no spread)",
-            "file": str(path),
-            "texts": len(real),
-            "too_short": real.too_short.get("watermarked", 0),
-            "skipped": skipped,
-            "candidates_per_sentence": cost["candidates"] / max(1, cost["sentences"]),
-            "fallbacks": cost["fallbacks"],
-            "num_scored_mean": float(real.num_scored.mean()),
-            # A text that only repeats one transition carries little evidence for the exact test.
-            "distinct_transitions_mean": float(distinct.mean()),
-            "one_region_share": float(np.mean((distinct == 1) & (diagonal == real.num_scored))),
-            "empirical_fpr_reference": f"{len(own_news['exact'])} human pieces "
-            f"({'news' if len(news_index) else 'all sources'}) under the configured key",
-            **power_summary([real_p], [own_news], settings.alphas),
-        }
-
-    stay = [
-        float(np.trace(human.counts[idx].sum(axis=0)) / max(1, human.counts[idx].sum()))
-        for idx in (human.select(s) for s in sources)
-    ]
+    own = p_values(human, scheme.table.numpy(), gamma)
+    configured = {
+        "key_fingerprint": scheme.key_fingerprint,
+        "human_fpr": {
+            stat: {str(a): float(np.mean(own[stat] <= a)) for a in settings.alphas}
+            for stat in STATS
+        },
+    }
+    own_news = {s: own[s][news] for s in STATS} if len(news) else own
+    for path in settings.watermarked:
+        power[f"generated: {Path(path).name}"] = _generated_power(
+            scheme, path, own_news, reference, settings, progress
+        )
     return {
         **(describe or {}),
         "calibration": {
@@ -209,22 +156,115 @@ def run_calibration(
             "num_regions": k,
             "gamma": gamma,
         },
-        "sources": {
-            s: {
-                "description": SOURCE_LABELS[s],
-                "available_pieces": available[s],
-                "texts": int(len(human.select(s))),
-                "too_short": human.too_short.get(s, 0),
-                "scored_mean": float(human.num_scored[human.select(s)].mean()),
-                "same_region_share": stay[i],
-            }
-            for i, s in enumerate(sources)
-        },
+        "sources": {s: _source_summary(human, s, available[s]) for s in sources},
         "texts_total": len(human),
         "null": null,
-        "histogram": histogram,
-        "fpr_curve": curve,
+        **_pooled_distribution(per_key),
         "configured_key": configured,
         "power": power,
         "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def _source_summary(human: ScoredTexts, source: str, available: int) -> dict[str, Any]:
+    """How many texts of ``source`` were scored, and how often a sentence stays in the region
+    of the one before it."""
+    idx = human.select(source)
+    counts = human.counts[idx]
+    return {
+        "description": SOURCE_LABELS[source],
+        "available_pieces": available,
+        "texts": int(len(idx)),
+        "too_short": human.too_short.get(source, 0),
+        "scored_mean": float(human.num_scored[idx].mean()),
+        "same_region_share": float(np.trace(counts.sum(axis=0)) / max(1, counts.sum())),
+    }
+
+
+def _pooled_distribution(per_key: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Histograms of the p-values pooled over keys, and the FPR against nominal alpha."""
+    pooled = {s: np.concatenate([p[s] for p in per_key]) for s in (*STATS, DIAGNOSTIC)}
+    edges = np.linspace(0.0, 1.0, 21)
+    curve_alphas = np.logspace(-4, 0, 41)
+    return {
+        "histogram": {
+            "edges": edges.tolist(),
+            **{s: np.histogram(v, bins=edges, density=True)[0].tolist() for s, v in pooled.items()},
+        },
+        "fpr_curve": {
+            "alphas": curve_alphas.tolist(),
+            **{s: [float(np.mean(pooled[s] <= a)) for a in curve_alphas] for s in STATS},
+        },
+    }
+
+
+def _simulated_power(
+    scheme: WatermarkScheme,
+    tables: list,
+    length_pool: np.ndarray,
+    null_news: list[dict[str, np.ndarray]],
+    reference: str,
+    settings: CalibrationSettings,
+    rng: np.random.Generator,
+    progress: bool,
+) -> dict[str, Any]:
+    """Power on simulated watermarked region sequences under every key's table."""
+    size = int(scheme.table[0].sum())
+    sims = []
+    for table in tqdm(tables, desc="simulate", unit="key", disable=not progress):
+        lengths = rng.choice(length_pool, size=settings.simulated_per_key)
+        counts = simulate_watermarked(scheme.transition.numpy(), table, lengths, rng)
+        sims.append(p_values(scored_from_counts(counts, size, "simulated"), table, scheme.gamma))
+    return {
+        "what": (
+            "simulated region sequences, not generated text: the first region from the "
+            "domain's region frequencies, each next one from the domain transition matrix "
+            "(centroid file) restricted to the valid set; no fallbacks, no margin"
+        ),
+        "texts_per_key": settings.simulated_per_key,
+        "lengths": "scored counts drawn from the human news pieces",
+        "empirical_fpr_reference": f"{len(null_news[0]['exact'])} human pieces "
+        f"({reference}) under the same key",
+        **power_summary(sims, null_news, settings.alphas),
+    }
+
+
+def _generated_power(
+    scheme: WatermarkScheme,
+    path: str,
+    own_news: dict[str, np.ndarray],
+    reference: str,
+    settings: CalibrationSettings,
+    progress: bool,
+) -> dict[str, Any]:
+    """Power on the real generations of ``path`` under the configured key."""
+    wm_texts, wm_prompts, info = _read_watermarked(path, scheme.key_fingerprint)
+    skipped, cost = info["skipped"], info["cost"]
+    if not wm_texts:
+        raise ValueError(
+            f"{path}: no usable watermarked record (skipped {skipped}); records must "
+            "have status ok and the key fingerprint of the configured key"
+        )
+    real = score_texts(
+        scheme, wm_texts, ["watermarked"] * len(wm_texts), wm_prompts, progress=progress
+    )
+    real_p = p_values(real, scheme.table.numpy(), scheme.gamma)
+    distinct = (real.counts > 0).sum(axis=(1, 2))
+    diagonal = np.trace(real.counts, axis1=1, axis2=2)
+    return {
+        "what": f"real generations read from {Path(path).name}, detected with the "
+        "configured key (one key: no spread)",
+        "file": str(path),
+        "texts": len(real),
+        "too_short": real.too_short.get("watermarked", 0),
+        "skipped": skipped,
+        "candidates_per_sentence": cost["candidates"] / max(1, cost["sentences"]),
+        "fallbacks": cost["fallbacks"],
+        "num_scored_mean": float(real.num_scored.mean()),
+        # A text that only repeats one transition carries little evidence for the exact test.
+        "distinct_transitions_mean": float(distinct.mean()),
+        "one_region_share": float(np.mean((distinct == 1) & (diagonal == real.num_scored))),
+        "empirical_fpr_reference": f"{len(own_news['exact'])} human pieces "
+        f"({reference}) under the configured key",
+        **power_summary([real_p], [own_news], settings.alphas),
     }
