@@ -49,6 +49,14 @@ def test_round_size_grows_as_acceptance_falls(hash_encoder):
     assert fixed.rows_for(0, 0, {}) == 6
 
 
+def _margin_free(hash_encoder):
+    """A scheme without margin, a prompt, and the prompt's region."""
+    scheme = _scheme(hash_encoder)
+    scheme.partition.margin = 0.0
+    prompt = "A prompt sentence."
+    return scheme, prompt, int(scheme.regions([prompt])[0][0])
+
+
 def _valid_after(scheme, previous, want):
     """A sentence whose region is (or is not) valid after ``previous``."""
     for i in range(500):
@@ -60,10 +68,7 @@ def _valid_after(scheme, previous, want):
 
 
 def test_fallback_after_max_candidates_and_counts(hash_encoder):
-    scheme = _scheme(hash_encoder)
-    scheme.partition.margin = 0.0
-    prompt = "A prompt sentence."
-    seed_region = int(scheme.regions([prompt])[0][0])
+    scheme, prompt, seed_region = _margin_free(hash_encoder)
     bad = _valid_after(scheme, seed_region, False)
     sampler = ScriptedSampler([[bad, bad], [bad, bad]])
     wm = Watermarker(
@@ -78,10 +83,7 @@ def test_fallback_after_max_candidates_and_counts(hash_encoder):
 
 
 def test_accepts_first_valid_and_chains_regions(hash_encoder):
-    scheme = _scheme(hash_encoder)
-    scheme.partition.margin = 0.0
-    prompt = "A prompt sentence."
-    first_prev = int(scheme.regions([prompt])[0][0])
+    scheme, prompt, first_prev = _margin_free(hash_encoder)
     good = _valid_after(scheme, first_prev, True)
     bad = _valid_after(scheme, first_prev, False)
     # The second sentence is judged after the first one's region, not after the prompt's.

@@ -65,14 +65,24 @@ class GroupResult:
     wasted_tokens: int = 0
 
 
-def _prepare(model, tokenizer) -> tuple[torch.device, list[int]]:
-    """Left padding with a pad token (batched prompts end where decoding starts); returns the
+class _LMSampler:
+    """What both samplers hold: the LM and its tokenizer (left padding and a pad token, since
+    batched prompts end where decoding starts), the splitter, the decoding settings, the
     model's device and the tokenizer's end-of-sequence ids."""
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    eos = tokenizer.eos_token_id
-    return next(model.parameters()).device, [eos] if isinstance(eos, int) else list(eos or [])
+
+    def __init__(
+        self, model, tokenizer, splitter: PunktSplitter, config: SamplingConfig | None = None
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.splitter = splitter
+        self.config = config or SamplingConfig()
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        eos = tokenizer.eos_token_id
+        self.device = next(model.parameters()).device
+        self.eos_ids: list[int] = [eos] if isinstance(eos, int) else list(eos or [])
 
 
 def _check_round(prefixes, rows, generator, contexts) -> tuple[bool, list[str]]:
@@ -88,7 +98,7 @@ def _check_round(prefixes, rows, generator, contexts) -> tuple[bool, list[str]]:
     return per_group, list(contexts) if contexts is not None else [""] * len(prefixes)
 
 
-class CandidateSampler:
+class CandidateSampler(_LMSampler):
     """Samples candidate sentences from a causal LM, many rows at a time.
 
     Args:
@@ -101,11 +111,7 @@ class CandidateSampler:
     def __init__(
         self, model, tokenizer, splitter: PunktSplitter, config: SamplingConfig | None = None
     ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.splitter = splitter
-        self.config = config or SamplingConfig()
-        self.device, self.eos_ids = _prepare(model, tokenizer)
+        super().__init__(model, tokenizer, splitter, config)
         vocab = model.get_output_embeddings().weight.shape[0]
         pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
         starts_space = torch.zeros(vocab, dtype=torch.bool)
@@ -341,7 +347,7 @@ class _WholeTextSentenceStop:
         return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
 
-class SequentialCandidateSampler:
+class SequentialCandidateSampler(_LMSampler):
     """One candidate per ``model.generate`` call: the reference implementation's strategy.
 
     A baseline for benchmarks, selected with ``sampler_strategy: sequential``. Each candidate
@@ -367,11 +373,7 @@ class SequentialCandidateSampler:
     ):
         from transformers import GenerationConfig
 
-        self.model = model
-        self.tokenizer = tokenizer
-        self.splitter = splitter
-        self.config = config or SamplingConfig()
-        self.device, self.eos_ids = _prepare(model, tokenizer)
+        super().__init__(model, tokenizer, splitter, config)
         cfg = self.config
         self.generation_config = GenerationConfig(
             do_sample=True,
