@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..io import drop_cut_last_line
+from ..io import drop_cut_last_line, read_jsonl_objects
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -58,12 +58,8 @@ def source_sentences(
 
 def done_ids(path: Path) -> set[str]:
     """Ids already written to ``path``; a half-written last line is cut off first."""
-    raw = drop_cut_last_line(path)
-    ids = set()
-    for line in raw.decode("utf-8").splitlines():
-        if line.strip():
-            ids.add(json.loads(line)["id"])
-    return ids
+    drop_cut_last_line(path)
+    return {row["id"] for row in read_jsonl_objects(path, missing_ok=True)}
 
 
 def _chunks(items: Sequence, size: int) -> Iterator[Sequence]:
