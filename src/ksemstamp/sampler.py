@@ -19,9 +19,11 @@ starts with whitespace; a row is only handed to the splitter when its newest tok
 whitespace (a new word has begun) and its text so far contains sentence punctuation. The text
 checked is the row's own short continuation, never the whole document.
 
-Length (~440 lines): two samplers with one interface, the batched one (one decode loop, kept
-whole because its bookkeeping is shared by every step) and the sequential baseline that the
-benchmarks compare it with. Decoding settings and logits processing are in ``decoding``.
+Length (~470 lines): two samplers with one interface, the batched one and the sequential
+baseline that the benchmarks compare it with. The batched decode loop keeps its per-row
+bookkeeping in one function because every step updates all of it; the pure parts (per-group
+generator ranges, group resolution, separators) are functions of their own. Decoding settings
+and logits processing are in ``decoding``.
 """
 
 from __future__ import annotations
@@ -63,6 +65,51 @@ class GroupResult:
     accepted_index: int | None = None
     decoded_tokens: int = 0
     wasted_tokens: int = 0
+
+
+def _segments(
+    live_group: list[int], generators: Sequence[torch.Generator]
+) -> list[tuple[int, int, torch.Generator]]:
+    """``(start, stop, generator)`` of each group's rows; live rows stay ordered by group, so
+    each group's rows are one contiguous range."""
+    segments = []
+    start = 0
+    for r in range(1, len(live_group) + 1):
+        if r == len(live_group) or live_group[r] != live_group[start]:
+            segments.append((start, r, generators[live_group[start]]))
+            start = r
+    return segments
+
+
+def _separator(raw: str) -> str:
+    """The whitespace to put before a sentence: the newlines the model wrote before it, or a
+    space."""
+    lead = raw[: len(raw) - len(raw.lstrip())]
+    return "\n" * lead.count("\n") if "\n" in lead else " "
+
+
+def _resolve(
+    outcome: list[list[Candidate | None]], resolved: list[bool], results: list[GroupResult]
+) -> None:
+    """Close every group whose first accepted row has all rows before it finished, or whose rows
+    all finished without an acceptance; a closed group keeps its candidates up to the accepted
+    one (ordered acceptance, see the module docstring)."""
+    for g, row_outcomes in enumerate(outcome):
+        if resolved[g]:
+            continue
+        for i, cand in enumerate(row_outcomes):
+            if cand is None:
+                break
+            if cand.accepted:
+                results[g].accepted_index = i
+                resolved[g] = True
+                break
+        else:
+            resolved[g] = True  # every row finished, none accepted
+        if resolved[g]:
+            last = results[g].accepted_index
+            kept = row_outcomes if last is None else row_outcomes[: last + 1]
+            results[g].candidates = [c for c in kept if c is not None]
 
 
 class _LMSampler:
@@ -203,13 +250,7 @@ class CandidateSampler(_LMSampler):
         resolved = [False] * len(rows)
 
         while live_group:
-            segments = []
-            if per_group:  # live rows stay ordered by group: contiguous ranges
-                start = 0
-                for r in range(1, len(live_group) + 1):
-                    if r == len(live_group) or live_group[r] != live_group[start]:
-                        segments.append((start, r, generator[live_group[start]]))
-                        start = r
+            segments = _segments(live_group, generator) if per_group else []
             next_ids = self._next_tokens(logits, seen, None if per_group else generator, segments)
             seen[torch.arange(len(live_group), device=self.device), next_ids] = True
             check = (self.starts_space[next_ids] | (step_is_eos := self._is_eos(next_ids))).tolist()
@@ -233,12 +274,12 @@ class CandidateSampler(_LMSampler):
                     # No sentence end within the limit: not a usable sentence (it would leave
                     # the document with an unfinished sentence that swallows the next one).
                     text, trunc = "", True
-                raw = self.tokenizer.decode(tokens[r], skip_special_tokens=True)
-                lead = raw[: len(raw) - len(raw.lstrip())]
                 finished.append(r)
                 finished_text.append(text or "")
                 finished_trunc.append(trunc)
-                finished_sep.append("\n" * lead.count("\n") if "\n" in lead else " ")
+                finished_sep.append(
+                    _separator(self.tokenizer.decode(tokens[r], skip_special_tokens=True))
+                )
 
             if finished:
                 verdicts = judge([(live_group[r], live_index[r]) for r in finished], finished_text)
@@ -249,24 +290,8 @@ class CandidateSampler(_LMSampler):
                     accepted = bool(ok) and bool(text)
                     outcome[g][i] = Candidate(text, len(tokens[r]), accepted, info, trunc, sep)
 
-            # Resolve groups and decide which live rows continue.
-            for g in range(len(rows)):
-                if resolved[g]:
-                    continue
-                for i, cand in enumerate(outcome[g]):
-                    if cand is None:
-                        break
-                    if cand.accepted:
-                        results[g].accepted_index = i
-                        resolved[g] = True
-                        break
-                else:
-                    resolved[g] = True  # every row finished, none accepted
-                if resolved[g]:
-                    last = results[g].accepted_index
-                    kept = outcome[g] if last is None else outcome[g][: last + 1]
-                    results[g].candidates = [c for c in kept if c is not None]
-
+            _resolve(outcome, resolved, results)
+            # Rows continue while their group is open and they have not finished.
             keep = [
                 r
                 for r in range(len(live_group))
@@ -441,7 +466,6 @@ class SequentialCandidateSampler(_LMSampler):
         new = out[0, input_ids.shape[1] :].tolist()
         raw = self.tokenizer.decode(new, skip_special_tokens=True)
         sentence, complete = self.splitter.next_sentence(context, raw)
-        lead = raw[: len(raw) - len(raw.lstrip())]
-        separator = "\n" * lead.count("\n") if "\n" in lead else " "
+        separator = _separator(raw)
         truncated = not complete and len(new) >= self.config.max_sentence_tokens
         return Candidate(sentence if complete else "", len(new), False, None, truncated, separator)
