@@ -15,6 +15,10 @@ all of them alike.
 Memory is the peak resident set size (Linux ``VmHWM``) of this process during each measured call:
 the high-water mark is reset through ``/proc/self/clear_refs`` before the call, so it includes
 what was already resident (the models) plus whatever the call added on top.
+
+Length (~940 lines): one self-contained script with a section per benchmark (generation
+variants, detection, training) and the report that puts them side by side; it takes its
+prompts and texts from ``ksemstamp.corpora`` like every command.
 """
 
 from __future__ import annotations
