@@ -1,11 +1,12 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
+# `make test-fast` runs the tests that load no real model (under a minute).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint clean-venv
+.PHONY: setup demo test test-fast lint clean-venv
 
 $(VENV)/.installed: pyproject.toml requirements/assets.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,9 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not e2e and not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check src tests train.py watermark.py

@@ -15,6 +15,10 @@ all of them alike.
 Memory is the peak resident set size (Linux ``VmHWM``) of this process during each measured call:
 the high-water mark is reset through ``/proc/self/clear_refs`` before the call, so it includes
 what was already resident (the models) plus whatever the call added on top.
+
+Length (~940 lines): one self-contained script with a section per benchmark (generation
+variants, detection, training) and the report that puts them side by side; it takes its
+prompts and texts from ``ksemstamp.corpora`` like every command.
 """
 
 from __future__ import annotations
@@ -43,13 +47,14 @@ sys.path.insert(0, str(REPO / "src"))  # run from a checkout without installing
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from ksemstamp.assets import load_encoder, load_lm, news_articles  # noqa: E402
+from ksemstamp.assets import load_encoder, load_lm  # noqa: E402
 from ksemstamp.config import (  # noqa: E402
     WatermarkConfig,
     build_detector,
     build_scheme,
     build_watermarker,
 )
+from ksemstamp.corpora import news_articles, news_prompts, news_windows  # noqa: E402
 from ksemstamp.sampler import GroupResult  # noqa: E402
 from ksemstamp.splitter import get_splitter  # noqa: E402
 from ksemstamp.watermarker import GenerationResult, Watermarker  # noqa: E402
@@ -99,41 +104,6 @@ def measure(fn: Callable[[], Any]) -> Measured:
 
 
 # ---------------------------------------------------------------------- prompts and texts
-
-
-def news_prompts(count: int, words: int) -> list[str]:
-    """The first sentences (about ``words`` words, ending at a sentence end) of the first
-    ``count`` test-split articles, as ``watermark.py demo --article i`` builds them."""
-    splitter = get_splitter()
-    prompts = []
-    for article in news_articles("test"):
-        prompt: list[str] = []
-        for sentence in splitter.split(article.text):
-            if prompt and len(" ".join(prompt).split()) + len(sentence.split()) > words:
-                break
-            prompt.append(sentence)
-        # A prompt must end a sentence (the sentence loop refuses others).
-        if prompt and splitter.ends_sentence(prompt[-1]):
-            prompts.append(" ".join(prompt))
-        if len(prompts) == count:
-            break
-    return prompts
-
-
-def human_texts(count: int, words: int = 150, skip: int = 0) -> list[str]:
-    """Held-out human news texts of about ``words`` words (~200 tokens), whole sentences."""
-    splitter = get_splitter()
-    texts = []
-    for article in news_articles("test")[skip:]:
-        chunk: list[str] = []
-        for sentence in splitter.split(article.text):
-            chunk.append(sentence)
-            if len(" ".join(chunk).split()) >= words:
-                texts.append(" ".join(chunk))
-                chunk = []
-                if len(texts) == count:
-                    return texts
-    return texts
 
 
 # ---------------------------------------------------------------------- generation
@@ -451,7 +421,7 @@ def bench_detection(args: argparse.Namespace, scheme) -> dict[str, Any]:
     """``Detector.detect_batch`` against ``encoder.encode`` on the same sentences."""
     detector = build_detector(WatermarkConfig(key=BENCH_KEY), scheme)
     # Skip the articles the prompts came from, so these are other texts.
-    texts = human_texts(args.detect_texts, skip=args.prompts)
+    texts = news_windows(args.detect_texts, skip=args.prompts)
     splitter = scheme.splitter
     split = measure(lambda: [s for t in texts for s in splitter.split(t)])
     sentences = split.value

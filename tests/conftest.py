@@ -13,6 +13,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("KSEMSTAMP_KEY", "test-suite-key")
 
 
+# Fixtures that load the real offline models: a test using one is an ``e2e`` test whether or not
+# its module says so, so ``-m "not e2e"`` (``make test-fast``) never loads a model.
+REAL_MODEL_FIXTURES = {"encoder", "lm", "default_scheme"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
 class HashEncoder:
     """A stand-in sentence encoder: a fixed pseudo-random unit vector per distinct sentence."""
 

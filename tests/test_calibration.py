@@ -9,11 +9,9 @@ import torch
 
 from ksemstamp.calibration import (
     CalibrationSettings,
-    allocate,
     calibration_tables,
     human_texts,
     ks_distance,
-    make_windows,
     p_values,
     score_texts,
     scored_from_counts,
@@ -36,22 +34,6 @@ def _bound(alpha: float, n: int) -> float:
 
 
 # ---------------------------------------------------------------------- pieces
-
-
-def test_make_windows_cuts_by_words_and_drops_short_tails():
-    units = [f"w{i} x y z." for i in range(10)]  # 4 words each
-    assert make_windows(units, 12) == [" ".join(units[i : i + 3]) for i in (0, 3, 6)]
-    # the tail (one unit, 4 words) is under half of 12 words: dropped
-    assert make_windows(units, 12, min_units=4) == []
-    assert make_windows(units[:2], 12, min_units=2) == [" ".join(units[:2])]  # 8 >= 6 words
-    assert make_windows(["a b c", "d e f"], 4, min_units=1, joiner="\n") == ["a b c\nd e f"]
-
-
-def test_allocate_spreads_and_redistributes():
-    assert allocate({"a": 100, "b": 100, "c": 100}, 30) == {"a": 10, "b": 10, "c": 10}
-    got = allocate({"a": 100, "b": 3, "c": 100}, 30)
-    assert got["b"] == 3 and sum(got.values()) == 30
-    assert allocate({"a": 2, "b": 1}, 10) == {"a": 2, "b": 1}
 
 
 def test_fast_p_values_equal_the_detectors_functions():

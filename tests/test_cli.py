@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ksemstamp.cli import main
-from ksemstamp.jsonl import ResumableWriter, read_jsonl
+from ksemstamp.io import ResumableWriter, read_jsonl
 
 pytestmark = pytest.mark.e2e
 

@@ -73,3 +73,15 @@ def test_shipped_centroids_belong_to_the_default_encoder(encoder):
         cf.check_encoder(encoder_fingerprint(encoder))
         assert cf.num_regions == k and cf.transition is not None
         assert cf.settings["num_sentences"] >= 10000
+
+
+def test_default_centroids_ship_inside_the_package():
+    import ksemstamp
+    from ksemstamp.config import DEFAULT_CENTROIDS, REPO_ROOT
+
+    package = Path(ksemstamp.__file__).resolve().parent
+    for path in DEFAULT_CENTROIDS.values():
+        assert path.is_file() and package in path.resolve().parents
+        # the checkout's checkpoints/ path keeps working for settings that name it
+        old = REPO_ROOT / "checkpoints" / path.name
+        assert old.resolve() == path.resolve()

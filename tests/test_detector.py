@@ -128,3 +128,26 @@ def test_statistic_choice(scheme):
 def test_scheme_repr_hides_key(scheme):
     assert "'k'" not in repr(scheme) and "key_fingerprint" in repr(scheme)
     assert torch.equal(scheme.table.sum(1), torch.full((8,), 2))
+
+
+def test_scoring_plan_is_key_free_and_matches_detection(hash_encoder):
+    texts = [" ".join(SENTENCES[:6]), SENTENCES[1] + " " + SENTENCES[1] + " " + SENTENCES[2], "x"]
+    prompts = [SENTENCES[10], None, SENTENCES[3]]
+    detectors = [
+        Detector(WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), 0.25, key, get_splitter()))
+        for key in ("one key", "another key")
+    ]
+    plans = [d.plan_batch(texts, prompts) for d in detectors]
+    assert plans[0] == plans[1]
+    seeded, repeated, short = plans[0]
+    assert seeded.seed_region is not None and seeded.roles == ["scored"] * 6
+    assert repeated.seed_region is None and repeated.roles == ["seed", "repeat", "scored"]
+    assert short.roles == ["scored"] and short.num_scored == 1
+    for detector in detectors:
+        for plan, result in zip(plans[0], detector.detect_batch(texts, prompts), strict=True):
+            assert result.regions == plan.regions and result.num_scored == plan.num_scored
+            assert int(plan.transition_counts(8).sum()) == plan.num_scored
+            valid = plan.transition_counts(8)[detector.scheme.table.numpy()].sum()
+            assert result.num_valid == valid
+    empty = detectors[0].plan_batch([""], [SENTENCES[0]])[0]
+    assert empty.sentences == [] and empty.previous == [] and empty.num_scored == 0

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ksemstamp.assets import news_articles
 from ksemstamp.config import WatermarkConfig, build_detector, build_scheme, build_watermarker
+from ksemstamp.corpora import news_articles
 from ksemstamp.detector import Detector
 
 pytestmark = pytest.mark.e2e

@@ -180,6 +180,7 @@ predict_to_shards(SlowFactory(), prompts, sys.argv[1], "slow", batch_size=1, pro
 """
 
 
+@pytest.mark.slow  # two processes
 def test_sigterm_stops_generation_after_the_current_batch(tmp_path):
     import json
     import signal

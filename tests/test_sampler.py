@@ -73,15 +73,18 @@ def test_candidates_are_single_sentences_and_rows_stop_independently(sampler):
 
 
 def test_ordered_acceptance_and_early_stop(sampler):
+    # Rows 2..7 are acceptable, rows 0 and 1 are not. Whichever row finishes first, the round
+    # must keep the first acceptable row *in row order* (row 2 unless its sentence came out
+    # empty) and drop every row after it.
     gen = torch.Generator().manual_seed(2)
-    # accept only candidates longer than 12 tokens' worth of text
-    judge = lambda groups, texts: [(len(t) > 60, None) for t in texts]  # noqa: E731
+    judge = lambda rows, texts: [(i >= 2, None) for _, i in rows]  # noqa: E731
     result = sampler.sample_round([PROMPT], [8], judge, gen, [get_splitter().split(PROMPT)[-1]])[0]
-    if result.accepted_index is not None:
-        cands = result.candidates
-        assert len(cands) == result.accepted_index + 1
-        assert cands[-1].accepted and len(cands[-1].text) > 60
-        assert all(len(c.text) <= 60 for c in cands[:-1])
+    assert result.accepted_index is not None and result.accepted_index >= 2
+    cands = result.candidates
+    assert len(cands) == result.accepted_index + 1
+    assert cands[-1].accepted and cands[-1].text
+    assert not any(c.accepted for c in cands[:-1])
+    assert all(not c.text for c in cands[2:-1])  # skipped only if it gave no sentence
 
 
 def test_batching_does_not_change_what_is_sampled(lm):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from ksemstamp.assets import news_articles
 from ksemstamp.config import WatermarkConfig
+from ksemstamp.corpora import news_articles
 from ksemstamp.serve import create_app, free_port
 
 pytestmark = pytest.mark.e2e

@@ -7,9 +7,9 @@ import torch
 
 from ksemstamp.keys import valid_table
 from ksemstamp.stats import (
-    exact_null_pmf,
     exact_p_value,
     normal_sf,
+    null_count_pmf,
     paper_z,
     subset_sum_pmf,
     transition_matrix,
@@ -49,7 +49,7 @@ def test_exact_p_value_matches_brute_force_over_tables():
         total += 1
         hits += counts[table].sum() >= observed
     assert exact_p_value(counts, observed_table) == pytest.approx(hits / total)
-    pmf = exact_null_pmf(counts, 2)
+    pmf = null_count_pmf(counts, 2)
     assert pmf.sum() == pytest.approx(1.0) and len(pmf) == counts.sum() + 1
     assert pmf[observed:].sum() == pytest.approx(hits / total)
 

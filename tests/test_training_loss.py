@@ -209,6 +209,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # two processes
 def test_two_rank_gathered_loss_gives_single_process_gradients(tmp_path):
     out = tmp_path / "grads.pt"
     mp.spawn(_rank_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)

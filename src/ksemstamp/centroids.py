@@ -24,6 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .corpora import domain_sentences
+from .io import atomic_target
+
 FORMAT_VERSION = 1
 
 
@@ -47,8 +50,6 @@ class CentroidFile:
 
     def save(self, path: str | Path) -> None:
         """Write atomically (temporary file, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "format_version": FORMAT_VERSION,
             "centroids": self.centroids.float().cpu(),
@@ -57,9 +58,8 @@ class CentroidFile:
             "transition": None if self.transition is None else self.transition.double().cpu(),
             "settings": dict(self.settings),
         }
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(payload, tmp)
-        tmp.replace(path)
+        with atomic_target(path) as tmp:
+            torch.save(payload, tmp)
 
     @classmethod
     def load(cls, path: str | Path) -> CentroidFile:
@@ -112,27 +112,6 @@ def transition_counts(regions_per_doc: Sequence[Tensor], k: int) -> Tensor:
             idx = regions[:-1] * k + regions[1:]
             counts += torch.bincount(idx, minlength=k * k).reshape(k, k).double()
     return counts
-
-
-def domain_sentences(
-    max_sentences: int = 20000, min_words: int = 5, split: str = "fit"
-) -> list[list[str]]:
-    """Sentences of the news corpus's ``split``, grouped by article, at most ``max_sentences``."""
-    from .assets import news_articles
-    from .splitter import get_splitter
-
-    splitter = get_splitter()
-    docs: list[list[str]] = []
-    total = 0
-    for article in news_articles(split):
-        sents = [s for s in splitter.split(article.text) if len(s.split()) >= min_words]
-        sents = sents[: max_sentences - total]
-        if sents:
-            docs.append(sents)
-            total += len(sents)
-        if total >= max_sentences:
-            break
-    return docs
 
 
 def fit_centroid_file(

@@ -17,11 +17,14 @@ import yaml
 from .assets import DEFAULT_ENCODER, DEFAULT_LM
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout's root (relative settings paths are tried against it); not used to find data."""
+PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+# Shipped inside the package, so a wheel install finds them; ``checkpoints/`` links to the files.
 # K = 64 is the default for the exact test's power (docs/study); K = 8 is the paper's partition.
 DEFAULT_CENTROIDS = {
-    DEFAULT_ENCODER: REPO_ROOT / "checkpoints" / "centroids-all-minilm-l6-v2-k64.pt",
+    DEFAULT_ENCODER: PACKAGE_DATA / "centroids-all-minilm-l6-v2-k64.pt",
 }
-PAPER_CENTROIDS = REPO_ROOT / "checkpoints" / "centroids-all-minilm-l6-v2-k8.pt"
+PAPER_CENTROIDS = PACKAGE_DATA / "centroids-all-minilm-l6-v2-k8.pt"
 
 
 @dataclass
@@ -143,10 +146,12 @@ class WatermarkConfig:
     def centroid_path(self) -> Path:
         if self.centroids:
             path = Path(self.centroids)
-            # A shipped file named relative to the checkout (configs/ksemstamp-paper.yaml) is
-            # found from any working directory.
-            if not path.is_absolute() and not path.exists() and (REPO_ROOT / path).exists():
-                return REPO_ROOT / path
+            # A shipped file named relative to the checkout (configs/ksemstamp-paper.yaml names
+            # checkpoints/...-k8.pt) is found from any working directory, and in a wheel install.
+            if not path.is_absolute() and not path.exists():
+                for candidate in (REPO_ROOT / path, PACKAGE_DATA / path.name):
+                    if candidate.exists():
+                        return candidate
             return path
         if self.encoder in DEFAULT_CENTROIDS:
             return DEFAULT_CENTROIDS[self.encoder]

@@ -3,7 +3,7 @@
 Every text is split into sentences; all sentences of all texts go through the encoder in one
 pass; each text's region sequence is then scored (see ``stats``).
 
-Scoring rules:
+Scoring rules (``ScoringPlan``; none of them depends on the key):
 
 * With a prompt, the region of the prompt's last sentence seeds the text's first sentence, which
   is then scored (as in generation). Without one, the text's first sentence only seeds.
@@ -12,6 +12,9 @@ Scoring rules:
   cannot raise the count.
 * A text with no scored sentence has no statistic: status ``too_short``.
 * The margin is not applied at detection.
+
+The key enters only afterwards: the valid table turns each scored transition into a verdict.
+Calibration consumes the same plans (``Detector.plan_batch``) under many tables.
 
 ``z_score`` is always the paper's z (comparable with published numbers); ``p_value`` comes from
 the configured statistic (``exact`` by default) and alone decides ``watermarked``.
@@ -27,6 +30,8 @@ from .scheme import WatermarkScheme
 from .stats import STATISTICS, exact_p_value, normal_sf, paper_z, transition_matrix
 
 _SPACE = re.compile(r"\s+")
+
+SEED, SCORED, REPEAT = "seed", "scored", "repeat"
 
 
 @dataclass
@@ -64,8 +69,65 @@ class DetectionResult:
         return out
 
 
+@dataclass
+class ScoringPlan:
+    """What the detector scores in one text, before any key is applied.
+
+    Attributes:
+        sentences: the text's own sentences (the prompt's seeding sentence is not one of them).
+        regions: their regions.
+        seed_region: region of the prompt's last sentence when a prompt seeds the text.
+        roles: per sentence ``seed`` (only sets the previous region), ``scored`` or ``repeat``.
+        error: why the text could not be planned (then everything else is empty).
+    """
+
+    sentences: list[str] = field(default_factory=list)
+    regions: list[int] = field(default_factory=list)
+    seed_region: int | None = None
+    roles: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def previous(self) -> list[int | None]:
+        """The region before each sentence (``None`` before an unseeded first sentence)."""
+        return [self.seed_region, *self.regions][: len(self.regions)]
+
+    @property
+    def num_scored(self) -> int:
+        return self.roles.count(SCORED)
+
+    @property
+    def scored(self) -> list[bool]:
+        """The scored mask over ``sentences``."""
+        return [role == SCORED for role in self.roles]
+
+    def transition_counts(self, num_regions: int):
+        """``(K, K)`` counts of the scored transitions ``(previous region, region)``."""
+        if self.seed_region is None:
+            return transition_matrix(self.regions, self.scored, num_regions)
+        return transition_matrix(
+            [self.seed_region, *self.regions], [False, *self.scored], num_regions
+        )
+
+
 def _norm(sentence: str) -> str:
     return _SPACE.sub(" ", sentence).strip().lower()
+
+
+def _roles(sentences: Sequence[str], seeded: bool) -> list[str]:
+    """Seed, scored or repeat for each sentence of a text (see the module's rules)."""
+    roles: list[str] = []
+    seen: set[str] = set()
+    for t, sentence in enumerate(sentences):
+        key = _norm(sentence)
+        if t == 0 and not seeded:
+            roles.append(SEED)
+        elif key in seen:
+            roles.append(REPEAT)
+        else:
+            roles.append(SCORED)
+        seen.add(key)
+    return roles
 
 
 class Detector:
@@ -98,76 +160,60 @@ class Detector:
 
         A text that is not a string gets status ``error``; the others are still scored.
         """
+        return [self.score(plan) for plan in self.plan_batch(texts, prompts)]
+
+    def plan_batch(
+        self, texts: Sequence[str], prompts: Sequence[str | None] | None = None
+    ) -> list[ScoringPlan]:
+        """The key-free ``ScoringPlan`` of each text, with one encoder pass over all sentences
+        (each text's, and the last sentence of each prompt)."""
         prompts = list(prompts) if prompts is not None else [None] * len(texts)
         if len(prompts) != len(texts):
             raise ValueError("need one prompt (or None) per text")
         splitter = self.scheme.splitter
-        plans: list[tuple[list[str], bool] | str] = []
+        plans: list[ScoringPlan] = []
+        seeded: list[tuple[ScoringPlan, bool]] = []
         flat: list[str] = []
         for text, prompt in zip(texts, prompts, strict=True):
             if not isinstance(text, str):
-                plans.append(f"text must be a string, got {type(text).__name__}")
+                plans.append(ScoringPlan(error=f"text must be a string, got {type(text).__name__}"))
                 continue
             if prompt is not None and not isinstance(prompt, str):
-                plans.append(f"prompt must be a string, got {type(prompt).__name__}")
+                error = f"prompt must be a string, got {type(prompt).__name__}"
+                plans.append(ScoringPlan(error=error))
                 continue
-            sentences = splitter.split(text)
-            seeded = False
-            if prompt:
-                prompt_sentences = splitter.split(prompt)
-                if prompt_sentences:
-                    sentences = [prompt_sentences[-1], *sentences]
-                    seeded = True
-            plans.append((sentences, seeded))
-            flat.extend(sentences)
-        regions = self.scheme.regions(flat)[0].tolist()
+            seed = splitter.split(prompt)[-1:] if prompt else []
+            plans.append(ScoringPlan(sentences=splitter.split(text)))
+            seeded.append((plans[-1], bool(seed)))
+            flat += seed + plans[-1].sentences
+        regions = iter(self.scheme.regions(flat)[0].tolist())
+        for plan, has_seed in seeded:
+            plan.seed_region = next(regions) if has_seed else None
+            plan.regions = [next(regions) for _ in plan.sentences]
+            plan.roles = _roles(plan.sentences, has_seed)
+        return plans
 
-        out: list[DetectionResult] = []
-        cursor = 0
-        for plan in plans:
-            if isinstance(plan, str):
-                out.append(DetectionResult(status="error", error=plan, statistic=self.statistic))
-                continue
-            sentences, seeded = plan
-            seq = regions[cursor : cursor + len(sentences)]
-            cursor += len(sentences)
-            out.append(self._score(sentences, seq, seeded))
-        return out
-
-    def _score(self, sentences: list[str], regions: list[int], seeded: bool) -> DetectionResult:
-        verdicts: list[str] = []
-        scored: list[bool] = []
-        seen: set[str] = set()
-        num_valid = 0
-        for t, sentence in enumerate(sentences):
-            key = _norm(sentence)
-            if t == 0:
-                verdicts.append("seed")
-                scored.append(False)
-                if not seeded:
-                    seen.add(key)
-                continue
-            if key in seen:
-                verdicts.append("repeat")
-                scored.append(False)
-                continue
-            seen.add(key)
-            valid = bool(self.scheme.table[regions[t - 1], regions[t]])
-            num_valid += valid
-            verdicts.append("valid" if valid else "invalid")
-            scored.append(True)
-        num_scored = sum(scored)
-        # Report the text's own sentences; the prompt's seeding sentence is not part of it.
-        shown = slice(1, None) if seeded else slice(None)
+    def score(self, plan: ScoringPlan) -> DetectionResult:
+        """Apply the scheme's valid table and the statistic to one plan."""
+        if plan.error is not None:
+            return DetectionResult(status="error", error=plan.error, statistic=self.statistic)
+        table = self.scheme.table
+        verdicts = []
+        for prev, region, role in zip(plan.previous, plan.regions, plan.roles, strict=True):
+            if role == SCORED:
+                role = "valid" if bool(table[prev, region]) else "invalid"
+            verdicts.append(role)
+        num_valid = verdicts.count("valid")
+        num_scored = plan.num_scored
         result = DetectionResult(
             status="ok",
             num_scored=num_scored,
             num_valid=num_valid,
             statistic=self.statistic,
-            sentences=sentences[shown],
-            regions=regions[shown],
-            verdicts=verdicts[shown],
-            seed_region=regions[0] if seeded else None,
+            sentences=plan.sentences,
+            regions=plan.regions,
+            verdicts=verdicts,
+            seed_region=plan.seed_region,
         )
         if num_scored == 0:
             result.status = "too_short"
@@ -179,8 +225,8 @@ class Detector:
         if self.statistic == "paper":
             p = normal_sf(z)
         else:
-            counts = transition_matrix(regions, scored, self.scheme.num_regions)
-            p = exact_p_value(counts, self.scheme.table.numpy())
+            counts = plan.transition_counts(self.scheme.num_regions)
+            p = exact_p_value(counts, table.numpy())
         result.z_score = float(z)
         result.p_value = float(p)
         result.watermarked = p <= self.alpha

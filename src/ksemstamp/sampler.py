@@ -18,6 +18,12 @@ Sentence ends are detected incrementally. Per vocabulary entry we precompute whe
 starts with whitespace; a row is only handed to the splitter when its newest token starts with
 whitespace (a new word has begun) and its text so far contains sentence punctuation. The text
 checked is the row's own short continuation, never the whole document.
+
+Length (~470 lines): two samplers with one interface, the batched one and the sequential
+baseline that the benchmarks compare it with. The batched decode loop keeps its per-row
+bookkeeping in one function because every step updates all of it; the pure parts (per-group
+generator ranges, group resolution, separators) are functions of their own. Decoding settings
+and logits processing are in ``decoding``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .decoding import SamplingConfig, warp_logits
 from .splitter import PunktSplitter
 
 TERMINALS = ".!?\u2026"
@@ -60,42 +67,85 @@ class GroupResult:
     wasted_tokens: int = 0
 
 
-@dataclass
-class SamplingConfig:
-    """Decoding settings. Defaults are the paper's: temperature 0.7, repetition penalty 1.05,
-    no top-k and no nucleus truncation."""
-
-    temperature: float = 0.7
-    repetition_penalty: float = 1.05
-    top_k: int = 0
-    top_p: float = 1.0
-    max_sentence_tokens: int = 64
-    suppress_eos: bool = True
-
-    def __post_init__(self) -> None:
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_sentence_tokens < 1:
-            raise ValueError(f"max_sentence_tokens must be >= 1, got {self.max_sentence_tokens}")
+def _segments(
+    live_group: list[int], generators: Sequence[torch.Generator]
+) -> list[tuple[int, int, torch.Generator]]:
+    """``(start, stop, generator)`` of each group's rows; live rows stay ordered by group, so
+    each group's rows are one contiguous range."""
+    segments = []
+    start = 0
+    for r in range(1, len(live_group) + 1):
+        if r == len(live_group) or live_group[r] != live_group[start]:
+            segments.append((start, r, generators[live_group[start]]))
+            start = r
+    return segments
 
 
-def _prepare(model, tokenizer) -> tuple[torch.device, list[int]]:
-    """Left padding with a pad token (batched prompts end where decoding starts); returns the
+def _separator(raw: str) -> str:
+    """The whitespace to put before a sentence: the newlines the model wrote before it, or a
+    space."""
+    lead = raw[: len(raw) - len(raw.lstrip())]
+    return "\n" * lead.count("\n") if "\n" in lead else " "
+
+
+def _resolve(
+    outcome: list[list[Candidate | None]], resolved: list[bool], results: list[GroupResult]
+) -> None:
+    """Close every group whose first accepted row has all rows before it finished, or whose rows
+    all finished without an acceptance; a closed group keeps its candidates up to the accepted
+    one (ordered acceptance, see the module docstring)."""
+    for g, row_outcomes in enumerate(outcome):
+        if resolved[g]:
+            continue
+        for i, cand in enumerate(row_outcomes):
+            if cand is None:
+                break
+            if cand.accepted:
+                results[g].accepted_index = i
+                resolved[g] = True
+                break
+        else:
+            resolved[g] = True  # every row finished, none accepted
+        if resolved[g]:
+            last = results[g].accepted_index
+            kept = row_outcomes if last is None else row_outcomes[: last + 1]
+            results[g].candidates = [c for c in kept if c is not None]
+
+
+class _LMSampler:
+    """What both samplers hold: the LM and its tokenizer (left padding and a pad token, since
+    batched prompts end where decoding starts), the splitter, the decoding settings, the
     model's device and the tokenizer's end-of-sequence ids."""
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    eos = tokenizer.eos_token_id
-    return next(model.parameters()).device, [eos] if isinstance(eos, int) else list(eos or [])
+
+    def __init__(
+        self, model, tokenizer, splitter: PunktSplitter, config: SamplingConfig | None = None
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.splitter = splitter
+        self.config = config or SamplingConfig()
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        eos = tokenizer.eos_token_id
+        self.device = next(model.parameters()).device
+        self.eos_ids: list[int] = [eos] if isinstance(eos, int) else list(eos or [])
 
 
-class CandidateSampler:
+def _check_round(prefixes, rows, generator, contexts) -> tuple[bool, list[str]]:
+    """Validate ``sample_round``'s arguments; returns whether ``generator`` is one per group,
+    and the contexts (empty ones when none are given)."""
+    per_group = isinstance(generator, Sequence)
+    if per_group and len(generator) != len(prefixes):
+        raise ValueError("need one generator per prefix")
+    if len(prefixes) != len(rows) or not prefixes:
+        raise ValueError("need one row count per prefix, and at least one prefix")
+    if any(n < 1 for n in rows):
+        raise ValueError(f"every group needs at least one row, got {list(rows)}")
+    return per_group, list(contexts) if contexts is not None else [""] * len(prefixes)
+
+
+class CandidateSampler(_LMSampler):
     """Samples candidate sentences from a causal LM, many rows at a time.
 
     Args:
@@ -108,11 +158,7 @@ class CandidateSampler:
     def __init__(
         self, model, tokenizer, splitter: PunktSplitter, config: SamplingConfig | None = None
     ):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.splitter = splitter
-        self.config = config or SamplingConfig()
-        self.device, self.eos_ids = _prepare(model, tokenizer)
+        super().__init__(model, tokenizer, splitter, config)
         vocab = model.get_output_embeddings().weight.shape[0]
         pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
         starts_space = torch.zeros(vocab, dtype=torch.bool)
@@ -137,24 +183,8 @@ class CandidateSampler:
         their own generators (one per document, so a document's text does not depend on the
         other documents of its batch); otherwise ``generator`` serves every row.
         """
-        cfg = self.config
-        logits = logits.float()
-        if cfg.repetition_penalty != 1.0:
-            penalised = torch.where(
-                logits > 0, logits / cfg.repetition_penalty, logits * cfg.repetition_penalty
-            )
-            logits = torch.where(seen, penalised, logits)
-        if cfg.suppress_eos and self.eos_ids:
-            logits[:, self.eos_ids] = float("-inf")
-        logits = logits / cfg.temperature
-        if cfg.top_k > 0:
-            kth = torch.topk(logits, min(cfg.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        if cfg.top_p < 1.0:
-            sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-            cum = sorted_logits.softmax(-1).cumsum(-1)
-            drop = cum - sorted_logits.softmax(-1) >= cfg.top_p
-            logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+        suppress = self.eos_ids if self.config.suppress_eos else ()
+        logits = warp_logits(logits, seen, self.config, suppress)
         probs = logits.softmax(dim=-1)
         if not segments:
             return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
@@ -198,14 +228,7 @@ class CandidateSampler:
         Returns one ``GroupResult`` per group with its candidates in draw order up to the first
         accepted one (or all of them when none was accepted).
         """
-        per_group = isinstance(generator, Sequence)
-        if per_group and len(generator) != len(prefixes):
-            raise ValueError("need one generator per prefix")
-        if len(prefixes) != len(rows) or not prefixes:
-            raise ValueError("need one row count per prefix, and at least one prefix")
-        contexts = list(contexts) if contexts is not None else [""] * len(prefixes)
-        if any(n < 1 for n in rows):
-            raise ValueError(f"every group needs at least one row, got {list(rows)}")
+        per_group, contexts = _check_round(prefixes, rows, generator, contexts)
         cache, last_logits, prefix_mask, prefix_seen = self._prefill(prefixes)
 
         group_of = torch.repeat_interleave(
@@ -227,13 +250,7 @@ class CandidateSampler:
         resolved = [False] * len(rows)
 
         while live_group:
-            segments = []
-            if per_group:  # live rows stay ordered by group: contiguous ranges
-                start = 0
-                for r in range(1, len(live_group) + 1):
-                    if r == len(live_group) or live_group[r] != live_group[start]:
-                        segments.append((start, r, generator[live_group[start]]))
-                        start = r
+            segments = _segments(live_group, generator) if per_group else []
             next_ids = self._next_tokens(logits, seen, None if per_group else generator, segments)
             seen[torch.arange(len(live_group), device=self.device), next_ids] = True
             check = (self.starts_space[next_ids] | (step_is_eos := self._is_eos(next_ids))).tolist()
@@ -257,12 +274,12 @@ class CandidateSampler:
                     # No sentence end within the limit: not a usable sentence (it would leave
                     # the document with an unfinished sentence that swallows the next one).
                     text, trunc = "", True
-                raw = self.tokenizer.decode(tokens[r], skip_special_tokens=True)
-                lead = raw[: len(raw) - len(raw.lstrip())]
                 finished.append(r)
                 finished_text.append(text or "")
                 finished_trunc.append(trunc)
-                finished_sep.append("\n" * lead.count("\n") if "\n" in lead else " ")
+                finished_sep.append(
+                    _separator(self.tokenizer.decode(tokens[r], skip_special_tokens=True))
+                )
 
             if finished:
                 verdicts = judge([(live_group[r], live_index[r]) for r in finished], finished_text)
@@ -273,24 +290,8 @@ class CandidateSampler:
                     accepted = bool(ok) and bool(text)
                     outcome[g][i] = Candidate(text, len(tokens[r]), accepted, info, trunc, sep)
 
-            # Resolve groups and decide which live rows continue.
-            for g in range(len(rows)):
-                if resolved[g]:
-                    continue
-                for i, cand in enumerate(outcome[g]):
-                    if cand is None:
-                        break
-                    if cand.accepted:
-                        results[g].accepted_index = i
-                        resolved[g] = True
-                        break
-                else:
-                    resolved[g] = True  # every row finished, none accepted
-                if resolved[g]:
-                    last = results[g].accepted_index
-                    kept = outcome[g] if last is None else outcome[g][: last + 1]
-                    results[g].candidates = [c for c in kept if c is not None]
-
+            _resolve(outcome, resolved, results)
+            # Rows continue while their group is open and they have not finished.
             keep = [
                 r
                 for r in range(len(live_group))
@@ -371,7 +372,7 @@ class _WholeTextSentenceStop:
         return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
 
-class SequentialCandidateSampler:
+class SequentialCandidateSampler(_LMSampler):
     """One candidate per ``model.generate`` call: the reference implementation's strategy.
 
     A baseline for benchmarks, selected with ``sampler_strategy: sequential``. Each candidate
@@ -397,11 +398,7 @@ class SequentialCandidateSampler:
     ):
         from transformers import GenerationConfig
 
-        self.model = model
-        self.tokenizer = tokenizer
-        self.splitter = splitter
-        self.config = config or SamplingConfig()
-        self.device, self.eos_ids = _prepare(model, tokenizer)
+        super().__init__(model, tokenizer, splitter, config)
         cfg = self.config
         self.generation_config = GenerationConfig(
             do_sample=True,
@@ -426,14 +423,7 @@ class SequentialCandidateSampler:
     ) -> list[GroupResult]:
         """Draw up to ``rows[g]`` candidates after ``prefixes[g]``, one at a time, stopping a
         group at its first accepted candidate (see ``CandidateSampler.sample_round``)."""
-        per_group = isinstance(generator, Sequence)
-        if per_group and len(generator) != len(prefixes):
-            raise ValueError("need one generator per prefix")
-        if len(prefixes) != len(rows) or not prefixes:
-            raise ValueError("need one row count per prefix, and at least one prefix")
-        if any(n < 1 for n in rows):
-            raise ValueError(f"every group needs at least one row, got {list(rows)}")
-        contexts = list(contexts) if contexts is not None else [""] * len(prefixes)
+        per_group, contexts = _check_round(prefixes, rows, generator, contexts)
         results = []
         for g, prefix in enumerate(prefixes):
             gen = generator[g] if per_group else generator
@@ -476,7 +466,6 @@ class SequentialCandidateSampler:
         new = out[0, input_ids.shape[1] :].tolist()
         raw = self.tokenizer.decode(new, skip_special_tokens=True)
         sentence, complete = self.splitter.next_sentence(context, raw)
-        lead = raw[: len(raw) - len(raw.lstrip())]
-        separator = "\n" * lead.count("\n") if "\n" in lead else " "
+        separator = _separator(raw)
         truncated = not complete and len(new) >= self.config.max_sentence_tokens
         return Candidate(sentence if complete else "", len(new), False, None, truncated, separator)

@@ -62,6 +62,17 @@ def subset_sum_pmf(values: np.ndarray, size: int) -> np.ndarray:
     return ways[size] / math.comb(len(values), size)
 
 
+def null_count_pmf(counts: Tensor | np.ndarray, size: int) -> np.ndarray:
+    """Law of the valid count of ``(K, K)`` transition ``counts`` over uniformly random tables
+    with ``size`` valid regions per row: each row's subset-sum law, convolved over the rows
+    (they are independent random subsets). ``law[s] = P(S = s)``."""
+    law = np.ones(1)
+    for row in np.asarray(counts, dtype=np.int64):
+        if row.sum() > 0:
+            law = np.convolve(law, subset_sum_pmf(row, size))
+    return law
+
+
 def exact_p_value(transitions: Tensor | np.ndarray, table: Tensor | np.ndarray) -> float:
     """Key-randomisation p-value ``P(S >= S_V)`` for a ``(K, K)`` transition-count matrix.
 
@@ -71,18 +82,8 @@ def exact_p_value(transitions: Tensor | np.ndarray, table: Tensor | np.ndarray) 
     counts = np.asarray(transitions, dtype=np.int64)
     valid = np.asarray(table, dtype=bool)
     observed = int(counts[valid].sum())
-    law = exact_null_pmf(counts, int(valid[0].sum()))
-    return float(min(1.0, law[observed:].sum()))
-
-
-def exact_null_pmf(transitions: Tensor | np.ndarray, valid_per_row: int) -> np.ndarray:
-    """Null law of the valid count under uniformly random tables with ``valid_per_row`` valid
-    regions per row: ``pmf[s] = P(S = s)`` for a ``(K, K)`` transition-count matrix."""
-    law = np.ones(1)
-    for row in np.asarray(transitions, dtype=np.int64):
-        if row.sum() > 0:
-            law = np.convolve(law, subset_sum_pmf(row, valid_per_row))
-    return law
+    size = int(valid[0].sum())
+    return float(min(1.0, null_count_pmf(counts, size)[observed:].sum()))
 
 
 def transition_matrix(regions: list[int], scored: list[bool], num_regions: int) -> np.ndarray:

@@ -31,6 +31,9 @@ expected cost per accepted sentence is
 transition estimate of landing in a valid region times the margin pass rate measured on news
 sentences (0.74 at m = 0.035), worth ``prior_weight`` observations. The generator's own text
 soon overrides the prior where it differs from the domain's.
+
+Length (~420 lines): most of it is the results' dataclasses and the named steps of the loop
+(``_start``, ``_judge``, ``_tally``, ``_choose``, ``_append``).
 """
 
 from __future__ import annotations
@@ -40,12 +43,25 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
 
-from .sampler import CandidateSampler
+from .sampler import Candidate, CandidateSampler, GroupResult
 from .scheme import WatermarkScheme
+
+
+class Judgement(NamedTuple):
+    """What the judge found about one candidate sentence (its ``Candidate.info``)."""
+
+    region: int
+    valid: bool
+    """The region is in the valid set after the previous sentence's region."""
+    margin_ok: bool
+    novel: bool
+    """The transition is new in the document, or novelty no longer matters (see above)."""
 
 
 @dataclass
@@ -256,132 +272,24 @@ class Watermarker:
         the settings: not on the other prompts of its batch, nor on an interrupted earlier run.
         ``generator`` replaces that with one generator shared by all documents.
         """
-        docs: list[_Doc] = []
-        prompt_lasts: list[str] = []
-        for prompt in prompts:
-            result = GenerationResult(prompt=prompt)
-            sentences = self.scheme.splitter.split(prompt) if isinstance(prompt, str) else []
-            doc = _Doc(
-                result,
-                prefix=prompt.strip() if sentences else "",
-                context=sentences[-1] if sentences else "",
-                previous=-1,
-                started=time.perf_counter(),
-                generator=generator or _document_generator(self.seed, prompt),
-            )
-            if not sentences:
-                result.status, result.error = "error", "prompt is empty or has no sentence"
-                doc.done = True
-            elif not self.scheme.splitter.ends_sentence(sentences[-1]):
-                result.status = "error"
-                result.error = (
-                    "the prompt must end with a complete sentence (end it with '.', '!' or '?'): "
-                    "the watermark is applied sentence by sentence after it"
-                )
-                doc.done = True
-            prompt_lasts.append(sentences[-1] if sentences else "")
-            docs.append(doc)
-        seeds = [s for s in prompt_lasts if s]
-        seed_regions = self.scheme.regions(seeds)[0].tolist() if seeds else []
-        it = iter(seed_regions)
-        for doc, last in zip(docs, prompt_lasts, strict=True):
-            if last:
-                doc.previous = next(it)
-
+        docs = self._start(prompts, generator)
         bar = tqdm(
             total=len(docs) * self.max_new_tokens, disable=not progress, unit="tok", desc="generate"
         )
         while active := [d for d in docs if not d.done]:
-            rows = [self.rows_for(d.previous, d.drawn, d.stats, watermark) for d in active]
-
-            def judge(rows: list[tuple[int, int]], texts: list[str], active=active) -> list:
-                if not watermark:
-                    return [(True, (-1, True, True, True)) for _ in texts]
-                regions, margin_ok = self.scheme.regions(texts)
-                previous = torch.tensor([active[g].previous for g, _ in rows])
-                valid = self.scheme.is_valid(previous, regions)
-                out = []
-                for (g, i), r, v, m in zip(
-                    rows, regions.tolist(), valid.tolist(), margin_ok.tolist(), strict=True
-                ):
-                    doc = active[g]
-                    draw = doc.drawn + i + 1
-                    m = m or (self.margin_patience is not None and draw > self.margin_patience)
-                    novel = (
-                        self.novelty_patience == 0
-                        or (doc.previous, r) not in doc.used
-                        or draw >= self.novelty_patience
-                    )
-                    out.append((bool(v and m and novel), (int(r), bool(v), bool(m), novel)))
-                return out
-
             results = self.sampler.sample_round(
                 [d.prefix for d in active],
-                rows,
-                judge,
+                [self.rows_for(d.previous, d.drawn, d.stats, watermark) for d in active],
+                partial(self._judge, active, watermark),
                 generator or [d.generator for d in active],
                 [d.context for d in active],
             )
             for doc, res in zip(active, results, strict=True):
-                doc.result.decoded_tokens += res.decoded_tokens
-                doc.result.wasted_tokens += res.wasted_tokens
-                for cand in res.candidates:
-                    doc.drawn += 1
-                    if cand.info is None or not watermark:
-                        continue
-                    _, valid, margin_ok, novel = cand.info
-                    counts = self._acceptance(doc.previous, doc.stats)
-                    counts[0] += cand.accepted
-                    counts[1] += 1
-                    if not valid:
-                        doc.rejected_region += 1
-                    elif not margin_ok:
-                        doc.rejected_margin += 1
-                    elif not novel:
-                        doc.rejected_repeat += 1
-                chosen = None
-                fallback = False
-                if res.accepted_index is not None:
-                    chosen = res.candidates[res.accepted_index]
-                elif doc.drawn >= self.max_candidates:
-                    usable = [c for c in res.candidates if c.text]
-                    chosen, fallback = (usable[-1] if usable else None), True
-                if chosen is None:
-                    if doc.drawn >= self.max_candidates:  # only empty candidates: give up
-                        doc.done = True
-                        if doc.result.sentences:
-                            # The LM keeps ending the text here (end of text, or nothing a
-                            # sentence can be cut from): keep what it wrote, a shorter text.
-                            doc.result.ended_by_model = True
-                        else:
-                            doc.result.status = "error"
-                            doc.result.error = "the model produced no usable sentence"
-                    continue
-                region = chosen.info[0] if chosen.info else -1
-                doc.result.sentences.append(
-                    SentenceRecord(
-                        text=chosen.text,
-                        region=region,
-                        candidates=doc.drawn,
-                        rejected_region=doc.rejected_region,
-                        rejected_margin=doc.rejected_margin,
-                        rejected_repeat=doc.rejected_repeat,
-                        fallback=fallback,
-                        num_tokens=chosen.num_tokens,
-                    )
-                )
-                bar.update(chosen.num_tokens)
-                doc.result.text += (chosen.separator if doc.result.text else "") + chosen.text
-                doc.prefix += chosen.separator + chosen.text
-                doc.context = chosen.text
-                doc.used.add((doc.previous, region))
-                doc.previous = region
-                doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
-                if doc.result.num_tokens >= self.max_new_tokens or (
-                    self.max_sentences is not None
-                    and doc.result.num_sentences >= self.max_sentences
-                ):
-                    doc.done = True
+                self._tally(doc, res, watermark)
+                chosen = self._choose(doc, res)
+                if chosen is not None:
+                    self._append(doc, *chosen)
+                    bar.update(chosen[0].num_tokens)
             for doc in active:
                 if doc.done:
                     doc.result.seconds = time.perf_counter() - doc.started
@@ -404,6 +312,130 @@ class Watermarker:
                 )
         bar.close()
         return [d.result for d in docs]
+
+    def _start(self, prompts: Sequence[str], generator: torch.Generator | None) -> list[_Doc]:
+        """One document per prompt, seeded by the region of the prompt's last sentence; a prompt
+        that is empty or does not end a sentence gives a finished document with an error."""
+        docs: list[_Doc] = []
+        for prompt in prompts:
+            result = GenerationResult(prompt=prompt)
+            sentences = self.scheme.splitter.split(prompt) if isinstance(prompt, str) else []
+            doc = _Doc(
+                result,
+                prefix=prompt.strip() if sentences else "",
+                context=sentences[-1] if sentences else "",
+                previous=-1,
+                started=time.perf_counter(),
+                generator=generator or _document_generator(self.seed, prompt),
+            )
+            if not sentences:
+                result.status, result.error = "error", "prompt is empty or has no sentence"
+                doc.done = True
+            elif not self.scheme.splitter.ends_sentence(sentences[-1]):
+                result.status = "error"
+                result.error = (
+                    "the prompt must end with a complete sentence (end it with '.', '!' or '?'): "
+                    "the watermark is applied sentence by sentence after it"
+                )
+                doc.done = True
+            docs.append(doc)
+        seeded = [d for d in docs if d.context]
+        if seeded:
+            regions = self.scheme.regions([d.context for d in seeded])[0].tolist()
+            for doc, region in zip(seeded, regions, strict=True):
+                doc.previous = region
+        return docs
+
+    def _judge(
+        self, active: list[_Doc], watermark: bool, rows: list[tuple[int, int]], texts: list[str]
+    ) -> list[tuple[bool, Judgement]]:
+        """The sampler's judge: ``(accepted, Judgement)`` for candidate ``texts`` drawn for
+        ``rows`` (``(document index in active, candidate index in the round)``)."""
+        if not watermark:
+            return [(True, Judgement(-1, True, True, True)) for _ in texts]
+        regions, margin_ok = self.scheme.regions(texts)
+        previous = torch.tensor([active[g].previous for g, _ in rows])
+        valid = self.scheme.is_valid(previous, regions)
+        out = []
+        for (g, i), r, v, m in zip(
+            rows, regions.tolist(), valid.tolist(), margin_ok.tolist(), strict=True
+        ):
+            doc = active[g]
+            draw = doc.drawn + i + 1
+            m = m or (self.margin_patience is not None and draw > self.margin_patience)
+            novel = (
+                self.novelty_patience == 0
+                or (doc.previous, r) not in doc.used
+                or draw >= self.novelty_patience
+            )
+            verdict = Judgement(int(r), bool(v), bool(m), novel)
+            out.append((verdict.valid and verdict.margin_ok and novel, verdict))
+        return out
+
+    def _tally(self, doc: _Doc, res: GroupResult, watermark: bool) -> None:
+        """Count a round's candidates: drawn, acceptance rate, and why each was rejected."""
+        doc.result.decoded_tokens += res.decoded_tokens
+        doc.result.wasted_tokens += res.wasted_tokens
+        for cand in res.candidates:
+            doc.drawn += 1
+            if cand.info is None or not watermark:
+                continue
+            verdict: Judgement = cand.info
+            counts = self._acceptance(doc.previous, doc.stats)
+            counts[0] += cand.accepted
+            counts[1] += 1
+            if not verdict.valid:
+                doc.rejected_region += 1
+            elif not verdict.margin_ok:
+                doc.rejected_margin += 1
+            elif not verdict.novel:
+                doc.rejected_repeat += 1
+
+    def _choose(self, doc: _Doc, res: GroupResult) -> tuple[Candidate, bool] | None:
+        """The sentence to keep after a round and whether it is a fallback, or ``None`` (draw
+        again, or give up once the budget holds only empty candidates)."""
+        if res.accepted_index is not None:
+            return res.candidates[res.accepted_index], False
+        if doc.drawn < self.max_candidates:
+            return None
+        usable = [c for c in res.candidates if c.text]
+        if usable:
+            return usable[-1], True
+        doc.done = True
+        if doc.result.sentences:
+            # The LM keeps ending the text here (end of text, or nothing a sentence can be cut
+            # from): keep what it wrote, a shorter text.
+            doc.result.ended_by_model = True
+        else:
+            doc.result.status = "error"
+            doc.result.error = "the model produced no usable sentence"
+        return None
+
+    def _append(self, doc: _Doc, chosen: Candidate, fallback: bool) -> None:
+        """Add the kept sentence to the document and move its state to the next sentence."""
+        region = chosen.info.region if chosen.info else -1
+        doc.result.sentences.append(
+            SentenceRecord(
+                text=chosen.text,
+                region=region,
+                candidates=doc.drawn,
+                rejected_region=doc.rejected_region,
+                rejected_margin=doc.rejected_margin,
+                rejected_repeat=doc.rejected_repeat,
+                fallback=fallback,
+                num_tokens=chosen.num_tokens,
+            )
+        )
+        doc.result.text += (chosen.separator if doc.result.text else "") + chosen.text
+        doc.prefix += chosen.separator + chosen.text
+        doc.context = chosen.text
+        doc.used.add((doc.previous, region))
+        doc.previous = region
+        doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
+        if doc.result.num_tokens >= self.max_new_tokens or (
+            self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences
+        ):
+            doc.done = True
 
 
 def _document_generator(seed: int, prompt: object) -> torch.Generator:

@@ -1,5 +1,6 @@
 """Evaluation as in the paper: generate, attack, detect, and score detection and text quality.
 
-``run`` holds the pipeline behind ``watermark.py evaluate``; ``attacks``, ``metrics`` and
+``run`` holds the pipeline behind ``watermark.py evaluate`` (its ``settings`` and its ``report``
+beside it); ``attacks``, ``metrics`` and
 ``baselines`` are usable on their own; ``predict`` spreads generation over processes.
 """

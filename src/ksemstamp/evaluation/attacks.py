@@ -11,6 +11,9 @@ sentences, asks the paraphraser for candidates, keeps one candidate per sentence
   at least ``similarity_bound``, the one sharing the fewest token bigrams with it; when none
   meets the bound, the most similar candidate.
 
+Length (~420 lines): the attack and its three paraphrasers (seq2seq, a causal LM with cached
+few-shot examples, WordNet) with their batching.
+
 Similarity is the cosine of sentence-encoder embeddings (``similarity_encoder``), an
 embedding-based stand-in for BERTScore. An encoder other than the watermark's is preferable;
 the offline default is the same all-MiniLM-L6-v2 because no second encoder ships offline.

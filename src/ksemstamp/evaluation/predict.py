@@ -20,10 +20,11 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
-from ..jsonl import ResumableWriter
+from ..io import ResumableWriter, read_jsonl_objects, write_jsonl_atomic
 
 GenerateFn = Callable[[list[str]], list[dict]]
 
@@ -87,45 +88,63 @@ class PromptDataModule(L.LightningDataModule):
 
 
 class GenerationModule(L.LightningModule):
-    """Wraps a generator (a ``Watermarker`` or KGW) for ``Trainer.predict``.
+    """Wraps a generator (a ``Watermarker`` or KGW) for ``Trainer.predict``; each batch's
+    records go to the ``ShardWriter`` callback.
 
     Args:
         factory: builds the generator in each process.
-        shard_dir: folder of the shard files.
-        name: stage name; rank ``r`` writes ``<shard_dir>/<name>.shard<r>.jsonl``.
     """
 
-    def __init__(self, factory: GeneratorFactory, shard_dir: str, name: str) -> None:
+    def __init__(self, factory: GeneratorFactory) -> None:
         super().__init__()
         self.factory = factory
-        self.shard_dir = shard_dir
-        self.name = name
         self._generate: GenerateFn | None = None
-        self._writer: ResumableWriter | None = None
 
     def on_predict_start(self) -> None:
         # torch's default intra-op threads on every rank would oversubscribe shared cores.
         if self.trainer.world_size > 1:
             torch.set_num_threads(1)
         self._generate = self.factory()
-        path = Path(self.shard_dir) / f"{self.name}.shard{self.global_rank}.jsonl"
-        self._writer = ResumableWriter(path)
 
-    def predict_step(self, batch: list[dict], batch_idx: int) -> None:
-        assert self._generate is not None and self._writer is not None
+    def predict_step(self, batch: list[dict], batch_idx: int) -> list[dict]:
+        assert self._generate is not None
         records = self._generate([row["prompt"] for row in batch])
-        for row, record in zip(batch, records, strict=True):
-            self._writer.write({"id": row["id"], "algorithm": self.factory.algorithm, **record})
-        # Nothing is returned: records live in the shard files, not in memory on rank 0.
+        algorithm = self.factory.algorithm
+        return [
+            {"id": row["id"], "algorithm": algorithm, **record}
+            for row, record in zip(batch, records, strict=True)
+        ]
 
     def on_predict_batch_end(self, outputs, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
         # Lightning notes a SIGTERM (a scheduler's stop, `kill`) but its predict loop carries
-        # on to the last batch. Finished batches are on disk, so stop after this one; a rerun
-        # resumes from the shards.
+        # on to the last batch. Callbacks run first, so this batch is already in its shard;
+        # stop after it, and a rerun resumes from the shards.
         if self.trainer.received_sigterm:
             raise SIGTERMException(128 + signal.SIGTERM)
 
-    def on_predict_end(self) -> None:
+
+class ShardWriter(BasePredictionWriter):
+    """Appends each batch's records to this rank's shard, ``<shard_dir>/<name>.shard<r>.jsonl``,
+    as soon as the batch is done (with ``return_predictions=False`` nothing stays in memory)."""
+
+    def __init__(self, shard_dir: str | Path, name: str) -> None:
+        super().__init__(write_interval="batch")
+        self.shard_dir = Path(shard_dir)
+        self.name = name
+        self._writer: ResumableWriter | None = None
+
+    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        path = self.shard_dir / f"{self.name}.shard{trainer.global_rank}.jsonl"
+        self._writer = ResumableWriter(path)
+
+    def write_on_batch_end(
+        self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx
+    ) -> None:
+        assert self._writer is not None
+        for record in prediction:
+            self._writer.write(record)
+
+    def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -137,18 +156,7 @@ def shard_paths(shard_dir: str | Path, name: str) -> list[Path]:
 
 def read_records(path: str | Path) -> list[dict]:
     """Records of a JSONL file written by ``ResumableWriter`` (no file: no records)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash; its prompt is redone
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return read_jsonl_objects(path, missing_ok=True, skip_invalid=True)
 
 
 def merge_shards(shards: Sequence[Path], target: Path, order: Sequence[Any]) -> list[dict]:
@@ -167,10 +175,7 @@ def merge_shards(shards: Sequence[Path], target: Path, order: Sequence[Any]) -> 
     merged = [by_id[key] for key in wanted + rest if key in by_id]
     if not shards and target.exists():
         return merged  # nothing new: leave the stage file as it is
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in merged))
-    tmp.replace(target)
+    write_jsonl_atomic(target, merged)
     for path in shards:
         path.unlink()
     return merged
@@ -198,9 +203,10 @@ def predict_to_shards(
             enable_checkpointing=False,
             enable_progress_bar=progress,
             enable_model_summary=False,
+            callbacks=[ShardWriter(shard_dir, name)],
         )
         trainer.predict(
-            GenerationModule(factory, str(shard_dir), name),
+            GenerationModule(factory),
             datamodule=PromptDataModule(prompts, batch_size),
             return_predictions=False,
         )

@@ -21,6 +21,10 @@ z-score; a text with no score (too short) gets ``MISSING_SCORE``, below every re
 sentence-level schemes with the ``exact`` statistic, the same texts are also ranked by their
 key-randomisation p-value (``exact`` in each detection entry), which is calibrated and finer
 grained than z at a few sentences per text.
+
+Length (~500 lines): the ``Run`` stages share the run folder's state and resume rules, and
+``run_evaluation`` assembles their records; settings are in ``settings``, the report in
+``report``.
 """
 
 from __future__ import annotations
@@ -31,146 +35,29 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..assets import write_json_atomic
-from ..config import REPO_ROOT, WatermarkConfig, load_settings_file
-from ..jsonl import InputRecord, ResumableWriter
+from ..corpora import leading_sentences, news_articles
+from ..io import (
+    InputRecord,
+    ResumableWriter,
+    write_json_atomic,
+    write_jsonl_atomic,
+    write_text_atomic,
+)
+from .report import markdown_table, plot_roc
+from .settings import FIXED_SETTINGS, EvalSettings
 
 MISSING_SCORE = -1000.0
 WATERMARKED = ("ksemstamp", "ksemstamp-paper", "semstamp", "kgw")
-LABELS = {
-    "ksemstamp": "k-SemStamp",
-    "ksemstamp-paper": "k-SemStamp (paper)",
-    "semstamp": "SemStamp",
-    "kgw": "KGW",
-    "none": "No watermark",
-}
-# Settings that change what the stored records mean: a run folder refuses a change to them.
-_FIXED = (
-    "prompt_words",
-    "min_human_sentences",
-    "max_new_tokens",
-    "watermark_configs",
-    "watermark_overrides",
-    "kgw",
-    "similarity_encoder",
-    "oracle",
-)
-
-
-def _default_attacks() -> list[dict]:
-    return [
-        {"name": "lm-paraphrase", "paraphraser": "lm", "num_candidates": 4, "select": "best"},
-        {
-            "name": "lm-bigram",
-            "paraphraser": "lm",
-            "num_candidates": 8,
-            "select": "bigram",
-            "similarity_bound": 0.75,
-        },
-    ]
-
-
-@dataclass
-class EvalSettings:
-    """Settings of one evaluation run (mirrored by ``configs/eval/news.yaml``)."""
-
-    output_dir: str = "runs/eval-news"
-    num_prompts: int = 100
-    """Held-out news prompts (paper: 1000 RealNews prompts)."""
-    prompt_words: int = 32
-    """Prompt length in words, cut back to a sentence end (paper: ~32)."""
-    min_human_sentences: int = 3
-    """Skip articles whose text after the prompt has fewer sentences than this."""
-    max_new_tokens: int = 200
-    """Generation length, and the length human negatives are cut to (paper: ~200)."""
-    algorithms: list[str] = field(default_factory=lambda: ["ksemstamp", "semstamp", "kgw", "none"])
-    watermark_configs: dict[str, list[str]] = field(
-        default_factory=lambda: {
-            "ksemstamp": ["configs/ksemstamp.yaml"],
-            "semstamp": ["configs/ksemstamp.yaml", "configs/semstamp.yaml"],
-            "kgw": ["configs/ksemstamp.yaml"],
-            "none": ["configs/ksemstamp.yaml"],
-        }
-    )
-    """Watermark settings files per algorithm (later files win)."""
-    watermark_overrides: dict[str, Any] = field(default_factory=dict)
-    """Applied on top of every algorithm's settings (e.g. a smaller ``max_candidates``)."""
-    kgw: dict[str, Any] = field(default_factory=dict)
-    """``KGWSettings`` fields (defaults: gamma 0.25, delta 2.0, lefthash, context 1)."""
-    attacks: list[dict] = field(default_factory=_default_attacks)
-    similarity_encoder: str = "all-minilm-l6-v2"
-    oracle: str = "gemma3-270m"
-    """Perplexity / Sem-Ent oracle LM (paper: OPT-2.7B)."""
-    oracle_batch: int = 4
-    sem_ent_k: int = 50
-    """k-means clusters for Sem-Ent (paper: 50)."""
-    devices: int = 1
-    accelerator: str = "cpu"
-    strategy: str = "auto"
-    prompt_batch: int = 4
-    attack_batch: int = 8
-    """Texts per attack call."""
-    seed: int = 0
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        problems = []
-        unknown = sorted(set(self.algorithms) - set(LABELS))
-        if unknown:
-            problems.append(f"unknown algorithms {unknown}; known: {sorted(LABELS)}")
-        missing = [a for a in self.algorithms if a not in self.watermark_configs]
-        if missing:
-            problems.append(f"watermark_configs has no entry for {missing}")
-        names = [a.get("name") for a in self.attacks]
-        if None in names or len(set(names)) != len(names) or "none" in names or "human" in names:
-            problems.append("every attack needs a unique name other than 'none' and 'human'")
-        for name in ("num_prompts", "max_new_tokens", "devices", "prompt_batch", "attack_batch"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        if problems:
-            raise ValueError("invalid evaluation settings:\n  " + "\n  ".join(problems))
-
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> EvalSettings:
-        data = {**load_settings_file(path), **overrides}
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"{path}: unknown evaluation settings {unknown}")
-        return cls(**data)
-
-    def watermark_config(self, algorithm: str) -> WatermarkConfig:
-        """The watermark settings of ``algorithm`` (its files, then the overrides)."""
-        data: dict[str, Any] = {}
-        for name in self.watermark_configs[algorithm]:
-            path = Path(name)
-            data.update(load_settings_file(path if path.exists() else REPO_ROOT / path))
-        data.update(self.watermark_overrides)
-        data["max_new_tokens"] = self.max_new_tokens
-        data["seed"] = self.seed
-        return WatermarkConfig.from_dict(data)
-
-
 # ---------------------------------------------------------------------- prompts
 
 
-def split_article(sentences: Sequence[str], words: int) -> tuple[list[str], list[str]]:
-    """Leading sentences of about ``words`` words (at least one), and the rest.
-
-    The same rule as ``cli.news_prompt``: add sentences while the total stays within ``words``.
-    """
-    prompt: list[str] = []
-    for sentence in sentences:
-        if prompt and len(" ".join(prompt).split()) + len(sentence.split()) > words:
-            break
-        prompt.append(sentence)
-    return prompt, list(sentences[len(prompt) :])
+# The prompt rule of every command; other modules import it under this name.
+split_article = leading_sentences
 
 
 def cut_to_tokens(sentences: Sequence[str], count_tokens, max_tokens: int) -> str:
@@ -187,7 +74,6 @@ def cut_to_tokens(sentences: Sequence[str], count_tokens, max_tokens: int) -> st
 
 def build_prompts(settings: EvalSettings, count_tokens) -> list[dict]:
     """The first ``num_prompts`` usable test-split articles as prompts with human negatives."""
-    from ..assets import news_articles
     from ..splitter import get_splitter
 
     splitter = get_splitter()
@@ -224,13 +110,13 @@ class Run:
         self._encoders: dict[str, Any] = {}
 
     def _check_settings(self) -> None:
-        fixed: dict[str, Any] = {k: getattr(self.settings, k) for k in _FIXED}
+        fixed: dict[str, Any] = {k: getattr(self.settings, k) for k in FIXED_SETTINGS}
         # Attacks are kept by name: running a subset later is fine, redefining a name is not.
         fixed["attacks"] = {a["name"]: a for a in self.settings.attacks}
         path = self.root / "settings.json"
         if path.exists():
             stored = json.loads(path.read_text())
-            changed = sorted(k for k in _FIXED if stored.get(k) != fixed[k])
+            changed = sorted(k for k in FIXED_SETTINGS if stored.get(k) != fixed[k])
             attacks = stored.get("attacks", {})
             changed += sorted(
                 f"attack {name}"
@@ -283,9 +169,7 @@ class Run:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
         rows = build_prompts(self.settings, count)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        tmp.replace(path)
+        write_jsonl_atomic(path, rows)
         return rows
 
     # -- generation
@@ -532,7 +416,7 @@ def run_evaluation(settings: EvalSettings) -> dict:
     results["quality"]["human"] = quality_of("human", human, {})
 
     write_json_atomic(run.root / "results.json", results)
-    (run.root / "results.md").write_text(markdown_table(results))
+    write_text_atomic(run.root / "results.md", markdown_table(results))
     plot_roc(results, run.root / "roc.png")
     return results
 
@@ -550,122 +434,6 @@ def _generation_stats(records) -> dict:
         "ended_by_model": sum(bool(r.get("ended_by_model")) for r in records),
         "mean_tokens": float(sum(r.get("num_tokens", 0) for r in records) / max(1, len(records))),
     }
-
-
-def _fmt(value, pattern: str = "{:.3f}") -> str:
-    return "-" if value is None else pattern.format(value)
-
-
-def _ci(metrics: dict) -> str:
-    interval = metrics.get("auroc_ci95")
-    return "-" if interval is None else f"{interval[0]:.3f}-{interval[1]:.3f}"
-
-
-def markdown_table(results: dict) -> str:
-    """The paper's layout: one row per algorithm and attack; quality on each ``no attack`` row."""
-    lines = [
-        f"Prompts: {results['prompts']}. Similarity: {results['similarity']}. "
-        f"Score: {results['score']}.",
-        "",
-        "| Algorithm | Attack | AUC | AUC 95% CI | TPR@1% | TPR@5% | Sim | PPL | PPL med. | Ent-3 "
-        "| Sem-Ent | Cand./sent. | Margin rej. |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for algorithm, attacks in results["detection"].items():
-        q = results["quality"][algorithm]
-        for name, m in attacks.items():
-            first = name == "none"
-            lines.append(
-                "| "
-                + " | ".join(
-                    [
-                        LABELS[algorithm] if first else "",
-                        "no attack" if first else name,
-                        _fmt(m["auroc"]),
-                        _ci(m),
-                        _fmt(m["tpr_at_fpr_1"]),
-                        _fmt(m["tpr_at_fpr_5"]),
-                        _fmt(m.get("similarity")),
-                        _fmt(q["perplexity"], "{:.2f}") if first else "",
-                        _fmt(q.get("perplexity_median"), "{:.2f}") if first else "",
-                        _fmt(q["ent3"], "{:.2f}") if first else "",
-                        _fmt(q["sem_ent"], "{:.2f}") if first else "",
-                        _fmt(q.get("candidates_per_sentence"), "{:.1f}") if first else "",
-                        _fmt(q.get("margin_rejection_share"), "{:.3f}") if first else "",
-                    ]
-                )
-                + " |"
-            )
-    for name in ("none", "human"):
-        if name in results["quality"]:
-            q = results["quality"][name]
-            label = "Human text" if name == "human" else LABELS[name]
-            lines.append(
-                f"| {label} | - | - | - | - | - | - | {_fmt(q['perplexity'], '{:.2f}')} | "
-                f"{_fmt(q.get('perplexity_median'), '{:.2f}')} | "
-                f"{_fmt(q['ent3'], '{:.2f}')} | {_fmt(q['sem_ent'], '{:.2f}')} | "
-                f"{_fmt(q.get('candidates_per_sentence'), '{:.1f}')} | - |"
-            )
-    k = {q.get("sem_ent_k") for q in results["quality"].values()}
-    lines += [
-        "",
-        f"Sem-Ent: k-means with k = {sorted(k)} clusters (paper: 50) over the oracle's "
-        f"mean-pooled last hidden states. PPL under `{results['settings']['oracle']}`: mean and "
-        "median over texts. "
-        "TPR at FPR x%: best TPR among ROC thresholds whose FPR on these negatives is <= x% "
-        "(no interpolation). AUC 95% CI: stratified bootstrap over texts (2000 resamples).",
-        "",
-    ]
-    exact_rows = [
-        (algorithm, name, m["exact"])
-        for algorithm, attacks in results["detection"].items()
-        for name, m in attacks.items()
-        if "exact" in m
-    ]
-    if exact_rows:
-        lines += [
-            "The same texts ranked by the exact key-randomisation p-value instead of the paper's z:",
-            "",
-            "| Algorithm | Attack | AUC | AUC 95% CI | TPR@1% | TPR@5% |",
-            "|---|---|---|---|---|---|",
-        ]
-        for algorithm, name, m in exact_rows:
-            first = name == "none"
-            lines.append(
-                f"| {LABELS[algorithm] if first else ''} | {'no attack' if first else name} | "
-                f"{_fmt(m['auroc'])} | {_ci(m)} | {_fmt(m['tpr_at_fpr_1'])} | "
-                f"{_fmt(m['tpr_at_fpr_5'])} |"
-            )
-        lines.append("")
-    return "\n".join(lines)
-
-
-def plot_roc(results: dict, path: Path) -> None:
-    """ROC curves, one panel per algorithm, one line per attack."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    algorithms = list(results["detection"])
-    fig, axes = plt.subplots(
-        1, max(1, len(algorithms)), figsize=(4.2 * max(1, len(algorithms)), 4), squeeze=False
-    )
-    for ax, algorithm in zip(axes[0], algorithms, strict=False):
-        for name, m in results["detection"][algorithm].items():
-            label = f"{'no attack' if name == 'none' else name} (AUC {m['auroc']:.3f})"
-            ax.step(m["roc"]["fpr"], m["roc"]["tpr"], where="post", label=label)
-        ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=0.8)
-        ax.set_title(LABELS[algorithm])
-        ax.set_xlabel("false positive rate")
-        ax.set_ylabel("true positive rate")
-        ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
 
 
 # ---------------------------------------------------------------------- command line

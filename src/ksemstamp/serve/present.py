@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..detector import DetectionResult
-from ..stats import exact_null_pmf, transition_matrix
+from ..stats import null_count_pmf, transition_matrix
 
 # The detector's verdicts, as the page names them.
 LABELS = {
@@ -122,7 +122,7 @@ def null_chart(result: DetectionResult, valid_per_row: int, num_regions: int) ->
     scored = [v in ("valid", "invalid") for v in result.verdicts]
     if result.seed_region is not None:
         regions, scored = [result.seed_region, *regions], [False, *scored]
-    pmf = exact_null_pmf(transition_matrix(regions, scored, num_regions), valid_per_row)
+    pmf = null_count_pmf(transition_matrix(regions, scored, num_regions), valid_per_row)
     observed = result.num_valid
     return {
         "pmf": [float(x) for x in pmf],

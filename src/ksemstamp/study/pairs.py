@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..jsonl import ResumableWriter, read_jsonl
+from ..io import ResumableWriter, read_jsonl
 from .pool import read_pool
 
 ATTACKS = ("lm-paraphrase", "lm-bigram", "wordnet")

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..jsonl import ResumableWriter, read_jsonl
+from ..io import ResumableWriter, read_jsonl
 
 
 @dataclass
@@ -56,7 +56,7 @@ class PoolSettings:
 def study_prompts(split: str, count: int, words: int, min_rest: int = 5) -> list[dict]:
     """The first ``count`` articles of ``split`` with at least ``min_rest`` sentences after a
     prompt of about ``words`` words: ``{"id", "prompt", "human"}`` (``human`` = the rest)."""
-    from ..assets import news_articles
+    from ..corpora import news_articles
     from ..evaluation.run import split_article
     from ..splitter import get_splitter
 

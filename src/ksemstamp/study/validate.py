@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..jsonl import read_jsonl
+from ..io import read_jsonl
 from .design import Design
 from .sweep import Sweep
 

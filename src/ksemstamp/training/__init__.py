@@ -4,6 +4,7 @@
 * ``data``: paraphrase pairs from JSONL files as a ``LightningDataModule``;
 * ``module``: ``EncoderModule``, the Lightning system around a sentence-transformers encoder;
 * ``callbacks``: ``KMeansCallback``, which fits the k-means centroids after training;
+* ``cli``: ``TrainCLI``, the LightningCLI behind ``train.py`` (two forced callbacks);
 * ``pairs``: ``python -m ksemstamp.training.pairs`` builds pairs offline (WordNet, small LM);
 * ``evaluate``: ``python -m ksemstamp.training.evaluate`` measures region agreement on pairs.
 

@@ -8,7 +8,8 @@ import lightning as L
 import torch
 
 from ..assets import encoder_fingerprint, load_encoder
-from ..centroids import CentroidFile, domain_sentences, transition_counts
+from ..centroids import CentroidFile, transition_counts
+from ..corpora import domain_sentences
 from ..partition import kmeans_regions
 from .module import EncoderModule
 

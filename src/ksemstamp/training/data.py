@@ -7,7 +7,6 @@ happens in the ``EncoderModule`` because the tokenizer belongs to the encoder.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import TypeVar
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
+
+from ..io import iter_jsonl_objects
 
 T = TypeVar("T")
 
@@ -30,17 +31,8 @@ def read_pairs(path: str | Path, limit: int | None = None) -> list[tuple[str, st
         raise FileNotFoundError(
             f"pair file not found: {path} (build one with `python -m ksemstamp.training.pairs`)"
         )
-    lines = path.read_text(encoding="utf-8").splitlines()
     pairs: list[tuple[str, str]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
-                break
-            raise ValueError(f"{path}:{number} is not valid JSON") from None
+    for number, row in iter_jsonl_objects(path):
         if not isinstance(row.get("text"), str) or not isinstance(row.get("paraphrase"), str):
             raise ValueError(f"{path}:{number} needs string fields 'text' and 'paraphrase'")
         pairs.append((row["text"], row["paraphrase"]))

@@ -36,23 +36,10 @@ from pathlib import Path
 
 import torch
 
+from ..io import read_jsonl_objects, write_json_atomic
 from ..partition import kmeans_gap, kmeans_regions
 from .data import distinct_texts
 from .loss import cosine_gap
-
-
-def read_pair_rows(path: str | Path) -> list[dict]:
-    """Rows of a JSONL pair file (a half-written last line is ignored)."""
-    rows = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                if number != len(lines):
-                    raise
-    return rows
 
 
 def agreement_report(
@@ -113,13 +100,14 @@ def evaluate(
     and the report adds the mean and spread of region agreement over seeds.
     """
     from ..assets import encoder_fingerprint, load_encoder
-    from ..centroids import CentroidFile, domain_sentences, fit_kmeans
+    from ..centroids import CentroidFile, fit_kmeans
+    from ..corpora import domain_sentences
     from ..encoding import embed
 
     encoder = load_encoder(encoder_spec)
     files = [pairs] if isinstance(pairs, str | Path) else list(pairs)
     rows = distinct_texts(
-        [row for path in files for row in read_pair_rows(path)], itemgetter("text")
+        [row for path in files for row in read_jsonl_objects(path)], itemgetter("text")
     )
     text_emb = embed(encoder, [r["text"] for r in rows])
     para_emb = embed(encoder, [r["paraphrase"] for r in rows])
@@ -288,8 +276,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     text = json.dumps(report, indent=2)
     print(text)
     if args.output:
-        from ..assets import write_json_atomic
-
         write_json_atomic(args.output, report)
     if args.plot:
         plot_agreement({**earlier, args.label or args.encoder: report}, args.plot)

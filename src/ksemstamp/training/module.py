@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..assets import DEFAULT_ENCODER, encoder_fingerprint, load_encoder
-from ..centroids import domain_sentences, fit_kmeans
+from ..centroids import fit_kmeans
+from ..corpora import domain_sentences
 from ..partition import kmeans_regions
 from .loss import cosine_gap, margin_contrastive_loss, region_consistency_loss
 

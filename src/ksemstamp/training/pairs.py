@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ..io import drop_cut_last_line, read_jsonl_objects
+
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -44,34 +46,20 @@ def source_sentences(
     split: str, seed: int = 0, min_words: int = 8, max_words: int = 40
 ) -> list[tuple[str, str]]:
     """Shuffled ``(id, sentence)`` of a news split; ids are ``<article_id>:<sentence index>``."""
-    from ..assets import news_articles
-    from ..splitter import get_splitter
+    from ..corpora import article_sentences
 
-    splitter = get_splitter()
-    out = []
-    for article in news_articles(split):
-        for index, sentence in enumerate(splitter.split(article.text)):
-            if min_words <= len(sentence.split()) <= max_words:
-                out.append((f"{article.article_id}:{index}", sentence))
+    out = [
+        (f"{article.article_id}:{index}", sentence)
+        for article, index, sentence in article_sentences(split, min_words, max_words)
+    ]
     random.Random(seed).shuffle(out)
     return out
 
 
 def done_ids(path: Path) -> set[str]:
     """Ids already written to ``path``; a half-written last line is cut off first."""
-    if not path.exists():
-        return set()
-    raw = path.read_bytes()
-    if raw and not raw.endswith(b"\n"):
-        # An interrupted run left part of a line: drop it so appends start on a fresh line.
-        keep = raw[: raw.rfind(b"\n") + 1]
-        path.write_bytes(keep)
-        raw = keep
-    ids = set()
-    for line in raw.decode("utf-8").splitlines():
-        if line.strip():
-            ids.add(json.loads(line)["id"])
-    return ids
+    drop_cut_last_line(path)
+    return {row["id"] for row in read_jsonl_objects(path, missing_ok=True)}
 
 
 def _chunks(items: Sequence, size: int) -> Iterator[Sequence]:

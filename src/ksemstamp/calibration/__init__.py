@@ -1,0 +1,75 @@
+"""Calibration of the detector on human text, with detection power beside it.
+
+Human-written text does not depend on the secret key, so the share of human texts a detector
+flags at level ``alpha`` is its false-positive rate. One key gives one valid table and therefore
+one draw of that rate; this module measures it over many keyed tables at once:
+
+1. Human texts that the centroids never saw are cut into generation-sized pieces (consecutive
+   sentences up to about 200 tokens): held-out news (``val`` and ``test`` splits; centroids are
+   fitted on ``fit``), House of Commons speeches and health-news tweets, each labelled.
+2. Every distinct sentence is embedded once; the detector then gives each text's regions and
+   which transitions it scores (seed, repeats), exactly as ``Detector.detect_batch`` does.
+3. Those transitions do not depend on the key. For each of ``num_keys`` keyed tables only the
+   valid count changes, so both p-values of every text under every table come from one table
+   look-up: the paper's normal tail of the z-score, and the exact key-randomisation p-value,
+   whose null law (computed once per text) does not depend on the table at all.
+4. Detection power is reported beside it, from real generations (``watermarked=(FILE.jsonl, ...)``
+   written by ``watermark.py generate``) and, for k-means partitions, from *simulated* region
+   sequences that move by the domain transition matrix restricted to each valid set (an ideal
+   rejection sampler: no fallbacks, no margin).
+
+Outputs (``write_outputs``): ``calibration.json`` (all numbers), ``report.md`` and ``pvalues.png``.
+
+Modules: ``embeddings`` (each distinct sentence embedded once, kept on disk), ``scoring``
+(key-free scoring and p-values under many tables), ``summary`` (rates and spreads over keys),
+``run`` (settings and the measurement), ``report`` (markdown, plot, files). The human texts come
+from ``ksemstamp.corpora``.
+"""
+
+# Corpus helpers are re-exported: they were defined here before ``corpora`` held them.
+from ..corpora import SOURCE_LABELS, SOURCES, HumanText, allocate, human_texts, make_windows
+from .embeddings import CachedEncoder, embedding_store, with_cached_encoder
+from .report import plot_pvalues, render_report, write_outputs
+from .run import ALPHAS, CalibrationSettings, run_calibration
+from .scoring import (
+    DIAGNOSTIC,
+    STATS,
+    ScoredTexts,
+    calibration_tables,
+    p_values,
+    score_texts,
+    scored_from_counts,
+    simulate_watermarked,
+)
+from .summary import ks_distance, power_summary, spread, summarise_null, tpr_at_fpr
+
+__all__ = [
+    "ALPHAS",
+    "DIAGNOSTIC",
+    "SOURCES",
+    "SOURCE_LABELS",
+    "STATS",
+    "CachedEncoder",
+    "CalibrationSettings",
+    "HumanText",
+    "ScoredTexts",
+    "allocate",
+    "calibration_tables",
+    "embedding_store",
+    "human_texts",
+    "ks_distance",
+    "make_windows",
+    "p_values",
+    "plot_pvalues",
+    "power_summary",
+    "render_report",
+    "run_calibration",
+    "score_texts",
+    "scored_from_counts",
+    "simulate_watermarked",
+    "spread",
+    "summarise_null",
+    "tpr_at_fpr",
+    "with_cached_encoder",
+    "write_outputs",
+]

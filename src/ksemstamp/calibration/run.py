@@ -1,0 +1,270 @@
+"""The calibration run: human texts, keyed tables, real and simulated power, one result dict."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..corpora import SOURCE_LABELS, SOURCES, human_texts
+from ..io import read_jsonl
+from ..scheme import WatermarkScheme
+from .embeddings import embedding_store, with_cached_encoder
+from .scoring import (
+    DIAGNOSTIC,
+    STATS,
+    ScoredTexts,
+    calibration_tables,
+    p_values,
+    score_texts,
+    scored_from_counts,
+    simulate_watermarked,
+)
+from .summary import power_summary, summarise_null
+
+ALPHAS = (0.001, 0.01, 0.05)
+
+
+@dataclass
+class CalibrationSettings:
+    """What to measure. ``max_texts`` human texts, ``num_keys`` keyed tables."""
+
+    sources: tuple[str, ...] = SOURCES
+    max_texts: int = 3000
+    num_keys: int = 50
+    window_words: int = 150
+    simulated_per_key: int = 200
+    seed: int = 0
+    alphas: tuple[float, ...] = ALPHAS
+    watermarked: tuple[str, ...] = ()
+    """JSONL files written by ``generate`` under the configured key (real power)."""
+    reuse_embeddings: bool = True
+    """Keep sentence embeddings on disk (``embedding_store``) and reuse them in later runs."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_texts < 1:
+            problems.append(f"max_texts must be >= 1, got {self.max_texts}")
+        if self.num_keys < 2:
+            problems.append(f"num_keys must be >= 2 (spread over keys), got {self.num_keys}")
+        if self.window_words < 1:
+            problems.append(f"window_words must be >= 1, got {self.window_words}")
+        if self.simulated_per_key < 0:
+            problems.append(f"simulated_per_key must be >= 0, got {self.simulated_per_key}")
+        if not self.sources:
+            problems.append("sources must name at least one source")
+        if problems:
+            raise ValueError("invalid calibration settings:\n  " + "\n  ".join(problems))
+
+
+def _read_watermarked(path: str, fingerprint: str) -> tuple[list[str], list[str | None], dict]:
+    """Texts and prompts of usable records, and counts of what was skipped and what it cost."""
+    texts, prompts = [], []
+    skipped = {"not_ok": 0, "other_key": 0}
+    cost = {"sentences": 0, "candidates": 0, "fallbacks": 0}
+    for rec in read_jsonl(path):
+        data = rec.data or {}
+        if rec.error or data.get("status", "ok") != "ok" or not isinstance(data.get("text"), str):
+            skipped["not_ok"] += 1
+        elif data.get("key_fingerprint") not in (None, fingerprint):
+            skipped["other_key"] += 1
+        else:
+            texts.append(data["text"])
+            prompt = data.get("prompt")
+            prompts.append(prompt if isinstance(prompt, str) else None)
+            for name, field in (("sentences", "num_sentences"), ("candidates", "candidates")):
+                cost[name] += int(data.get(field) or 0)
+            cost["fallbacks"] += int(data.get("fallbacks") or 0)
+    return texts, prompts, {"skipped": skipped, "cost": cost}
+
+
+def run_calibration(
+    scheme: WatermarkScheme,
+    settings: CalibrationSettings,
+    describe: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Measure false-positive rates on human text over many keys, and power beside them.
+
+    Args:
+        scheme: encoder, partition and (for real generations) the key they were made with.
+        settings: what to measure.
+        describe: extra fields recorded as they are (command line, watermark settings).
+        progress: show progress bars.
+
+    Returns:
+        A JSON-ready dict of numbers (see ``write_outputs`` for the files made from it).
+    """
+    started = time.perf_counter()
+    gamma, k = scheme.gamma, scheme.num_regions
+    texts, available = human_texts(
+        scheme.splitter, settings.sources, settings.max_texts, settings.window_words, settings.seed
+    )
+    store = embedding_store(scheme.encoder) if settings.reuse_embeddings else None
+    scheme = with_cached_encoder(scheme, store)
+    human = score_texts(
+        scheme, [t.text for t in texts], [t.source for t in texts], progress=progress
+    )
+    if len(human) == 0:
+        raise ValueError("no human text could be scored; check the sources")
+
+    tables = calibration_tables(k, gamma, settings.num_keys, settings.seed)
+    rng = np.random.default_rng(settings.seed)
+    per_key = [
+        p_values(human, table, gamma, rng)
+        for table in tqdm(tables, desc="keys", unit="key", disable=not progress)
+    ]
+    sources = [s for s in settings.sources if len(human.select(s))]
+    null = {s: summarise_null(per_key, human.select(s), settings.alphas) for s in sources}
+    null["overall"] = summarise_null(per_key, np.arange(len(human)), settings.alphas)
+
+    # Empirical-FPR thresholds for power come from the human news pieces when there are any.
+    news = human.select("news")
+    reference = "news" if len(news) else "all sources"
+    power: dict[str, Any] = {}
+    if scheme.transition is not None and settings.simulated_per_key > 0:
+        null_news = [{s: p[s][news] for s in STATS} if len(news) else p for p in per_key]
+        lengths = human.num_scored[news if len(news) else slice(None)]
+        power["simulated"] = _simulated_power(
+            scheme, tables, lengths, null_news, reference, settings, rng, progress
+        )
+    own = p_values(human, scheme.table.numpy(), gamma)
+    configured = {
+        "key_fingerprint": scheme.key_fingerprint,
+        "human_fpr": {
+            stat: {str(a): float(np.mean(own[stat] <= a)) for a in settings.alphas}
+            for stat in STATS
+        },
+    }
+    own_news = {s: own[s][news] for s in STATS} if len(news) else own
+    for path in settings.watermarked:
+        power[f"generated: {Path(path).name}"] = _generated_power(
+            scheme, path, own_news, reference, settings, progress
+        )
+    return {
+        **(describe or {}),
+        "calibration": {
+            "num_keys": settings.num_keys,
+            "keys": f"keyed tables of the keys 'calibration|{settings.seed}|i', i < num_keys",
+            "alphas": list(settings.alphas),
+            "window_words": settings.window_words,
+            "seed": settings.seed,
+            "num_regions": k,
+            "gamma": gamma,
+        },
+        "sources": {s: _source_summary(human, s, available[s]) for s in sources},
+        "texts_total": len(human),
+        "null": null,
+        **_pooled_distribution(per_key),
+        "configured_key": configured,
+        "power": power,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def _source_summary(human: ScoredTexts, source: str, available: int) -> dict[str, Any]:
+    """How many texts of ``source`` were scored, and how often a sentence stays in the region
+    of the one before it."""
+    idx = human.select(source)
+    counts = human.counts[idx]
+    return {
+        "description": SOURCE_LABELS[source],
+        "available_pieces": available,
+        "texts": int(len(idx)),
+        "too_short": human.too_short.get(source, 0),
+        "scored_mean": float(human.num_scored[idx].mean()),
+        "same_region_share": float(np.trace(counts.sum(axis=0)) / max(1, counts.sum())),
+    }
+
+
+def _pooled_distribution(per_key: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Histograms of the p-values pooled over keys, and the FPR against nominal alpha."""
+    pooled = {s: np.concatenate([p[s] for p in per_key]) for s in (*STATS, DIAGNOSTIC)}
+    edges = np.linspace(0.0, 1.0, 21)
+    curve_alphas = np.logspace(-4, 0, 41)
+    return {
+        "histogram": {
+            "edges": edges.tolist(),
+            **{s: np.histogram(v, bins=edges, density=True)[0].tolist() for s, v in pooled.items()},
+        },
+        "fpr_curve": {
+            "alphas": curve_alphas.tolist(),
+            **{s: [float(np.mean(pooled[s] <= a)) for a in curve_alphas] for s in STATS},
+        },
+    }
+
+
+def _simulated_power(
+    scheme: WatermarkScheme,
+    tables: list,
+    length_pool: np.ndarray,
+    null_news: list[dict[str, np.ndarray]],
+    reference: str,
+    settings: CalibrationSettings,
+    rng: np.random.Generator,
+    progress: bool,
+) -> dict[str, Any]:
+    """Power on simulated watermarked region sequences under every key's table."""
+    size = int(scheme.table[0].sum())
+    sims = []
+    for table in tqdm(tables, desc="simulate", unit="key", disable=not progress):
+        lengths = rng.choice(length_pool, size=settings.simulated_per_key)
+        counts = simulate_watermarked(scheme.transition.numpy(), table, lengths, rng)
+        sims.append(p_values(scored_from_counts(counts, size, "simulated"), table, scheme.gamma))
+    return {
+        "what": (
+            "simulated region sequences, not generated text: the first region from the "
+            "domain's region frequencies, each next one from the domain transition matrix "
+            "(centroid file) restricted to the valid set; no fallbacks, no margin"
+        ),
+        "texts_per_key": settings.simulated_per_key,
+        "lengths": "scored counts drawn from the human news pieces",
+        "empirical_fpr_reference": f"{len(null_news[0]['exact'])} human pieces "
+        f"({reference}) under the same key",
+        **power_summary(sims, null_news, settings.alphas),
+    }
+
+
+def _generated_power(
+    scheme: WatermarkScheme,
+    path: str,
+    own_news: dict[str, np.ndarray],
+    reference: str,
+    settings: CalibrationSettings,
+    progress: bool,
+) -> dict[str, Any]:
+    """Power on the real generations of ``path`` under the configured key."""
+    wm_texts, wm_prompts, info = _read_watermarked(path, scheme.key_fingerprint)
+    skipped, cost = info["skipped"], info["cost"]
+    if not wm_texts:
+        raise ValueError(
+            f"{path}: no usable watermarked record (skipped {skipped}); records must "
+            "have status ok and the key fingerprint of the configured key"
+        )
+    real = score_texts(
+        scheme, wm_texts, ["watermarked"] * len(wm_texts), wm_prompts, progress=progress
+    )
+    real_p = p_values(real, scheme.table.numpy(), scheme.gamma)
+    distinct = (real.counts > 0).sum(axis=(1, 2))
+    diagonal = np.trace(real.counts, axis1=1, axis2=2)
+    return {
+        "what": f"real generations read from {Path(path).name}, detected with the "
+        "configured key (one key: no spread)",
+        "file": str(path),
+        "texts": len(real),
+        "too_short": real.too_short.get("watermarked", 0),
+        "skipped": skipped,
+        "candidates_per_sentence": cost["candidates"] / max(1, cost["sentences"]),
+        "fallbacks": cost["fallbacks"],
+        "num_scored_mean": float(real.num_scored.mean()),
+        # A text that only repeats one transition carries little evidence for the exact test.
+        "distinct_transitions_mean": float(distinct.mean()),
+        "one_region_share": float(np.mean((distinct == 1) & (diagonal == real.num_scored))),
+        "empirical_fpr_reference": f"{len(own_news['exact'])} human pieces "
+        f"({reference}) under the configured key",
+        **power_summary([real_p], [own_news], settings.alphas),
+    }

@@ -1,0 +1,194 @@
+"""Key-free scoring of many texts, then their p-values under any number of valid tables.
+
+The detector's scoring plans (``Detector.plan_batch``) give each text's scored transitions,
+which do not depend on the key; under a valid table only the valid count changes, so both
+p-values of every text come from one table look-up: the paper's normal tail of the z-score, and
+the exact key-randomisation p-value, whose null law (``stats.null_count_pmf``, computed once per
+text) does not depend on the table at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..detector import Detector
+from ..keys import valid_table
+from ..scheme import WatermarkScheme
+from ..stats import normal_sf, null_count_pmf, paper_z
+from .embeddings import with_cached_encoder
+
+STATS = ("paper", "exact")
+# The randomised exact p-value breaks ties uniformly; under the null it is exactly uniform, so
+# its distance from uniform checks the null law itself. The detector reports the plain one.
+DIAGNOSTIC = "exact_randomised"
+
+
+@dataclass
+class ScoredTexts:
+    """What the detector scores in each text, independent of the key.
+
+    Attributes:
+        labels: source label of each text.
+        counts: ``(N, K, K)`` counts of scored transitions ``(previous region, region)``.
+        num_scored: ``(N,)`` scored sentences ``T``.
+        survival: ``(N, Tmax + 2)``; ``survival[i, s]`` is ``P(S >= s)`` for text ``i`` over
+            uniformly random valid tables (zero past ``T``), i.e. its exact p-value at count ``s``.
+        pmf: ``(N, Tmax + 1)``; ``pmf[i, s] = P(S = s)`` under the same law.
+        too_short: how many texts had nothing to score (left out of ``counts``).
+    """
+
+    labels: list[str]
+    counts: np.ndarray
+    num_scored: np.ndarray
+    survival: np.ndarray
+    pmf: np.ndarray
+    too_short: dict[str, int]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def select(self, label: str) -> np.ndarray:
+        """Indices of the texts with ``label``."""
+        return np.array([i for i, x in enumerate(self.labels) if x == label], dtype=np.int64)
+
+
+def score_texts(
+    scheme: WatermarkScheme,
+    texts: Sequence[str],
+    labels: Sequence[str],
+    prompts: Sequence[str | None] | None = None,
+    progress: bool = False,
+    batch: int = 256,
+) -> ScoredTexts:
+    """Run the detector's scoring rules once and keep each text's key-free transition counts.
+
+    Regions, seeding by the prompt and the repeat rule are the detector's own scoring plans
+    (``Detector.plan_batch``), which do not depend on the key.
+    """
+    scheme = with_cached_encoder(scheme)
+    prompts = list(prompts) if prompts is not None else [None] * len(texts)
+    splitter = scheme.splitter
+    sentences = [s for t in texts for s in splitter.split(t)]
+    sentences += [s for p in prompts if p for s in splitter.split(p)[-1:]]
+    scheme.encoder.prefill(sentences, progress=progress)
+
+    detector = Detector(scheme, statistic="exact")
+    k = scheme.num_regions
+    size = int(scheme.table[0].sum())
+    kept_labels, counts, num_scored, laws = [], [], [], []
+    too_short: dict[str, int] = {}
+    bar = tqdm(total=len(texts), unit="text", desc="score", disable=not progress)
+    for start in range(0, len(texts), batch):
+        chunk = slice(start, start + batch)
+        plans = detector.plan_batch(list(texts[chunk]), prompts[chunk])
+        for label, plan in zip(labels[chunk], plans, strict=True):
+            bar.update()
+            if plan.error is not None or plan.num_scored == 0:
+                too_short[label] = too_short.get(label, 0) + 1
+                continue
+            matrix = plan.transition_counts(k)
+            kept_labels.append(label)
+            counts.append(matrix)
+            num_scored.append(plan.num_scored)
+            laws.append(null_count_pmf(matrix, size))
+    bar.close()
+    pmf, survival = _tail_arrays(laws)
+    return ScoredTexts(
+        labels=kept_labels,
+        counts=np.stack(counts) if counts else np.zeros((0, k, k), dtype=np.int64),
+        num_scored=np.array(num_scored, dtype=np.int64),
+        survival=survival,
+        pmf=pmf,
+        too_short=too_short,
+    )
+
+
+def _tail_arrays(laws: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Pad per-text laws into ``pmf`` ``(N, Tmax + 1)`` and ``survival`` ``(N, Tmax + 2)``."""
+    width = max((len(law) for law in laws), default=1)
+    pmf = np.zeros((len(laws), width))
+    for i, law in enumerate(laws):
+        pmf[i, : len(law)] = law
+    # survival[:, s] = sum_{j >= s} pmf[:, j]; one extra zero column for counts past T.
+    tail = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]
+    survival = np.concatenate([tail, np.zeros((len(laws), 1))], axis=1)
+    return pmf, np.minimum(survival, 1.0)
+
+
+def p_values(
+    scored: ScoredTexts, table: np.ndarray, gamma: float, rng: np.random.Generator | None = None
+) -> dict[str, np.ndarray]:
+    """Every text's p-values under one valid ``table``: ``paper``, ``exact`` and, with ``rng``,
+    the tie-randomised exact p-value (a diagnostic that is exactly uniform under the null)."""
+    observed = np.einsum("nij,ij->n", scored.counts, np.asarray(table, dtype=np.int64))
+    rows = np.arange(len(scored))
+    out = {
+        "paper": np.array(
+            [
+                normal_sf(paper_z(int(v), int(t), gamma))
+                for v, t in zip(observed, scored.num_scored, strict=True)
+            ]
+        ),
+        "exact": scored.survival[rows, observed],
+    }
+    if rng is not None:
+        u = rng.random(len(scored))
+        out[DIAGNOSTIC] = scored.survival[rows, observed + 1] + u * scored.pmf[rows, observed]
+    return out
+
+
+def calibration_tables(num_regions: int, gamma: float, num_keys: int, seed: int) -> list:
+    """``num_keys`` keyed valid tables built exactly as real keys build them (HMAC ranking)."""
+    return [
+        valid_table(num_regions, gamma, f"calibration|{seed}|{i}").numpy() for i in range(num_keys)
+    ]
+
+
+def simulate_watermarked(
+    transition: np.ndarray,
+    table: np.ndarray,
+    lengths: Sequence[int],
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """``(N, K, K)`` scored-transition counts of simulated watermarked texts.
+
+    The first region is drawn from the domain's region frequencies; each next region from the
+    domain's transitions out of the previous region, restricted to its valid set (uniform over
+    the valid set if the domain never made such a move). One text per entry of ``lengths``,
+    each with that many scored sentences.
+    """
+    transition = np.asarray(transition, dtype=np.float64)
+    k = transition.shape[0]
+    start = transition.sum(axis=1) + 1e-12
+    start /= start.sum()
+    moves = []
+    for q in range(k):
+        w = transition[q] * table[q]
+        if w.sum() <= 0:
+            w = table[q].astype(np.float64)
+        moves.append(w / w.sum())
+    out = np.zeros((len(lengths), k, k), dtype=np.int64)
+    for i, length in enumerate(lengths):
+        q = rng.choice(k, p=start)
+        for _ in range(int(length)):
+            nxt = rng.choice(k, p=moves[q])
+            out[i, q, nxt] += 1
+            q = nxt
+    return out
+
+
+def scored_from_counts(counts: np.ndarray, size: int, label: str) -> ScoredTexts:
+    """``ScoredTexts`` for given ``(N, K, K)`` transition counts (no text behind them)."""
+    pmf, survival = _tail_arrays([null_count_pmf(c, size) for c in counts])
+    return ScoredTexts(
+        labels=[label] * len(counts),
+        counts=counts,
+        num_scored=counts.sum(axis=(1, 2)),
+        survival=survival,
+        pmf=pmf,
+        too_short={},
+    )

@@ -1,0 +1,118 @@
+"""Settings of an evaluation run (``EvalSettings``): YAML files under ``configs/eval/`` mirror
+its fields, flags of ``watermark.py evaluate`` override them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import REPO_ROOT, WatermarkConfig, load_settings_file
+from .report import LABELS
+
+# Settings that change what the stored records mean: a run folder refuses a change to them.
+FIXED_SETTINGS = (
+    "prompt_words",
+    "min_human_sentences",
+    "max_new_tokens",
+    "watermark_configs",
+    "watermark_overrides",
+    "kgw",
+    "similarity_encoder",
+    "oracle",
+)
+
+
+def _default_attacks() -> list[dict]:
+    return [
+        {"name": "lm-paraphrase", "paraphraser": "lm", "num_candidates": 4, "select": "best"},
+        {
+            "name": "lm-bigram",
+            "paraphraser": "lm",
+            "num_candidates": 8,
+            "select": "bigram",
+            "similarity_bound": 0.75,
+        },
+    ]
+
+
+@dataclass
+class EvalSettings:
+    """Settings of one evaluation run (mirrored by ``configs/eval/news.yaml``)."""
+
+    output_dir: str = "runs/eval-news"
+    num_prompts: int = 100
+    """Held-out news prompts (paper: 1000 RealNews prompts)."""
+    prompt_words: int = 32
+    """Prompt length in words, cut back to a sentence end (paper: ~32)."""
+    min_human_sentences: int = 3
+    """Skip articles whose text after the prompt has fewer sentences than this."""
+    max_new_tokens: int = 200
+    """Generation length, and the length human negatives are cut to (paper: ~200)."""
+    algorithms: list[str] = field(default_factory=lambda: ["ksemstamp", "semstamp", "kgw", "none"])
+    watermark_configs: dict[str, list[str]] = field(
+        default_factory=lambda: {
+            "ksemstamp": ["configs/ksemstamp.yaml"],
+            "semstamp": ["configs/ksemstamp.yaml", "configs/semstamp.yaml"],
+            "kgw": ["configs/ksemstamp.yaml"],
+            "none": ["configs/ksemstamp.yaml"],
+        }
+    )
+    """Watermark settings files per algorithm (later files win)."""
+    watermark_overrides: dict[str, Any] = field(default_factory=dict)
+    """Applied on top of every algorithm's settings (e.g. a smaller ``max_candidates``)."""
+    kgw: dict[str, Any] = field(default_factory=dict)
+    """``KGWSettings`` fields (defaults: gamma 0.25, delta 2.0, lefthash, context 1)."""
+    attacks: list[dict] = field(default_factory=_default_attacks)
+    similarity_encoder: str = "all-minilm-l6-v2"
+    oracle: str = "gemma3-270m"
+    """Perplexity / Sem-Ent oracle LM (paper: OPT-2.7B)."""
+    oracle_batch: int = 4
+    sem_ent_k: int = 50
+    """k-means clusters for Sem-Ent (paper: 50)."""
+    devices: int = 1
+    accelerator: str = "cpu"
+    strategy: str = "auto"
+    prompt_batch: int = 4
+    attack_batch: int = 8
+    """Texts per attack call."""
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        unknown = sorted(set(self.algorithms) - set(LABELS))
+        if unknown:
+            problems.append(f"unknown algorithms {unknown}; known: {sorted(LABELS)}")
+        missing = [a for a in self.algorithms if a not in self.watermark_configs]
+        if missing:
+            problems.append(f"watermark_configs has no entry for {missing}")
+        names = [a.get("name") for a in self.attacks]
+        if None in names or len(set(names)) != len(names) or "none" in names or "human" in names:
+            problems.append("every attack needs a unique name other than 'none' and 'human'")
+        for name in ("num_prompts", "max_new_tokens", "devices", "prompt_batch", "attack_batch"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if problems:
+            raise ValueError("invalid evaluation settings:\n  " + "\n  ".join(problems))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> EvalSettings:
+        data = {**load_settings_file(path), **overrides}
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"{path}: unknown evaluation settings {unknown}")
+        return cls(**data)
+
+    def watermark_config(self, algorithm: str) -> WatermarkConfig:
+        """The watermark settings of ``algorithm`` (its files, then the overrides)."""
+        data: dict[str, Any] = {}
+        for name in self.watermark_configs[algorithm]:
+            path = Path(name)
+            data.update(load_settings_file(path if path.exists() else REPO_ROOT / path))
+        data.update(self.watermark_overrides)
+        data["max_new_tokens"] = self.max_new_tokens
+        data["seed"] = self.seed
+        return WatermarkConfig.from_dict(data)

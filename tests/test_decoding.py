@@ -1,0 +1,51 @@
+"""The sampler's logits processing equals transformers' processors on every branch."""
+
+import pytest
+import torch
+from transformers import (
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from ksemstamp.decoding import SamplingConfig, warp_logits
+
+VOCAB = 64
+
+
+def _reference(logits, history, config, suppress):
+    """transformers' processors in the order ``generate`` applies them."""
+    procs = LogitsProcessorList()
+    if config.repetition_penalty != 1.0:
+        procs.append(RepetitionPenaltyLogitsProcessor(config.repetition_penalty))
+    if suppress:
+        procs.append(SuppressTokensLogitsProcessor(list(suppress), device="cpu"))
+    procs.append(TemperatureLogitsWarper(config.temperature))
+    if config.top_k > 0:
+        procs.append(TopKLogitsWarper(config.top_k))
+    if config.top_p < 1.0:
+        procs.append(TopPLogitsWarper(config.top_p))
+    return procs(history, logits.clone())
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.05, 1.5])
+@pytest.mark.parametrize("top_k", [0, 1, 5, VOCAB + 3])
+@pytest.mark.parametrize("top_p", [1.0, 0.9, 0.3, 0.01])
+@pytest.mark.parametrize("suppress", [(), (0,), (3, 7)])
+def test_warp_logits_matches_transformers(penalty, top_k, top_p, suppress):
+    gen = torch.Generator().manual_seed(hash((penalty, top_k, top_p, suppress)) % 2**31)
+    config = SamplingConfig(temperature=0.7, repetition_penalty=penalty, top_k=top_k, top_p=top_p)
+    logits = torch.randn(6, VOCAB, generator=gen) * 3
+    history = torch.randint(0, VOCAB, (6, 20), generator=gen)
+    seen = torch.zeros(6, VOCAB, dtype=torch.bool).scatter_(1, history, True)
+    before = logits.clone()
+    got = warp_logits(logits, seen, config, suppress)
+    want = _reference(logits, history, config, suppress)
+    assert torch.equal(logits, before)  # the input is left alone
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert torch.allclose(got[finite], want[finite], rtol=1e-6, atol=1e-6)
+    assert torch.isfinite(got).any(dim=-1).all()  # at least one token stays possible

@@ -1,0 +1,166 @@
+"""Golden outputs: generation, detection and calibration give the recorded results.
+
+The fixtures under ``tests/golden/`` were recorded with the real offline models, a fixed key and a
+fixed seed. A refactoring that changes none of the algorithms must reproduce them; a change that
+means to alter the outputs re-records them with ``KSEMSTAMP_RECORD_GOLDEN=1 pytest
+tests/test_golden.py`` and says why in its commit.
+
+What is pinned: three short watermarked generations (text, regions, candidate counts), the
+detection of 50 texts (the three generations with their prompts, and 47 human news windows) under
+both statistics, and a two-key calibration on 100 human texts with simulated and real power.
+Floats are compared to 1e-9 relative (they come from the same arithmetic; the tolerance only
+absorbs printing), everything else exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from ksemstamp.config import (
+    PAPER_CENTROIDS,
+    WatermarkConfig,
+    build_detector,
+    build_scheme,
+    build_watermarker,
+)
+from ksemstamp.detector import Detector
+
+pytestmark = pytest.mark.e2e
+
+GOLDEN = Path(__file__).parent / "golden"
+RECORD = os.environ.get("KSEMSTAMP_RECORD_GOLDEN") == "1"
+KEY = "golden-key"
+NUM_PROMPTS = 3
+NUM_DETECT = 50
+VOLATILE = {"seconds", "command"}
+
+
+def _clean(value):
+    """Drop run-time fields and turn tuples into lists, as JSON would."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _assert_same(actual, expected, where: str = "$") -> None:
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict), where
+        assert sorted(actual) == sorted(expected), f"{where}: keys differ"
+        for key in expected:
+            _assert_same(actual[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list) and len(actual) == len(expected), f"{where}: length"
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            _assert_same(a, e, f"{where}[{i}]")
+    elif isinstance(expected, float) and not isinstance(actual, bool):
+        if math.isnan(expected):
+            assert isinstance(actual, float) and math.isnan(actual), where
+        else:
+            assert actual == pytest.approx(expected, rel=1e-9, abs=1e-12), where
+    else:
+        assert actual == expected, f"{where}: {actual!r} != {expected!r}"
+
+
+def _check(name: str, actual) -> None:
+    actual = json.loads(json.dumps(_clean(actual)))
+    path = GOLDEN / f"{name}.json"
+    if RECORD:
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(json.dumps(actual, indent=1, sort_keys=True) + "\n")
+    _assert_same(actual, json.loads(path.read_text()), name)
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    # Every setting that shapes the outputs is named, so a change of the defaults does not
+    # move the pinned outputs (they were recorded with the K = 8 centroids).
+    return WatermarkConfig(
+        key=KEY,
+        centroids=str(PAPER_CENTROIDS),
+        margin_patience=None,
+        novelty_patience=10,
+        max_new_tokens=40,
+        max_candidates=12,
+        seed=7,
+    )
+
+
+@pytest.fixture(scope="module")
+def scheme(cfg, encoder):
+    return build_scheme(cfg, encoder=encoder)
+
+
+def _prompts() -> list[str]:
+    from ksemstamp.cli import news_prompt
+
+    return [news_prompt(i) for i in range(NUM_PROMPTS)]
+
+
+def _human_windows(splitter, count: int) -> list[str]:
+    from ksemstamp.calibration import human_texts
+
+    texts, _ = human_texts(splitter, ("news",), max_texts=count, seed=3)
+    return [t.text for t in texts]
+
+
+@pytest.fixture(scope="module")
+def generations(cfg, scheme, lm):
+    prompts = _prompts()
+    results = build_watermarker(cfg, scheme, lm=lm).generate(prompts)
+    return prompts, [r.to_record() for r in results]
+
+
+def test_generation_is_unchanged(generations):
+    prompts, records = generations
+    _check("generate", {"prompts": prompts, "records": records})
+
+
+def test_detection_is_unchanged(cfg, scheme, generations):
+    prompts, records = generations
+    human = _human_windows(scheme.splitter, NUM_DETECT - NUM_PROMPTS)
+    texts = [r["text"] for r in records] + human
+    with_prompts = prompts + [None] * len(human)
+    out = {"texts": texts}
+    for statistic in ("exact", "paper"):
+        detector = Detector(scheme, statistic=statistic, alpha=cfg.alpha)
+        out[statistic] = [r.to_record() for r in detector.detect_batch(texts, with_prompts)]
+    # The same texts through the configured detector, one by one.
+    one = build_detector(cfg, scheme)
+    pairs = zip(texts[:5], with_prompts[:5], strict=True)
+    out["single"] = [one.detect(t, p).to_record() for t, p in pairs]
+    _check("detect", out)
+
+
+def test_calibration_is_unchanged(scheme, generations, tmp_path):
+    from ksemstamp.calibration import CalibrationSettings, render_report, run_calibration
+
+    prompts, records = generations
+    fingerprint = scheme.key_fingerprint
+    generated = tmp_path / "generated.jsonl"
+    generated.write_text(
+        "".join(
+            json.dumps({"id": i, "prompt": p, **r, "key_fingerprint": fingerprint}) + "\n"
+            for i, (p, r) in enumerate(zip(prompts, records, strict=True))
+        )
+    )
+    settings = CalibrationSettings(
+        max_texts=100,
+        num_keys=2,
+        simulated_per_key=20,
+        watermarked=(str(generated),),
+        reuse_embeddings=False,
+    )
+    result = run_calibration(scheme, settings, progress=False)
+    power = result["power"]
+    for name in [n for n in power if n.startswith("generated")]:
+        power[name]["file"] = Path(power[name]["file"]).name
+    result["seconds"] = 0.0
+    report = render_report(result)
+    _check("calibrate", {"result": result, "report": report})
