@@ -179,3 +179,36 @@ def test_displacement_moves_by_the_nearest_source():
     assert out[2, 0] > out[2, 1]  # moved like source 2 (towards +x)
     loo = displaced(emb[:2], emb[:2], torch.tensor([[0.0, 5.0], [0.0, -5.0]]), exclude_self=True)
     assert loo[0, 1] < 0  # row 0 uses row 1's move, not its own
+
+
+def test_uniform_regions_accept_at_gamma_times_pass_rate():
+    # Candidates spread evenly over 8 regions, half of each region's candidates past the
+    # margin: a draw is accepted with chance gamma * 0.5 = 0.125, so 8 draws on average.
+    k, per_region = 8, 4
+    regions = [r for r in range(k) for _ in range(per_region)]
+    ing, dv = _ingredients([regions] * 300, tokens=1)
+    dv.gap[1:] = np.tile([1.0, 0.0], len(dv.gap[1:]) // 2)
+    design = Design(k=k, gamma=0.25, margin=0.5, max_candidates=10_000)
+    table = key_tables(design, 1, seed=4)[0]
+    text = simulate_text(design, dv, ing, 0, table, np.random.default_rng(1), 10**6)
+    assert np.mean(text.candidates) == pytest.approx(1 / (0.25 * 0.5), rel=0.12)
+
+
+def test_one_region_text_is_flagged_at_gamma_over_keys():
+    # A text that never leaves one region carries one coin flip: under random keys its exact
+    # p-value is gamma (valid) or 1, so it is flagged at level gamma with chance gamma exactly.
+    design = Design(k=8, gamma=0.25)
+    tables = key_tables(design, 400, seed=9)
+    counts = np.zeros((8, 8), dtype=np.int64)
+    counts[3, 3] = 7
+    p = np.array([exact_p(counts, t) for t in tables])
+    assert set(np.round(p, 12)) <= {0.25, 1.0}
+    assert np.mean(p <= 0.25) == pytest.approx(0.25, abs=3 * np.sqrt(0.25 * 0.75 / 400))
+    assert np.mean(p <= 0.01) == 0.0
+
+
+def test_frontier_keeps_only_undominated_points():
+    from ksemstamp.study.sweep import frontier
+
+    pts = [(10, 0.5), (5, 0.2), (20, 0.4), (7, 0.6), (30, 0.9), (7, 0.1)]
+    assert frontier(pts) == [1, 3, 4]

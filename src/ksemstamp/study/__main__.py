@@ -1,4 +1,4 @@
-"""``python -m ksemstamp.study {pool,pairs,centroids,sweep}``: the design study's commands.
+"""``python -m ksemstamp.study {pool,pairs,centroids,sweep,plot}``: the design study's commands.
 
 Each step writes a file the next one reads, and each resumes a partial file::
 
@@ -61,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep.add_argument("--encoder", default="all-minilm-l6-v2")
     sweep.add_argument("--keys", type=int, default=10)
     sweep.add_argument("--max-new-tokens", type=int, default=200)
+    plot = sub.add_parser("plot", help="draw the frontier from a sweep's results JSON")
+    plot.add_argument("--results", required=True)
+    plot.add_argument("--output", required=True, help="PNG file")
     args = parser.parse_args(argv)
 
     if args.command == "pool":
@@ -77,6 +80,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ks = [int(k) for k in args.ks.split(",")]
         for path in fit_study_centroids(args.encoder, ks, args.output):
             print(path)
+    elif args.command == "plot":
+        import json
+
+        from .sweep import plot_frontier
+
+        with open(args.results) as f:
+            print(plot_frontier(json.load(f), args.output))
     else:
         from .sweep import run_study
 

@@ -381,4 +381,58 @@ def run_study(
         reverse=True,
     )
     output.with_suffix(".md").write_text(markdown_table(allr, attacks))
+    plot_frontier(report, output.with_name("frontier.png"))
     return allr
+
+
+# ---------------------------------------------------------------------- the frontier
+
+
+def frontier(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the Pareto frontier of ``(cost, power)`` points (lower cost, higher power),
+    in order of cost."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    best, out = float("-inf"), []
+    for i in order:
+        if points[i][1] > best:
+            out.append(i)
+            best = points[i][1]
+    return out
+
+
+def plot_frontier(report: dict, path: str | Path) -> Path:
+    """Power at alpha 1% against mean candidates per sentence for every simulated design,
+    clean and after each LM attack, with the frontier and the paper / former / shipped designs
+    marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = report["stage_one"] + report["stage_two"]
+    named = {0: "paper (K=8)", 1: "former default", 2: "default (K=64)"}
+    panels = [("clean", "clean"), ("lm-paraphrase", "LM paraphrase"), ("lm-bigram", "bigram")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(13, 4.2), sharey=True)
+    for ax, (attack, title) in zip(axes, panels, strict=True):
+        pts = [(r["candidates_mean"], r["power"][attack]["0.01"]["mean"]) for r in results]
+        ax.scatter(*zip(*pts, strict=True), s=8, color="0.7", label="simulated designs")
+        front = frontier(pts)
+        ax.plot(*zip(*(pts[i] for i in front), strict=True), color="0.3", lw=1, label="frontier")
+        for i, (name, marker) in enumerate(zip(named.values(), "sDo", strict=True)):
+            ax.scatter(*pts[i], marker=marker, s=60, zorder=3, label=name)
+        ax.axvline(12, color="tab:red", lw=0.8, ls=":")
+        ax.set_title(f"TPR at alpha 1%, {title}")
+        ax.set_xlabel("candidates per sentence (mean)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("share of texts with exact p <= 0.01")
+    axes[0].legend(fontsize=7, loc="lower right")
+    fig.suptitle(
+        f"{report['documents']} held-out news documents x {report['keys']} keys, "
+        f"{report['max_new_tokens']} tokens (dotted: the 12-candidate target)",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
