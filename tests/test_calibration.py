@@ -154,11 +154,13 @@ def test_exact_test_flags_at_most_alpha_of_key_independent_human_text(default_sc
     scored = score_texts(default_scheme, [t.text for t in texts], ["news"] * len(texts))
     assert len(scored) >= 45
     keys_per_text = 40
+    k = default_scheme.num_regions
+    size = int(valid_table(k, 0.25, "size")[0].sum())  # valid regions per row
     flags = {("exact", a): 0 for a in (0.01, 0.05)} | {("paper", a): 0 for a in (0.01, 0.05)}
     for i in range(len(scored)):
-        one = scored_from_counts(scored.counts[i : i + 1], 2, "news")
+        one = scored_from_counts(scored.counts[i : i + 1], size, "news")
         for j in range(keys_per_text):
-            table = valid_table(8, 0.25, f"independent|{i}|{j}").numpy()
+            table = valid_table(k, 0.25, f"independent|{i}|{j}").numpy()
             p = p_values(one, table, 0.25)
             for stat, alpha in flags:
                 flags[stat, alpha] += bool(p[stat][0] <= alpha)
