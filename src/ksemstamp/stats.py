@@ -45,21 +45,26 @@ def subset_sum_pmf(values: np.ndarray, size: int) -> np.ndarray:
     """Law of ``sum(values[S])`` for ``S`` a uniformly random subset of ``size`` indices.
 
     ``values`` are non-negative integers; returns ``pmf`` with ``pmf[s] = P(sum = s)``. Dynamic
-    programming over elements: ``ways[j, s]`` counts subsets of ``j`` of the elements seen so far
-    summing to ``s``. Cost ``O(len(values) * size * sum(values))``.
+    programming over the non-zero elements only (a text's transition row is mostly zeros):
+    ``ways[j, s]`` counts subsets of ``j`` non-zero elements summing to ``s``; a subset with ``j``
+    non-zero members takes its other ``size - j`` from the zeros in ``C(zeros, size - j)`` ways.
     """
     values = np.asarray(values, dtype=np.int64)
-    total = int(values.sum())
-    ways = np.zeros((size + 1, total + 1), dtype=np.float64)
+    nonzero = values[values > 0]
+    zeros = len(values) - len(nonzero)
+    total = int(nonzero.sum())
+    top = min(size, len(nonzero))
+    ways = np.zeros((top + 1, total + 1), dtype=np.float64)
     ways[0, 0] = 1.0
-    for v in values:
+    for v in nonzero:
         # Iterate j downwards so each element is used at most once.
-        for j in range(size, 0, -1):
-            if v == 0:
-                ways[j] += ways[j - 1]
-            else:
-                ways[j, v:] += ways[j - 1, :-v]
-    return ways[size] / math.comb(len(values), size)
+        for j in range(top, 0, -1):
+            ways[j, v:] += ways[j - 1, : total + 1 - v]
+    pmf = np.zeros(total + 1)
+    for j in range(top + 1):
+        if 0 <= size - j <= zeros:
+            pmf += ways[j] * math.comb(zeros, size - j)
+    return pmf / math.comb(len(values), size)
 
 
 def null_count_pmf(counts: Tensor | np.ndarray, size: int) -> np.ndarray:

@@ -18,51 +18,23 @@ on the watermark's earlier choices only through the previous region); acceptance
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..keys import valid_table
+from ..stats import null_count_pmf
 from .design import Design, DesignView
 from .ingredients import Ingredients
 
 # ---------------------------------------------------------------------- the exact test
 
 
-def sparse_subset_sum_pmf(values: np.ndarray, size: int) -> np.ndarray:
-    """Law of ``sum(values[S])`` for ``S`` a uniformly random ``size``-subset of the indices.
-
-    The same law as ``stats.subset_sum_pmf``, computed over the non-zero values only: a subset
-    with ``j`` non-zero members has ``size - j`` zero ones, chosen in ``C(zeros, size - j)`` ways.
-    Rows of a text's transition counts are mostly zeros, so this is much cheaper.
-    """
-    values = np.asarray(values, dtype=np.int64)
-    nonzero = values[values > 0]
-    zeros = len(values) - len(nonzero)
-    total = int(nonzero.sum())
-    top = min(size, len(nonzero))
-    ways = np.zeros((top + 1, total + 1))
-    ways[0, 0] = 1.0
-    for v in nonzero:
-        for j in range(top, 0, -1):
-            ways[j, v:] += ways[j - 1, : total + 1 - v]
-    pmf = np.zeros(total + 1)
-    for j in range(top + 1):
-        if 0 <= size - j <= zeros:
-            pmf += ways[j] * math.comb(zeros, size - j)
-    return pmf / math.comb(len(values), size)
-
-
 def exact_p(counts: np.ndarray, table: np.ndarray) -> float:
-    """Key-randomisation p-value of ``(S, K)`` transition counts under a ``(S, K)`` valid table."""
-    size = int(table[0].sum())
+    """Key-randomisation p-value of ``(S, K)`` transition counts under a ``(S, K)`` valid table
+    (the detector's null law, ``stats.null_count_pmf``)."""
     observed = int(counts[table].sum())
-    law = np.ones(1)
-    for row in counts:
-        if row.any():
-            law = np.convolve(law, sparse_subset_sum_pmf(row, size))
-    return float(min(1.0, law[observed:].sum()))
+    return float(min(1.0, null_count_pmf(counts, int(table[0].sum()))[observed:].sum()))
 
 
 def key_tables(design: Design, num_keys: int, seed: int = 0) -> list[np.ndarray]:
