@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .decoding import SamplingConfig, warp_logits
+from .decoding import SamplingConfig, sample_rows, warp_logits
 from .kvcache import CopiedCacheDecoder, PrefixStore, SharedPrefixDecoder, enable_shared_prefix
 from .splitter import PunktSplitter
 
@@ -191,10 +191,8 @@ class CandidateSampler(_LMSampler):
         logits = warp_logits(logits, seen, self.config, suppress)
         probs = logits.softmax(dim=-1)
         if not segments:
-            return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        return torch.cat(
-            [torch.multinomial(probs[a:b], 1, generator=g).squeeze(-1) for a, b, g in segments]
-        )
+            return sample_rows(probs, generator)
+        return torch.cat([sample_rows(probs[a:b], g) for a, b, g in segments])
 
     # ------------------------------------------------------------------ one round
     @torch.inference_mode()
