@@ -62,6 +62,11 @@ class WatermarkConfig:
     margin_patience: int | None = 20
     """Candidates after which a candidate in a valid region is accepted without the margin;
     ``None`` keeps the margin to ``max_candidates`` (the paper's rule)."""
+    sentence_time_budget: float | None = None
+    """Seconds after which the search for one sentence falls back as at ``max_candidates`` (the
+    last candidate drawn is kept); checked between rounds, so a sentence can overrun it by one
+    round. ``None``: no limit (the paper's rule). With a budget, the text depends on the
+    machine's speed, not only on the seed."""
     candidate_batch: int = 32
     """Most candidate rows per document in one batched decode."""
     adaptive_batch: bool = True
@@ -105,6 +110,10 @@ class WatermarkConfig:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.margin_patience is not None and self.margin_patience < 0:
             problems.append(f"margin_patience must be >= 0 or null, got {self.margin_patience}")
+        if self.sentence_time_budget is not None and self.sentence_time_budget <= 0:
+            problems.append(
+                f"sentence_time_budget must be > 0 or null, got {self.sentence_time_budget}"
+            )
         if self.novelty_patience < 0:
             problems.append(
                 f"novelty_patience must be >= 0 (0 = paper), got {self.novelty_patience}"
@@ -244,6 +253,7 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
         novelty_patience=cfg.novelty_patience,
         margin_patience=cfg.margin_patience,
         seed=cfg.seed,
+        sentence_time_budget=cfg.sentence_time_budget,
     )
 
 

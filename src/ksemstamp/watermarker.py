@@ -22,6 +22,11 @@ paraphrase more often, but where the LM's next sentences rarely reach a valid re
 border, insisting on it to ``max_candidates`` costs many draws and ends in a fallback that is not
 valid at all; a valid sentence near a border still counts when the text is not attacked.
 
+Sentence time budget (an option, ``sentence_time_budget``; ``None`` is the paper's rule): a
+sentence whose search has run that many seconds falls back as at ``max_candidates`` (the last
+candidate drawn is kept), checked between rounds. It bounds the stall of a sentence whose valid
+regions the LM rarely reaches, at the price of a text that depends on the machine's speed.
+
 Round size: with acceptance probability ``p`` for the current valid set and a round of ``n``
 rows costing about ``1 + row_cost * (n - 1)`` single-row decodes (measured on 2 CPU cores with
 SmolLM2-135M: 8 rows 1.9x, 16 rows 2.2x, 32 rows 2.9x one row, so ``row_cost ~ 0.065``), the
@@ -80,6 +85,8 @@ class SentenceRecord:
     rejected_repeat: int = 0
     fallback: bool = False
     num_tokens: int = 0
+    timed_out: bool = False
+    """The fallback came from ``sentence_time_budget``, before ``max_candidates`` draws."""
 
 
 @dataclass
@@ -156,6 +163,7 @@ class _Doc:
     previous: int
     started: float
     generator: torch.Generator
+    sentence_started: float = 0.0
     stats: dict[int, list[float]] = field(default_factory=dict)
     used: set[tuple[int, int]] = field(default_factory=set)
     drawn: int = 0
@@ -183,6 +191,8 @@ class Watermarker:
             in a valid region is then accepted whatever its distance to the region's border
             (``None``: the margin holds until ``max_candidates``, the paper's rule).
         seed: seed of the sampling RNG (same seed, inputs and settings give the same text).
+        sentence_time_budget: seconds after which a sentence's search falls back as at
+            ``max_candidates`` (checked between rounds; ``None``: no limit, the paper's rule).
     """
 
     def __init__(
@@ -198,6 +208,7 @@ class Watermarker:
         novelty_patience: int = 0,
         margin_patience: int | None = None,
         seed: int = 0,
+        sentence_time_budget: float | None = None,
     ) -> None:
         if max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
@@ -220,6 +231,11 @@ class Watermarker:
             raise ValueError(f"margin_patience must be >= 0 or None, got {margin_patience}")
         self.margin_patience = margin_patience
         self.seed = seed
+        if sentence_time_budget is not None and sentence_time_budget <= 0:
+            raise ValueError(
+                f"sentence_time_budget must be > 0 or None, got {sentence_time_budget}"
+            )
+        self.sentence_time_budget = sentence_time_budget
         self.prior_weight = 4.0
 
     # ------------------------------------------------------------------ round sizing
@@ -328,6 +344,7 @@ class Watermarker:
                 started=time.perf_counter(),
                 generator=generator or _document_generator(self.seed, prompt),
             )
+            doc.sentence_started = doc.started
             if not sentences:
                 result.status, result.error = "error", "prompt is empty or has no sentence"
                 doc.done = True
@@ -396,11 +413,17 @@ class Watermarker:
         again, or give up once the budget holds only empty candidates)."""
         if res.accepted_index is not None:
             return res.candidates[res.accepted_index], False
-        if doc.drawn < self.max_candidates:
+        timed_out = (
+            self.sentence_time_budget is not None
+            and time.perf_counter() - doc.sentence_started >= self.sentence_time_budget
+        )
+        if doc.drawn < self.max_candidates and not timed_out:
             return None
         usable = [c for c in res.candidates if c.text]
         if usable:
             return usable[-1], True
+        if doc.drawn < self.max_candidates:
+            return None  # out of time, but this round gave nothing to keep: draw again
         doc.done = True
         if doc.result.sentences:
             # The LM keeps ending the text here (end of text, or nothing a sentence can be cut
@@ -416,6 +439,7 @@ class Watermarker:
         region = chosen.info.region if chosen.info else -1
         doc.result.sentences.append(
             SentenceRecord(
+                timed_out=fallback and doc.drawn < self.max_candidates,
                 text=chosen.text,
                 region=region,
                 candidates=doc.drawn,
@@ -432,6 +456,7 @@ class Watermarker:
         doc.used.add((doc.previous, region))
         doc.previous = region
         doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
+        doc.sentence_started = time.perf_counter()
         if doc.result.num_tokens >= self.max_new_tokens or (
             self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences
         ):
