@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .assets import DEFAULT_ENCODER, DEFAULT_LM
+from .assets import DEFAULT_ENCODER, DEFAULT_LM, LM_DTYPES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout's root (relative settings paths are tried against it); not used to find data."""
@@ -36,6 +36,16 @@ class WatermarkConfig:
 
     lm: str = DEFAULT_LM
     """Generator: offline alias, local folder, ``.gguf`` file or Hub id."""
+    lm_dtype: str = "fp32"
+    """Generator weights: ``fp32``; ``bf16``; ``int8`` (dynamic int8 attention and output head,
+    CPU only); or ``auto``: ``bf16`` where the device computes bfloat16 natively (a CPU with
+    AVX512-BF16/AMX, a CUDA GPU that supports it), else ``fp32``. The default stays ``fp32``,
+    the format every published figure of this project was measured in; ``benchmarks/levers.py``
+    measures the others (speed, perplexity, detection) on the machine at hand."""
+    threads: int | None = None
+    """torch threads for generation and detection; ``None`` keeps torch's default (every core
+    available to the process, unless ``OMP_NUM_THREADS`` says otherwise). Set 1 on a machine
+    shared with other jobs, where threads waiting on busy cores slow every job down."""
     encoder: str = DEFAULT_ENCODER
     """Sentence encoder: offline alias, local folder or Hub id."""
     partition: str = "kmeans"
@@ -95,6 +105,10 @@ class WatermarkConfig:
 
     def __post_init__(self) -> None:
         problems = []
+        if self.lm_dtype not in LM_DTYPES:
+            problems.append(f"lm_dtype must be one of {list(LM_DTYPES)}, not {self.lm_dtype!r}")
+        if self.threads is not None and self.threads < 1:
+            problems.append(f"threads must be >= 1 or null, got {self.threads}")
         if self.partition not in ("kmeans", "lsh"):
             problems.append(f"partition must be 'kmeans' or 'lsh', not {self.partition!r}")
         if not 0 < self.gamma < 1:
@@ -224,14 +238,24 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
     )
 
 
+def apply_threads(cfg: WatermarkConfig) -> None:
+    """Set torch's intra-op threads from ``cfg.threads`` (``None`` leaves them alone)."""
+    if cfg.threads is not None:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
+
+
 def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
-    """A ready ``Watermarker``; pass ``lm=(model, tokenizer)`` to reuse a loaded LM."""
+    """A ready ``Watermarker``; pass ``lm=(model, tokenizer)`` to reuse a loaded LM (used as it
+    is: ``lm_dtype`` applies only to an LM loaded here)."""
     from .assets import load_lm
     from .sampler import CandidateSampler, SamplingConfig, SequentialCandidateSampler
     from .watermarker import Watermarker
 
+    apply_threads(cfg)
     scheme = scheme or build_scheme(cfg)
-    model, tokenizer = lm or load_lm(cfg.lm, cfg.device)
+    model, tokenizer = lm or load_lm(cfg.lm, cfg.device, cfg.lm_dtype)
     sampling = SamplingConfig(
         temperature=cfg.temperature,
         repetition_penalty=cfg.repetition_penalty,
@@ -261,4 +285,5 @@ def build_detector(cfg: WatermarkConfig, scheme=None):
     """A ``Detector`` for the scheme of ``cfg``."""
     from .detector import Detector
 
+    apply_threads(cfg)
     return Detector(scheme or build_scheme(cfg), statistic=cfg.statistic, alpha=cfg.alpha)

@@ -163,7 +163,7 @@ class CandidateSampler(_LMSampler):
         super().__init__(model, tokenizer, splitter, config)
         self.shared_prefix = enable_shared_prefix(model)
         self.prefixes = PrefixStore(model, tokenizer, self.device)
-        vocab = model.get_output_embeddings().weight.shape[0]
+        vocab = model.get_output_embeddings().out_features  # also for a quantised head
         pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
         starts_space = torch.zeros(vocab, dtype=torch.bool)
         has_terminal = torch.zeros(vocab, dtype=torch.bool)
