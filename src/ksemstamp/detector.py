@@ -13,11 +13,14 @@ Scoring rules (``ScoringPlan``; none of them depends on the key):
 * A text with no scored sentence has no statistic: status ``too_short``.
 * The margin is not applied at detection.
 
-The key enters only afterwards: the valid table turns each scored transition into a verdict.
-Calibration consumes the same plans (``Detector.plan_batch``) under many tables.
+The key enters only afterwards. Under the ``region`` mark the valid table turns each scored
+transition into a verdict; under the ``direction`` mark the key's direction for the previous
+sentence's region gives each scored sentence a score (``scores``), positive scores counting as
+``valid``. Calibration consumes the same plans (``Detector.plan_batch``) under many keys.
 
-``z_score`` is always the paper's z (comparable with published numbers); ``p_value`` comes from
-the configured statistic (``exact`` by default) and alone decides ``watermarked``.
+``z_score``: under the ``region`` mark always the paper's z (comparable with published numbers);
+under the ``direction`` mark the exact z of ``stats.direction_z``. ``p_value`` comes from the
+configured statistic (``exact`` by default) and alone decides ``watermarked``.
 """
 
 from __future__ import annotations
@@ -26,8 +29,17 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from .scheme import WatermarkScheme
-from .stats import STATISTICS, exact_p_value, normal_sf, paper_z, transition_matrix
+from .stats import (
+    STATISTICS,
+    direction_z,
+    exact_p_value,
+    normal_sf,
+    paper_z,
+    transition_matrix,
+)
 
 _SPACE = re.compile(r"\s+")
 
@@ -50,6 +62,7 @@ class DetectionResult:
     verdicts: list[str] = field(default_factory=list)  # seed / valid / invalid / repeat
     error: str | None = None
     seed_region: int | None = None  # region of the prompt sentence that seeded the first one
+    scores: list[float | None] | None = None  # direction mark: each scored sentence's score
 
     def to_record(self) -> dict:
         """Fields added to a JSONL record."""
@@ -64,6 +77,8 @@ class DetectionResult:
             "verdicts": self.verdicts,
             "status": self.status,
         }
+        if self.scores is not None:
+            out["scores"] = [None if x is None else round(x, 6) for x in self.scores]
         if self.error:
             out["error"] = self.error
         return out
@@ -78,6 +93,8 @@ class ScoringPlan:
         regions: their regions.
         seed_region: region of the prompt's last sentence when a prompt seeds the text.
         roles: per sentence ``seed`` (only sets the previous region), ``scored`` or ``repeat``.
+        vectors: ``(N, D)`` what the ``direction`` mark scores (``WatermarkScheme.vectors``) of
+            each sentence; ``None`` under the ``region`` mark.
         error: why the text could not be planned (then everything else is empty).
     """
 
@@ -85,6 +102,7 @@ class ScoringPlan:
     regions: list[int] = field(default_factory=list)
     seed_region: int | None = None
     roles: list[str] = field(default_factory=list)
+    vectors: torch.Tensor | None = None
     error: str | None = None
 
     @property
@@ -100,6 +118,12 @@ class ScoringPlan:
     def scored(self) -> list[bool]:
         """The scored mask over ``sentences``."""
         return [role == SCORED for role in self.roles]
+
+    def scored_contexts(self) -> tuple[list[int], list[int]]:
+        """Indices of the scored sentences and the region before each (their contexts)."""
+        rows = [t for t, role in enumerate(self.roles) if role == SCORED]
+        previous = self.previous
+        return rows, [int(previous[t]) for t in rows]
 
     def transition_counts(self, num_regions: int):
         """``(K, K)`` counts of the scored transitions ``(previous region, region)``."""
@@ -136,13 +160,15 @@ class Detector:
     Args:
         scheme: the same scheme (encoder, partition, key) that generated the text.
         statistic: ``exact`` (key-randomisation p-value, calibrated) or ``paper`` (normal tail
-            of the paper's z).
+            of the paper's z; ``region`` mark only).
         alpha: texts with ``p_value <= alpha`` are called watermarked.
     """
 
     def __init__(self, scheme: WatermarkScheme, statistic: str = "exact", alpha: float = 0.01):
         if statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {STATISTICS}, not {statistic!r}")
+        if statistic == "paper" and scheme.mark == "direction":
+            raise ValueError("the paper statistic is defined for the region mark only")
         if not 0 < alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         self.scheme = scheme
@@ -186,17 +212,26 @@ class Detector:
             plans.append(ScoringPlan(sentences=splitter.split(text)))
             seeded.append((plans[-1], bool(seed)))
             flat += seed + plans[-1].sentences
-        regions = iter(self.scheme.regions(flat)[0].tolist())
+        emb = self.scheme.embed(flat)
+        regions = iter(self.scheme.locate(emb)[0].tolist())
+        vectors = self.scheme.vectors(emb) if self.scheme.mark == "direction" else None
+        row = 0
         for plan, has_seed in seeded:
             plan.seed_region = next(regions) if has_seed else None
             plan.regions = [next(regions) for _ in plan.sentences]
             plan.roles = _roles(plan.sentences, has_seed)
+            row += has_seed
+            if vectors is not None:
+                plan.vectors = vectors[row : row + len(plan.sentences)]
+            row += len(plan.sentences)
         return plans
 
     def score(self, plan: ScoringPlan) -> DetectionResult:
         """Apply the scheme's valid table and the statistic to one plan."""
         if plan.error is not None:
             return DetectionResult(status="error", error=plan.error, statistic=self.statistic)
+        if self.scheme.mark == "direction":
+            return self._score_direction(plan)
         table = self.scheme.table
         verdicts = []
         for prev, region, role in zip(plan.previous, plan.regions, plan.roles, strict=True):
@@ -216,11 +251,7 @@ class Detector:
             seed_region=plan.seed_region,
         )
         if num_scored == 0:
-            result.status = "too_short"
-            result.error = (
-                "no sentence to score: a text needs two sentences, or one sentence and a prompt"
-            )
-            return result
+            return _too_short(result)
         z = paper_z(num_valid, num_scored, self.scheme.gamma)
         if self.statistic == "paper":
             p = normal_sf(z)
@@ -231,3 +262,41 @@ class Detector:
         result.p_value = float(p)
         result.watermarked = p <= self.alpha
         return result
+
+    def _score_direction(self, plan: ScoringPlan) -> DetectionResult:
+        """The ``direction`` mark: each scored sentence's projection on its context's keyed
+        direction, summed into the exact z of ``stats.direction_z``."""
+        rows, contexts = plan.scored_contexts()
+        scores: list[float | None] = [None] * len(plan.sentences)
+        verdicts = list(plan.roles)
+        if rows:
+            values = self.scheme.scores(plan.vectors[rows], contexts).tolist()
+            for t, value in zip(rows, values, strict=True):
+                scores[t] = float(value)
+                verdicts[t] = "valid" if value > 0 else "invalid"
+        result = DetectionResult(
+            status="ok",
+            num_scored=len(rows),
+            num_valid=verdicts.count("valid"),
+            statistic=self.statistic,
+            sentences=plan.sentences,
+            regions=plan.regions,
+            verdicts=verdicts,
+            seed_region=plan.seed_region,
+            scores=scores,
+        )
+        if not rows:
+            return _too_short(result)
+        z = direction_z(
+            plan.vectors[rows].double().numpy(), contexts, self.scheme.directions.double().numpy()
+        )
+        result.z_score = float(z)
+        result.p_value = float(normal_sf(z))
+        result.watermarked = result.p_value <= self.alpha
+        return result
+
+
+def _too_short(result: DetectionResult) -> DetectionResult:
+    result.status = "too_short"
+    result.error = "no sentence to score: a text needs two sentences, or one sentence and a prompt"
+    return result

@@ -2,7 +2,10 @@
 
 For each new sentence of each document: draw candidate sentences, accept the first whose region
 is valid after the previous sentence's region and whose margin holds; after ``max_candidates``
-draws accept the last one drawn (a *fallback*). Candidates are drawn in rounds of several rows
+draws accept the last one drawn (a *fallback*). Under the ``direction`` mark (see ``scheme``)
+the rule is a score instead: accept the first candidate whose score reaches ``threshold``;
+after ``max_candidates`` draws keep the best-scoring one (a fallback that still carries most
+of the evidence a sentence can, since it is the best of its draws). Candidates are drawn in rounds of several rows
 per document (see ``sampler``), several documents per round. The first generated sentence is
 seeded by the region of the prompt's last sentence.
 
@@ -51,6 +54,7 @@ from tqdm.auto import tqdm
 
 from .sampler import Candidate, CandidateSampler, GroupResult
 from .scheme import WatermarkScheme
+from .stats import normal_sf
 
 
 class Judgement(NamedTuple):
@@ -58,10 +62,13 @@ class Judgement(NamedTuple):
 
     region: int
     valid: bool
-    """The region is in the valid set after the previous sentence's region."""
+    """The region is in the valid set after the previous sentence's region (``direction``
+    mark: the score reaches the threshold)."""
     margin_ok: bool
     novel: bool
     """The transition is new in the document, or novelty no longer matters (see above)."""
+    score: float = math.nan
+    """``direction`` mark: the candidate's score (``nan`` under the ``region`` mark)."""
 
 
 @dataclass
@@ -80,6 +87,7 @@ class SentenceRecord:
     rejected_repeat: int = 0
     fallback: bool = False
     num_tokens: int = 0
+    score: float | None = None  # direction mark: the kept sentence's score
 
 
 @dataclass
@@ -127,6 +135,8 @@ class GenerationResult:
             "seconds": round(self.seconds, 3),
             "status": self.status,
         }
+        if any(s.score is not None for s in self.sentences):
+            out["scores"] = [None if s.score is None else round(s.score, 6) for s in self.sentences]
         if self.error:
             out["error"] = self.error
         if self.ended_by_model:
@@ -162,6 +172,7 @@ class _Doc:
     rejected_region: int = 0
     rejected_margin: int = 0
     rejected_repeat: int = 0
+    best: Candidate | None = None  # direction mark: best-scoring usable candidate so far
     done: bool = False
 
 
@@ -182,6 +193,8 @@ class Watermarker:
         margin_patience: candidates after which the margin is no longer required: a candidate
             in a valid region is then accepted whatever its distance to the region's border
             (``None``: the margin holds until ``max_candidates``, the paper's rule).
+        threshold: ``direction`` mark: the score that accepts a candidate at once (``None``:
+            none does; the best of ``max_candidates`` is kept).
         seed: seed of the sampling RNG (same seed, inputs and settings give the same text).
     """
 
@@ -197,6 +210,7 @@ class Watermarker:
         max_sentences: int | None = None,
         novelty_patience: int = 0,
         margin_patience: int | None = None,
+        threshold: float | None = None,
         seed: int = 0,
     ) -> None:
         if max_candidates < 1:
@@ -219,6 +233,7 @@ class Watermarker:
         if margin_patience is not None and margin_patience < 0:
             raise ValueError(f"margin_patience must be >= 0 or None, got {margin_patience}")
         self.margin_patience = margin_patience
+        self.threshold = math.inf if threshold is None else float(threshold)
         self.seed = seed
         self.prior_weight = 4.0
 
@@ -248,7 +263,11 @@ class Watermarker:
 
     def _acceptance(self, previous: int, stats: dict[int, list[float]]) -> list[float]:
         if previous not in stats:
-            prior = self.scheme.acceptance_rate(previous) * 0.74
+            if self.scheme.mark == "direction":
+                # A unit vector's projection on a standard normal direction is N(0, 1).
+                prior = normal_sf(self.threshold)
+            else:
+                prior = self.scheme.acceptance_rate(previous) * 0.74
             stats[previous] = [prior * self.prior_weight, self.prior_weight]
         return stats[previous]
 
@@ -353,6 +372,8 @@ class Watermarker:
         ``rows`` (``(document index in active, candidate index in the round)``)."""
         if not watermark:
             return [(True, Judgement(-1, True, True, True)) for _ in texts]
+        if self.scheme.mark == "direction":
+            return self._judge_direction(active, rows, texts)
         regions, margin_ok = self.scheme.regions(texts)
         previous = torch.tensor([active[g].previous for g, _ in rows])
         valid = self.scheme.is_valid(previous, regions)
@@ -372,6 +393,20 @@ class Watermarker:
             out.append((verdict.valid and verdict.margin_ok and novel, verdict))
         return out
 
+    def _judge_direction(
+        self, active: list[_Doc], rows: list[tuple[int, int]], texts: list[str]
+    ) -> list[tuple[bool, Judgement]]:
+        """The judge of the ``direction`` mark: accepted when the score reaches the threshold."""
+        emb = self.scheme.embed(texts)
+        regions = self.scheme.locate(emb)[0].tolist()
+        previous = [active[g].previous for g, _ in rows]
+        scores = self.scheme.scores(self.scheme.vectors(emb), previous).tolist()
+        out = []
+        for r, score in zip(regions, scores, strict=True):
+            passed = score >= self.threshold
+            out.append((passed, Judgement(int(r), passed, True, True, float(score))))
+        return out
+
     def _tally(self, doc: _Doc, res: GroupResult, watermark: bool) -> None:
         """Count a round's candidates: drawn, acceptance rate, and why each was rejected."""
         doc.result.decoded_tokens += res.decoded_tokens
@@ -381,9 +416,14 @@ class Watermarker:
             if cand.info is None or not watermark:
                 continue
             verdict: Judgement = cand.info
+            scored = cand.text and not math.isnan(verdict.score)
+            if scored and (doc.best is None or verdict.score > doc.best.info.score):
+                doc.best = cand
             counts = self._acceptance(doc.previous, doc.stats)
             counts[0] += cand.accepted
             counts[1] += 1
+            if self.scheme.mark == "direction" and math.isinf(self.threshold):
+                continue  # best of max_candidates: no candidate is turned down by a rule
             if not verdict.valid:
                 doc.rejected_region += 1
             elif not verdict.margin_ok:
@@ -398,6 +438,9 @@ class Watermarker:
             return res.candidates[res.accepted_index], False
         if doc.drawn < self.max_candidates:
             return None
+        if doc.best is not None:
+            # Without a threshold, the best of max_candidates is the rule, not a fallback.
+            return doc.best, math.isfinite(self.threshold)
         usable = [c for c in res.candidates if c.text]
         if usable:
             return usable[-1], True
@@ -424,6 +467,7 @@ class Watermarker:
                 rejected_repeat=doc.rejected_repeat,
                 fallback=fallback,
                 num_tokens=chosen.num_tokens,
+                score=_score_of(chosen),
             )
         )
         doc.result.text += (chosen.separator if doc.result.text else "") + chosen.text
@@ -432,10 +476,16 @@ class Watermarker:
         doc.used.add((doc.previous, region))
         doc.previous = region
         doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
+        doc.best = None
         if doc.result.num_tokens >= self.max_new_tokens or (
             self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences
         ):
             doc.done = True
+
+
+def _score_of(candidate: Candidate) -> float | None:
+    info = candidate.info
+    return None if info is None or math.isnan(info.score) else float(info.score)
 
 
 def _document_generator(seed: int, prompt: object) -> torch.Generator:
