@@ -22,7 +22,8 @@ SENTENCES = [f"Sentence number {i} talks about topic {i * 7 % 13}." for i in ran
 
 @pytest.fixture
 def app(hash_encoder):
-    cfg = WatermarkConfig(partition="lsh", key=SECRET)
+    # SemStamp's region mark: the chains below are built from its valid table.
+    cfg = WatermarkConfig(partition="lsh", key=SECRET, mark="region")
     return create_app(cfg, limits=Limits(max_chars=2_000), encoder=hash_encoder, generation=False)
 
 
@@ -271,6 +272,34 @@ def test_null_chart_uses_the_prompt_seed():
     # Transitions 0->1 and 1->2, one valid region per row: each valid with chance 1/4.
     assert chart["pmf"] == pytest.approx([9 / 16, 6 / 16, 1 / 16])
     assert chart["tail"] == pytest.approx(7 / 16) and chart["expected"] == pytest.approx(0.5)
+
+
+def test_direction_mark_view_scores_and_normal_chart(hash_encoder):
+    cfg = WatermarkConfig(partition="lsh", key=SECRET, mark="direction")
+    app = create_app(cfg, encoder=hash_encoder, generation=False)
+    client = TestClient(app)
+    assert client.get("/api/info").json()["mark"] == "direction"
+    scheme = app.state.detector.scheme
+    # A chain picked for the key: each next sentence the best-scoring after the previous one.
+    emb = scheme.embed(SENTENCES)
+    vectors, regions = scheme.vectors(emb), scheme.locate(emb)[0].tolist()
+    chain, prev = [SENTENCES[0]], regions[0]
+    for _ in range(7):
+        scores = scheme.scores(vectors, [prev] * len(SENTENCES)).tolist()
+        best = max((i for i, s in enumerate(SENTENCES) if s not in chain), key=lambda i: scores[i])
+        chain.append(SENTENCES[best])
+        prev = regions[best]
+    view = client.post("/api/detect", json={"text": " ".join(chain)}).json()
+    assert view["mark"] == "direction" and view["decision"] == "watermarked"
+    assert view["null"]["kind"] == "normal"
+    assert view["null"]["z"] == pytest.approx(view["z_score"])
+    assert view["null"]["tail"] == pytest.approx(view["p_value"])
+    assert view["expected_valid"] == pytest.approx(view["num_scored"] / 2)
+    scored = [s for s in view["sentences"] if s["scored"]]
+    assert len(scored) == 7 and all(s["score"] > 0 for s in scored)
+    assert view["sentences"][0]["score"] is None
+    assert "exactly normal" in view["explanation"]
+    assert SECRET not in json.dumps(view)
 
 
 def test_explanation_names_a_text_that_never_changes_step():

@@ -139,17 +139,17 @@ def create_app(
     # The encoder's tokenizer is not safe to call from two threads at once (the generation
     # worker and a detection request): one lock around every encoder pass.
     encoder_lock = threading.Lock()
-    unlocked_regions = scheme.regions
+    unlocked_embed = scheme.embed
 
-    def regions(sentences):
+    def embed(sentences):
         with encoder_lock:
-            return unlocked_regions(sentences)
+            return unlocked_embed(sentences)
 
-    scheme.regions = regions  # type: ignore[method-assign]
+    scheme.embed = embed  # type: ignore[method-assign]
     detector: Detector = build_detector(settings, scheme)
     watermarker = build_watermarker(settings, scheme, lm=lm) if generation else None
     fingerprint = scheme.key_fingerprint
-    valid_per_row = num_valid(scheme.num_regions, scheme.gamma)
+    valid_per_row = num_valid(scheme.num_regions, scheme.gamma) if scheme.mark == "region" else 0
     demo_key = secret is not None and fingerprint == key_fingerprint(DEMO_KEY)
     # From here on the key lives only in `settings` (whose repr and to_dict leave it out), the
     # scheme's table and the log filter; nothing below puts it in a response.
@@ -163,6 +163,7 @@ def create_app(
             alpha=detector.alpha,
             valid_per_row=valid_per_row,
             num_regions=scheme.num_regions,
+            mark=scheme.mark,
         )
         out["seconds"] = round(seconds, 4)
         out["key_fingerprint"] = fingerprint
@@ -267,6 +268,7 @@ def create_app(
             "key_fingerprint": fingerprint,
             "demo_key": demo_key,
             "valid_mode": scheme.valid_mode,
+            "mark": scheme.mark,
             "statistic": detector.statistic,
             "alpha": detector.alpha,
             "gamma": scheme.gamma,
