@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from .design import Design, DesignView, centroid_path, view
 from .ingredients import Ingredients
-from .simulate import SimText, human_p_values, key_tables, simulate_text
+from .simulate import SimText, human_p_values, key_material, simulate_text
 
 ALPHAS = (0.01, 0.05)
 
@@ -86,10 +86,10 @@ class Sweep:
 
         path = design.centroids or str(centroid_path(self.folder, self.ing.encoder, design.k))
         if path not in self._views:
-            centroids = CentroidFile.load(path).centroids
-            if centroids.shape[0] != design.k:
-                raise ValueError(f"{path} has {centroids.shape[0]} centroids, design K={design.k}")
-            self._views[path] = view(self.ing, centroids)
+            fitted = CentroidFile.load(path)
+            if fitted.num_regions != design.k:
+                raise ValueError(f"{path} has {fitted.num_regions} centroids, design K={design.k}")
+            self._views[path] = view(self.ing, fitted.centroids, fitted.mean)
         return self._views[path]
 
     def margin_for(self, design: Design, pass_rate: float) -> Design:
@@ -106,7 +106,7 @@ class Sweep:
         docs = range(self.ing.num_docs) if docs is None else docs
         per_key = []
         human = []
-        for i, table in enumerate(key_tables(design, self.num_keys, self.seed)):
+        for i, table in enumerate(key_material(design, self.num_keys, self.seed, dv)):
             rng = np.random.default_rng([self.seed, i])
             per_key.append(
                 [
