@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from ..corpora import leading_sentences, news_articles
@@ -52,7 +53,7 @@ from .report import markdown_table, plot_roc
 from .settings import FIXED_SETTINGS, EvalSettings
 
 MISSING_SCORE = -1000.0
-WATERMARKED = ("ksemstamp", "ksemstamp-paper", "semstamp", "kgw")
+WATERMARKED = ("ksemstamp", "ksemstamp-paper", "ksemstamp-region", "semstamp", "kgw")
 # ---------------------------------------------------------------------- prompts
 
 
@@ -108,6 +109,8 @@ class Run:
         self._check_settings()
         self._lms: dict[str, tuple] = {}
         self._encoders: dict[str, Any] = {}
+        self.key_index: dict[Any, int] = {}
+        """Prompt id -> index of its evaluation key (set by ``prompts``)."""
 
     def _check_settings(self) -> None:
         fixed: dict[str, Any] = {k: getattr(self.settings, k) for k in FIXED_SETTINGS}
@@ -159,7 +162,7 @@ class Run:
 
         stored = read_records(path)
         if len(stored) >= self.settings.num_prompts:
-            return stored[: self.settings.num_prompts]
+            return self._assign_keys(stored[: self.settings.num_prompts])
         lm = self.settings.watermark_config(
             "ksemstamp" if "ksemstamp" in self.settings.algorithms else self.settings.algorithms[0]
         ).lm
@@ -170,7 +173,11 @@ class Run:
 
         rows = build_prompts(self.settings, count)
         write_jsonl_atomic(path, rows)
-        return rows
+        return self._assign_keys(rows)
+
+    def _assign_keys(self, prompts: list[dict]) -> list[dict]:
+        self.key_index = {p["id"]: i % self.settings.num_keys for i, p in enumerate(prompts)}
+        return prompts
 
     # -- generation
     def generate(self, algorithm: str, prompts: list[dict]) -> dict[str, dict]:
@@ -184,13 +191,17 @@ class Run:
         pending = [{"id": p["id"], "prompt": p["prompt"]} for p in prompts if p["id"] not in done]
         if pending:
             print(f"generate {algorithm}: {len(pending)} prompts", file=sys.stderr)
-            cfg = self.settings.watermark_config(algorithm)
+        for key_index in range(self.settings.num_keys):
+            group = [p for p in pending if self.key_index.get(p["id"], 0) == key_index]
+            if not group:
+                continue
+            cfg = self.settings.watermark_config(algorithm, key_index)
             factory = GeneratorFactory(
                 algorithm, {**cfg.to_dict(), "key": cfg.key}, dict(self.settings.kgw)
             )
             predict_to_shards(
                 factory,
-                pending,
+                group,
                 folder,
                 algorithm,
                 devices=self.settings.devices,
@@ -243,22 +254,25 @@ class Run:
         path = self.root / "detections" / f"{algorithm}.{name}.jsonl"
         with ResumableWriter(path) as out:
             pending = [i for i in texts if not out.is_done(InputRecord(0, {"id": i}))]
-            if pending:
-                detect = self._detector(algorithm)
-                for start in range(0, len(pending), 64):
-                    chunk = pending[start : start + 64]
+            for key_index in range(self.settings.num_keys):
+                group = [i for i in pending if self.key_index.get(i, 0) == key_index]
+                if not group:
+                    continue
+                detect = self._detector(algorithm, key_index)
+                for start in range(0, len(group), 64):
+                    chunk = group[start : start + 64]
                     for i, res in zip(
                         chunk,
                         detect([texts[i] for i in chunk], [prompts[i] for i in chunk]),
                         strict=True,
                     ):
-                        out.write({"id": i, **res})
+                        out.write({"id": i, "key_index": key_index, **res})
         from .predict import read_records
 
         return {r["id"]: r for r in read_records(path)}
 
-    def _detector(self, algorithm: str):
-        cfg = self.settings.watermark_config(algorithm)
+    def _detector(self, algorithm: str, key_index: int = 0):
+        cfg = self.settings.watermark_config(algorithm, key_index)
         if algorithm == "kgw":
             from .baselines import KGWDetector, KGWSettings
 
@@ -267,7 +281,7 @@ class Run:
             return lambda texts, prompts: kgw.detect_batch(texts)
         from ..config import build_detector, build_scheme
 
-        key = (algorithm, "detector")
+        key = (algorithm, "detector", key_index)
         if key not in self._encoders:
             scheme = build_scheme(cfg, encoder=self.encoder(cfg.encoder))
             self._encoders[key] = build_detector(cfg, scheme)
@@ -330,7 +344,6 @@ def _exact_score(det: dict) -> float:
 
 def run_evaluation(settings: EvalSettings) -> dict:
     """Run (or resume) every stage and write ``results.json``, ``results.md`` and ``roc.png``."""
-    import numpy as np
 
     from .metrics import detection_metrics, ngram_entropy, semantic_entropy
 
@@ -402,6 +415,9 @@ def run_evaluation(settings: EvalSettings) -> dict:
                 entry["exact"] = {
                     k: v for k, v in detection_metrics(exact, labels).items() if k != "roc"
                 }
+                entry["at_alpha"] = flagged_at_alpha(
+                    [positives[i] for i in ids], [negatives[i] for i in sorted(negatives)]
+                )
             if attacked is not None:
                 entry["similarity"] = float(np.mean([a["similarity"] for a in attacked.values()]))
                 entry["sentence_similarity"] = float(
@@ -419,6 +435,41 @@ def run_evaluation(settings: EvalSettings) -> dict:
     write_text_atomic(run.root / "results.md", markdown_table(results))
     plot_roc(results, run.root / "roc.png")
     return results
+
+
+ALPHAS = (0.01, 0.05)
+
+
+def flagged_at_alpha(positives: list[dict], negatives: list[dict]) -> dict:
+    """The decision a user makes: the share of texts with ``p_value <= alpha``, watermarked
+    (TPR) and human (FPR), at each of ``ALPHAS``; a text without a p-value is not flagged. With
+    several evaluation keys, also per key (each key's own texts) with the mean and the worst key.
+    """
+
+    def share(records: list[dict], alpha: float) -> float | None:
+        if not records:
+            return None
+        hits = [r.get("p_value") is not None and r["p_value"] <= alpha for r in records]
+        return float(np.mean(hits))
+
+    keys = sorted({r.get("key_index", 0) for r in positives + negatives})
+    out: dict[str, Any] = {}
+    for alpha in ALPHAS:
+        entry: dict[str, Any] = {"tpr": share(positives, alpha), "fpr": share(negatives, alpha)}
+        if len(keys) > 1:
+            per_key = [
+                share([r for r in positives if r.get("key_index", 0) == k], alpha) for k in keys
+            ]
+            per_key_fpr = [
+                share([r for r in negatives if r.get("key_index", 0) == k], alpha) for k in keys
+            ]
+            entry["tpr_per_key"] = per_key
+            entry["fpr_per_key"] = per_key_fpr
+            entry["tpr_mean_over_keys"] = float(np.mean([x for x in per_key if x is not None]))
+            entry["tpr_worst_key"] = float(min(x for x in per_key if x is not None))
+            entry["fpr_mean_over_keys"] = float(np.mean([x for x in per_key_fpr if x is not None]))
+        out[str(alpha)] = entry
+    return out
 
 
 def _generation_stats(records) -> dict:

@@ -18,6 +18,7 @@ FIXED_SETTINGS = (
     "max_new_tokens",
     "watermark_configs",
     "watermark_overrides",
+    "num_keys",
     "kgw",
     "similarity_encoder",
     "oracle",
@@ -62,6 +63,11 @@ class EvalSettings:
     """Watermark settings files per algorithm (later files win)."""
     watermark_overrides: dict[str, Any] = field(default_factory=dict)
     """Applied on top of every algorithm's settings (e.g. a smaller ``max_candidates``)."""
+    num_keys: int = 1
+    """Watermark keys, taken by the prompts in turn: prompt ``i`` is generated and detected
+    (with its human negative) under key ``i mod num_keys``, derived from the configured key
+    (``key_for``). A design that works for one key and not another shows up in the averages
+    instead of deciding them. ``1``: the configured key itself. KGW keeps its own seeding."""
     kgw: dict[str, Any] = field(default_factory=dict)
     """``KGWSettings`` fields (defaults: gamma 0.25, delta 2.0, lefthash, context 1)."""
     attacks: list[dict] = field(default_factory=_default_attacks)
@@ -91,7 +97,14 @@ class EvalSettings:
         names = [a.get("name") for a in self.attacks]
         if None in names or len(set(names)) != len(names) or "none" in names or "human" in names:
             problems.append("every attack needs a unique name other than 'none' and 'human'")
-        for name in ("num_prompts", "max_new_tokens", "devices", "prompt_batch", "attack_batch"):
+        for name in (
+            "num_prompts",
+            "max_new_tokens",
+            "devices",
+            "prompt_batch",
+            "attack_batch",
+            "num_keys",
+        ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         if problems:
@@ -106,8 +119,9 @@ class EvalSettings:
             raise ValueError(f"{path}: unknown evaluation settings {unknown}")
         return cls(**data)
 
-    def watermark_config(self, algorithm: str) -> WatermarkConfig:
-        """The watermark settings of ``algorithm`` (its files, then the overrides)."""
+    def watermark_config(self, algorithm: str, key_index: int = 0) -> WatermarkConfig:
+        """The watermark settings of ``algorithm`` (its files, then the overrides), with the
+        ``key_index``-th evaluation key (``key_for``)."""
         data: dict[str, Any] = {}
         for name in self.watermark_configs[algorithm]:
             path = Path(name)
@@ -115,4 +129,18 @@ class EvalSettings:
         data.update(self.watermark_overrides)
         data["max_new_tokens"] = self.max_new_tokens
         data["seed"] = self.seed
-        return WatermarkConfig.from_dict(data)
+        cfg = WatermarkConfig.from_dict(data)
+        if self.num_keys > 1 and algorithm != "kgw":
+            cfg.key = key_for(cfg.key, key_index)
+        return cfg
+
+
+def key_for(key: str | None, index: int) -> str:
+    """The ``index``-th evaluation key derived from ``key`` (``$KSEMSTAMP_KEY`` or the demo key
+    when ``None``): distinct keys, none of them equal to ``key``, all rebuilt from it."""
+    import hashlib
+
+    from ..keys import resolve_key
+
+    base = resolve_key(key)
+    return hashlib.sha256(f"ksemstamp-eval-key|{index}|{base}".encode()).hexdigest()
