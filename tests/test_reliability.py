@@ -225,14 +225,22 @@ def test_bad_sampling_setting_is_named(setting, value):
 
 
 def test_gamma_times_k_must_be_whole(tmp_path):
+    # The valid table of the region mark needs gamma * K whole.
     with pytest.raises(ValueError, match="gamma"):
-        build_scheme(WatermarkConfig(partition="lsh", gamma=0.3, key="k"), encoder=_Encoder())
+        build_scheme(
+            WatermarkConfig(partition="lsh", gamma=0.3, key="k", mark="region"), encoder=_Encoder()
+        )
     encoder = _Encoder()
     two = tmp_path / "k2.pt"
     CentroidFile(torch.randn(2, 16), "tiny", encoder_fingerprint(encoder)).save(two)
     with pytest.raises(ValueError, match=r"gamma \* K.*K=2"):
-        build_scheme(WatermarkConfig(centroids=str(two), gamma=0.25, key="k"), encoder=encoder)
-    build_scheme(WatermarkConfig(centroids=str(two), gamma=0.5, key="k"), encoder=encoder)
+        build_scheme(
+            WatermarkConfig(centroids=str(two), gamma=0.25, key="k", mark="region"),
+            encoder=encoder,
+        )
+    build_scheme(
+        WatermarkConfig(centroids=str(two), gamma=0.5, key="k", mark="region"), encoder=encoder
+    )
 
 
 def test_fewer_than_two_regions_is_refused(tmp_path):
