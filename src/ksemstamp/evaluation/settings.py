@@ -1,9 +1,11 @@
 """Settings of an evaluation run (``EvalSettings``): YAML files under ``configs/eval/`` mirror
-its fields, flags of ``watermark.py evaluate`` override them."""
+its fields; ``watermark.py evaluate`` takes them with ``--config`` and has a flag for each
+field (``--num-prompts 50``, ``--algorithms ksemstamp,kgw``)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,14 +99,13 @@ class EvalSettings:
         if problems:
             raise ValueError("invalid evaluation settings:\n  " + "\n  ".join(problems))
 
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> EvalSettings:
-        data = {**load_settings_file(path), **overrides}
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
+    def select_attacks(self, names: Sequence[str]) -> EvalSettings:
+        """The same settings with only the attacks named, in that order."""
+        known = {a["name"]: a for a in self.attacks}
+        unknown = [n for n in names if n not in known]
         if unknown:
-            raise ValueError(f"{path}: unknown evaluation settings {unknown}")
-        return cls(**data)
+            raise ValueError(f"unknown attacks {unknown}; configured: {sorted(known)}")
+        return dataclasses.replace(self, attacks=[known[n] for n in names])
 
     def watermark_config(self, algorithm: str) -> WatermarkConfig:
         """The watermark settings of ``algorithm`` (its files, then the overrides)."""
