@@ -1,185 +1,27 @@
-"""Command line: ``python watermark.py {generate,detect,demo,calibrate} ...``.
+"""Command handlers of ``python watermark.py {generate,detect,demo,calibrate,serve,evaluate}``.
 
-Settings come from the defaults of ``WatermarkConfig``, then ``--config`` YAML files (later ones
-win), then flags (``--gamma 0.25``, ``--no-adaptive-batch``, ...): every setting can be given
-either way.
-
-Length (~480 lines): five subcommands, each with its flags, its one-text path and its JSONL path.
-The flags are reflected from ``WatermarkConfig`` by hand; building the subcommands from the
-settings dataclasses with jsonargparse, as ``train.py`` is built, would shorten this file.
+Each handler takes the subcommand's values (``args``) and its settings, built by
+``ksemstamp.cli_args`` from the settings dataclasses: defaults, then ``--config`` YAML files
+(later ones win), then flags (``--gamma 0.25``, ``--no-adaptive-batch``, ...).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shlex
 import sys
 import time
-import types
-import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from tqdm.auto import tqdm
 
 from .assets import AssetError
-from .config import (
-    WatermarkConfig,
-    build_detector,
-    build_scheme,
-    build_watermarker,
-    load_settings_file,
-)
+from .cli_args import parse
+from .config import WatermarkConfig, build_detector, build_scheme, build_watermarker
 from .corpora import news_prompt
 from .io import ResumableWriter, read_jsonl
-
-
-def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("settings (override --config)")
-    hints = typing.get_type_hints(WatermarkConfig)
-    for field in dataclasses.fields(WatermarkConfig):
-        flag = "--" + field.name.replace("_", "-")
-        hint = hints[field.name]
-        if hint is bool:
-            group.add_argument(
-                flag,
-                dest=field.name,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-            )
-            continue
-        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-            hint = next(a for a in typing.get_args(hint) if a is not type(None))
-        group.add_argument(
-            flag,
-            dest=field.name,
-            type=hint,
-            default=argparse.SUPPRESS,
-            metavar=hint.__name__.upper(),
-        )
-
-
-def _config(args: argparse.Namespace) -> WatermarkConfig:
-    data: dict[str, Any] = {}
-    for path in args.config or []:
-        data.update(load_settings_file(path))
-    names = {f.name for f in dataclasses.fields(WatermarkConfig)}
-    data.update({k: v for k, v in vars(args).items() if k in names})
-    return WatermarkConfig.from_dict(data)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="watermark.py",
-        description="k-SemStamp / SemStamp semantic watermarks: generate and detect.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", action="append", help="YAML settings file (repeatable)")
-        p.add_argument("--print-config", action="store_true", help="print settings and exit")
-        p.add_argument("--quiet", action="store_true", help="no progress bars")
-        _add_setting_flags(p)
-
-    gen = sub.add_parser("generate", help="generate watermarked continuations")
-    src = gen.add_mutually_exclusive_group()
-    src.add_argument("--prompt", help="one prompt")
-    src.add_argument("--input", help='JSONL with {"id": ..., "prompt": ...} per line')
-    gen.add_argument("--output", help="JSONL output (required with --input; resumable)")
-    gen.add_argument(
-        "--no-watermark",
-        action="store_true",
-        help="plain sentence-by-sentence sampling with the same settings",
-    )
-    common(gen)
-
-    det = sub.add_parser("detect", help="detect the watermark in texts")
-    src = det.add_mutually_exclusive_group()
-    src.add_argument("--text", help="one text")
-    src.add_argument("--file", help="a plain-text file holding one text")
-    src.add_argument("--input", help='JSONL with {"text": ..., ["prompt": ...]} per line')
-    det.add_argument("--prompt", help="with --text/--file: the prompt the text continues")
-    det.add_argument("--output", help="JSONL output (required with --input; resumable)")
-    det.add_argument("--batch-size", type=_positive_int, default=64, help="texts per encoder pass")
-    common(det)
-
-    demo = sub.add_parser("demo", help="watermark a held-out news prompt, then detect it")
-    demo.add_argument("--article", type=int, default=0, help="index of the test-split article")
-    demo.add_argument(
-        "--prompt-words",
-        type=int,
-        default=32,
-        help="prompt length in words, cut back to a sentence end (paper: ~32)",
-    )
-    common(demo)
-
-    cal = sub.add_parser(
-        "calibrate",
-        help="measure false-positive rates on held-out human text over many keys, with power",
-    )
-    cal.add_argument(
-        "--output-dir", default="docs/calibration", help="JSON, report and PNG go here"
-    )
-    cal.add_argument("--max-texts", type=_positive_int, default=3000, help="human texts in all")
-    cal.add_argument("--num-keys", type=_positive_int, default=50, help="random keyed tables")
-    cal.add_argument(
-        "--sources",
-        default="news,parliament,tweets",
-        help="comma-separated human sources (news, parliament, tweets)",
-    )
-    cal.add_argument(
-        "--window-words", type=_positive_int, default=150, help="words per human text (~200 tokens)"
-    )
-    cal.add_argument(
-        "--watermarked",
-        action="append",
-        default=[],
-        help="JSONL written by `generate` under the configured key: real power beside the FPR "
-        "(repeatable)",
-    )
-    cal.add_argument(
-        "--simulated-per-key",
-        type=int,
-        default=200,
-        help="simulated watermarked region sequences per key (0: none)",
-    )
-    cal.add_argument("--calibration-seed", type=int, default=0, help="keys and sampling seed")
-    cal.add_argument(
-        "--no-embedding-cache",
-        dest="reuse_embeddings",
-        action="store_false",
-        help="embed every sentence afresh instead of reusing embeddings kept from earlier runs "
-        "(kept under KSEMSTAMP_CACHE/embeddings, one file per encoder fingerprint)",
-    )
-    common(cal)
-
-    srv = sub.add_parser("serve", help="a local web page: detect, batch and generate")
-    srv.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    srv.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
-    srv.add_argument("--max-chars", type=_positive_int, default=200_000, help="longest text")
-    srv.add_argument("--no-generate", action="store_true", help="detection only: no LM loaded")
-    common(srv)
-
-    from .evaluation.run import add_arguments as add_evaluate_arguments
-
-    ev = sub.add_parser(
-        "evaluate", help="paper evaluation: generate, attack, detect; AUC, TPR, quality"
-    )
-    add_evaluate_arguments(ev)
-    # Its --config is an evaluation file, not watermark settings: keep _config() at defaults.
-    ev.set_defaults(config=None, print_config=False)
-    return parser
-
-
-def _positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
-    return number
-
 
 # ---------------------------------------------------------------------- generate
 
@@ -409,19 +251,10 @@ def command_line(argv: Sequence[str]) -> str:
 
 
 def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
-    from .calibration import CalibrationSettings, run_calibration, write_outputs
+    from .calibration import run_calibration, write_outputs
     from .keys import DEMO_KEY, key_fingerprint
 
-    settings = CalibrationSettings(
-        sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
-        max_texts=args.max_texts,
-        num_keys=args.num_keys,
-        window_words=args.window_words,
-        simulated_per_key=args.simulated_per_key,
-        seed=args.calibration_seed,
-        watermarked=tuple(args.watermarked),
-        reuse_embeddings=args.reuse_embeddings,
-    )
+    settings = args.calibration
     scheme = build_scheme(cfg)
     shown = ("encoder", "partition", "centroids", "gamma", "valid_mode")
     describe = {
@@ -457,23 +290,22 @@ def cmd_serve(args, cfg: WatermarkConfig) -> int:
     return 0
 
 
-def cmd_evaluate(args, cfg: WatermarkConfig) -> int:
-    from .evaluation.run import main_from_args
+def cmd_evaluate(args, settings) -> int:
+    """``settings`` is an ``EvalSettings``; ``--quiet`` and ``--only-attacks`` narrow it."""
+    from .evaluation.run import main_from_settings
 
-    return main_from_args(args)
+    if args.quiet:
+        settings = dataclasses.replace(settings, progress=False)
+    if args.only_attacks:
+        settings = settings.select_attacks(args.only_attacks)
+    return main_from_settings(settings)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    args.argv = argv
-    try:
-        cfg = _config(args)
-    except (ValueError, OSError, TypeError) as err:
-        parser.error(str(err))
-    if args.print_config:
-        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+    """Run ``watermark.py``; returns the exit status (bad settings exit with 2)."""
+    invocation = parse(sys.argv[1:] if argv is None else argv)
+    if invocation.args.print_config:
+        print(invocation.printed_config(), end="")
         return 0
     handler = {
         "generate": cmd_generate,
@@ -482,13 +314,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "calibrate": cmd_calibrate,
         "evaluate": cmd_evaluate,
         "serve": cmd_serve,
-    }[args.command]
+    }[invocation.command]
     try:
-        return handler(args, cfg)
+        return handler(invocation.args, invocation.settings)
     except (ValueError, FileNotFoundError, AssetError) as err:
         # Settings that only fail once objects are built (gamma * K, centroid files, encoders):
         # one line naming the problem, not a traceback. Messages never hold the key.
-        print(f"error: {err}", file=sys.stderr)
+        print("error: " + " ".join(str(err).split()), file=sys.stderr)
         return 2
 
 

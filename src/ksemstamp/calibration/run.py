@@ -35,12 +35,19 @@ class CalibrationSettings:
     """What to measure. ``max_texts`` human texts, ``num_keys`` keyed tables."""
 
     sources: tuple[str, ...] = SOURCES
+    """Human sources: news (held-out val and test splits), parliament, tweets."""
     max_texts: int = 3000
+    """Human texts in all, shared among the sources."""
     num_keys: int = 50
+    """Random keyed tables; the rates are reported over them (at least 2)."""
     window_words: int = 150
+    """Words per human text (about 200 tokens)."""
     simulated_per_key: int = 200
+    """Simulated watermarked region sequences per key (0: none)."""
     seed: int = 0
+    """Seed of the keys and of the sampling."""
     alphas: tuple[float, ...] = ALPHAS
+    """Levels at which false-positive rates and power are reported."""
     watermarked: tuple[str, ...] = ()
     """JSONL files written by ``generate`` under the configured key (real power)."""
     reuse_embeddings: bool = True

@@ -22,14 +22,13 @@ sentence-level schemes with the ``exact`` statistic, the same texts are also ran
 key-randomisation p-value (``exact`` in each detection entry), which is calibrated and finer
 grained than z at a few sentences per text.
 
-Length (~500 lines): the ``Run`` stages share the run folder's state and resume rules, and
+Length (~450 lines): the ``Run`` stages share the run folder's state and resume rules, and
 ``run_evaluation`` assembles their records; settings are in ``settings``, the report in
 ``report``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -490,58 +489,8 @@ def _generation_stats(records) -> dict:
 # ---------------------------------------------------------------------- command line
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``watermark.py evaluate`` (the YAML file's values, overridable)."""
-    parser.add_argument(
-        "--config", dest="eval_config", required=True, metavar="FILE", help="evaluation YAML"
-    )
-    parser.add_argument("--output-dir", help="run folder (resumable)")
-    parser.add_argument("--num-prompts", type=int, help="held-out news prompts")
-    # Own dest: ``max_new_tokens`` would also be read as a watermark setting by the CLI.
-    parser.add_argument(
-        "--max-new-tokens",
-        dest="eval_max_new_tokens",
-        type=int,
-        metavar="N",
-        help="tokens per generation",
-    )
-    parser.add_argument("--algorithms", help="comma-separated subset, e.g. ksemstamp,kgw")
-    parser.add_argument("--attacks", help="comma-separated attack names from the YAML")
-    parser.add_argument("--devices", type=int, help="processes for generation (DDP)")
-    parser.add_argument("--accelerator", help="cpu, gpu, auto")
-    parser.add_argument("--strategy", help="Lightning strategy, e.g. ddp, ddp_spawn")
-    parser.add_argument("--oracle", help="perplexity oracle LM (alias, folder or Hub id)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
-def settings_from_args(args: argparse.Namespace) -> EvalSettings:
-    overrides: dict[str, Any] = {}
-    for name in ("output_dir", "num_prompts", "devices", "accelerator", "strategy", "oracle"):
-        if getattr(args, name, None) is not None:
-            overrides[name] = getattr(args, name)
-    if getattr(args, "eval_max_new_tokens", None) is not None:
-        overrides["max_new_tokens"] = args.eval_max_new_tokens
-    if args.algorithms:
-        overrides["algorithms"] = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-    if args.quiet:
-        overrides["progress"] = False
-    settings = EvalSettings.from_yaml(args.eval_config, **overrides)
-    if args.attacks:
-        wanted = [a.strip() for a in args.attacks.split(",") if a.strip()]
-        known = {a["name"]: a for a in settings.attacks}
-        unknown = [a for a in wanted if a not in known]
-        if unknown:
-            raise ValueError(f"unknown attacks {unknown}; in {args.eval_config}: {sorted(known)}")
-        settings = dataclasses.replace(settings, attacks=[known[a] for a in wanted])
-    return settings
-
-
-def main_from_args(args: argparse.Namespace) -> int:
-    """Entry of ``watermark.py evaluate``."""
-    try:
-        settings = settings_from_args(args)
-    except (ValueError, OSError, TypeError) as err:
-        raise SystemExit(f"evaluate: {err}") from None
+def main_from_settings(settings: EvalSettings) -> int:
+    """Entry of ``watermark.py evaluate``: run, print the table, say what was written."""
     results = run_evaluation(settings)
     root = Path(settings.output_dir)
     print((root / "results.md").read_text())

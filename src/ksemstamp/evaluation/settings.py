@@ -1,9 +1,11 @@
 """Settings of an evaluation run (``EvalSettings``): YAML files under ``configs/eval/`` mirror
-its fields, flags of ``watermark.py evaluate`` override them."""
+its fields; ``watermark.py evaluate`` takes them with ``--config`` and has a flag for each
+field (``--num-prompts 50``, ``--algorithms ksemstamp,kgw``)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,7 @@ class EvalSettings:
     """Settings of one evaluation run (mirrored by ``configs/eval/news.yaml``)."""
 
     output_dir: str = "runs/eval-news"
+    """Run folder (resumable)."""
     num_prompts: int = 100
     """Held-out news prompts (paper: 1000 RealNews prompts)."""
     prompt_words: int = 32
@@ -52,6 +55,7 @@ class EvalSettings:
     max_new_tokens: int = 200
     """Generation length, and the length human negatives are cut to (paper: ~200)."""
     algorithms: list[str] = field(default_factory=lambda: ["ksemstamp", "semstamp", "kgw", "none"])
+    """Of ksemstamp, ksemstamp-paper, semstamp, kgw and none (no watermark)."""
     watermark_configs: dict[str, list[str]] = field(
         default_factory=lambda: {
             "ksemstamp": ["configs/ksemstamp.yaml"],
@@ -71,20 +75,30 @@ class EvalSettings:
     kgw: dict[str, Any] = field(default_factory=dict)
     """``KGWSettings`` fields (defaults: gamma 0.25, delta 2.0, lefthash, context 1)."""
     attacks: list[dict] = field(default_factory=_default_attacks)
+    """Attacks by ``name``: ``paraphraser`` (lm, wordnet, seq2seq), ``select`` (best, bigram) and
+    the paraphraser's options, as in ``configs/eval/news.yaml``."""
     similarity_encoder: str = "all-minilm-l6-v2"
+    """Sentence encoder of the attacks' similarity (a stand-in for BERTScore)."""
     oracle: str = "gemma3-270m"
     """Perplexity / Sem-Ent oracle LM (paper: OPT-2.7B)."""
     oracle_batch: int = 4
+    """Texts per oracle pass."""
     sem_ent_k: int = 50
     """k-means clusters for Sem-Ent (paper: 50)."""
     devices: int = 1
+    """Processes for generation (DDP)."""
     accelerator: str = "cpu"
+    """Lightning accelerator: cpu, gpu, auto."""
     strategy: str = "auto"
+    """Lightning strategy, e.g. ddp, ddp_spawn."""
     prompt_batch: int = 4
+    """Prompts generated together in one batch."""
     attack_batch: int = 8
     """Texts per attack call."""
     seed: int = 0
+    """Sampling seed of every algorithm (it replaces the watermark files' ``seed``)."""
     progress: bool = True
+    """Progress bars (``--quiet`` turns them off)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -110,14 +124,13 @@ class EvalSettings:
         if problems:
             raise ValueError("invalid evaluation settings:\n  " + "\n  ".join(problems))
 
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> EvalSettings:
-        data = {**load_settings_file(path), **overrides}
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
+    def select_attacks(self, names: Sequence[str]) -> EvalSettings:
+        """The same settings with only the attacks named, in that order."""
+        known = {a["name"]: a for a in self.attacks}
+        unknown = [n for n in names if n not in known]
         if unknown:
-            raise ValueError(f"{path}: unknown evaluation settings {unknown}")
-        return cls(**data)
+            raise ValueError(f"unknown attacks {unknown}; configured: {sorted(known)}")
+        return dataclasses.replace(self, attacks=[known[n] for n in names])
 
     def watermark_config(self, algorithm: str, key_index: int = 0) -> WatermarkConfig:
         """The watermark settings of ``algorithm`` (its files, then the overrides), with the
