@@ -209,12 +209,15 @@ def _simulate_direction(
         safe = np.where(usable, sid, 0)
         score = np.where(usable, dv.vectors[safe] @ directions[prev], -np.inf)
         i = _first(score >= design.threshold)
-        fallback = i is None
-        if fallback:
+        # Without a threshold the best of max_candidates is the rule, not a fallback.
+        fallback = i is None and np.isfinite(design.threshold)
+        if i is None:
             i = int(np.argmax(score))
         accepted.append(int(sid[i]))
         out.regions.append(int(dv.region[sid[i]]))
-        out.candidates.append(design.max_candidates if fallback else i + 1)
+        out.candidates.append(
+            i + 1 if np.isfinite(design.threshold) and not fallback else design.max_candidates
+        )
         out.fallbacks.append(fallback)
         out.valid.append(bool(score[i] > 0))
         out.tokens += int(ntok[i])
