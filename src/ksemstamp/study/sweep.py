@@ -356,10 +356,14 @@ def stage_two(best: Sequence[Design]) -> list[Design]:
     the best points."""
     designs = []
     for d in best:
+        # Without a margin, margin patience and the valid fallback change nothing: every valid
+        # draw already passes, so those variants would repeat their base design.
+        relaxes = (None,) if d.margin == 0 else (None, 10, 20)
+        fallbacks = ("last",) if d.margin == 0 else ("last", "valid")
         for max_tokens in (24, 32, 48, 64):
             for n_max in (30, 50, 100):
-                for relax in (None, 10, 20):
-                    for fallback in ("last", "valid"):
+                for relax in relaxes:
+                    for fallback in fallbacks:
                         designs.append(
                             replace(
                                 d,
