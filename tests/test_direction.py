@@ -272,3 +272,25 @@ def test_best_of_max_candidates_without_threshold_is_no_fallback(hash_encoder):
     assert sampler.rounds == [[6]]
     assert record.text == pool[int(np.argmax(scores))] and record.candidates == 6
     assert not record.fallback and record.rejected_region == 0
+
+
+def test_cli_report_shows_scores_and_the_exact_z():
+    from ksemstamp.cli import format_detection
+    from ksemstamp.detector import DetectionResult
+
+    result = DetectionResult(
+        status="ok",
+        z_score=3.1,
+        p_value=0.001,
+        num_scored=2,
+        num_valid=2,
+        watermarked=True,
+        sentences=["One.", "Two.", "Three."],
+        regions=[4, 5, 6],
+        verdicts=["seed", "valid", "valid"],
+        scores=[None, 1.25, 2.5],
+    )
+    text = format_detection(result)
+    assert "+1.25" in text and "+2.50" in text and "(exact)" in text and "positive 2" in text
+    result.scores = None  # the region mark: the paper's z, no score column
+    assert "(paper)" in format_detection(result) and "+1.25" not in format_detection(result)

@@ -136,18 +136,25 @@ def cmd_generate(args, cfg: WatermarkConfig) -> int:
 def format_detection(result) -> str:
     """A readable report of one ``DetectionResult``."""
     lines = []
-    for i, (sentence, region, verdict) in enumerate(
-        zip(result.sentences, result.regions, result.verdicts, strict=True), start=1
+    scores = result.scores or [None] * len(result.sentences)
+    for i, (sentence, region, verdict, score) in enumerate(
+        zip(result.sentences, result.regions, result.verdicts, scores, strict=True), start=1
     ):
         short = sentence if len(sentence) <= 70 else sentence[:67] + "..."
-        lines.append(f"  {i:>3}  region {region:>2}  {verdict:<8} {short}")
+        shown = (
+            "" if result.scores is None else ("        " if score is None else f"{score:+7.2f} ")
+        )
+        lines.append(f"  {i:>3}  region {region:>2}  {shown}{verdict:<8} {short}")
     if result.status != "ok":
         lines.append(f"status: {result.status} ({result.error})")
         return "\n".join(lines)
     verdict = "WATERMARKED" if result.watermarked else "not watermarked"
+    # The region mark's z is the paper's; the direction mark's is its exact statistic.
+    kind = "exact" if result.scores is not None else "paper"
+    counted = "positive" if result.scores is not None else "valid"
     lines.append(
-        f"scored {result.num_scored}, valid {result.num_valid}  |  z = {result.z_score:.2f} "
-        f"(paper)  p = {result.p_value:.3g} ({result.statistic})  ->  {verdict}"
+        f"scored {result.num_scored}, {counted} {result.num_valid}  |  z = {result.z_score:.2f} "
+        f"({kind})  p = {result.p_value:.3g} ({result.statistic})  ->  {verdict}"
     )
     return "\n".join(lines)
 
