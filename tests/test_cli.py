@@ -114,8 +114,8 @@ def test_resumable_writer_repairs_partial_line(tmp_path):
 
 
 def test_build_time_setting_errors_are_one_line(tmp_path, capsys):
-    # gamma * K is only checked once the centroids (K) are known
-    assert main(["detect", "--gamma", "0.3", "--text", "One. Two. Three."]) == 2
+    # gamma * K (the region mark's valid sets) is only checked once the centroids (K) are known
+    assert main(["detect", "--mark", "region", "--gamma", "0.3", "--text", "One. Two. Three."]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "gamma" in err and "Traceback" not in err
     missing = tmp_path / "nope.pt"

@@ -35,26 +35,27 @@ def client(app):
 
 @pytest.fixture(scope="module")
 def marked_text(app) -> str:
-    """Human news sentences chained so that every transition is valid under the key: the
-    watermarker's rejection sampling with a corpus in place of the LM."""
+    """Human news sentences chained for the key: each next one the best-scoring of a corpus
+    after the previous one's region (the default direction mark's rule with a corpus in place
+    of the LM)."""
     scheme = app.state.detector.scheme
+    assert scheme.mark == "direction"
     pool = [
         s
         for a in news_articles("test")[:40]
         for s in scheme.splitter.split(a.text)
         if 8 <= len(s.split()) <= 30
     ]
-    regions = scheme.regions(pool)[0].tolist()
-    chain, prev, used = [pool[0]], regions[0], set()
+    emb = scheme.embed(pool)
+    regions, vectors = scheme.locate(emb)[0].tolist(), scheme.vectors(emb)
+    chain, prev = [0], regions[0]
     while len(chain) < 11:
-        options = [
-            (i, r) for i, r in enumerate(regions) if scheme.table[prev, r] and pool[i] not in chain
-        ]
-        i, r = min(options, key=lambda o: (prev, o[1]) in used)
-        used.add((prev, r))
-        chain.append(pool[i])
-        prev = r
-    return " ".join(chain)
+        scores = scheme.scores(vectors, [prev] * len(pool))
+        scores[chain] = float("-inf")
+        best = int(scores.argmax())
+        chain.append(best)
+        prev = regions[best]
+    return " ".join(pool[i] for i in chain)
 
 
 @pytest.fixture(scope="module")

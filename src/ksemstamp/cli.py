@@ -263,7 +263,7 @@ def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
 
     settings = args.calibration
     scheme = build_scheme(cfg)
-    shown = ("encoder", "partition", "centroids", "gamma", "valid_mode")
+    shown = ("mark", "encoder", "partition", "centroids", "gamma", "valid_mode")
     describe = {
         "command": command_line(args.argv),
         "settings": {k: v for k, v in cfg.to_dict().items() if k in shown},
@@ -279,7 +279,7 @@ def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
     result = run_calibration(scheme, settings, describe, progress=not args.quiet)
     paths = write_outputs(result, args.output_dir)
     overall = result["null"]["overall"]
-    for stat in ("paper", "exact"):
+    for stat in result["calibration"]["statistics"]:
         f = overall[stat]["fpr"]["0.01"]
         print(
             f"{stat}: FPR at nominal 1% = {100 * f['mean']:.2f}% (sd over keys "
