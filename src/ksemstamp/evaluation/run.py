@@ -42,7 +42,6 @@ from tqdm.auto import tqdm
 
 from ..corpora import leading_sentences, news_articles
 from ..io import (
-    InputRecord,
     ResumableWriter,
     write_json_atomic,
     write_jsonl_atomic,
@@ -210,7 +209,7 @@ class Run:
         path = self.root / "attacks" / f"{algorithm}.{spec['name']}.jsonl"
         ids = [i for i, g in generations.items() if g.get("status") == "ok"]
         with ResumableWriter(path) as out:
-            pending = [i for i in ids if not out.is_done(InputRecord(0, {"id": i}))]
+            pending = [i for i in ids if not out.has_id(i)]
             if pending:
                 lm = None
                 if spec.get("paraphraser", "lm") == "lm":
@@ -242,7 +241,7 @@ class Run:
     ) -> dict[str, dict]:
         path = self.root / "detections" / f"{algorithm}.{name}.jsonl"
         with ResumableWriter(path) as out:
-            pending = [i for i in texts if not out.is_done(InputRecord(0, {"id": i}))]
+            pending = [i for i in texts if not out.has_id(i)]
             if pending:
                 detect = self._detector(algorithm)
                 for start in range(0, len(pending), 64):
@@ -291,7 +290,7 @@ class Run:
 
         path = self.root / "quality" / f"{name}.jsonl"
         with ResumableWriter(path) as out:
-            pending = [i for i in texts if not out.is_done(InputRecord(0, {"id": i}))]
+            pending = [i for i in texts if not out.has_id(i)]
             if pending:
                 oracle = Oracle(
                     *self.lm(self.settings.oracle), batch_size=self.settings.oracle_batch
