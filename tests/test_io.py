@@ -93,6 +93,6 @@ def test_resume_refuses_an_input_that_changed_under_the_output(tmp_path):
     out.write_text('{"id": "a", "line": 1}\n')
     with ResumableWriter(out) as writer:
         assert writer.is_done(InputRecord(1, {"id": "a"}))
-        with pytest.raises(ValueError, match="input line 1 has id \"a\".*now has id \"z\""):
+        with pytest.raises(ValueError, match='input line 1 has id "a".*now has id "z"'):
             writer.is_done(InputRecord(1, {"id": "z"}))
         assert not writer.is_done(InputRecord(2, {"id": "a"}))

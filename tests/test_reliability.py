@@ -73,7 +73,9 @@ def test_killed_generate_resumes_without_loss_or_duplicates(tmp_path):
     assert after.startswith(complete)  # what was written before the kill is kept as it was
     rows = [json.loads(line) for line in after.decode().splitlines()]
     assert sorted(r["line"] for r in rows) == [1, 2, 3, 4]  # none lost, none twice
-    assert all(r["id"] == ids[r["line"] - 1] and r["prompt"] == PROMPTS[r["line"] - 1] for r in rows)
+    assert all(
+        r["id"] == ids[r["line"] - 1] and r["prompt"] == PROMPTS[r["line"] - 1] for r in rows
+    )
     assert all(json.loads(x)["status"] == "ok" for x in after.decode().splitlines())
 
 

@@ -159,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv = sub.add_parser("serve", help="a local web page: detect, batch and generate")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on")
     srv.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
-    srv.add_argument("--max-chars", type=_positive_int, default=200_000, help="longest text")
+    srv.add_argument(
+        "--max-chars", type=_positive_int, help="longest text (default: the max_text_chars setting)"
+    )
     srv.add_argument("--no-generate", action="store_true", help="detection only: no LM loaded")
     common(srv)
 
@@ -294,6 +296,9 @@ def cmd_generate(args, cfg: WatermarkConfig) -> int:
 def format_detection(result) -> str:
     """A readable report of one ``DetectionResult``."""
     lines = []
+    if result.seed is not None:
+        short = result.seed if len(result.seed) <= 70 else result.seed[:67] + "..."
+        lines.append(f"  {'':>3}  region {result.seed_region:>2}  {'seed':<8} {short}")
     for i, (sentence, region, verdict) in enumerate(
         zip(result.sentences, result.regions, result.verdicts, strict=True), start=1
     ):
@@ -327,8 +332,9 @@ def _detect_records(args, cfg: WatermarkConfig) -> int:
         return None
 
     def process(datas: list[dict]) -> list[dict]:
+        prompts = [d.get("prompt") for d in datas]
         results = detector.detect_batch(
-            [d["text"] for d in datas], [d.get("prompt") for d in datas]
+            [d["text"] for d in datas], prompts, progress=not args.quiet
         )
         return [res.to_record() for res in results]
 
@@ -352,10 +358,10 @@ def cmd_detect(args, cfg: WatermarkConfig) -> int:
     if args.text is not None:
         text = args.text
     elif args.file:
-        text = Path(args.file).read_text(encoding="utf-8", errors="replace")
+        text = Path(args.file).read_text(encoding="utf-8-sig", errors="replace")
     else:
         raise SystemExit("detect: give --text TEXT, --file FILE or --input FILE.jsonl")
-    result = build_detector(cfg).detect(text, args.prompt)
+    result = build_detector(cfg).detect(text, args.prompt, progress=not args.quiet)
     print(format_detection(result))
     return 0 if result.status != "error" else 1
 
@@ -453,7 +459,8 @@ def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
 def cmd_serve(args, cfg: WatermarkConfig) -> int:
     from .serve import Limits, serve
 
-    serve(cfg, args.host, args.port, Limits(max_chars=args.max_chars), not args.no_generate)
+    limits = Limits(max_chars=args.max_chars or cfg.max_text_chars)
+    serve(cfg, args.host, args.port, limits, not args.no_generate)
     return 0
 
 

@@ -62,12 +62,13 @@ class WatermarkScheme:
     def num_regions(self) -> int:
         return int(self.partition.num_regions)
 
-    def regions(self, sentences: Sequence[str]) -> tuple[Tensor, Tensor]:
-        """Regions ``(N,)`` and margin masks ``(N,)`` of sentences, in one encoder pass."""
+    def regions(self, sentences: Sequence[str], progress: bool = False) -> tuple[Tensor, Tensor]:
+        """Regions ``(N,)`` and margin masks ``(N,)`` of sentences, in one encoder pass
+        (``progress``: the encoder's progress bar)."""
         if not sentences:
             empty = torch.empty(0, dtype=torch.long)
             return empty, empty.bool()
-        emb = embed(self.encoder, sentences, batch_size=self.encode_batch_size)
+        emb = embed(self.encoder, sentences, batch_size=self.encode_batch_size, progress=progress)
         regions, margin_ok = self.partition(emb)
         return regions.cpu(), margin_ok.cpu()
 

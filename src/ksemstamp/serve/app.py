@@ -124,12 +124,16 @@ def create_app(
     Args:
         settings: the watermark settings (key, encoder, partition, gamma, statistic, ...), as
             for every other command.
-        limits: input limits (text size, upload size, queue length).
+        limits: input limits (text size, upload size, queue length); the text size defaults
+            to ``settings.max_text_chars``, and a given one replaces it, so the page and the
+            detector refuse the same texts.
         encoder: an already loaded sentence encoder to reuse (tests share one).
         lm: an already loaded ``(model, tokenizer)`` to reuse.
         generation: load the LM and offer the Generate tab.
     """
-    limits = limits or Limits()
+    if limits is None:
+        limits = Limits(max_chars=settings.max_text_chars)
+    settings = dataclasses.replace(settings, max_text_chars=limits.max_chars)
     secret = resolve_key(settings.key) if settings.valid_mode == "keyed" else None
     if secret is not None:  # resolved once: the demo-key warning is given once
         settings = dataclasses.replace(settings, key=secret)
@@ -141,9 +145,9 @@ def create_app(
     encoder_lock = threading.Lock()
     unlocked_regions = scheme.regions
 
-    def regions(sentences):
+    def regions(sentences, progress=False):
         with encoder_lock:
-            return unlocked_regions(sentences)
+            return unlocked_regions(sentences, progress=progress)
 
     scheme.regions = regions  # type: ignore[method-assign]
     detector: Detector = build_detector(settings, scheme)
@@ -353,7 +357,7 @@ def create_app(
             else:
                 row |= {**ERROR_FIELDS, "status": "error", "error": errors[line]}
             rows.append(row)
-        counts = {"ok": 0, "too_short": 0, "error": 0, "watermarked": 0}
+        counts = {"ok": 0, "too_short": 0, "unsupported": 0, "error": 0, "watermarked": 0}
         for line, _, _ in lines:
             res = results.get(line)
             counts[res.status if res else "error"] += 1
