@@ -282,9 +282,14 @@ def cmd_generate(args, cfg: WatermarkConfig) -> int:
         print(f"error: {res.error}", file=sys.stderr)
         return 1
     print(res.text)
+    notes = []
+    if res.prompt_dropped_chars:
+        notes.append(f"the LM saw the prompt without its first {res.prompt_dropped_chars:,} chars")
+    if res.completion is not None:
+        notes.append(f"completion (not watermarked): {res.completion!r}")
     print(
         f"\n[{res.num_sentences} sentences, {res.num_tokens} tokens, {res.candidates} candidates, "
-        f"{res.fallbacks} fallbacks, {res.seconds:.1f} s]",
+        f"{res.fallbacks} fallbacks, {res.seconds:.1f} s" + "".join(f"; {n}" for n in notes) + "]",
         file=sys.stderr,
     )
     return 0
@@ -332,7 +337,9 @@ def _detect_records(args, cfg: WatermarkConfig) -> int:
         return None
 
     def process(datas: list[dict]) -> list[dict]:
-        prompts = [d.get("prompt") for d in datas]
+        # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
+        # not seeded by its instruction.
+        prompts = [None if cfg.chat or d.get("chat") is True else d.get("prompt") for d in datas]
         results = detector.detect_batch(
             [d["text"] for d in datas], prompts, progress=not args.quiet
         )
@@ -361,7 +368,11 @@ def cmd_detect(args, cfg: WatermarkConfig) -> int:
         text = Path(args.file).read_text(encoding="utf-8-sig", errors="replace")
     else:
         raise SystemExit("detect: give --text TEXT, --file FILE or --input FILE.jsonl")
-    result = build_detector(cfg).detect(text, args.prompt, progress=not args.quiet)
+    prompt = args.prompt
+    if cfg.chat and prompt is not None:
+        print("chat: the prompt is an instruction and seeds no sentence; ignored", file=sys.stderr)
+        prompt = None
+    result = build_detector(cfg).detect(text, prompt, progress=not args.quiet)
     print(format_detection(result))
     return 0 if result.status != "error" else 1
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from .encoding import embed
-from .keys import key_fingerprint, valid_table
+from .keys import key_fingerprint, start_region, valid_table
 from .splitter import PunktSplitter
 
 
@@ -47,6 +47,9 @@ class WatermarkScheme:
         self.splitter = splitter
         self.valid_mode = valid_mode
         self.table = valid_table(partition.num_regions, gamma, key, valid_mode)
+        # Seeds the first sentence of a text that continues none (empty prompt, chat answer);
+        # generation only: never shown, as it is derived from the key.
+        self.start_region = start_region(partition.num_regions, key, valid_mode)
         self.key_fingerprint = key_fingerprint(key) if valid_mode == "keyed" else "paper"
         self.encode_batch_size = encode_batch_size
         self.transition = transition

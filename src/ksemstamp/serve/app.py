@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..config import WatermarkConfig, build_detector, build_scheme, build_watermarker
 from ..detector import DetectionResult, Detector
 from ..keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key
+from ..prompts import plan_prompt
 from .jobs import GenerationQueue, JobFailed, QueueFull
 from .present import (
     ERROR_FIELDS,
@@ -192,7 +193,7 @@ def create_app(
         if res.status != "ok":
             raise JobFailed(res.error or "generation failed")
         start = time.perf_counter()
-        result = detector.detect(res.text, params["prompt"])
+        result = detector.detect(res.text, res.prompt_for_detection)
         return {
             "prompt": params["prompt"],
             "text": res.text,
@@ -203,6 +204,9 @@ def create_app(
                 "fallbacks": res.fallbacks,
                 "seconds": round(res.seconds, 2),
                 "key_fingerprint": fingerprint,
+                "completion": res.completion,
+                "prompt_dropped_chars": res.prompt_dropped_chars,
+                "chat": res.chat,
             },
             "detection": view(result, res.text, time.perf_counter() - start),
         }
@@ -293,7 +297,8 @@ def create_app(
         if not body.text.strip():
             raise HTTPException(422, "the text is empty: paste the text to check")
         start = time.perf_counter()
-        result = detector.detect(body.text, body.prompt or None)
+        # Under chat settings a prompt is an instruction: it seeds no sentence of the answer.
+        result = detector.detect(body.text, None if settings.chat else body.prompt or None)
         return view(result, body.text, time.perf_counter() - start)
 
     @app.post("/api/batch")
@@ -345,9 +350,12 @@ def create_app(
         results: dict[int, DetectionResult] = {}
         for i in range(0, len(ready), 64):
             chunk = ready[i : i + 64]
-            scored = detector.detect_batch(
-                [d["text"] for _, d in chunk], [d.get("prompt") or None for _, d in chunk]
-            )
+            # As `detect --input`: a chat answer is not seeded by its instruction.
+            prompts = [
+                None if settings.chat or d.get("chat") is True else d.get("prompt") or None
+                for _, d in chunk
+            ]
+            scored = detector.detect_batch([d["text"] for _, d in chunk], prompts)
             results.update({line: res for (line, _), res in zip(chunk, scored, strict=True)})
         rows = []
         for line, data, _ in lines:
@@ -380,15 +388,17 @@ def create_app(
         if watermarker is None:
             raise HTTPException(503, "this server was started without a language model")
         check_size("prompt", body.prompt)
-        sentences = scheme.splitter.split(body.prompt)
-        if not sentences:
-            raise HTTPException(422, "the prompt is empty: give the text to continue")
-        if not scheme.splitter.ends_sentence(sentences[-1]):
-            raise HTTPException(
-                422,
-                "the prompt must end with a complete sentence (end it with '.', '!' or '?'): "
-                "the watermark is applied sentence by sentence after it",
-            )
+        # The generator's own rules for a prompt, checked now rather than after the queue.
+        start = plan_prompt(
+            body.prompt,
+            scheme.splitter,
+            watermarker.tokenizer,
+            chat=watermarker.chat,
+            budget=watermarker.prompt_budget,
+            max_chars=watermarker.max_prompt_chars,
+        )
+        if start.error is not None:
+            raise HTTPException(422, start.error)
         tokens = body.max_new_tokens or settings.max_new_tokens
         if not 1 <= tokens <= settings.max_new_tokens:
             raise HTTPException(
