@@ -232,7 +232,7 @@ def test_binary_input_is_refused_not_scored(detector):
     res = detector.detect(noise.decode("utf-8", errors="replace"))
     assert res.status == "error" and "not text" in res.error and res.num_scored == 0
     res = detector.detect(" ".join(SENTENCES[:4]), prompt="\x00\x01\x02\x03 x")
-    assert res.status == "error" and "prompt is refused" in res.error
+    assert res.status == "error" and "prompt is binary, not text" in res.error
 
 
 def test_size_limit_is_per_record_and_checked_before_any_work(scheme, hash_encoder):

@@ -110,6 +110,8 @@ def test_key_appears_in_no_output_stream_or_error(tmp_path, monkeypatch, capfd):
     run(["generate", "--prompt", PROMPTS[1], *FAST])
     run(["detect", "--input", str(gen), "--output", str(det), "--quiet"])
     run(["detect", "--text", "One sentence here. Another one there. A third.", "--quiet"])
+    run(["detect", "--text", " Monday. It voted.", "--prompt", "The council met on", "--quiet"])
+    run(["detect", "--text", "北京今天下雨。明天是晴天。", "--quiet"])
     run(["detect", "--config", str(good), "--print-config"])
     run(["detect", "--key", FLAG_KEY, "--print-config"])
     # error paths: a record made under another key, a broken YAML file, a bad setting
@@ -201,6 +203,8 @@ class _Encoder:
         ("statistic", "z"),
         ("valid_mode", "open"),
         ("partition", "grid"),
+        ("max_text_chars", 0),
+        ("max_prompt_tokens", 0),
     ],
 )
 def test_bad_setting_is_named(setting, value, capsys):

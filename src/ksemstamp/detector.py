@@ -250,9 +250,9 @@ class Detector:
                 f"the {what} {size:,} characters; the limit is {self.max_chars:,} (max_text_chars)"
             )
         for name, value in (("text", text), ("prompt", prompt)):
-            problem = not_text(value) if value else None
+            problem = not_text(value, name) if value else None
             if problem:
-                return ScoringPlan.refused(f"the {name} is refused: {problem}")
+                return ScoringPlan.refused(problem)
         problem = unsupported_script(text)
         if problem:
             return ScoringPlan.refused(problem, status="unsupported")

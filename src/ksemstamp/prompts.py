@@ -148,9 +148,9 @@ def plan_prompt(
             error=f"the prompt has {len(prompt):,} characters; the limit is {max_chars:,} "
             "(max_text_chars)"
         )
-    problem = not_text(prompt)
+    problem = not_text(prompt, "prompt")
     if problem:
-        return PromptStart(error=f"the prompt is refused: {problem}")
+        return PromptStart(error=problem)
     # Dropped characters are counted in the prompt as given: prompt[dropped:] is what is kept.
     lead = len(prompt) - len(prompt.lstrip())
     if chat:

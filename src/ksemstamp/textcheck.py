@@ -37,8 +37,9 @@ def _bad(char: str) -> bool:
     return unicodedata.category(char) in ("Cc", "Cs", "Cn")
 
 
-def not_text(text: str) -> str | None:
-    """Why ``text`` is not text (mostly control or undecodable characters), or ``None``."""
+def not_text(text: str, name: str = "text") -> str | None:
+    """Why ``text`` is not text (mostly control or undecodable characters), or ``None``;
+    ``name`` says what it is in the message ("the prompt ...")."""
     if not text:
         return None
     bad = sum(_bad(c) for c in text)
@@ -46,8 +47,8 @@ def not_text(text: str) -> str | None:
     if share <= NOT_TEXT_SHARE:
         return None
     return (
-        f"this is not text: {share:.0%} of its characters are control characters or bytes that "
-        "are not UTF-8 (a binary file?); give the text as UTF-8"
+        f"the {name} is binary, not text: {share:.0%} of its characters are control characters "
+        "or bytes that are not UTF-8; give it as UTF-8 text"
     )
 
 
