@@ -1,5 +1,7 @@
 """End to end on the real offline models: watermark a news prompt, then detect it."""
 
+import dataclasses
+
 import pytest
 
 from ksemstamp.config import WatermarkConfig, build_detector, build_scheme, build_watermarker
@@ -92,10 +94,94 @@ def test_generation_is_deterministic(encoder, lm):
 
 
 def test_bad_prompts_get_clear_errors(pipeline):
-    _, _, watermarker, _ = pipeline
-    results = watermarker.generate(["", "   ", "An unfinished sentence without an end"])
+    cfg, _, watermarker, _ = pipeline
+    binary = bytes(range(32)).decode("latin-1")
+    results = watermarker.generate([None, binary, "x " * cfg.max_text_chars])
     assert [r.status for r in results] == ["error"] * 3
-    assert "complete sentence" in results[2].error
+    assert "must be a string" in results[0].error and "not text" in results[1].error
+    assert "the limit is" in results[2].error
+
+
+# ---------------------------------------------------------------------- kinds of prompt
+
+
+def _cut_mid_sentence(text: str, words: int = 32) -> str:
+    """The first ``words`` words of an article, as the paper cuts its prompts (not at a
+    sentence end); moved on a word until the cut falls inside a sentence."""
+    from ksemstamp.splitter import get_splitter
+
+    splitter, tokens = get_splitter(), text.split()
+    for n in range(words, len(tokens)):
+        prompt = " ".join(tokens[:n])
+        if not splitter.ends_sentence(splitter.split(prompt)[-1]):
+            return prompt
+    raise AssertionError("no sentence to cut")
+
+
+@pytest.fixture(scope="module")
+def short_pipeline(encoder, lm):
+    """A short run of every kind of prompt: settings small enough for CPU tests."""
+    cfg = WatermarkConfig(key="e2e-test-key", max_new_tokens=40, max_candidates=12, seed=3)
+    scheme = build_scheme(cfg, encoder=encoder)
+    plain = build_watermarker(cfg, scheme, lm=lm)
+    chat = build_watermarker(dataclasses.replace(cfg, chat=True), scheme, lm=lm)
+    return scheme, plain, chat, build_detector(cfg, scheme)
+
+
+def _agrees(detected, generated) -> None:
+    """Detection cut the generated sentences exactly, and each scored one is valid unless it was
+    a fallback."""
+    assert detected.sentences == [s.text for s in generated.sentences]
+    assert detected.regions == [s.region for s in generated.sentences]
+    for verdict, sentence in zip(detected.verdicts, generated.sentences, strict=True):
+        assert verdict in ("valid", "seed") or sentence.fallback, (verdict, sentence)
+
+
+def test_held_out_prompts_of_every_kind_generate_and_detection_agrees(short_pipeline):
+    scheme, plain, chat, detector = short_pipeline
+    news = _cut_mid_sentence(news_articles("test")[7].text)
+    cut, empty = plain.generate([news, ""])
+    (answer,) = chat.generate(["Write a short news story about a flood in a small town."])
+
+    # A news opening cut mid-sentence: completed, then watermarked after the straddling sentence.
+    assert cut.status == "ok" and cut.completion is not None and cut.sentences, cut.error
+    assert cut.text.startswith(cut.completion) and cut.to_record()["completion"] == cut.completion
+    found = detector.detect(cut.text, news)
+    assert found.completion == cut.completion and found.seed.endswith(cut.completion.strip())
+    _agrees(found, cut)
+    assert all(v != "seed" for v in found.verdicts)  # the first sentence is scored
+
+    # An empty prompt and an instruction: the keyed start value seeds the first sentence;
+    # detection of the text alone scores every sentence after the first.
+    for result in (empty, answer):
+        assert result.status == "ok" and result.num_sentences >= 2, result.error
+        first = result.sentences[0]
+        assert bool(scheme.table[scheme.start_region, first.region]) or first.fallback
+        found = detector.detect(result.text, result.prompt_for_detection)
+        assert found.verdicts[0] == "seed"
+        _agrees(found, result)
+    assert answer.chat and answer.prompt_for_detection is None and answer.to_record()["chat"]
+    assert "Write a short news story" not in answer.text
+
+
+def test_a_prompt_beyond_the_context_is_cut_and_the_batch_goes_on(short_pipeline):
+    _, plain, _, _ = short_pipeline
+    tokenizer = plain.tokenizer
+    article = " ".join(a.text for a in news_articles("test")[:40])
+    ids = tokenizer(article, add_special_tokens=False)["input_ids"]
+    assert len(ids) > 20_000
+    long = tokenizer.decode(ids[:20_000]).strip() + " The council met on Monday."
+    plain.max_new_tokens = 12
+    try:
+        results = plain.generate([long, PROMPT])
+    finally:
+        plain.max_new_tokens = 40
+    assert [r.status for r in results] == ["ok", "ok"], [r.error for r in results]
+    cut = results[0].prompt_dropped_chars
+    assert cut > 0 and results[0].to_record()["prompt_dropped_chars"] == cut
+    seen = len(tokenizer(long[cut:], add_special_tokens=False)["input_ids"])
+    assert seen <= plain.prompt_budget
+    assert "prompt_dropped_chars" not in results[1].to_record()
 
 
 def test_default_detects_most_held_out_news_texts(pipeline):

@@ -78,6 +78,9 @@ def test_attack_applies_selection_per_sentence_and_reports_similarity():
     assert paraphraser.calls == [[ORIGINAL, second]]
     best = Attack(paraphraser, ScriptedEncoder(sims), Splitter(), "best")([text])[0]
     assert best.text.startswith("the council approved the new budget on tuesday.")
+    # A text that completes its prompt keeps the space that joins it to the prompt.
+    joined = Attack(paraphraser, ScriptedEncoder(sims), Splitter(), "best")([" " + text])[0]
+    assert joined.text == " " + best.text
 
 
 def test_attack_rejects_unknown_selection():

@@ -137,6 +137,7 @@ def test_batch_jsonl_keeps_the_cli_contract_and_reports_bad_lines(client, app):
         json.dumps({"id": "other-key", "text": "A. B.", "key_fingerprint": "000000000000"}),
         json.dumps({"id": "huge", "text": "y" * 3_000}),
         "[1, 2]",
+        json.dumps({"id": "chinese", "text": "北京今天下雨。明天是晴天。"}, ensure_ascii=False),
     ]
     response = _upload(client, "texts.jsonl", "\n".join(lines).encode())
     assert response.status_code == 200
@@ -149,10 +150,17 @@ def test_batch_jsonl_keeps_the_cli_contract_and_reports_bad_lines(client, app):
     assert "different key" in rows["other-key"]["error"]
     assert "limit" in rows["huge"]["error"]
     assert "not a JSON object" in rows[8]["error"]
-    assert out["summary"] == {"ok": 1, "too_short": 1, "error": 5, "watermarked": 1}
+    assert rows["chinese"]["status"] == "unsupported" and "CJK" in rows["chinese"]["error"]
+    assert out["summary"] == {
+        "ok": 1,
+        "too_short": 1,
+        "unsupported": 1,
+        "error": 5,
+        "watermarked": 1,
+    }
     # The download is the same records as `watermark.py detect --output` writes, in order.
     written = [json.loads(x) for x in out["jsonl"].splitlines()]
-    assert written == out["records"] and [r["line"] for r in written] == [1, 2, 3, 5, 6, 7, 8]
+    assert written == out["records"] and [r["line"] for r in written] == [1, 2, 3, 5, 6, 7, 8, 9]
     assert set(written[0]) >= {
         "z_score",
         "p_value",
@@ -204,6 +212,26 @@ def test_upload_limits(hash_encoder):
     three = b'{"text": "A. B."}\n' * 3
     response = _upload(client, "a.jsonl", three)
     assert response.status_code == 413 and "3 records" in response.json()["error"]
+
+
+def test_the_page_and_the_detector_share_one_size_limit(hash_encoder):
+    # Without limits the page takes max_text_chars; given limits replace it for the detector too.
+    cfg = WatermarkConfig(partition="lsh", key=SECRET, max_text_chars=120)
+    app = create_app(cfg, encoder=hash_encoder, generation=False)
+    client = TestClient(app)
+    assert client.get("/api/info").json()["max_chars"] == 120 == app.state.detector.max_chars
+    response = client.post("/api/detect", json={"text": " ".join(SENTENCES[:5])})
+    assert response.status_code == 413 and "limit is 120" in response.json()["error"]
+    wider = create_app(cfg, limits=Limits(max_chars=500), encoder=hash_encoder, generation=False)
+    assert wider.state.detector.max_chars == 500
+    answer = TestClient(wider).post("/api/detect", json={"text": " ".join(SENTENCES[:5])})
+    assert answer.status_code == 200 and answer.json()["status"] == "ok"
+
+
+def test_detect_says_when_a_script_is_not_read(client):
+    view = client.post("/api/detect", json={"text": "😀😀😀 🎉🎉"}).json()
+    assert view["status"] == view["decision"] == "unsupported"
+    assert "no letters" in view["message"] and view["headline"]
 
 
 def test_generation_is_refused_without_a_model(client):
@@ -397,6 +425,10 @@ def test_serve_command_passes_host_port_settings_and_limits(monkeypatch, tmp_pat
     cfg, host, port, limits, generation = calls[0]
     assert (host, port, limits.max_chars, generation) == ("127.0.0.1", 9123, 50, False)
     assert (cfg.gamma, cfg.alpha) == (0.5, 0.05)
+    # without --max-chars the page keeps the detector's own limit
+    config.write_text("max_text_chars: 1234\n")
+    assert main(["serve", "--config", str(config), "--no-generate"]) == 0
+    assert calls[1][3].max_chars == 1234
 
 
 def test_serve_prints_the_address(monkeypatch, capsys, app):

@@ -111,11 +111,12 @@ def test_generation_is_queued_and_streams_progress(client):
 
 
 def test_bad_prompts_and_the_key(client):
-    unfinished = client.post("/api/generate", json={"prompt": "No end to this"})
-    assert unfinished.status_code == 422 and "complete sentence" in unfinished.json()["error"]
+    # Refused at once, before the queue: input that is not text, too many tokens asked for.
+    binary = client.post("/api/generate", json={"prompt": "\x00\x01\x02\x03 data"})
+    assert binary.status_code == 422 and "not text" in binary.json()["error"]
     too_long = client.post("/api/generate", json={"prompt": PROMPT, "max_new_tokens": 10_000})
     assert too_long.status_code == 422
-    for response in (unfinished, too_long, client.get("/api/info")):
+    for response in (binary, too_long, client.get("/api/info")):
         assert SECRET not in response.text
 
 

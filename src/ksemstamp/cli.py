@@ -122,9 +122,14 @@ def cmd_generate(args, cfg: WatermarkConfig) -> int:
         print(f"error: {res.error}", file=sys.stderr)
         return 1
     print(res.text)
+    notes = []
+    if res.prompt_dropped_chars:
+        notes.append(f"the LM saw the prompt without its first {res.prompt_dropped_chars:,} chars")
+    if res.completion is not None:
+        notes.append(f"completion (not watermarked): {res.completion!r}")
     print(
         f"\n[{res.num_sentences} sentences, {res.num_tokens} tokens, {res.candidates} candidates, "
-        f"{res.fallbacks} fallbacks, {res.seconds:.1f} s]",
+        f"{res.fallbacks} fallbacks, {res.seconds:.1f} s" + "".join(f"; {n}" for n in notes) + "]",
         file=sys.stderr,
     )
     return 0
@@ -136,6 +141,10 @@ def cmd_generate(args, cfg: WatermarkConfig) -> int:
 def format_detection(result) -> str:
     """A readable report of one ``DetectionResult``."""
     lines = []
+    if result.seed is not None:
+        short = result.seed if len(result.seed) <= 70 else result.seed[:67] + "..."
+        pad = "" if result.scores is None else "        "
+        lines.append(f"  {'':>3}  region {result.seed_region:>2}  {pad}{'seed':<8} {short}")
     scores = result.scores or [None] * len(result.sentences)
     for i, (sentence, region, verdict, score) in enumerate(
         zip(result.sentences, result.regions, result.verdicts, scores, strict=True), start=1
@@ -176,8 +185,11 @@ def _detect_records(args, cfg: WatermarkConfig) -> int:
         return None
 
     def process(datas: list[dict]) -> list[dict]:
+        # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
+        # not seeded by its instruction.
+        prompts = [None if cfg.chat or d.get("chat") is True else d.get("prompt") for d in datas]
         results = detector.detect_batch(
-            [d["text"] for d in datas], [d.get("prompt") for d in datas]
+            [d["text"] for d in datas], prompts, progress=not args.quiet
         )
         return [res.to_record() for res in results]
 
@@ -201,10 +213,14 @@ def cmd_detect(args, cfg: WatermarkConfig) -> int:
     if args.text is not None:
         text = args.text
     elif args.file:
-        text = Path(args.file).read_text(encoding="utf-8", errors="replace")
+        text = Path(args.file).read_text(encoding="utf-8-sig", errors="replace")
     else:
         raise SystemExit("detect: give --text TEXT, --file FILE or --input FILE.jsonl")
-    result = build_detector(cfg).detect(text, args.prompt)
+    prompt = args.prompt
+    if cfg.chat and prompt is not None:
+        print("chat: the prompt is an instruction and seeds no sentence; ignored", file=sys.stderr)
+        prompt = None
+    result = build_detector(cfg).detect(text, prompt, progress=not args.quiet)
     print(format_detection(result))
     return 0 if result.status != "error" else 1
 
@@ -293,7 +309,8 @@ def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
 def cmd_serve(args, cfg: WatermarkConfig) -> int:
     from .serve import Limits, serve
 
-    serve(cfg, args.host, args.port, Limits(max_chars=args.max_chars), not args.no_generate)
+    limits = Limits(max_chars=args.max_chars or cfg.max_text_chars)
+    serve(cfg, args.host, args.port, limits, not args.no_generate)
     return 0
 
 

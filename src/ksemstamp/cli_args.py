@@ -122,7 +122,12 @@ def _calibrate_options(parser: ArgumentParser) -> None:
 def _serve_options(parser: ArgumentParser) -> None:
     parser.add_argument("--host", type=str, default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
-    parser.add_argument("--max-chars", type=PositiveInt, default=200_000, help="longest text")
+    parser.add_argument(
+        "--max-chars",
+        type=PositiveInt,
+        default=None,
+        help="longest text (default: the max_text_chars setting)",
+    )
     parser.add_argument("--no-generate", action="store_true", help="detection only: no LM loaded")
 
 

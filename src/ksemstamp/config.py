@@ -97,6 +97,19 @@ class WatermarkConfig:
     """A text is called watermarked when its p-value is at most this."""
     prompt_batch: int = 4
     """Prompts generated together in one batch."""
+    chat: bool = False
+    """Prompts are instructions: each is wrapped in the LM's chat template and the answer is
+    generated from its first sentence, which a keyed start value seeds (no region of the
+    instruction). Detection of an answer takes no prompt; its first sentence only seeds."""
+    max_prompt_tokens: int | None = 512
+    """Most prompt tokens the LM sees; the left part of a longer prompt is dropped (the record
+    says how much). Never more than the LM's context less ``max_new_tokens`` and one sentence.
+    ``None``: the LM's context is the only bound. Memory grows with it: every candidate row
+    holds the prompt's key/value cache."""
+    max_text_chars: int = 200_000
+    """Longest input, in characters: a text to detect (with its prompt) or a prompt to continue;
+    a longer one gets an error record at once. About 40 s of detection on 2 CPU cores. The web
+    page (``serve``) takes the same limit unless given ``--max-chars``."""
     device: str = "cpu"
 
     def __post_init__(self) -> None:
@@ -121,9 +134,17 @@ class WatermarkConfig:
                     "statistic 'paper' is defined for mark 'region' only; the direction mark's "
                     "exact statistic is 'exact'"
                 )
-        for name in ("max_candidates", "candidate_batch", "max_new_tokens", "prompt_batch"):
+        for name in (
+            "max_candidates",
+            "candidate_batch",
+            "max_new_tokens",
+            "prompt_batch",
+            "max_text_chars",
+        ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            problems.append(f"max_prompt_tokens must be >= 1 or null, got {self.max_prompt_tokens}")
         if self.margin_patience is not None and self.margin_patience < 0:
             problems.append(f"margin_patience must be >= 0 or null, got {self.margin_patience}")
         if self.novelty_patience < 0:
@@ -269,6 +290,9 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
         margin_patience=cfg.margin_patience,
         threshold=cfg.threshold,
         seed=cfg.seed,
+        chat=cfg.chat,
+        max_prompt_tokens=cfg.max_prompt_tokens,
+        max_prompt_chars=cfg.max_text_chars,
     )
 
 
@@ -276,4 +300,9 @@ def build_detector(cfg: WatermarkConfig, scheme=None):
     """A ``Detector`` for the scheme of ``cfg``."""
     from .detector import Detector
 
-    return Detector(scheme or build_scheme(cfg), statistic=cfg.statistic, alpha=cfg.alpha)
+    return Detector(
+        scheme or build_scheme(cfg),
+        statistic=cfg.statistic,
+        alpha=cfg.alpha,
+        max_chars=cfg.max_text_chars,
+    )

@@ -66,6 +66,20 @@ def key_fingerprint(key: str) -> str:
     return hashlib.sha256(b"ksemstamp-key-fingerprint|" + key.encode()).hexdigest()[:12]
 
 
+def start_region(num_regions: int, key: str | None, mode: str = "keyed") -> int:
+    """The keyed start value: the region that stands before the first sentence of a text that
+    continues no sentence (an empty prompt, a chat answer), so that sentence is drawn under the
+    key like every other. ``keyed``: from an HMAC of the key, under a label no table entry uses;
+    ``paper``: a public value, as the paper's table is public."""
+    if mode == "keyed":
+        if not key:
+            raise ValueError("keyed start value needs a key")
+        digest = hmac.new(key.encode(), f"start|{num_regions}".encode(), "sha256").digest()
+    else:
+        digest = hashlib.sha256(f"ksemstamp-paper-start|{num_regions}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % num_regions
+
+
 def valid_table(num_regions: int, gamma: float, key: str | None, mode: str = "keyed") -> Tensor:
     """``(K, K)`` bool table: ``table[q, j]`` is True when region ``j`` is valid after region ``q``.
 

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .encoding import embed
-from .keys import key_fingerprint, keyed_directions, valid_table
+from .keys import key_fingerprint, keyed_directions, start_region, valid_table
 from .splitter import PunktSplitter
 
 MARKS = ("region", "direction")
@@ -78,6 +78,9 @@ class WatermarkScheme:
             dim = int(encoder.get_embedding_dimension())
             self.directions = keyed_directions(partition.num_regions, dim, key)
         self.center = None if center is None else center.float().reshape(-1).cpu()
+        # Seeds the first sentence of a text that continues none (empty prompt, chat answer);
+        # generation only: never shown, as it is derived from the key.
+        self.start_region = start_region(partition.num_regions, key, valid_mode)
         self.key_fingerprint = key_fingerprint(key) if valid_mode == "keyed" else "paper"
         self.encode_batch_size = encode_batch_size
         self.transition = transition
@@ -93,13 +96,14 @@ class WatermarkScheme:
     def num_regions(self) -> int:
         return int(self.partition.num_regions)
 
-    def embed(self, sentences: Sequence[str]) -> Tensor:
-        """``(N, D)`` unit embeddings of sentences, in one encoder pass."""
-        return embed(self.encoder, sentences, batch_size=self.encode_batch_size)
+    def embed(self, sentences: Sequence[str], progress: bool = False) -> Tensor:
+        """``(N, D)`` unit embeddings of sentences, in one encoder pass (``progress``: the
+        encoder's progress bar)."""
+        return embed(self.encoder, sentences, batch_size=self.encode_batch_size, progress=progress)
 
-    def regions(self, sentences: Sequence[str]) -> tuple[Tensor, Tensor]:
+    def regions(self, sentences: Sequence[str], progress: bool = False) -> tuple[Tensor, Tensor]:
         """Regions ``(N,)`` and margin masks ``(N,)`` of sentences, in one encoder pass."""
-        return self.locate(self.embed(sentences))
+        return self.locate(self.embed(sentences, progress=progress))
 
     def locate(self, emb: Tensor) -> tuple[Tensor, Tensor]:
         """Regions ``(N,)`` and margin masks ``(N,)`` of ``(N, D)`` embeddings."""

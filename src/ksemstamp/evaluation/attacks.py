@@ -249,12 +249,15 @@ class Attack:
             kept.append(original if choice is None else cands[choice])
             kept_sims.append(1.0 if choice is None else sims[choice])
         results, pos = [], 0
-        for sentences in split:
+        for text, sentences in zip(texts, split, strict=True):
             n = len(sentences)
             new = kept[pos : pos + n]
+            # A text that completes its prompt's sentence starts with the space (or none, in a
+            # word) that joins it to the prompt: kept, so the attacked text joins it the same way.
+            lead = text[: len(text) - len(text.lstrip())]
             results.append(
                 AttackedText(
-                    text=" ".join(new),
+                    text=lead + " ".join(new),
                     similarity=0.0,
                     sentence_similarity=sum(kept_sims[pos : pos + n]) / n if n else 1.0,
                     changed=sum(a != b for a, b in zip(sentences, new, strict=True)),

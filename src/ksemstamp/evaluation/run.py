@@ -42,7 +42,6 @@ from tqdm.auto import tqdm
 
 from ..corpora import leading_sentences, news_articles
 from ..io import (
-    InputRecord,
     ResumableWriter,
     write_json_atomic,
     write_jsonl_atomic,
@@ -72,22 +71,73 @@ def cut_to_tokens(sentences: Sequence[str], count_tokens, max_tokens: int) -> st
     return " ".join(kept)
 
 
-def build_prompts(settings: EvalSettings, count_tokens) -> list[dict]:
-    """The first ``num_prompts`` usable test-split articles as prompts with human negatives."""
+def cut_at_token(text: str, token_starts, tokens: int) -> tuple[str, str] | None:
+    """``text`` cut after its first ``tokens`` tokens, as ``(prompt, rest)`` (``rest`` keeps
+    the space before its first word), or ``None`` when the text is not longer than that.
+    ``token_starts(text)`` gives the character offset where each token starts."""
+    starts = token_starts(text)
+    if len(starts) <= tokens:
+        return None
+    return text[: starts[tokens]], text[starts[tokens] :]
+
+
+def human_continuation(
+    splitter, prompt: str, rest: str, count_tokens, max_tokens: int
+) -> tuple[str, int]:
+    """The article after ``prompt`` (``rest``, verbatim) as a human negative, cut at a sentence
+    end once it holds ``max_tokens`` tokens and at least one sentence after the prompt's own,
+    and how many sentences of ``rest`` start after the prompt's end. When the prompt ends
+    mid-sentence the negative starts with the rest of that sentence, as a generation starts with
+    its completion (and then always has a watermarked sentence); sentences are cut as detection
+    cuts prompt and text (``detector.continuation_sentences``)."""
+    head = prompt.rstrip()
+    spans = splitter.spans(head + rest)
+    inside = [at + len(s) for at, s in spans if at < len(head)]
+    end = max([len(head), *inside[-1:]])
+    total = count_tokens((head + rest)[len(head) : end])
+    after = [(at, s) for at, s in spans if at >= len(head)]
+    for k, (at, sentence) in enumerate(after):
+        if total >= max_tokens and k:
+            break
+        end = at + len(sentence)
+        total += count_tokens(sentence)
+    return (head + rest)[len(head) : end], len(after)
+
+
+def build_prompts(settings: EvalSettings, count_tokens, token_starts=None) -> list[dict]:
+    """The first ``num_prompts`` usable test-split articles as prompts with human negatives.
+
+    Prompts are whole sentences of about ``prompt_words`` words, or, with ``prompt_tokens``,
+    the article's first tokens cut wherever they end (``token_starts`` is then required).
+    """
     from ..splitter import get_splitter
 
     splitter = get_splitter()
     out = []
     for index, article in enumerate(news_articles("test")):
-        prompt, rest = split_article(splitter.split(article.text), settings.prompt_words)
-        if len(rest) < settings.min_human_sentences:
+        if settings.prompt_tokens is None:
+            prompt_sentences, rest = split_article(
+                splitter.split(article.text), settings.prompt_words
+            )
+            prompt = " ".join(prompt_sentences)
+            human = cut_to_tokens(rest, count_tokens, settings.max_new_tokens)
+            following = len(rest)
+        else:
+            cut = cut_at_token(article.text.strip(), token_starts, settings.prompt_tokens)
+            if cut is None:
+                continue
+            prompt = cut[0]
+            human, following = human_continuation(
+                splitter, prompt, cut[1], count_tokens, settings.max_new_tokens
+            )
+        if following < settings.min_human_sentences:
             continue
         out.append(
             {
                 "id": f"news-test-{index}",
                 "article_id": article.article_id,
-                "prompt": " ".join(prompt),
-                "human": cut_to_tokens(rest, count_tokens, settings.max_new_tokens),
+                "prompt": prompt,
+                "human": human,
             }
         )
         if len(out) == settings.num_prompts:
@@ -170,7 +220,11 @@ class Run:
         def count(text: str) -> int:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-        rows = build_prompts(self.settings, count)
+        def starts(text: str) -> list[int]:
+            enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            return [a for a, _ in enc["offset_mapping"]]
+
+        rows = build_prompts(self.settings, count, starts)
         write_jsonl_atomic(path, rows)
         return self._assign_keys(rows)
 
@@ -220,7 +274,7 @@ class Run:
         path = self.root / "attacks" / f"{algorithm}.{spec['name']}.jsonl"
         ids = [i for i, g in generations.items() if g.get("status") == "ok"]
         with ResumableWriter(path) as out:
-            pending = [i for i in ids if not out.is_done(InputRecord(0, {"id": i}))]
+            pending = [i for i in ids if not out.has_id(i)]
             if pending:
                 lm = None
                 if spec.get("paraphraser", "lm") == "lm":
@@ -252,7 +306,7 @@ class Run:
     ) -> dict[str, dict]:
         path = self.root / "detections" / f"{algorithm}.{name}.jsonl"
         with ResumableWriter(path) as out:
-            pending = [i for i in texts if not out.is_done(InputRecord(0, {"id": i}))]
+            pending = [i for i in texts if not out.has_id(i)]
             for key_index in range(self.settings.num_keys):
                 group = [i for i in pending if self.key_index.get(i, 0) == key_index]
                 if not group:
@@ -304,7 +358,7 @@ class Run:
 
         path = self.root / "quality" / f"{name}.jsonl"
         with ResumableWriter(path) as out:
-            pending = [i for i in texts if not out.is_done(InputRecord(0, {"id": i}))]
+            pending = [i for i in texts if not out.has_id(i)]
             if pending:
                 oracle = Oracle(
                     *self.lm(self.settings.oracle), batch_size=self.settings.oracle_batch

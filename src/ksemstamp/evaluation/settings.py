@@ -16,6 +16,7 @@ from .report import LABELS
 # Settings that change what the stored records mean: a run folder refuses a change to them.
 FIXED_SETTINGS = (
     "prompt_words",
+    "prompt_tokens",
     "min_human_sentences",
     "max_new_tokens",
     "watermark_configs",
@@ -49,7 +50,11 @@ class EvalSettings:
     num_prompts: int = 100
     """Held-out news prompts (paper: 1000 RealNews prompts)."""
     prompt_words: int = 32
-    """Prompt length in words, cut back to a sentence end (paper: ~32)."""
+    """Prompt length in words, cut back to a sentence end (when ``prompt_tokens`` is unset)."""
+    prompt_tokens: int | None = None
+    """Cut each prompt after this many generator tokens instead, mid-sentence as the paper's
+    32-token prompts are: the generator completes the sentence first, and the human negative
+    starts with the rest of that sentence. ``None``: whole sentences of ``prompt_words``."""
     min_human_sentences: int = 3
     """Skip articles whose text after the prompt has fewer sentences than this."""
     max_new_tokens: int = 200
@@ -121,6 +126,8 @@ class EvalSettings:
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.prompt_tokens is not None and self.prompt_tokens < 1:
+            problems.append(f"prompt_tokens must be >= 1 or null, got {self.prompt_tokens}")
         if problems:
             raise ValueError("invalid evaluation settings:\n  " + "\n  ".join(problems))
 

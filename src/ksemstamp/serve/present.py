@@ -25,6 +25,7 @@ HEADLINES = {
     "watermarked": "Watermarked",
     "not_watermarked": "No evidence of the watermark",
     "too_short": "Too short to score",
+    "unsupported": "Not a language this detector reads",
     "error": "Could not score this text",
 }
 
@@ -34,7 +35,7 @@ class Limits:
     """Input limits of the server; requests beyond them get a 4xx and a message."""
 
     max_chars: int = 200_000
-    """Longest text or prompt, in characters."""
+    """Longest text or prompt, in characters (``create_app`` takes ``max_text_chars``)."""
     max_upload_bytes: int = 20_000_000
     """Largest batch upload."""
     max_records: int = 5_000
@@ -51,7 +52,7 @@ class Limits:
 
 
 def decision(result: DetectionResult) -> str:
-    """``watermarked``, ``not_watermarked``, ``too_short`` or ``error``."""
+    """``watermarked``, ``not_watermarked``, ``too_short``, ``unsupported`` or ``error``."""
     if result.status != "ok":
         return result.status
     return "watermarked" if result.watermarked else "not_watermarked"

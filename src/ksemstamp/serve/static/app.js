@@ -299,7 +299,8 @@ function renderBatch(target, out) {
   const s = out.summary;
   target.appendChild(el("p", { id: "batch-summary" },
     `${out.file}: ${out.records.length} records; ${s.ok} scored (${s.watermarked} watermarked), ` +
-    `${s.too_short} too short, ${s.error} with errors; ${fmtNum(out.seconds, 2)} s.`));
+    `${s.too_short} too short, ${s.unsupported} unsupported, ${s.error} with errors; ` +
+    `${fmtNum(out.seconds, 2)} s.`));
   const table = el("table", { id: "batch-table" });
   const head = el("tr");
   for (const h of ["line", "id", "text", "status", "decision", "p-value", "z", "valid / scored", "error"]) {
