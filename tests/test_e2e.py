@@ -129,12 +129,17 @@ def short_pipeline(encoder, lm):
 
 
 def _agrees(detected, generated) -> None:
-    """Detection cut the generated sentences exactly, and each scored one is valid unless it was
-    a fallback."""
+    """Detection cut the generated sentences exactly; under the direction mark each scored one
+    has the score it was chosen with, under the region mark it is valid unless a fallback."""
     assert detected.sentences == [s.text for s in generated.sentences]
     assert detected.regions == [s.region for s in generated.sentences]
-    for verdict, sentence in zip(detected.verdicts, generated.sentences, strict=True):
-        assert verdict in ("valid", "seed") or sentence.fallback, (verdict, sentence)
+    for i, (verdict, sentence) in enumerate(
+        zip(detected.verdicts, generated.sentences, strict=True)
+    ):
+        if detected.scores is None:
+            assert verdict in ("valid", "seed") or sentence.fallback, (verdict, sentence)
+        elif verdict != "seed":
+            assert detected.scores[i] == pytest.approx(sentence.score, abs=1e-4), i
 
 
 def test_held_out_prompts_of_every_kind_generate_and_detection_agrees(short_pipeline):
@@ -156,7 +161,11 @@ def test_held_out_prompts_of_every_kind_generate_and_detection_agrees(short_pipe
     for result in (empty, answer):
         assert result.status == "ok" and result.num_sentences >= 2, result.error
         first = result.sentences[0]
-        assert bool(scheme.table[scheme.start_region, first.region]) or first.fallback
+        # Its score was taken along the start value's direction (the default direction mark).
+        vector = scheme.vectors(scheme.embed([first.text]))
+        assert first.score == pytest.approx(
+            float(scheme.scores(vector, [scheme.start_region])[0]), abs=1e-4
+        )
         found = detector.detect(result.text, result.prompt_for_detection)
         assert found.verdicts[0] == "seed"
         _agrees(found, result)

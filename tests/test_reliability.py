@@ -117,7 +117,7 @@ def test_key_appears_in_no_output_stream_or_error(tmp_path, monkeypatch, capfd):
     # error paths: a record made under another key, a broken YAML file, a bad setting
     run(["detect", "--config", str(good), "--input", str(gen), "--output", str(tmp_path / "e")])
     run(["detect", "--config", str(broken), "--text", "A. B."])
-    run(["detect", "--config", str(good), "--gamma", "0.3", "--text", "A. B."])
+    run(["detect", "--config", str(good), "--mark", "region", "--gamma", "0.3", "--text", "A. B."])
     run(["detect", "--config", str(good), "--candidate-batch", "0", "--text", "A. B."])
     run(
         ["calibrate", "--key", FLAG_KEY, "--sources", "news", "--max-texts", "6"]
