@@ -172,7 +172,33 @@ def test_exact_test_flags_at_most_alpha_of_key_independent_human_text(default_sc
 
 
 @pytest.mark.e2e
-def test_calibrate_command_writes_json_report_and_png(tmp_path, monkeypatch):
+def test_direction_test_flags_at_most_alpha_of_key_independent_human_text(default_scheme):
+    # The same binomial check for the default direction mark: every (text, key) pair is an
+    # independent draw, each text scored under its own keys' directions.
+    from ksemstamp.keys import keyed_directions
+
+    assert default_scheme.mark == "direction"
+    texts, _ = human_texts(default_scheme.splitter, ("news",), max_texts=50, seed=3)
+    scored = score_texts(default_scheme, [t.text for t in texts], ["news"] * len(texts))
+    assert len(scored) >= 45
+    sums, (k, dim) = scored.direction, default_scheme.directions.shape
+    flags, keys_per_text = {0.01: 0, 0.05: 0}, 40
+    for i in range(len(scored)):
+        rows = sums.text == i
+        for j in range(keys_per_text):
+            directions = keyed_directions(k, dim, f"independent|{i}|{j}").double().numpy()
+            dots = (sums.sums[rows] * directions[sums.context[rows]]).sum()
+            p = normal_sf(float(dots / math.sqrt(sums.variance[i])))
+            for alpha in flags:
+                flags[alpha] += p <= alpha
+    draws = len(scored) * keys_per_text
+    for alpha, count in flags.items():
+        assert count / draws <= _bound(alpha, draws)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("mark", ["direction", "region"])
+def test_calibrate_command_writes_json_report_and_png(tmp_path, monkeypatch, mark):
     from ksemstamp.keys import DEMO_KEY, key_fingerprint
 
     monkeypatch.setenv("KSEMSTAMP_CACHE", str(tmp_path / "cache"))  # the embedding store
@@ -201,15 +227,17 @@ def test_calibrate_command_writes_json_report_and_png(tmp_path, monkeypatch):
     out = tmp_path / "cal"
     args = ["calibrate", "--output-dir", str(out), "--max-texts", "48", "--num-keys", "20"]
     args += ["--simulated-per-key", "30", "--watermarked", str(marked), "--quiet"]
-    assert main(args) == 0
+    assert main([*args, "--mark", mark]) == 0
+    stats = ("exact",) if mark == "direction" else ("paper", "exact")
 
     result = json.loads((out / "calibration.json").read_text())
     assert result["texts_total"] >= 45
     assert set(result["sources"]) == {"news", "parliament", "tweets"}
     assert all(s["texts"] >= 10 for s in result["sources"].values())
     assert result["calibration"]["num_keys"] == 20
+    assert tuple(result["calibration"]["statistics"]) == stats
     for group in ("news", "parliament", "tweets", "overall"):
-        for stat in ("paper", "exact"):
+        for stat in stats:
             for alpha in ("0.001", "0.01", "0.05"):
                 f = result["null"][group][stat]["fpr"][alpha]
                 assert 0 <= f["min"] <= f["mean"] <= f["max"] <= 1
@@ -220,7 +248,8 @@ def test_calibrate_command_writes_json_report_and_png(tmp_path, monkeypatch):
     gen = result["power"]["generated: marked.jsonl"]
     assert gen["texts"] == 2 and gen["skipped"] == {"not_ok": 1, "other_key": 1}
     assert gen["one_region_share"] <= 1 and gen["distinct_transitions_mean"] >= 1
-    assert "simulated" in result["power"]["simulated"]["what"]
+    # Simulated power needs the region mark's transition model.
+    assert ("simulated" in result["power"]) == (mark == "region")
     assert result["configured_key"]["key_fingerprint"] == fingerprint
 
     report = (out / "report.md").read_text()
@@ -241,3 +270,51 @@ def test_hash_encoder_calibration_runs_without_models(hash_scheme, tmp_path):
     assert all(p.exists() for p in paths.values())
     assert torch.is_tensor(hash_scheme.table)  # the caller's scheme was left as it was
     assert not hasattr(hash_scheme.encoder, "cache")
+
+
+def _direction_scheme(hash_encoder):
+    from ksemstamp.partition import KMeansPartition
+
+    centroids = torch.nn.functional.normalize(
+        torch.randn(6, 32, generator=torch.Generator().manual_seed(1)), dim=-1
+    )
+    return WatermarkScheme(
+        hash_encoder, KMeansPartition(centroids, 0.0), 0.25, "k", get_splitter(), mark="direction"
+    )
+
+
+def test_direction_sums_give_the_detectors_z(hash_encoder):
+    # The calibration scores every text once, key-free; under any key its z must be exactly
+    # the detector's under that key.
+    from ksemstamp.calibration.scoring import calibration_keys
+
+    scheme = _direction_scheme(hash_encoder)
+    texts = [
+        "One fact here. Another fact there. One fact here. A last word.",
+        "Alpha came first. Beta came next.",
+        "Only one sentence.",
+        "Gamma rose. Delta fell. Epsilon stayed. Zeta left. Eta returned.",
+    ]
+    scored = score_texts(scheme, texts, ["x"] * len(texts), prompts=[None, "A prompt.", None, None])
+    assert scored.too_short == {"x": 1} and len(scored) == 3
+    kept = [texts[0], texts[1], texts[3]]
+    prompts = [None, "A prompt.", None]
+    for directions in calibration_keys(scheme, 3, seed=0):
+        scheme.directions = torch.from_numpy(directions).float()
+        want = [r.z_score for r in Detector(scheme).detect_batch(kept, prompts)]
+        assert scored.direction.z(directions) == pytest.approx(want, rel=1e-5)
+        p = p_values(scored, directions, 0.25, np.random.default_rng(0))
+        assert set(p) == {"exact", "exact_randomised"}
+        assert p["exact"] == pytest.approx([normal_sf(z) for z in want], rel=1e-5)
+
+
+def test_direction_calibration_runs_without_models(hash_encoder, tmp_path):
+    from ksemstamp.calibration import run_calibration, write_outputs
+
+    scheme = _direction_scheme(hash_encoder)
+    settings = CalibrationSettings(sources=("parliament",), max_texts=20, num_keys=4)
+    result = run_calibration(scheme, settings, {"command": "x"}, progress=False)
+    assert result["calibration"]["statistics"] == ["exact"]
+    assert "paper" not in result["null"]["overall"] and "simulated" not in result["power"]
+    paths = write_outputs(result, tmp_path)
+    assert "direction" in paths["report"].read_text()

@@ -31,12 +31,14 @@ def test_generate_then_detect_jsonl(tmp_path):
         "[1, 2]",
         {"id": "c"},
         {"id": "d", "prompt": 5},
-        {"id": "e", "prompt": "no end"},
+        {"id": "e", "prompt": "x" * 200_001},
     ]
-    _write(src, PROMPTS + bad)
+    # A prompt that ends mid-sentence is completed first; the record says which part.
+    unfinished = {"id": "f", "prompt": "The storm hit the coast on Friday and"}
+    _write(src, PROMPTS + bad + [unfinished])
     assert main(["generate", "--input", str(src), "--output", str(out), *FAST]) == 0
     rows = {r.get("id", r["line"]): r for r in _lines(out)}
-    assert len(rows) == 7
+    assert len(rows) == 8
     for key in ("a", "b"):
         r = rows[key]
         assert r["status"] == "ok" and r["text"] and r["prompt"] == PROMPTS[ord(key) - 97]["prompt"]
@@ -45,6 +47,9 @@ def test_generate_then_detect_jsonl(tmp_path):
     assert rows["a"]["extra"] == 1
     for key in (3, 4, "c", "d", "e"):
         assert rows[key]["status"] == "error" and rows[key]["error"]
+    assert "the limit is 200,000" in rows["e"]["error"]
+    f = rows["f"]
+    assert f["status"] == "ok" and f["text"].startswith(f["completion"]) and f["completion"]
     assert "KSEMSTAMP_KEY" not in out.read_text() and "test-suite-key" not in out.read_text()
 
     # detect: the generated records plus more bad lines
@@ -64,8 +69,11 @@ def test_generate_then_detect_jsonl(tmp_path):
     assert {"z_score", "p_value", "num_scored", "num_valid", "status"} <= set(got["a"])
     assert got["empty"]["status"] == "too_short" and got["empty"]["z_score"] is None
     assert got["no-text"]["status"] == "error" and got["num"]["status"] == "error"
-    assert got[6]["status"] == "error"  # the "oops" line
+    assert got[len(gen_rows) + 4]["status"] == "error"  # the "oops" line
     assert got["wrong-key"]["status"] == "error" and "different key" in got["wrong-key"]["error"]
+    # detection cuts the completed record as it was generated
+    assert got["f"]["completion"] == rows["f"]["completion"]
+    assert got["f"]["regions"] == rows["f"]["regions"] and got["f"]["num_scored"] >= 1
 
 
 def test_generate_resumes_without_loss_or_duplicates(tmp_path):
@@ -114,8 +122,8 @@ def test_resumable_writer_repairs_partial_line(tmp_path):
 
 
 def test_build_time_setting_errors_are_one_line(tmp_path, capsys):
-    # gamma * K is only checked once the centroids (K) are known
-    assert main(["detect", "--gamma", "0.3", "--text", "One. Two. Three."]) == 2
+    # gamma * K (the region mark's valid sets) is only checked once the centroids (K) are known
+    assert main(["detect", "--mark", "region", "--gamma", "0.3", "--text", "One. Two. Three."]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "gamma" in err and "Traceback" not in err
     missing = tmp_path / "nope.pt"

@@ -151,3 +151,113 @@ def test_scoring_plan_is_key_free_and_matches_detection(hash_encoder):
             assert result.num_valid == valid
     empty = detectors[0].plan_batch([""], [SENTENCES[0]])[0]
     assert empty.sentences == [] and empty.previous == [] and empty.num_scored == 0
+
+
+# ---------------------------------------------------------------------- prompts and bad input
+
+
+@pytest.mark.parametrize(
+    "prompt,text,expected",
+    [
+        (None, "One here. Two here.", (None, ["One here.", "Two here."], None)),
+        ("   ", "One here. Two here.", (None, ["One here.", "Two here."], None)),
+        ("It rained. It poured.", "One here.", ("It poured.", ["One here."], None)),
+        # mid-sentence: the straddling sentence seeds, its tail is the completion
+        (
+            "It rained. The council met on",
+            " Monday. It approved the budget. Then it left.",
+            (
+                "The council met on Monday.",
+                ["It approved the budget.", "Then it left."],
+                " Monday.",
+            ),
+        ),
+        # mid-word, and a trailing space on the prompt
+        (
+            "The council me ",
+            "t on Monday. It voted.",
+            ("The council met on Monday.", ["It voted."], "t on Monday."),
+        ),
+        # a paragraph break ends the open sentence: nothing completed
+        (
+            "Breaking news",
+            "\n\nThe council met. It voted.",
+            ("Breaking news", ["The council met.", "It voted."], ""),
+        ),
+        # the text never ends the prompt's sentence: it all belongs to the seed
+        (
+            "The council met on",
+            " Monday and Tuesday",
+            ("The council met on Monday and Tuesday", [], " Monday and Tuesday"),
+        ),
+    ],
+)
+def test_continuation_sentences(prompt, text, expected):
+    from ksemstamp.detector import continuation_sentences
+
+    assert continuation_sentences(get_splitter(), prompt, text) == expected
+
+
+def test_a_text_that_completes_its_prompt_is_scored_after_the_straddling_sentence(detector):
+    prompt = "The storm hit the coast. The council met on"
+    text = " Monday. " + " ".join(SENTENCES[:3])
+    res = detector.detect(text, prompt)
+    assert res.status == "ok" and res.sentences == SENTENCES[:3] and res.num_scored == 3
+    assert res.seed == "The council met on Monday." and res.completion == " Monday."
+    assert res.seed_region == int(detector.scheme.regions([res.seed])[0][0])
+    # a prompt that ends its sentence keeps its record: no completion field
+    plain = detector.detect(" ".join(SENTENCES[:3]), "The council met on Monday.")
+    assert plain.completion is None and "completion" not in plain.to_record()
+    assert plain.regions == res.regions and plain.seed_region == res.seed_region
+
+
+@pytest.mark.parametrize(
+    "text,status,words",
+    [
+        ("北京今天下雨。明天是晴天。上海也下雨了。", "unsupported", "CJK"),
+        ("😀😀😀 🎉🎉 👍", "unsupported", "no letters"),
+        ("Привет мир. Как дела? Всё хорошо.", "unsupported", "Cyrillic"),
+    ],
+)
+def test_unsupported_scripts_say_so_instead_of_too_short(detector, text, status, words):
+    res = detector.detect(text)
+    assert res.status == status and words in res.error and res.z_score is None
+    assert res.to_record()["status"] == status and res.to_record()["error"] == res.error
+
+
+def test_binary_input_is_refused_not_scored(detector):
+    import random
+
+    noise = bytes(random.Random(0).randrange(256) for _ in range(20_000))
+    res = detector.detect(noise.decode("utf-8", errors="replace"))
+    assert res.status == "error" and "not text" in res.error and res.num_scored == 0
+    res = detector.detect(" ".join(SENTENCES[:4]), prompt="\x00\x01\x02\x03 x")
+    assert res.status == "error" and "prompt is binary, not text" in res.error
+
+
+def test_size_limit_is_per_record_and_checked_before_any_work(scheme, hash_encoder):
+    limited = Detector(scheme, max_chars=200)
+    short, long = " ".join(SENTENCES[:3]), " ".join(SENTENCES[:20])
+    before = hash_encoder.calls
+    results = limited.detect_batch([long, short, short], [None, None, "p" * 150])
+    assert results[0].status == "error" and "the limit is 200" in results[0].error
+    assert results[1].status == "ok"
+    assert results[2].status == "error" and "text and prompt have" in results[2].error
+    assert hash_encoder.calls == before + 1  # one pass, for the one text that fits
+    with pytest.raises(ValueError, match="max_chars"):
+        Detector(scheme, max_chars=0)
+
+
+def test_progress_is_shown_for_long_detections_only(detector, monkeypatch):
+    import ksemstamp.detector as module
+
+    shown = []
+    embed = detector.scheme.embed
+    monkeypatch.setattr(
+        detector.scheme, "embed", lambda s, progress=False: shown.append(progress) or embed(s)
+    )
+    monkeypatch.setattr(module, "PROGRESS_SENTENCES", 10)
+    detector.detect(" ".join(SENTENCES[:5]), progress=True)
+    detector.detect(" ".join(SENTENCES[:20]), progress=True)
+    detector.detect(" ".join(SENTENCES[:20]))
+    assert shown == [False, True, False]

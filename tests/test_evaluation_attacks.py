@@ -78,6 +78,9 @@ def test_attack_applies_selection_per_sentence_and_reports_similarity():
     assert paraphraser.calls == [[ORIGINAL, second]]
     best = Attack(paraphraser, ScriptedEncoder(sims), Splitter(), "best")([text])[0]
     assert best.text.startswith("the council approved the new budget on tuesday.")
+    # A text that completes its prompt keeps the space that joins it to the prompt.
+    joined = Attack(paraphraser, ScriptedEncoder(sims), Splitter(), "best")([" " + text])[0]
+    assert joined.text == " " + best.text
 
 
 def test_attack_rejects_unknown_selection():
@@ -95,7 +98,7 @@ def test_missing_seq2seq_paraphraser_fails_with_a_clear_error(tmp_path):
 
 
 def test_first_line_stop_waits_for_text_before_a_line_break():
-    from ksemstamp.evaluation.attacks import FirstLineDone
+    from ksemstamp.paraphrase import FirstLineDone
 
     class CharTokenizer:  # token id = character code
         def batch_decode(self, rows, skip_special_tokens=True):
@@ -112,13 +115,13 @@ def test_first_line_stop_waits_for_text_before_a_line_break():
 
 @pytest.mark.e2e
 def test_cached_few_shot_examples_give_the_same_candidates_as_full_prompts():
-    from ksemstamp.evaluation.attacks import FewShotLMParaphraser
+    from ksemstamp.paraphrase import LMParaphraser
 
     sentences = [
         "The city council approved the new budget on Tuesday after a long debate.",
         "Shares of the company rose 5% in early trading.",
     ]
-    paraphraser = FewShotLMParaphraser(num_candidates=3, batch_size=4, cache_shots=False)
+    paraphraser = LMParaphraser(num_candidates=3, batch_size=4, cache_shots=False)
     plain = paraphraser.candidates(sentences)
     paraphraser.cache_shots = True
     cached = paraphraser.candidates(sentences)

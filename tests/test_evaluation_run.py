@@ -11,7 +11,14 @@ from ksemstamp.evaluation.predict import (
     predict_to_shards,
     read_records,
 )
-from ksemstamp.evaluation.run import EvalSettings, _exact_score, cut_to_tokens, split_article
+from ksemstamp.evaluation.run import (
+    EvalSettings,
+    _exact_score,
+    build_prompts,
+    cut_at_token,
+    cut_to_tokens,
+    split_article,
+)
 
 TINY = {
     "max_candidates": 4,
@@ -42,6 +49,43 @@ def test_split_article_and_cut_to_tokens():
         cut_to_tokens(sentences[1:], lambda s: len(s.split()), 5)
         == "Four five six seven. Eight nine."
     )
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _word_starts(text: str) -> list[int]:
+    import re
+
+    return [m.start() for m in re.finditer(r"\s*\S+", text)]
+
+
+def test_token_prompts_are_cut_mid_sentence_with_a_matching_human_negative():
+    from ksemstamp.detector import continuation_sentences
+    from ksemstamp.splitter import get_splitter
+
+    assert cut_at_token("One two three four.", _word_starts, 2) == ("One two", " three four.")
+    assert cut_at_token("One two.", _word_starts, 2) is None
+    settings = EvalSettings(num_prompts=6, prompt_tokens=32, max_new_tokens=60)
+    rows = build_prompts(settings, _words, _word_starts)
+    assert len(rows) == 6
+    splitter = get_splitter()
+    completed = 0
+    for row in rows:
+        assert _words(row["prompt"]) == 32
+        seed, sentences, completion = continuation_sentences(splitter, row["prompt"], row["human"])
+        assert len(sentences) >= 1 and seed is not None
+        # the negative is the article's own continuation, verbatim up to its sentence ends
+        if completion is not None:
+            completed += 1
+            assert row["human"].startswith(completion)
+    assert completed >= 3  # most 32-word cuts fall inside a sentence
+    # the default keeps whole sentences
+    whole = build_prompts(EvalSettings(num_prompts=2), _words)
+    assert all(splitter.ends_sentence(splitter.split(r["prompt"])[-1]) for r in whole)
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        EvalSettings(prompt_tokens=0)
 
 
 def test_settings_reject_unknown_algorithm_and_duplicate_attack():

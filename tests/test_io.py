@@ -5,8 +5,11 @@ import json
 import pytest
 
 from ksemstamp.io import (
+    InputRecord,
+    ResumableWriter,
     atomic_target,
     drop_cut_last_line,
+    read_jsonl,
     read_jsonl_objects,
     write_json_atomic,
     write_jsonl_atomic,
@@ -49,3 +52,47 @@ def test_atomic_write_replaces_or_keeps_the_old_file(tmp_path):
         raise RuntimeError("interrupted")
     assert json.loads(path.read_text()) == {"a": [1], "b": 1}
     assert sorted(p.name for p in path.parent.iterdir()) == ["out.json"]
+
+
+def test_reader_skips_a_byte_order_mark(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"id": 1, "text": "A."}\n{"id": 2, "text": "B."}\n')
+    records = list(read_jsonl(path))
+    assert [(r.line, r.error, r.data) for r in records] == [
+        (1, None, {"id": 1, "text": "A."}),
+        (2, None, {"id": 2, "text": "B."}),
+    ]
+
+
+def test_resume_keys_on_the_input_line_so_repeated_ids_are_each_done_once(tmp_path):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    rows = [{"id": "a"}, {"id": "b"}, {"id": "b"}, {"x": 1}, {"id": "a"}]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    records = list(read_jsonl(src))
+    # A first run wrote lines 1 and 2, then was killed while writing line 3.
+    with ResumableWriter(out) as writer:
+        for rec in records[:2]:
+            writer.write({**rec.data, "line": rec.line})
+    with out.open("a") as handle:
+        handle.write('{"id": "b", "li')
+    with ResumableWriter(out) as writer:
+        todo = [r.line for r in records if not writer.is_done(r)]
+        assert todo == [3, 4, 5]  # line 3 shares its id with line 2 and is still to do
+        assert writer.has_id("b") and not writer.has_id("c")
+        for rec in records:
+            if rec.line in todo:
+                writer.write({**rec.data, "line": rec.line})
+    written = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["line"] for r in written] == [1, 2, 3, 4, 5]  # none lost, none twice
+    with ResumableWriter(out) as writer:
+        assert all(writer.is_done(r) for r in records)
+
+
+def test_resume_refuses_an_input_that_changed_under_the_output(tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "a", "line": 1}\n')
+    with ResumableWriter(out) as writer:
+        assert writer.is_done(InputRecord(1, {"id": "a"}))
+        with pytest.raises(ValueError, match='input line 1 has id "a".*now has id "z"'):
+            writer.is_done(InputRecord(1, {"id": "z"}))
+        assert not writer.is_done(InputRecord(2, {"id": "a"}))

@@ -33,8 +33,9 @@ def _env(key: str) -> dict[str, str]:
     return env
 
 
-def _write_prompts(path: Path) -> None:
-    rows = [{"id": f"p{i}", "prompt": p} for i, p in enumerate(PROMPTS)]
+def _write_prompts(path: Path, ids: list[str] | None = None) -> None:
+    ids = ids or [f"p{i}" for i in range(len(PROMPTS))]
+    rows = [{"id": i, "prompt": p} for i, p in zip(ids, PROMPTS, strict=True)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -44,7 +45,9 @@ def _write_prompts(path: Path) -> None:
 @pytest.mark.e2e
 def test_killed_generate_resumes_without_loss_or_duplicates(tmp_path):
     src, out = tmp_path / "prompts.jsonl", tmp_path / "out.jsonl"
-    _write_prompts(src)
+    # Ids repeat (as careless inputs do): resuming must still do every line exactly once.
+    ids = ["p0", "p0", "p1", "p0"]
+    _write_prompts(src, ids)
     # One prompt per batch, so records reach the file one at a time and the kill lands mid-run.
     cmd = [sys.executable, str(REPO / "watermark.py"), "generate", "--input", str(src)]
     cmd += ["--output", str(out), "--prompt-batch", "1", *FAST]
@@ -68,8 +71,11 @@ def test_killed_generate_resumes_without_loss_or_duplicates(tmp_path):
     assert "resuming" in done.stderr
     after = out.read_bytes()
     assert after.startswith(complete)  # what was written before the kill is kept as it was
-    ids = [json.loads(line)["id"] for line in after.decode().splitlines()]
-    assert sorted(ids) == [f"p{i}" for i in range(len(PROMPTS))]  # none lost, none twice
+    rows = [json.loads(line) for line in after.decode().splitlines()]
+    assert sorted(r["line"] for r in rows) == [1, 2, 3, 4]  # none lost, none twice
+    assert all(
+        r["id"] == ids[r["line"] - 1] and r["prompt"] == PROMPTS[r["line"] - 1] for r in rows
+    )
     assert all(json.loads(x)["status"] == "ok" for x in after.decode().splitlines())
 
 
@@ -104,12 +110,14 @@ def test_key_appears_in_no_output_stream_or_error(tmp_path, monkeypatch, capfd):
     run(["generate", "--prompt", PROMPTS[1], *FAST])
     run(["detect", "--input", str(gen), "--output", str(det), "--quiet"])
     run(["detect", "--text", "One sentence here. Another one there. A third.", "--quiet"])
+    run(["detect", "--text", " Monday. It voted.", "--prompt", "The council met on", "--quiet"])
+    run(["detect", "--text", "北京今天下雨。明天是晴天。", "--quiet"])
     run(["detect", "--config", str(good), "--print-config"])
     run(["detect", "--key", FLAG_KEY, "--print-config"])
     # error paths: a record made under another key, a broken YAML file, a bad setting
     run(["detect", "--config", str(good), "--input", str(gen), "--output", str(tmp_path / "e")])
     run(["detect", "--config", str(broken), "--text", "A. B."])
-    run(["detect", "--config", str(good), "--gamma", "0.3", "--text", "A. B."])
+    run(["detect", "--config", str(good), "--mark", "region", "--gamma", "0.3", "--text", "A. B."])
     run(["detect", "--config", str(good), "--candidate-batch", "0", "--text", "A. B."])
     run(
         ["calibrate", "--key", FLAG_KEY, "--sources", "news", "--max-texts", "6"]
@@ -195,6 +203,8 @@ class _Encoder:
         ("statistic", "z"),
         ("valid_mode", "open"),
         ("partition", "grid"),
+        ("max_text_chars", 0),
+        ("max_prompt_tokens", 0),
     ],
 )
 def test_bad_setting_is_named(setting, value, capsys):
@@ -225,14 +235,22 @@ def test_bad_sampling_setting_is_named(setting, value):
 
 
 def test_gamma_times_k_must_be_whole(tmp_path):
+    # The valid table of the region mark needs gamma * K whole.
     with pytest.raises(ValueError, match="gamma"):
-        build_scheme(WatermarkConfig(partition="lsh", gamma=0.3, key="k"), encoder=_Encoder())
+        build_scheme(
+            WatermarkConfig(partition="lsh", gamma=0.3, key="k", mark="region"), encoder=_Encoder()
+        )
     encoder = _Encoder()
     two = tmp_path / "k2.pt"
     CentroidFile(torch.randn(2, 16), "tiny", encoder_fingerprint(encoder)).save(two)
     with pytest.raises(ValueError, match=r"gamma \* K.*K=2"):
-        build_scheme(WatermarkConfig(centroids=str(two), gamma=0.25, key="k"), encoder=encoder)
-    build_scheme(WatermarkConfig(centroids=str(two), gamma=0.5, key="k"), encoder=encoder)
+        build_scheme(
+            WatermarkConfig(centroids=str(two), gamma=0.25, key="k", mark="region"),
+            encoder=encoder,
+        )
+    build_scheme(
+        WatermarkConfig(centroids=str(two), gamma=0.5, key="k", mark="region"), encoder=encoder
+    )
 
 
 def test_fewer_than_two_regions_is_refused(tmp_path):

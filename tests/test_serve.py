@@ -22,7 +22,8 @@ SENTENCES = [f"Sentence number {i} talks about topic {i * 7 % 13}." for i in ran
 
 @pytest.fixture
 def app(hash_encoder):
-    cfg = WatermarkConfig(partition="lsh", key=SECRET)
+    # SemStamp's region mark: the chains below are built from its valid table.
+    cfg = WatermarkConfig(partition="lsh", key=SECRET, mark="region")
     return create_app(cfg, limits=Limits(max_chars=2_000), encoder=hash_encoder, generation=False)
 
 
@@ -136,6 +137,7 @@ def test_batch_jsonl_keeps_the_cli_contract_and_reports_bad_lines(client, app):
         json.dumps({"id": "other-key", "text": "A. B.", "key_fingerprint": "000000000000"}),
         json.dumps({"id": "huge", "text": "y" * 3_000}),
         "[1, 2]",
+        json.dumps({"id": "chinese", "text": "北京今天下雨。明天是晴天。"}, ensure_ascii=False),
     ]
     response = _upload(client, "texts.jsonl", "\n".join(lines).encode())
     assert response.status_code == 200
@@ -148,10 +150,17 @@ def test_batch_jsonl_keeps_the_cli_contract_and_reports_bad_lines(client, app):
     assert "different key" in rows["other-key"]["error"]
     assert "limit" in rows["huge"]["error"]
     assert "not a JSON object" in rows[8]["error"]
-    assert out["summary"] == {"ok": 1, "too_short": 1, "error": 5, "watermarked": 1}
+    assert rows["chinese"]["status"] == "unsupported" and "CJK" in rows["chinese"]["error"]
+    assert out["summary"] == {
+        "ok": 1,
+        "too_short": 1,
+        "unsupported": 1,
+        "error": 5,
+        "watermarked": 1,
+    }
     # The download is the same records as `watermark.py detect --output` writes, in order.
     written = [json.loads(x) for x in out["jsonl"].splitlines()]
-    assert written == out["records"] and [r["line"] for r in written] == [1, 2, 3, 5, 6, 7, 8]
+    assert written == out["records"] and [r["line"] for r in written] == [1, 2, 3, 5, 6, 7, 8, 9]
     assert set(written[0]) >= {
         "z_score",
         "p_value",
@@ -203,6 +212,26 @@ def test_upload_limits(hash_encoder):
     three = b'{"text": "A. B."}\n' * 3
     response = _upload(client, "a.jsonl", three)
     assert response.status_code == 413 and "3 records" in response.json()["error"]
+
+
+def test_the_page_and_the_detector_share_one_size_limit(hash_encoder):
+    # Without limits the page takes max_text_chars; given limits replace it for the detector too.
+    cfg = WatermarkConfig(partition="lsh", key=SECRET, max_text_chars=120)
+    app = create_app(cfg, encoder=hash_encoder, generation=False)
+    client = TestClient(app)
+    assert client.get("/api/info").json()["max_chars"] == 120 == app.state.detector.max_chars
+    response = client.post("/api/detect", json={"text": " ".join(SENTENCES[:5])})
+    assert response.status_code == 413 and "limit is 120" in response.json()["error"]
+    wider = create_app(cfg, limits=Limits(max_chars=500), encoder=hash_encoder, generation=False)
+    assert wider.state.detector.max_chars == 500
+    answer = TestClient(wider).post("/api/detect", json={"text": " ".join(SENTENCES[:5])})
+    assert answer.status_code == 200 and answer.json()["status"] == "ok"
+
+
+def test_detect_says_when_a_script_is_not_read(client):
+    view = client.post("/api/detect", json={"text": "😀😀😀 🎉🎉"}).json()
+    assert view["status"] == view["decision"] == "unsupported"
+    assert "no letters" in view["message"] and view["headline"]
 
 
 def test_generation_is_refused_without_a_model(client):
@@ -271,6 +300,34 @@ def test_null_chart_uses_the_prompt_seed():
     # Transitions 0->1 and 1->2, one valid region per row: each valid with chance 1/4.
     assert chart["pmf"] == pytest.approx([9 / 16, 6 / 16, 1 / 16])
     assert chart["tail"] == pytest.approx(7 / 16) and chart["expected"] == pytest.approx(0.5)
+
+
+def test_direction_mark_view_scores_and_normal_chart(hash_encoder):
+    cfg = WatermarkConfig(partition="lsh", key=SECRET, mark="direction")
+    app = create_app(cfg, encoder=hash_encoder, generation=False)
+    client = TestClient(app)
+    assert client.get("/api/info").json()["mark"] == "direction"
+    scheme = app.state.detector.scheme
+    # A chain picked for the key: each next sentence the best-scoring after the previous one.
+    emb = scheme.embed(SENTENCES)
+    vectors, regions = scheme.vectors(emb), scheme.locate(emb)[0].tolist()
+    chain, prev = [SENTENCES[0]], regions[0]
+    for _ in range(7):
+        scores = scheme.scores(vectors, [prev] * len(SENTENCES)).tolist()
+        best = max((i for i, s in enumerate(SENTENCES) if s not in chain), key=lambda i: scores[i])
+        chain.append(SENTENCES[best])
+        prev = regions[best]
+    view = client.post("/api/detect", json={"text": " ".join(chain)}).json()
+    assert view["mark"] == "direction" and view["decision"] == "watermarked"
+    assert view["null"]["kind"] == "normal"
+    assert view["null"]["z"] == pytest.approx(view["z_score"])
+    assert view["null"]["tail"] == pytest.approx(view["p_value"])
+    assert view["expected_valid"] == pytest.approx(view["num_scored"] / 2)
+    scored = [s for s in view["sentences"] if s["scored"]]
+    assert len(scored) == 7 and all(s["score"] > 0 for s in scored)
+    assert view["sentences"][0]["score"] is None
+    assert "exactly normal" in view["explanation"]
+    assert SECRET not in json.dumps(view)
 
 
 def test_explanation_names_a_text_that_never_changes_step():
@@ -368,6 +425,10 @@ def test_serve_command_passes_host_port_settings_and_limits(monkeypatch, tmp_pat
     cfg, host, port, limits, generation = calls[0]
     assert (host, port, limits.max_chars, generation) == ("127.0.0.1", 9123, 50, False)
     assert (cfg.gamma, cfg.alpha) == (0.5, 0.05)
+    # without --max-chars the page keeps the detector's own limit
+    config.write_text("max_text_chars: 1234\n")
+    assert main(["serve", "--config", str(config), "--no-generate"]) == 0
+    assert calls[1][3].max_chars == 1234
 
 
 def test_serve_prints_the_address(monkeypatch, capsys, app):

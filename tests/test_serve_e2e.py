@@ -35,26 +35,36 @@ def client(app):
 
 @pytest.fixture(scope="module")
 def marked_text(app) -> str:
-    """Human news sentences chained so that every transition is valid under the key: the
-    watermarker's rejection sampling with a corpus in place of the LM."""
+    """Human news sentences chained for the key: each next one the best-scoring of a corpus
+    after the previous one's region (the default direction mark's rule with a corpus in place
+    of the LM)."""
     scheme = app.state.detector.scheme
+    assert scheme.mark == "direction"
     pool = [
         s
         for a in news_articles("test")[:40]
         for s in scheme.splitter.split(a.text)
-        if 8 <= len(s.split()) <= 30
+        # Plain sentences, so that the splitter cuts the joined chain back into them.
+        if 8 <= len(s.split()) <= 30 and s[0].isupper() and s[-1] in ".!?" and '"' not in s
     ]
-    regions = scheme.regions(pool)[0].tolist()
-    chain, prev, used = [pool[0]], regions[0], set()
+    emb = scheme.embed(pool)
+    regions, vectors = scheme.locate(emb)[0].tolist(), scheme.vectors(emb)
+    chain, prev = [0], regions[0]
     while len(chain) < 11:
-        options = [
-            (i, r) for i, r in enumerate(regions) if scheme.table[prev, r] and pool[i] not in chain
-        ]
-        i, r = min(options, key=lambda o: (prev, o[1]) in used)
-        used.add((prev, r))
-        chain.append(pool[i])
-        prev = r
-    return " ".join(chain)
+        scores = scheme.scores(vectors, [prev] * len(pool))
+        scores[chain] = float("-inf")
+        for _ in range(50):
+            best = int(scores.argmax())
+            # Keep only sentences that the splitter cuts back out of the joined text.
+            joined = [pool[i] for i in chain] + [pool[best]]
+            if scheme.splitter.split(" ".join(joined)) == joined:
+                break
+            scores[best] = float("-inf")
+        else:
+            raise AssertionError("no sentence of the pool joins the chain cleanly")
+        chain.append(best)
+        prev = regions[best]
+    return " ".join(pool[i] for i in chain)
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +120,12 @@ def test_generation_is_queued_and_streams_progress(client):
 
 
 def test_bad_prompts_and_the_key(client):
-    unfinished = client.post("/api/generate", json={"prompt": "No end to this"})
-    assert unfinished.status_code == 422 and "complete sentence" in unfinished.json()["error"]
+    # Refused at once, before the queue: input that is not text, too many tokens asked for.
+    binary = client.post("/api/generate", json={"prompt": "\x00\x01\x02\x03 data"})
+    assert binary.status_code == 422 and "not text" in binary.json()["error"]
     too_long = client.post("/api/generate", json={"prompt": PROMPT, "max_new_tokens": 10_000})
     assert too_long.status_code == 422
-    for response in (unfinished, too_long, client.get("/api/info")):
+    for response in (binary, too_long, client.get("/api/info")):
         assert SECRET not in response.text
 
 
@@ -174,7 +185,8 @@ def test_browser_shows_verdict_coloured_sentences_batch_and_generation(
             )
             assert colour == "rgb(200, 236, 208)"
             assert "region" in page.get_attribute(".marked-text .s.valid", "title")
-            assert page.locator(".chart svg rect.tail").count() >= 1
+            # The p-value's tail is shaded: bars (region mark) or the normal curve (direction).
+            assert page.locator(".chart svg .tail").count() >= 1
             assert "probability" in page.inner_text(".explain")
             assert SECRET not in page.content()
             page.screenshot(path=str(tmp_path / "detect.png"), full_page=True)

@@ -202,3 +202,63 @@ def test_frontier_keeps_only_undominated_points():
 
     pts = [(10, 0.5), (5, 0.2), (20, 0.4), (7, 0.6), (30, 0.9), (7, 0.1)]
     assert frontier(pts) == [1, 3, 4]
+
+
+# ---------------------------------------------------------------------- direction designs
+
+
+def _direction_ingredients(vectors_per_context: list[list[list[float]]], regions_per_context):
+    """Like ``_ingredients``, with a vector for every candidate (unit norm, dimension 2)."""
+    ing, dv = _ingredients(regions_per_context, tokens=1)
+    vecs = [[1.0, 0.0]] + [v for ctx in vectors_per_context for v in ctx]
+    dv.vectors = np.array(vecs, dtype=np.float64)
+    dv.vectors /= np.linalg.norm(dv.vectors, axis=1, keepdims=True)
+    dv.attacked_vectors = {}
+    return ing, dv
+
+
+def test_direction_best_of_n_keeps_the_best_scoring_draw():
+    # One context, four candidates along known directions; the key's direction is +x for every
+    # region. The best of 4 draws of the 4 candidates is the most +x one whenever it is drawn.
+    angles = np.radians([170, 90, 10, 45])
+    ctx = [[float(np.cos(a)), float(np.sin(a))] for a in angles]
+    ing, dv = _direction_ingredients([ctx] * 200, [[0, 1, 2, 3]] * 200)
+    directions = np.tile([[1.0, 0.0]], (4, 1))
+    design = Design(mark="direction", k=4, threshold=float("inf"), max_candidates=4)
+    text = simulate_text(design, dv, ing, 0, directions, np.random.default_rng(0), 10**6)
+    assert text.candidates == [4] * 200 and not any(text.fallbacks)
+    # Region 2 (10 degrees) is kept whenever it is among the 4 draws: 1 - (3/4)^4 of the time.
+    share = np.mean(np.array(text.regions) == 2)
+    assert share == pytest.approx(1 - 0.75**4, abs=3 * np.sqrt(0.68 * 0.32 / 200))
+    assert all(text.valid[i] for i, r in enumerate(text.regions) if r in (2, 3))
+
+
+def test_direction_threshold_accepts_the_first_draw_reaching_it():
+    # Candidates alternate between a high and a low score; the threshold takes the first high
+    # one, so a sentence costs a geometric number of draws with mean 2.
+    ctx = [[1.0, 0.0], [-1.0, 0.0]] * 8
+    ing, dv = _direction_ingredients([ctx] * 400, [[1, 0] * 8] * 400)
+    directions = np.tile([[1.0, 0.0]], (2, 1))
+    design = Design(mark="direction", k=2, threshold=0.5, max_candidates=1000)
+    text = simulate_text(design, dv, ing, 0, directions, np.random.default_rng(2), 10**6)
+    assert set(text.regions) == {1} and not any(text.fallbacks)
+    assert np.mean(text.candidates) == pytest.approx(2.0, rel=0.12)
+
+
+def test_direction_human_p_values_are_uniform_over_keys():
+    # The simulator's human texts under 400 random keys: their exact p-values are uniform.
+    from ksemstamp.study.simulate import human_p_values, key_material
+
+    rng = np.random.default_rng(5)
+    u = 12
+    ing, dv = _ingredients([[0]], tokens=1)
+    ing.human = [np.arange(u)]
+    dv.region = rng.integers(0, 3, size=u)
+    dv.vectors = rng.normal(size=(u, 6)) + 2.0  # correlated sentences, as on one topic
+    dv.vectors /= np.linalg.norm(dv.vectors, axis=1, keepdims=True)
+    design = Design(mark="direction", k=3)
+    ps = [human_p_values(design, dv, ing, d)[0] for d in key_material(design, 400, 1, dv)]
+    for alpha in (0.05, 0.2, 0.5):
+        assert np.mean(np.array(ps) <= alpha) == pytest.approx(
+            alpha, abs=3.5 * np.sqrt(alpha * (1 - alpha) / 400)
+        )

@@ -131,6 +131,22 @@ def test_build_pairs_is_resumable(tmp_path):
     assert build_pairs(out, 6, split="val", progress=False) == 0
 
 
+@pytest.mark.e2e
+def test_build_pairs_takes_lm_rewrites_from_the_shared_paraphraser(tmp_path):
+    import torch
+
+    out = tmp_path / "pairs.jsonl"
+    torch.manual_seed(0)  # the pairs' LM samples from torch's global stream
+    assert build_pairs(out, 3, split="val", lm_share=1.0, chunk_size=4, progress=False) == 3
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert any(r["method"] == "lm" for r in rows)
+    for r in rows:
+        assert r["paraphrase"] and r["paraphrase"] != r["text"]
+        assert 0.75 <= r["similarity"] <= 0.99 and r["overlap"] <= 0.85
+        if r["method"] == "lm":  # the chat replies are read without their quotes
+            assert not r["paraphrase"].startswith('"') and not r["paraphrase"].endswith('"')
+
+
 def test_agreement_report_counts_shared_regions_and_margin():
     import torch
 

@@ -246,3 +246,24 @@ def test_training_config_layers_parse(layer, capsys):
     if layer == "news-region.yaml":
         assert printed["model"]["region_weight"] == 0.2
         assert len(printed["data"]["train_file"]) == 3
+
+
+def test_warmup_factor_against_transformers_schedule():
+    from transformers import get_linear_schedule_with_warmup
+
+    from ksemstamp.training.module import warmup_factor
+
+    warmup, total = 4, 20
+    ours = [warmup_factor(s, warmup, total) for s in range(total + 1)]
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    schedule = get_linear_schedule_with_warmup(optimizer, warmup, total)
+    theirs = []
+    for _ in range(total + 1):
+        theirs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    # The difference the docstring names: transformers' first step has rate 0, ours does not.
+    assert theirs[0] == 0.0 and ours[0] == pytest.approx(1 / 5)
+    assert ours[:warmup] == pytest.approx([1 / 5, 2 / 5, 3 / 5, 4 / 5])
+    # After warmup, the same linear decay to 0.
+    assert ours[warmup:] == pytest.approx(theirs[warmup:]) and ours[-1] == 0.0

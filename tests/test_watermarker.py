@@ -16,9 +16,11 @@ class ScriptedSampler:
     def __init__(self, script):
         self.script = list(script)
         self.rounds = []
+        self.calls = []
 
-    def sample_round(self, prefixes, rows, judge, generator=None, contexts=None):
+    def sample_round(self, prefixes, rows, judge, generator=None, contexts=None, heads=None):
         self.rounds.append(list(rows))
+        self.calls.append({"prefixes": list(prefixes), "contexts": contexts, "heads": heads})
         out = []
         for _ in prefixes:
             texts = self.script.pop(0)
@@ -272,3 +274,93 @@ def test_sentence_time_budget_falls_back_between_rounds(hash_encoder, monkeypatc
     assert not untimed.generate([prompt])[0].sentences[0].timed_out
     with pytest.raises(ValueError):
         Watermarker(scheme, sampler, sentence_time_budget=0)
+
+
+# ---------------------------------------------------------------------- kinds of prompt
+
+
+def _detector(scheme):
+    from ksemstamp.detector import Detector
+
+    return Detector(scheme)
+
+
+def test_a_prompt_ending_mid_sentence_is_completed_then_seeds(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    scheme.partition.margin = 0.0
+    prompt = "The storm hit the coast. The council met on"
+    straddling = "The council met on Monday."
+    seed = int(scheme.regions([straddling])[0][0])
+    good, bad = _valid_after(scheme, seed, True), _valid_after(scheme, seed, False)
+    # A draw that does not continue the open sentence is refused; the next one completes it.
+    sampler = ScriptedSampler([["Something else."], [straddling], [bad, good]])
+    wm = Watermarker(scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=9)
+    res = wm.generate([prompt])[0]
+    assert res.status == "ok", res.error
+    assert res.completion == " Monday." and res.text == " Monday. " + good
+    assert (prompt + res.text).startswith(prompt + " Monday. ")
+    assert [s.text for s in res.sentences] == [good] and res.sentences[0].candidates == 2
+    assert res.num_tokens == 10 and res.to_record()["completion"] == " Monday."
+    # one unwatermarked row per completion draw; the head is the open sentence, after its context
+    assert sampler.rounds == [[1], [1], [2]]
+    assert sampler.calls[0]["heads"] == [" The council met on"]
+    assert sampler.calls[0]["contexts"] == ["The storm hit the coast."]
+    assert sampler.calls[2]["heads"] is None and sampler.calls[2]["contexts"] == [straddling]
+    # detection with the prompt cuts the same sentences: the straddling one seeds
+    found = _detector(scheme).detect(res.text, prompt)
+    assert found.seed == straddling and found.seed_region == seed
+    assert found.completion == " Monday." and found.to_record()["completion"] == " Monday."
+    assert found.sentences == [good] and found.verdicts == ["valid"]
+
+
+def test_a_completion_that_never_comes_is_an_error(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    sampler = ScriptedSampler([["Other words."], ["More words."]])
+    wm = Watermarker(scheme, sampler, max_candidates=2, max_new_tokens=9)
+    res = wm.generate(["The council met on"])[0]
+    assert res.status == "error" and "could not be completed in 2 draws" in res.error
+    assert res.completion is None and res.text == ""
+
+
+def test_an_empty_prompt_is_seeded_by_the_keyed_start_value(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    scheme.partition.margin = 0.0
+    start = scheme.start_region
+    good, bad = _valid_after(scheme, start, True), _valid_after(scheme, start, False)
+    for prompt in ("", "  \n "):
+        sampler = ScriptedSampler([[bad, good]])
+        wm = Watermarker(scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=5)
+        res = wm.generate([prompt])[0]
+        assert res.status == "ok" and res.text == good and res.completion is None
+        assert res.sentences[0].rejected_region == 1 and res.prompt_for_detection == prompt
+        assert sampler.calls[0]["contexts"] == [""]
+    # no prompt sentence seeds the answer: detection scores from its second sentence on
+    assert _detector(scheme).detect(good + " " + bad, "").verdicts[0] == "seed"
+
+
+def test_the_start_value_is_keyed(hash_encoder):
+    from ksemstamp.keys import start_region
+
+    starts = {start_region(64, f"key {i}") for i in range(40)}
+    assert len(starts) > 20  # spread over the regions, not one fixed value
+    assert start_region(64, "k") == start_region(64, "k")  # a function of the key alone
+    assert start_region(8, None, "paper") == start_region(8, None, "paper")
+    with pytest.raises(ValueError, match="needs a key"):
+        start_region(8, None)
+
+
+def test_chat_needs_a_chat_template(hash_encoder):
+    with pytest.raises(ValueError, match="no chat template"):
+        Watermarker(_scheme(hash_encoder), ScriptedSampler([]), chat=True)
+
+
+def test_bad_prompts_cost_nothing(hash_encoder):
+    sampler = ScriptedSampler([])
+    wm = Watermarker(_scheme(hash_encoder), sampler, max_prompt_chars=50)
+    binary = bytes(range(40)).decode("latin-1")  # control characters, as binary files hold
+    results = wm.generate([5, "x" * 51, binary])
+    assert [r.status for r in results] == ["error"] * 3
+    assert "must be a string" in results[0].error
+    assert "51 characters; the limit is 50" in results[1].error
+    assert "not text" in results[2].error
+    assert sampler.rounds == []  # nothing was sampled

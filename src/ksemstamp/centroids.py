@@ -8,6 +8,8 @@ A centroid file is a ``torch.save`` dict of tensors and plain types (loadable wi
     encoder_fingerprint  hash of that encoder's weights (see ``assets.encoder_fingerprint``)
     transition           (K, K) float64 counts of region q -> region j between consecutive
                          domain sentences (used to size candidate batches)
+    mean                 (D,) float32 mean of the unit embeddings the centroids were fitted on
+                         (the ``direction`` mark scores embeddings minus this); may be absent
     settings             dict: k, seed, number of sentences, source
 
 Detection and generation refuse a file whose fingerprint differs from the loaded encoder's.
@@ -43,6 +45,7 @@ class CentroidFile:
     encoder_fingerprint: str
     transition: Tensor | None = None
     settings: dict = field(default_factory=dict)
+    mean: Tensor | None = None
 
     @property
     def num_regions(self) -> int:
@@ -58,6 +61,8 @@ class CentroidFile:
             "transition": None if self.transition is None else self.transition.double().cpu(),
             "settings": dict(self.settings),
         }
+        if self.mean is not None:
+            payload["mean"] = self.mean.float().cpu()
         with atomic_target(path) as tmp:
             torch.save(payload, tmp)
 
@@ -75,6 +80,7 @@ class CentroidFile:
             encoder_fingerprint=payload["encoder_fingerprint"],
             transition=payload.get("transition"),
             settings=payload.get("settings", {}),
+            mean=payload.get("mean"),
         )
 
     def check_encoder(self, fingerprint: str, spec: str = "") -> None:
@@ -138,6 +144,7 @@ def fit_centroid_file(
         encoder=encoder_spec,
         encoder_fingerprint=encoder_fingerprint(encoder),
         transition=transition_counts(per_doc, k),
+        mean=F.normalize(emb.float(), dim=-1).mean(dim=0),
         settings={
             "k": k,
             "seed": seed,

@@ -62,10 +62,21 @@ class WatermarkConfig:
     """Rejection margin (k-SemStamp paper: 0.035; SemStamp paper: 0.02)."""
     valid_mode: str = "keyed"
     """``keyed`` (HMAC of the secret key) or ``paper`` (public table seeded by ``q * 15485863``)."""
+    mark: str = "direction"
+    """What the key asks of a sentence. ``direction``: its centred embedding should point along
+    the key's direction for the previous sentence's region (score >= ``threshold``); the
+    detector sums the scores into an exact z (docs/study). ``region`` (k-SemStamp, SemStamp):
+    its region should be in the key's valid set for the previous sentence's region, with the
+    margin; ``gamma``, ``margin``, ``novelty_patience`` and ``margin_patience`` apply to it."""
+    threshold: float | None = None
+    """``direction`` mark: accept the first candidate scoring at least this; after
+    ``max_candidates`` draws keep the best-scoring one. ``None``: always the best of
+    ``max_candidates`` (the candidates of a sentence are then drawn in one batched round)."""
     key: str | None = None
     """Secret key; falls back to ``$KSEMSTAMP_KEY``, then to a public demo key (with a warning)."""
-    max_candidates: int = 100
-    """Candidates per sentence before accepting the last one (paper: 100)."""
+    max_candidates: int = 12
+    """Candidates per sentence before giving up on the rule: the ``region`` mark then keeps the
+    last one drawn (paper: 100), the ``direction`` mark the best-scoring one."""
     novelty_patience: int = 10
     """Candidates after which a valid but already-used region transition is accepted; 0 is the
     paper's rule. Repeated transitions add no evidence for the default (exact) test."""
@@ -101,6 +112,19 @@ class WatermarkConfig:
     """A text is called watermarked when its p-value is at most this."""
     prompt_batch: int = 4
     """Prompts generated together in one batch."""
+    chat: bool = False
+    """Prompts are instructions: each is wrapped in the LM's chat template and the answer is
+    generated from its first sentence, which a keyed start value seeds (no region of the
+    instruction). Detection of an answer takes no prompt; its first sentence only seeds."""
+    max_prompt_tokens: int | None = 512
+    """Most prompt tokens the LM sees; the left part of a longer prompt is dropped (the record
+    says how much). Never more than the LM's context less ``max_new_tokens`` and one sentence.
+    ``None``: the LM's context is the only bound. Memory grows with it: every candidate row
+    holds the prompt's key/value cache."""
+    max_text_chars: int = 200_000
+    """Longest input, in characters: a text to detect (with its prompt) or a prompt to continue;
+    a longer one gets an error record at once. About 40 s of detection on 2 CPU cores. The web
+    page (``serve``) takes the same limit unless given ``--max-chars``."""
     device: str = "cpu"
 
     def __post_init__(self) -> None:
@@ -119,9 +143,27 @@ class WatermarkConfig:
             problems.append(f"lsh_bits must be >= 1 (2**lsh_bits regions), got {self.lsh_bits}")
         if self.valid_mode not in ("keyed", "paper"):
             problems.append(f"valid_mode must be 'keyed' or 'paper', not {self.valid_mode!r}")
-        for name in ("max_candidates", "candidate_batch", "max_new_tokens", "prompt_batch"):
+        if self.mark not in ("region", "direction"):
+            problems.append(f"mark must be 'region' or 'direction', not {self.mark!r}")
+        elif self.mark == "direction":
+            if self.valid_mode != "keyed":
+                problems.append("mark 'direction' needs valid_mode 'keyed' (a secret key)")
+            if self.statistic == "paper":
+                problems.append(
+                    "statistic 'paper' is defined for mark 'region' only; the direction mark's "
+                    "exact statistic is 'exact'"
+                )
+        for name in (
+            "max_candidates",
+            "candidate_batch",
+            "max_new_tokens",
+            "prompt_batch",
+            "max_text_chars",
+        ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            problems.append(f"max_prompt_tokens must be >= 1 or null, got {self.max_prompt_tokens}")
         if self.margin_patience is not None and self.margin_patience < 0:
             problems.append(f"margin_patience must be >= 0 or null, got {self.margin_patience}")
         if self.sentence_time_budget is not None and self.sentence_time_budget <= 0:
@@ -216,12 +258,13 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
     from .splitter import get_splitter
 
     encoder = encoder if encoder is not None else load_encoder(cfg.encoder, cfg.device)
-    transition = None
+    transition = center = None
     if cfg.partition == "kmeans":
         fitted = CentroidFile.load(cfg.centroid_path())
         fitted.check_encoder(encoder_fingerprint(encoder), cfg.encoder)
         partition = KMeansPartition(fitted.centroids, cfg.margin)
         transition = fitted.transition
+        center = fitted.mean
     else:
         partition = LSHPartition(
             encoder.get_embedding_dimension(), cfg.lsh_bits, cfg.margin, cfg.lsh_seed
@@ -235,6 +278,8 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
         get_splitter(),
         valid_mode=cfg.valid_mode,
         transition=transition,
+        mark=cfg.mark,
+        center=center,
     )
 
 
@@ -276,8 +321,12 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
         max_new_tokens=cfg.max_new_tokens,
         novelty_patience=cfg.novelty_patience,
         margin_patience=cfg.margin_patience,
+        threshold=cfg.threshold,
         seed=cfg.seed,
         sentence_time_budget=cfg.sentence_time_budget,
+        chat=cfg.chat,
+        max_prompt_tokens=cfg.max_prompt_tokens,
+        max_prompt_chars=cfg.max_text_chars,
     )
 
 
@@ -286,4 +335,9 @@ def build_detector(cfg: WatermarkConfig, scheme=None):
     from .detector import Detector
 
     apply_threads(cfg)
-    return Detector(scheme or build_scheme(cfg), statistic=cfg.statistic, alpha=cfg.alpha)
+    return Detector(
+        scheme or build_scheme(cfg),
+        statistic=cfg.statistic,
+        alpha=cfg.alpha,
+        max_chars=cfg.max_text_chars,
+    )

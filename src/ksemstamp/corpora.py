@@ -132,8 +132,8 @@ def news_prompt(article_index: int, words: int = 32) -> str:
 
 
 def news_prompts(count: int, words: int) -> list[str]:
-    """Prompts of the first ``count`` test-split articles whose prompt ends a sentence (the
-    sentence loop refuses others), as ``news_prompt`` cuts them."""
+    """Prompts of the first ``count`` test-split articles whose prompt ends a sentence, as
+    ``news_prompt`` cuts them: each is continued at once, with no completion first."""
     splitter = _default_splitter()
     prompts = []
     for article in news_articles("test"):

@@ -5,19 +5,31 @@ pass; each text's region sequence is then scored (see ``stats``).
 
 Scoring rules (``ScoringPlan``; none of them depends on the key):
 
-* With a prompt, the region of the prompt's last sentence seeds the text's first sentence, which
-  is then scored (as in generation). Without one, the text's first sentence only seeds.
+* With a prompt that ends a sentence, the region of the prompt's last sentence seeds the text's
+  first sentence, which is then scored (as in generation). Without a prompt (or with an empty
+  one), the text's first sentence only seeds.
+* With a prompt that ends mid-sentence, the text begins by completing that sentence (as the
+  generator does): prompt and text are split as one text (``prompt.rstrip() + text``), the
+  sentence holding the prompt's end (the *straddling* sentence) seeds, and the sentences that
+  start after the prompt's end are the text's sentences. ``continuation_sentences`` is the rule;
+  generation checks its completions with it, so both cut the same sentences.
 * A sentence that repeats an earlier sentence of the same text (case and whitespace ignored) is
   not scored: it still sets the previous region, but copying one valid sentence many times
   cannot raise the count.
 * A text with no scored sentence has no statistic: status ``too_short``.
+* Input that is not text (mostly control or undecodable characters) or longer than
+  ``max_chars`` is refused (status ``error``); text in a script the splitter and encoder do not
+  read, or with no letters, gets status ``unsupported`` (see ``textcheck``).
 * The margin is not applied at detection.
 
-The key enters only afterwards: the valid table turns each scored transition into a verdict.
-Calibration consumes the same plans (``Detector.plan_batch``) under many tables.
+The key enters only afterwards. Under the ``region`` mark the valid table turns each scored
+transition into a verdict; under the ``direction`` mark the key's direction for the previous
+sentence's region gives each scored sentence a score (``scores``), positive scores counting as
+``valid``. Calibration consumes the same plans (``Detector.plan_batch``) under many keys.
 
-``z_score`` is always the paper's z (comparable with published numbers); ``p_value`` comes from
-the configured statistic (``exact`` by default) and alone decides ``watermarked``.
+``z_score``: under the ``region`` mark always the paper's z (comparable with published numbers);
+under the ``direction`` mark the exact z of ``stats.direction_z``. ``p_value`` comes from the
+configured statistic (``exact`` by default) and alone decides ``watermarked``.
 """
 
 from __future__ import annotations
@@ -26,19 +38,59 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from .scheme import WatermarkScheme
-from .stats import STATISTICS, exact_p_value, normal_sf, paper_z, transition_matrix
+from .splitter import PunktSplitter
+from .stats import (
+    STATISTICS,
+    direction_z,
+    exact_p_value,
+    normal_sf,
+    paper_z,
+    transition_matrix,
+)
+from .textcheck import not_text, unsupported_script
 
 _SPACE = re.compile(r"\s+")
 
 SEED, SCORED, REPEAT = "seed", "scored", "repeat"
+PROGRESS_SENTENCES = 512
+"""Encoder passes over more sentences than this show a progress bar when asked for one (a few
+seconds and more on a CPU; a 200,000-character text has about 1,400 sentences, ~40 s)."""
+
+
+def continuation_sentences(
+    splitter: PunktSplitter, prompt: str | None, text: str
+) -> tuple[str | None, list[str], str | None]:
+    """How a ``text`` that continues ``prompt`` is cut: ``(seed, sentences, completion)``.
+
+    * no prompt, or a blank one: no seed; ``sentences`` are the text's own.
+    * a prompt that ends a sentence: its last sentence seeds; the text is split on its own.
+    * a prompt that ends mid-sentence: ``prompt.rstrip() + text`` is split as one text; the
+      sentence holding the prompt's end seeds, the sentences starting after it are the
+      text's, and ``completion`` is the part of the text inside the seed (``""`` when the
+      text adds nothing to it).
+
+    ``completion`` is ``None`` unless the prompt ends mid-sentence.
+    """
+    prompt_sentences = splitter.split(prompt) if prompt else []
+    if not prompt_sentences:
+        return None, splitter.split(text), None
+    if splitter.ends_sentence(prompt_sentences[-1]):
+        return prompt_sentences[-1], splitter.split(text), None
+    head = prompt.rstrip()
+    spans = splitter.spans(head + text)
+    start, seed = [(at, s) for at, s in spans if at < len(head)][-1]
+    completion = text[: max(0, start + len(seed) - len(head))]
+    return seed, [s for at, s in spans if at >= len(head)], completion
 
 
 @dataclass
 class DetectionResult:
     """The verdict on one text."""
 
-    status: str  # "ok", "too_short" or "error"
+    status: str  # "ok", "too_short", "unsupported" or "error"
     z_score: float | None = None
     p_value: float | None = None
     num_scored: int = 0
@@ -50,6 +102,9 @@ class DetectionResult:
     verdicts: list[str] = field(default_factory=list)  # seed / valid / invalid / repeat
     error: str | None = None
     seed_region: int | None = None  # region of the prompt sentence that seeded the first one
+    seed: str | None = None  # that sentence (the straddling one when the prompt ended mid-way)
+    completion: str | None = None  # the start of the text that completed the prompt's sentence
+    scores: list[float | None] | None = None  # direction mark: each scored sentence's score
 
     def to_record(self) -> dict:
         """Fields added to a JSONL record."""
@@ -64,8 +119,12 @@ class DetectionResult:
             "verdicts": self.verdicts,
             "status": self.status,
         }
+        if self.scores is not None:
+            out["scores"] = [None if x is None else round(x, 6) for x in self.scores]
         if self.error:
             out["error"] = self.error
+        if self.completion is not None:
+            out["completion"] = self.completion
         return out
 
 
@@ -78,14 +137,29 @@ class ScoringPlan:
         regions: their regions.
         seed_region: region of the prompt's last sentence when a prompt seeds the text.
         roles: per sentence ``seed`` (only sets the previous region), ``scored`` or ``repeat``.
+        vectors: ``(N, D)`` what the ``direction`` mark scores (``WatermarkScheme.vectors``) of
+            each sentence; ``None`` under the ``region`` mark.
         error: why the text could not be planned (then everything else is empty).
+        status: ``ok``, or for a text that could not be planned ``error`` (bad input) or
+            ``unsupported`` (a script the splitter and encoder do not read).
+        seed: the sentence whose region is ``seed_region``.
+        completion: the part of the text that completed a prompt ending mid-sentence.
     """
 
     sentences: list[str] = field(default_factory=list)
     regions: list[int] = field(default_factory=list)
     seed_region: int | None = None
     roles: list[str] = field(default_factory=list)
+    vectors: torch.Tensor | None = None
     error: str | None = None
+    status: str = "ok"
+    seed: str | None = None
+    completion: str | None = None
+
+    @classmethod
+    def refused(cls, error: str, status: str = "error") -> ScoringPlan:
+        """The plan of a text that cannot be scored, and why."""
+        return cls(error=error, status=status)
 
     @property
     def previous(self) -> list[int | None]:
@@ -100,6 +174,12 @@ class ScoringPlan:
     def scored(self) -> list[bool]:
         """The scored mask over ``sentences``."""
         return [role == SCORED for role in self.roles]
+
+    def scored_contexts(self) -> tuple[list[int], list[int]]:
+        """Indices of the scored sentences and the region before each (their contexts)."""
+        rows = [t for t, role in enumerate(self.roles) if role == SCORED]
+        previous = self.previous
+        return rows, [int(previous[t]) for t in rows]
 
     def transition_counts(self, num_regions: int):
         """``(K, K)`` counts of the scored transitions ``(previous region, region)``."""
@@ -136,67 +216,120 @@ class Detector:
     Args:
         scheme: the same scheme (encoder, partition, key) that generated the text.
         statistic: ``exact`` (key-randomisation p-value, calibrated) or ``paper`` (normal tail
-            of the paper's z).
+            of the paper's z; ``region`` mark only).
         alpha: texts with ``p_value <= alpha`` are called watermarked.
+        max_chars: longest text (with its prompt) to score, in characters; a longer one gets
+            status ``error`` without being split or embedded. ``None``: no limit.
     """
 
-    def __init__(self, scheme: WatermarkScheme, statistic: str = "exact", alpha: float = 0.01):
+    def __init__(
+        self,
+        scheme: WatermarkScheme,
+        statistic: str = "exact",
+        alpha: float = 0.01,
+        max_chars: int | None = None,
+    ):
         if statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {STATISTICS}, not {statistic!r}")
+        if statistic == "paper" and scheme.mark == "direction":
+            raise ValueError("the paper statistic is defined for the region mark only")
         if not 0 < alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+        if max_chars is not None and max_chars < 1:
+            raise ValueError(f"max_chars must be >= 1 or None, got {max_chars}")
         self.scheme = scheme
         self.statistic = statistic
         self.alpha = alpha
+        self.max_chars = max_chars
 
-    def detect(self, text: str, prompt: str | None = None) -> DetectionResult:
+    def detect(
+        self, text: str, prompt: str | None = None, progress: bool = False
+    ) -> DetectionResult:
         """Score one text (see ``detect_batch``)."""
-        return self.detect_batch([text], [prompt])[0]
+        return self.detect_batch([text], [prompt], progress=progress)[0]
 
     def detect_batch(
-        self, texts: Sequence[str], prompts: Sequence[str | None] | None = None
+        self,
+        texts: Sequence[str],
+        prompts: Sequence[str | None] | None = None,
+        progress: bool = False,
     ) -> list[DetectionResult]:
         """Score many texts with one encoder pass over all their sentences.
 
-        A text that is not a string gets status ``error``; the others are still scored.
+        A text that is not a string, not text, or over ``max_chars`` gets status ``error``, one
+        the splitter and encoder cannot read ``unsupported``; the others are still scored.
+        ``progress`` shows a bar while many sentences are embedded.
         """
-        return [self.score(plan) for plan in self.plan_batch(texts, prompts)]
+        return [self.score(plan) for plan in self.plan_batch(texts, prompts, progress)]
+
+    def check(self, text: object, prompt: object = None) -> ScoringPlan | None:
+        """The refusal of one input (see ``detect_batch``), or ``None`` when it can be planned.
+        Cheap: nothing is split or embedded."""
+        if not isinstance(text, str):
+            return ScoringPlan.refused(f"text must be a string, got {type(text).__name__}")
+        if prompt is not None and not isinstance(prompt, str):
+            return ScoringPlan.refused(f"prompt must be a string, got {type(prompt).__name__}")
+        size = len(text) + len(prompt or "")
+        if self.max_chars is not None and size > self.max_chars:
+            what = "text and prompt have" if prompt else "text has"
+            return ScoringPlan.refused(
+                f"the {what} {size:,} characters; the limit is {self.max_chars:,} (max_text_chars)"
+            )
+        for name, value in (("text", text), ("prompt", prompt)):
+            problem = not_text(value, name) if value else None
+            if problem:
+                return ScoringPlan.refused(problem)
+        problem = unsupported_script(text)
+        if problem:
+            return ScoringPlan.refused(problem, status="unsupported")
+        return None
 
     def plan_batch(
-        self, texts: Sequence[str], prompts: Sequence[str | None] | None = None
+        self,
+        texts: Sequence[str],
+        prompts: Sequence[str | None] | None = None,
+        progress: bool = False,
     ) -> list[ScoringPlan]:
         """The key-free ``ScoringPlan`` of each text, with one encoder pass over all sentences
-        (each text's, and the last sentence of each prompt)."""
+        (each text's, and each prompt's seeding sentence)."""
         prompts = list(prompts) if prompts is not None else [None] * len(texts)
         if len(prompts) != len(texts):
             raise ValueError("need one prompt (or None) per text")
         splitter = self.scheme.splitter
         plans: list[ScoringPlan] = []
-        seeded: list[tuple[ScoringPlan, bool]] = []
+        seeded: list[ScoringPlan] = []
         flat: list[str] = []
         for text, prompt in zip(texts, prompts, strict=True):
-            if not isinstance(text, str):
-                plans.append(ScoringPlan(error=f"text must be a string, got {type(text).__name__}"))
+            refusal = self.check(text, prompt)
+            if refusal is not None:
+                plans.append(refusal)
                 continue
-            if prompt is not None and not isinstance(prompt, str):
-                error = f"prompt must be a string, got {type(prompt).__name__}"
-                plans.append(ScoringPlan(error=error))
-                continue
-            seed = splitter.split(prompt)[-1:] if prompt else []
-            plans.append(ScoringPlan(sentences=splitter.split(text)))
-            seeded.append((plans[-1], bool(seed)))
-            flat += seed + plans[-1].sentences
-        regions = iter(self.scheme.regions(flat)[0].tolist())
-        for plan, has_seed in seeded:
+            seed, sentences, completion = continuation_sentences(splitter, prompt, text)
+            plans.append(ScoringPlan(sentences=sentences, seed=seed, completion=completion))
+            seeded.append(plans[-1])
+            flat += ([seed] if seed is not None else []) + sentences
+        show = progress and len(flat) > PROGRESS_SENTENCES
+        emb = self.scheme.embed(flat, progress=show)
+        regions = iter(self.scheme.locate(emb)[0].tolist())
+        vectors = self.scheme.vectors(emb) if self.scheme.mark == "direction" else None
+        row = 0
+        for plan in seeded:
+            has_seed = plan.seed is not None
             plan.seed_region = next(regions) if has_seed else None
             plan.regions = [next(regions) for _ in plan.sentences]
             plan.roles = _roles(plan.sentences, has_seed)
+            row += has_seed
+            if vectors is not None:
+                plan.vectors = vectors[row : row + len(plan.sentences)]
+            row += len(plan.sentences)
         return plans
 
     def score(self, plan: ScoringPlan) -> DetectionResult:
         """Apply the scheme's valid table and the statistic to one plan."""
         if plan.error is not None:
-            return DetectionResult(status="error", error=plan.error, statistic=self.statistic)
+            return DetectionResult(status=plan.status, error=plan.error, statistic=self.statistic)
+        if self.scheme.mark == "direction":
+            return self._score_direction(plan)
         table = self.scheme.table
         verdicts = []
         for prev, region, role in zip(plan.previous, plan.regions, plan.roles, strict=True):
@@ -214,13 +347,11 @@ class Detector:
             regions=plan.regions,
             verdicts=verdicts,
             seed_region=plan.seed_region,
+            seed=plan.seed,
+            completion=plan.completion,
         )
         if num_scored == 0:
-            result.status = "too_short"
-            result.error = (
-                "no sentence to score: a text needs two sentences, or one sentence and a prompt"
-            )
-            return result
+            return _too_short(result)
         z = paper_z(num_valid, num_scored, self.scheme.gamma)
         if self.statistic == "paper":
             p = normal_sf(z)
@@ -231,3 +362,43 @@ class Detector:
         result.p_value = float(p)
         result.watermarked = p <= self.alpha
         return result
+
+    def _score_direction(self, plan: ScoringPlan) -> DetectionResult:
+        """The ``direction`` mark: each scored sentence's projection on its context's keyed
+        direction, summed into the exact z of ``stats.direction_z``."""
+        rows, contexts = plan.scored_contexts()
+        scores: list[float | None] = [None] * len(plan.sentences)
+        verdicts = list(plan.roles)
+        if rows:
+            values = self.scheme.scores(plan.vectors[rows], contexts).tolist()
+            for t, value in zip(rows, values, strict=True):
+                scores[t] = float(value)
+                verdicts[t] = "valid" if value > 0 else "invalid"
+        result = DetectionResult(
+            status="ok",
+            num_scored=len(rows),
+            num_valid=verdicts.count("valid"),
+            statistic=self.statistic,
+            sentences=plan.sentences,
+            regions=plan.regions,
+            verdicts=verdicts,
+            seed_region=plan.seed_region,
+            seed=plan.seed,
+            completion=plan.completion,
+            scores=scores,
+        )
+        if not rows:
+            return _too_short(result)
+        z = direction_z(
+            plan.vectors[rows].double().numpy(), contexts, self.scheme.directions.double().numpy()
+        )
+        result.z_score = float(z)
+        result.p_value = float(normal_sf(z))
+        result.watermarked = result.p_value <= self.alpha
+        return result
+
+
+def _too_short(result: DetectionResult) -> DetectionResult:
+    result.status = "too_short"
+    result.error = "no sentence to score: a text needs two sentences, or one sentence and a prompt"
+    return result

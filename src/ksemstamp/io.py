@@ -5,8 +5,10 @@
 * ``read_jsonl_objects`` reads a file this package wrote: a last line cut short by a killed
   writer is ignored (its record is redone), any other broken line is an error.
 * ``ResumableWriter`` appends one record at a time and flushes, so a killed run loses at most the
-  record it was working on; rerunning with the same output skips every record already written
-  (by ``id``, or by input line number for records without one).
+  record it was working on; rerunning with the same output skips every input line already
+  written. Records are keyed on their input line, not their ``id``: two lines may share an id
+  and each is still done exactly once. A line whose stored ``id`` differs from the input's is
+  refused (the input changed since the output was written).
 * ``atomic_target`` and the ``write_*_atomic`` helpers write through a temporary file and a
   rename, so a reader never sees a half-written file and an interrupted write leaves the old one.
 """
@@ -36,8 +38,11 @@ class InputRecord:
 
 
 def read_jsonl(path: str | Path) -> Iterator[InputRecord]:
-    """Parse a JSONL file line by line; blank lines are skipped, bad lines yield errors."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    """Parse a JSONL file line by line; blank lines are skipped, bad lines yield errors.
+
+    A UTF-8 byte-order mark (what some editors put at the start of a file) is skipped.
+    """
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
         for number, raw in enumerate(handle, start=1):
             if not raw.strip():
                 continue
@@ -102,13 +107,18 @@ def drop_cut_last_line(path: str | Path) -> bytes:
 
 
 class ResumableWriter:
-    """Appends records to a JSONL file, flushing each; knows which records are already there."""
+    """Appends records to a JSONL file, flushing each; knows which records are already there.
+
+    Records written for input lines carry ``line`` (the input line number) and, when the input
+    had one, ``id``; ``is_done`` matches on the line and checks the id. Records without a line
+    (the evaluation's stage files) are found by ``has_id``.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.done_ids: set[str] = set()
-        self.done_lines: set[int] = set()
+        self.done_lines: dict[int, str] = {}  # input line -> its record's id, as JSON
         if self.path.exists():
             self._repair_and_scan()
         self._handle: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
@@ -125,12 +135,29 @@ class ResumableWriter:
                 if rec.get("id") is not None:
                     self.done_ids.add(json.dumps(rec["id"]))
                 if isinstance(rec.get("line"), int):
-                    self.done_lines.add(rec["line"])
+                    self.done_lines[rec["line"]] = json.dumps(rec.get("id"))
 
     def is_done(self, record: InputRecord) -> bool:
-        if record.record_id is not None:
-            return json.dumps(record.record_id) in self.done_ids
-        return record.line in self.done_lines
+        """Whether the output already holds the record of this input line.
+
+        Raises ``ValueError`` when it holds one for this line with another ``id``: the input
+        is not the file the output was made from, and resuming would mix the two.
+        """
+        stored = self.done_lines.get(record.line)
+        if stored is None:
+            return False
+        given = json.dumps(record.record_id)
+        if stored != given:
+            raise ValueError(
+                f"{self.path}: the record of input line {record.line} has id {stored}, but that "
+                f"line of the input now has id {given}; the input changed since the output was "
+                "written. Use a new output file, or the input it was made from."
+            )
+        return True
+
+    def has_id(self, record_id: Any) -> bool:
+        """Whether a record with this ``id`` is already in the output."""
+        return json.dumps(record_id) in self.done_ids
 
     def write(self, record: dict[str, Any]) -> None:
         self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")

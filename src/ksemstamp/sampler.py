@@ -134,9 +134,11 @@ class _LMSampler:
         self.eos_ids: list[int] = [eos] if isinstance(eos, int) else list(eos or [])
 
 
-def _check_round(prefixes, rows, generator, contexts) -> tuple[bool, list[str]]:
+def _check_round(
+    prefixes, rows, generator, contexts, heads=None
+) -> tuple[bool, list[str], list[str]]:
     """Validate ``sample_round``'s arguments; returns whether ``generator`` is one per group,
-    and the contexts (empty ones when none are given)."""
+    and the contexts and heads (empty ones when none are given)."""
     per_group = isinstance(generator, Sequence)
     if per_group and len(generator) != len(prefixes):
         raise ValueError("need one generator per prefix")
@@ -144,7 +146,14 @@ def _check_round(prefixes, rows, generator, contexts) -> tuple[bool, list[str]]:
         raise ValueError("need one row count per prefix, and at least one prefix")
     if any(n < 1 for n in rows):
         raise ValueError(f"every group needs at least one row, got {list(rows)}")
-    return per_group, list(contexts) if contexts is not None else [""] * len(prefixes)
+    if heads is not None and len(heads) != len(prefixes):
+        raise ValueError("need one head (or '') per prefix")
+    empty = [""] * len(prefixes)
+    return (
+        per_group,
+        list(contexts) if contexts is not None else empty,
+        list(heads) if heads is not None else empty,
+    )
 
 
 class CandidateSampler(_LMSampler):
@@ -203,6 +212,7 @@ class CandidateSampler(_LMSampler):
         judge: Judge,
         generator: torch.Generator | Sequence[torch.Generator] | None = None,
         contexts: Sequence[str] | None = None,
+        heads: Sequence[str] | None = None,
     ) -> list[GroupResult]:
         """Sample ``rows[g]`` candidate sentences after ``prefixes[g]`` for every group ``g``.
 
@@ -210,12 +220,16 @@ class CandidateSampler(_LMSampler):
         plus the row's text, as detection will split them, and a row that would merge into it is
         stopped as an empty (never accepted) candidate.
 
+        ``heads[g]`` (optional) is the start of an unfinished sentence that ends ``prefixes[g]``,
+        with the whitespace before it; ``contexts[g]`` is then the sentence before that one.
+        Rows complete the head's sentence: the candidate is the whole sentence, head included.
+
         ``generator`` is one generator for all rows or one per group.
 
         Returns one ``GroupResult`` per group with its candidates in draw order up to the first
         accepted one (or all of them when none was accepted).
         """
-        per_group, contexts = _check_round(prefixes, rows, generator, contexts)
+        per_group, contexts, heads = _check_round(prefixes, rows, generator, contexts, heads)
         states = self.prefixes.get(prefixes)
         group_of = [g for g, n in enumerate(rows) for _ in range(n)]
         decoder_class = SharedPrefixDecoder if self.shared_prefix else CopiedCacheDecoder
@@ -253,7 +267,8 @@ class CandidateSampler(_LMSampler):
                 text = None
                 trunc = False
                 if check[r] and (punct[r] or eos_rows[r]):
-                    text = self._sentence(contexts[live_group[r]], tokens[r], eos_rows[r])
+                    g = live_group[r]
+                    text = self._sentence(contexts[g], tokens[r], eos_rows[r], heads[g])
                 if text is None and not eos_rows[r]:
                     tokens[r].append(tok)
                     punct[r] = punct[r] or bool(self.has_terminal[tok])
@@ -307,11 +322,11 @@ class CandidateSampler(_LMSampler):
             logits = decoder.step(next_ids, live_group)
         return results
 
-    def _sentence(self, context: str, tokens: list[int], final: bool) -> str | None:
+    def _sentence(self, context: str, tokens: list[int], final: bool, head: str = "") -> str | None:
         """The row's sentence if it is complete (or ``final``), ``""`` if it can never be one,
         ``None`` to keep decoding."""
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        sentence, complete = self.splitter.next_sentence(context, text)
+        sentence, complete = self.splitter.next_sentence(context, head + text)
         return sentence if complete or final else None
 
     def _is_eos(self, ids: Tensor) -> Tensor:
@@ -399,16 +414,17 @@ class SequentialCandidateSampler(_LMSampler):
         judge: Judge,
         generator: torch.Generator | Sequence[torch.Generator] | None = None,
         contexts: Sequence[str] | None = None,
+        heads: Sequence[str] | None = None,
     ) -> list[GroupResult]:
         """Draw up to ``rows[g]`` candidates after ``prefixes[g]``, one at a time, stopping a
         group at its first accepted candidate (see ``CandidateSampler.sample_round``)."""
-        per_group, contexts = _check_round(prefixes, rows, generator, contexts)
+        per_group, contexts, heads = _check_round(prefixes, rows, generator, contexts, heads)
         results = []
         for g, prefix in enumerate(prefixes):
             gen = generator[g] if per_group else generator
             result = GroupResult()
             for i in range(rows[g]):
-                cand = self._draw(prefix, contexts[g], gen)
+                cand = self._draw(prefix, contexts[g], gen, heads[g])
                 result.decoded_tokens += cand.num_tokens
                 ((ok, info),) = judge([(g, i)], [cand.text])
                 cand.accepted, cand.info = bool(ok) and bool(cand.text), info
@@ -419,8 +435,12 @@ class SequentialCandidateSampler(_LMSampler):
             results.append(result)
         return results
 
-    def _draw(self, prefix: str, context: str, generator: torch.Generator | None) -> Candidate:
-        """One candidate sentence from one ``generate`` call over the whole prefix."""
+    def _draw(
+        self, prefix: str, context: str, generator: torch.Generator | None, head: str = ""
+    ) -> Candidate:
+        """One candidate sentence from one ``generate`` call over the whole prefix (with a
+        ``head``, the whole-text stop waits one sentence longer than needed; the candidate is
+        still cut by ``next_sentence``)."""
         from transformers import StoppingCriteriaList
 
         enc = self.tokenizer(prefix, return_tensors="pt")
@@ -444,7 +464,7 @@ class SequentialCandidateSampler(_LMSampler):
                 out = self.model.generate(input_ids, **kwargs)
         new = out[0, input_ids.shape[1] :].tolist()
         raw = self.tokenizer.decode(new, skip_special_tokens=True)
-        sentence, complete = self.splitter.next_sentence(context, raw)
+        sentence, complete = self.splitter.next_sentence(context, head + raw)
         separator = _separator(raw)
         truncated = not complete and len(new) >= self.config.max_sentence_tokens
         return Candidate(sentence if complete else "", len(new), False, None, truncated, separator)

@@ -1,7 +1,17 @@
-"""The watermark scheme shared by generation and detection: encoder, partition, valid table.
+"""The watermark scheme shared by generation and detection: encoder, partition, the key's rule.
 
 Generator and detector are built from the same ``WatermarkScheme``, so they cannot disagree on
-how a sentence maps to a region or which regions are valid.
+how a sentence maps to a region, which regions are valid or how a sentence is scored.
+
+Two marks (``mark``):
+
+* ``region`` (k-SemStamp, SemStamp): a sentence is valid when its region is in the valid set
+  that the key draws for the previous sentence's region (``table``).
+* ``direction``: the key draws a direction for each region; a sentence's score is the
+  projection of its centred unit embedding on the direction of the previous sentence's region.
+  The generator keeps candidates that score high; the detector adds the scores up (see
+  ``stats.direction_z``). A paraphrase moves a sentence's embedding a little and its score a
+  little, where under ``region`` it may move the sentence across a border and lose it whole.
 """
 
 from __future__ import annotations
@@ -12,8 +22,10 @@ import torch
 from torch import Tensor, nn
 
 from .encoding import embed
-from .keys import key_fingerprint, valid_table
+from .keys import key_fingerprint, keyed_directions, start_region, valid_table
 from .splitter import PunktSplitter
+
+MARKS = ("region", "direction")
 
 
 class WatermarkScheme:
@@ -28,6 +40,11 @@ class WatermarkScheme:
         splitter: the sentence splitter.
         transition: optional ``(K, K)`` domain transition counts, for acceptance estimates.
         encode_batch_size: encoder batch size.
+        mark: ``region`` (valid-region table) or ``direction`` (keyed directions; needs
+            ``valid_mode="keyed"``).
+        center: ``(D,)`` domain mean embedding subtracted before a ``direction`` score (the
+            part all sentences of a domain share carries no information and only adds to the
+            variance of the score); ``None`` subtracts nothing.
     """
 
     def __init__(
@@ -40,20 +57,37 @@ class WatermarkScheme:
         valid_mode: str = "keyed",
         transition: Tensor | None = None,
         encode_batch_size: int = 64,
+        mark: str = "region",
+        center: Tensor | None = None,
     ) -> None:
+        if mark not in MARKS:
+            raise ValueError(f"mark must be one of {MARKS}, not {mark!r}")
+        if mark == "direction" and valid_mode != "keyed":
+            raise ValueError("the direction mark needs valid_mode='keyed' (a secret key)")
         self.encoder = encoder
         self.partition = partition
         self.gamma = float(gamma)
         self.splitter = splitter
         self.valid_mode = valid_mode
-        self.table = valid_table(partition.num_regions, gamma, key, valid_mode)
+        self.mark = mark
+        self.table: Tensor | None = None
+        self.directions: Tensor | None = None
+        if mark == "region":
+            self.table = valid_table(partition.num_regions, gamma, key, valid_mode)
+        else:
+            dim = int(encoder.get_embedding_dimension())
+            self.directions = keyed_directions(partition.num_regions, dim, key)
+        self.center = None if center is None else center.float().reshape(-1).cpu()
+        # Seeds the first sentence of a text that continues none (empty prompt, chat answer);
+        # generation only: never shown, as it is derived from the key.
+        self.start_region = start_region(partition.num_regions, key, valid_mode)
         self.key_fingerprint = key_fingerprint(key) if valid_mode == "keyed" else "paper"
         self.encode_batch_size = encode_batch_size
         self.transition = transition
 
     def __repr__(self) -> str:  # never show the key
         return (
-            f"WatermarkScheme(partition={type(self.partition).__name__}, "
+            f"WatermarkScheme(mark={self.mark}, partition={type(self.partition).__name__}, "
             f"K={self.num_regions}, gamma={self.gamma}, mode={self.valid_mode}, "
             f"key_fingerprint={self.key_fingerprint})"
         )
@@ -62,17 +96,46 @@ class WatermarkScheme:
     def num_regions(self) -> int:
         return int(self.partition.num_regions)
 
-    def regions(self, sentences: Sequence[str]) -> tuple[Tensor, Tensor]:
+    def embed(self, sentences: Sequence[str], progress: bool = False) -> Tensor:
+        """``(N, D)`` unit embeddings of sentences, in one encoder pass (``progress``: the
+        encoder's progress bar)."""
+        return embed(self.encoder, sentences, batch_size=self.encode_batch_size, progress=progress)
+
+    def regions(self, sentences: Sequence[str], progress: bool = False) -> tuple[Tensor, Tensor]:
         """Regions ``(N,)`` and margin masks ``(N,)`` of sentences, in one encoder pass."""
-        if not sentences:
+        return self.locate(self.embed(sentences, progress=progress))
+
+    def locate(self, emb: Tensor) -> tuple[Tensor, Tensor]:
+        """Regions ``(N,)`` and margin masks ``(N,)`` of ``(N, D)`` embeddings."""
+        if len(emb) == 0:
             empty = torch.empty(0, dtype=torch.long)
             return empty, empty.bool()
-        emb = embed(self.encoder, sentences, batch_size=self.encode_batch_size)
         regions, margin_ok = self.partition(emb)
         return regions.cpu(), margin_ok.cpu()
 
+    def vectors(self, emb: Tensor) -> Tensor:
+        """``(N, D)`` what the ``direction`` mark scores: embeddings minus ``center``, unit norm.
+
+        Key-free: the detector's scoring plans keep these, and any key's scores follow from them.
+        """
+        emb = emb.float().cpu()
+        if self.center is not None:
+            emb = emb - self.center
+        return torch.nn.functional.normalize(emb, dim=-1)
+
+    def scores(self, vectors: Tensor, previous: Tensor | Sequence[int]) -> Tensor:
+        """``(N,)`` direction scores: each row of ``vectors`` projected on the key's direction of
+        its ``previous`` region (``direction`` mark only)."""
+        if self.directions is None:
+            raise ValueError("scores are defined for the direction mark only")
+        prev = torch.as_tensor(previous, dtype=torch.long)
+        return (self.directions[prev] * vectors.float()).sum(dim=-1)
+
     def is_valid(self, previous: Tensor | int, region: Tensor | int) -> Tensor:
-        """Whether ``region`` is valid after ``previous`` (element-wise on tensors)."""
+        """Whether ``region`` is valid after ``previous`` (element-wise on tensors; ``region``
+        mark only)."""
+        if self.table is None:
+            raise ValueError("valid regions are defined for the region mark only")
         return self.table[torch.as_tensor(previous), torch.as_tensor(region)]
 
     def acceptance_rate(self, previous: int) -> float:
@@ -81,6 +144,8 @@ class WatermarkScheme:
         From the domain transition counts (add-one smoothed) when the partition came with them,
         else ``gamma`` (regions taken as independent and equally likely).
         """
+        if self.table is None:
+            raise ValueError("acceptance_rate is defined for the region mark only")
         if self.transition is None:
             return self.gamma
         row = self.transition[previous].double() + 1.0

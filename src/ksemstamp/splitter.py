@@ -34,6 +34,19 @@ class PunktSplitter:
                 out.extend(s.strip() for s in nupunkt.sent_tokenize(paragraph) if s.strip())
         return out
 
+    def spans(self, text: str) -> list[tuple[int, str]]:
+        """``(offset, sentence)`` for each sentence of ``split(text)``: where it starts in
+        ``text``. Sentences are substrings of the text (only trimmed), so each is found after
+        the end of the one before."""
+        out: list[tuple[int, str]] = []
+        cursor = 0
+        for sentence in self.split(text):
+            at = text.find(sentence, cursor)
+            at = cursor if at < 0 else at
+            out.append((at, sentence))
+            cursor = at + len(sentence)
+        return out
+
     def ends_sentence(self, sentence: str) -> bool:
         """Whether ``sentence`` is complete, i.e. a following capitalised word starts a new one."""
         return len(self.split(sentence.strip() + " The")) == 2

@@ -17,11 +17,23 @@ A text's sentences fall in regions ``q_0, q_1, ..., q_T``; each scored transitio
     ``S_a = sum_{b in G(a)} n[a, b]``; the law of each ``S_a`` over random subsets is computed
     exactly by dynamic programming, and the rows are independent, so the laws convolve. The
     p-value ``P(S >= S_V)`` is exact under the null, whatever the structure of the text.
+
+``direction`` (the statistic of the ``direction`` mark)
+    Each scored sentence ``t`` has a vector ``u_t`` (its centred unit embedding) and a context
+    ``c_t`` (the region of the sentence before it); the key gives each context a direction
+    ``n_c`` with i.i.d. standard normal components, and the sentence's score is
+    ``s_t = n_{c_t} . u_t``. With ``w_c = sum_{t: c_t = c} u_t``, the total score is
+    ``S = sum_c n_c . w_c``. Over uniformly random keys the ``n_c`` are independent standard
+    Gaussian vectors, so for a text that does not depend on the key ``S`` is exactly normal
+    with mean 0 and variance ``sum_c |w_c|^2``: ``z = S / sqrt(sum_c |w_c|^2)`` is exactly a
+    standard normal and ``p = P(N(0, 1) >= z)``, whatever the text's structure (sentences on
+    one topic share a context and point the same way, which the variance accounts for).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from torch import Tensor
@@ -98,3 +110,30 @@ def transition_matrix(regions: list[int], scored: list[bool], num_regions: int) 
         if scored[t]:
             counts[regions[t - 1], regions[t]] += 1
     return counts
+
+
+def context_sums(vectors: np.ndarray, contexts: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The key-free part of the ``direction`` statistic: the distinct contexts ``(C,)`` of the
+    scored sentences and ``(C, D)`` the sums ``w_c`` of their vectors."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    contexts = np.asarray(contexts, dtype=np.int64)
+    distinct, index = np.unique(contexts, return_inverse=True)
+    sums = np.zeros((len(distinct), vectors.shape[1]))
+    np.add.at(sums, index, vectors)
+    return distinct, sums
+
+
+def direction_z(vectors: np.ndarray, contexts: Sequence[int], directions: np.ndarray) -> float:
+    """Exact z of the ``direction`` statistic (see the module docstring).
+
+    Args:
+        vectors: ``(T, D)`` vectors of the scored sentences (at least one, not all zero).
+        contexts: ``(T,)`` context of each (row index into ``directions``).
+        directions: ``(K, D)`` the key's directions.
+    """
+    distinct, sums = context_sums(vectors, contexts)
+    variance = float((sums**2).sum())
+    if len(distinct) == 0 or variance <= 0:
+        raise ValueError("the direction statistic needs at least one non-zero scored vector")
+    total = float(np.einsum("cd,cd->", np.asarray(directions, dtype=np.float64)[distinct], sums))
+    return total / math.sqrt(variance)

@@ -2,9 +2,16 @@
 
 For each new sentence of each document: draw candidate sentences, accept the first whose region
 is valid after the previous sentence's region and whose margin holds; after ``max_candidates``
-draws accept the last one drawn (a *fallback*). Candidates are drawn in rounds of several rows
+draws accept the last one drawn (a *fallback*). Under the ``direction`` mark (see ``scheme``)
+the rule is a score instead: accept the first candidate whose score reaches ``threshold``;
+after ``max_candidates`` draws keep the best-scoring one (a fallback that still carries most
+of the evidence a sentence can, since it is the best of its draws). Candidates are drawn in rounds of several rows
 per document (see ``sampler``), several documents per round. The first generated sentence is
-seeded by the region of the prompt's last sentence.
+seeded by the region of the prompt's last sentence. A prompt that ends mid-sentence is first
+completed (one unwatermarked candidate at a time, judged only on whether detection will cut the
+completed sentence where generation did), and the completed sentence seeds; an empty prompt or
+an instruction (``chat``) seeds the first sentence with the scheme's keyed start value. See
+``prompts`` for the kinds of prompt.
 
 Novelty (an extension, ``novelty_patience > 0``; ``0`` is the paper's rule): a valid candidate
 whose transition ``(previous region, region)`` already occurs in the document is only accepted
@@ -37,8 +44,8 @@ transition estimate of landing in a valid region times the margin pass rate meas
 sentences (0.74 at m = 0.035), worth ``prior_weight`` observations. The generator's own text
 soon overrides the prior where it differs from the domain's.
 
-Length (~420 lines): most of it is the results' dataclasses and the named steps of the loop
-(``_start``, ``_judge``, ``_tally``, ``_choose``, ``_append``).
+Length (~540 lines): most of it is the results' dataclasses and the named steps of the loop
+(``_start``, ``_judge``, ``_tally``, ``_choose``, ``_append``, ``_complete``).
 """
 
 from __future__ import annotations
@@ -54,8 +61,11 @@ from typing import NamedTuple
 import torch
 from tqdm.auto import tqdm
 
+from .detector import continuation_sentences
+from .prompts import CHAT, COMPLETE, CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
 from .sampler import Candidate, CandidateSampler, GroupResult
 from .scheme import WatermarkScheme
+from .stats import normal_sf
 
 
 class Judgement(NamedTuple):
@@ -63,10 +73,13 @@ class Judgement(NamedTuple):
 
     region: int
     valid: bool
-    """The region is in the valid set after the previous sentence's region."""
+    """The region is in the valid set after the previous sentence's region (``direction``
+    mark: the score reaches the threshold)."""
     margin_ok: bool
     novel: bool
     """The transition is new in the document, or novelty no longer matters (see above)."""
+    score: float = math.nan
+    """``direction`` mark: the candidate's score (``nan`` under the ``region`` mark)."""
 
 
 @dataclass
@@ -86,12 +99,20 @@ class SentenceRecord:
     fallback: bool = False
     num_tokens: int = 0
     timed_out: bool = False
-    """The fallback came from ``sentence_time_budget``, before ``max_candidates`` draws."""
+    """The search ended by ``sentence_time_budget``, before ``max_candidates`` draws (the
+    region mark keeps its last candidate, a fallback; the direction mark its best so far)."""
+    score: float | None = None  # direction mark: the kept sentence's score
 
 
 @dataclass
 class GenerationResult:
-    """A generated continuation (without the prompt) and its statistics."""
+    """A generated continuation (without the prompt) and its statistics.
+
+    When the prompt ended mid-sentence, ``text`` starts with ``completion`` (the words that
+    finish the prompt's sentence, with the space before them as the LM wrote it), so that
+    ``prompt.rstrip() + text`` is the whole document; otherwise the document is the prompt, a
+    space and ``text``. ``sentences`` are the watermarked sentences after that.
+    """
 
     prompt: str
     text: str = ""
@@ -102,6 +123,20 @@ class GenerationResult:
     seconds: float = 0.0
     decoded_tokens: int = 0
     wasted_tokens: int = 0
+    completion: str | None = None
+    """The start of ``text`` that completed the prompt's unfinished sentence (not watermarked;
+    that sentence seeds the first watermarked one), or ``None`` when nothing was completed."""
+    completion_tokens: int = 0
+    prompt_dropped_chars: int = 0
+    """Characters cut from the left of the prompt so that the LM's view of it fits."""
+    chat: bool = False
+    """The prompt was an instruction (chat template); its answer is ``text``."""
+
+    @property
+    def prompt_for_detection(self) -> str | None:
+        """The prompt to give the detector with ``text``: ``None`` for a chat answer (the
+        instruction seeds nothing), else the prompt."""
+        return None if self.chat else self.prompt
 
     @property
     def num_sentences(self) -> int:
@@ -117,7 +152,8 @@ class GenerationResult:
 
     @property
     def num_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.sentences)
+        """Tokens of ``text``: the completion's and the sentences'."""
+        return self.completion_tokens + sum(s.num_tokens for s in self.sentences)
 
     def to_record(self) -> dict:
         """Fields added to a JSONL record."""
@@ -134,10 +170,18 @@ class GenerationResult:
             "seconds": round(self.seconds, 3),
             "status": self.status,
         }
+        if any(s.score is not None for s in self.sentences):
+            out["scores"] = [None if s.score is None else round(s.score, 6) for s in self.sentences]
         if self.error:
             out["error"] = self.error
         if self.ended_by_model:
             out["ended_by_model"] = True
+        if self.completion is not None:
+            out["completion"] = self.completion
+        if self.prompt_dropped_chars:
+            out["prompt_dropped_chars"] = self.prompt_dropped_chars
+        if self.chat:
+            out["chat"] = True
         return out
 
 
@@ -164,13 +208,28 @@ class _Doc:
     started: float
     generator: torch.Generator
     sentence_started: float = 0.0
+    timed_out: bool = False  # the kept sentence's search ended by ``sentence_time_budget``
     stats: dict[int, list[float]] = field(default_factory=dict)
     used: set[tuple[int, int]] = field(default_factory=set)
     drawn: int = 0
     rejected_region: int = 0
     rejected_margin: int = 0
     rejected_repeat: int = 0
+    best: Candidate | None = None  # direction mark: best-scoring usable candidate so far
     done: bool = False
+    open_sentence: str = ""
+    """While the prompt's unfinished last sentence is being completed: that sentence."""
+    head: str = ""
+    """The open sentence with the whitespace before it, given to the sampler (see there)."""
+    verbatim: bool = False
+    """``text`` continues the prompt with no space added (after a completion): every
+    sentence keeps its separator, the first one too."""
+    keyed_start: bool = False
+    """The first sentence is seeded by the keyed start value, a transition no detector scores."""
+
+    @property
+    def completing(self) -> bool:
+        return bool(self.open_sentence)
 
 
 class Watermarker:
@@ -190,9 +249,15 @@ class Watermarker:
         margin_patience: candidates after which the margin is no longer required: a candidate
             in a valid region is then accepted whatever its distance to the region's border
             (``None``: the margin holds until ``max_candidates``, the paper's rule).
+        threshold: ``direction`` mark: the score that accepts a candidate at once (``None``:
+            none does; the best of ``max_candidates`` is kept).
         seed: seed of the sampling RNG (same seed, inputs and settings give the same text).
         sentence_time_budget: seconds after which a sentence's search falls back as at
             ``max_candidates`` (checked between rounds; ``None``: no limit, the paper's rule).
+        chat: prompts are instructions, wrapped in the LM's chat template (see ``prompts``).
+        max_prompt_tokens: most prompt tokens the LM sees (the left part of a longer prompt is
+            dropped); also bounded by the LM's context less the continuation.
+        max_prompt_chars: longest prompt accepted, in characters (longer: an error record).
     """
 
     def __init__(
@@ -207,8 +272,12 @@ class Watermarker:
         max_sentences: int | None = None,
         novelty_patience: int = 0,
         margin_patience: int | None = None,
+        threshold: float | None = None,
         seed: int = 0,
         sentence_time_budget: float | None = None,
+        chat: bool = False,
+        max_prompt_tokens: int | None = None,
+        max_prompt_chars: int | None = None,
     ) -> None:
         if max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
@@ -230,6 +299,7 @@ class Watermarker:
         if margin_patience is not None and margin_patience < 0:
             raise ValueError(f"margin_patience must be >= 0 or None, got {margin_patience}")
         self.margin_patience = margin_patience
+        self.threshold = math.inf if threshold is None else float(threshold)
         self.seed = seed
         if sentence_time_budget is not None and sentence_time_budget <= 0:
             raise ValueError(
@@ -237,6 +307,20 @@ class Watermarker:
             )
         self.sentence_time_budget = sentence_time_budget
         self.prior_weight = 4.0
+        self.chat = chat
+        self.max_prompt_chars = max_prompt_chars
+        # The sampler's tokenizer and LM decide how much of a prompt the LM can see; a sampler
+        # without them (tests) sees every prompt whole.
+        self.tokenizer = getattr(sampler, "tokenizer", None)
+        sentence_tokens = getattr(getattr(sampler, "config", None), "max_sentence_tokens", 0)
+        self.prompt_budget = prompt_budget(
+            max_prompt_tokens,
+            lm_context(getattr(sampler, "model", None)),
+            max_new_tokens,
+            sentence_tokens,
+        )
+        if chat:
+            chat_prefix(self.tokenizer, "")  # an LM without a chat template: refused now
 
     # ------------------------------------------------------------------ round sizing
     def rows_for(
@@ -264,7 +348,11 @@ class Watermarker:
 
     def _acceptance(self, previous: int, stats: dict[int, list[float]]) -> list[float]:
         if previous not in stats:
-            prior = self.scheme.acceptance_rate(previous) * 0.74
+            if self.scheme.mark == "direction":
+                # A unit vector's projection on a standard normal direction is N(0, 1).
+                prior = normal_sf(self.threshold)
+            else:
+                prior = self.scheme.acceptance_rate(previous) * 0.74
             stats[previous] = [prior * self.prior_weight, self.prior_weight]
         return stats[previous]
 
@@ -293,18 +381,27 @@ class Watermarker:
             total=len(docs) * self.max_new_tokens, disable=not progress, unit="tok", desc="generate"
         )
         while active := [d for d in docs if not d.done]:
+            rows = [
+                self.rows_for(d.previous, d.drawn, d.stats, watermark and not d.completing)
+                for d in active
+            ]
+            # Heads only while a prompt is being completed: samplers written for the plain
+            # interface keep working for prompts that end a sentence.
+            heads = {"heads": [d.head for d in active]} if any(d.completing for d in active) else {}
             results = self.sampler.sample_round(
                 [d.prefix for d in active],
-                [self.rows_for(d.previous, d.drawn, d.stats, watermark) for d in active],
+                rows,
                 partial(self._judge, active, watermark),
                 generator or [d.generator for d in active],
                 [d.context for d in active],
+                **heads,
             )
             for doc, res in zip(active, results, strict=True):
-                self._tally(doc, res, watermark)
+                completing = doc.completing
+                self._tally(doc, res, watermark and not completing)
                 chosen = self._choose(doc, res)
                 if chosen is not None:
-                    self._append(doc, *chosen)
+                    (self._complete if completing else self._append)(doc, *chosen)
                     bar.update(chosen[0].num_tokens)
             for doc in active:
                 if doc.done:
@@ -330,36 +427,46 @@ class Watermarker:
         return [d.result for d in docs]
 
     def _start(self, prompts: Sequence[str], generator: torch.Generator | None) -> list[_Doc]:
-        """One document per prompt, seeded by the region of the prompt's last sentence; a prompt
-        that is empty or does not end a sentence gives a finished document with an error."""
+        """One document per prompt, started as ``prompts.plan_prompt`` says: seeded by the region
+        of the prompt's last sentence, set to complete an unfinished one first, or seeded by the
+        keyed start value (empty prompt, chat); a prompt that cannot be used gives a finished
+        document with an error."""
         docs: list[_Doc] = []
+        seeds: list[tuple[_Doc, str]] = []
         for prompt in prompts:
-            result = GenerationResult(prompt=prompt)
-            sentences = self.scheme.splitter.split(prompt) if isinstance(prompt, str) else []
+            start = plan_prompt(
+                prompt,
+                self.scheme.splitter,
+                self.tokenizer,
+                chat=self.chat,
+                budget=self.prompt_budget,
+                max_chars=self.max_prompt_chars,
+            )
+            result = GenerationResult(
+                prompt=prompt, prompt_dropped_chars=start.dropped_chars, chat=start.kind == CHAT
+            )
             doc = _Doc(
                 result,
-                prefix=prompt.strip() if sentences else "",
-                context=sentences[-1] if sentences else "",
+                prefix=start.prefix,
+                context=start.context,
                 previous=-1,
                 started=time.perf_counter(),
                 generator=generator or _document_generator(self.seed, prompt),
             )
             doc.sentence_started = doc.started
-            if not sentences:
-                result.status, result.error = "error", "prompt is empty or has no sentence"
+            if start.error is not None:
+                result.status, result.error = "error", start.error
                 doc.done = True
-            elif not self.scheme.splitter.ends_sentence(sentences[-1]):
-                result.status = "error"
-                result.error = (
-                    "the prompt must end with a complete sentence (end it with '.', '!' or '?'): "
-                    "the watermark is applied sentence by sentence after it"
-                )
-                doc.done = True
+            elif start.kind == CONTINUE:
+                seeds.append((doc, start.context))
+            elif start.kind == COMPLETE:
+                doc.open_sentence, doc.head = start.open_sentence, start.head
+            else:  # an empty prompt or chat: the keyed start value seeds the first sentence
+                doc.previous, doc.keyed_start = self.scheme.start_region, True
             docs.append(doc)
-        seeded = [d for d in docs if d.context]
-        if seeded:
-            regions = self.scheme.regions([d.context for d in seeded])[0].tolist()
-            for doc, region in zip(seeded, regions, strict=True):
+        if seeds:
+            regions = self.scheme.regions([sentence for _, sentence in seeds])[0].tolist()
+            for (doc, _), region in zip(seeds, regions, strict=True):
                 doc.previous = region
         return docs
 
@@ -367,17 +474,39 @@ class Watermarker:
         self, active: list[_Doc], watermark: bool, rows: list[tuple[int, int]], texts: list[str]
     ) -> list[tuple[bool, Judgement]]:
         """The sampler's judge: ``(accepted, Judgement)`` for candidate ``texts`` drawn for
-        ``rows`` (``(document index in active, candidate index in the round)``)."""
-        if not watermark:
+        ``rows`` (``(document index in active, candidate index in the round)``). A candidate
+        that completes a prompt's sentence is accepted when detection will cut that sentence
+        the same way; its region then seeds the first watermarked sentence."""
+        completing = [active[g].completing for g, _ in rows]
+        if not watermark and not any(completing):
             return [(True, Judgement(-1, True, True, True)) for _ in texts]
-        regions, margin_ok = self.scheme.regions(texts)
-        previous = torch.tensor([active[g].previous for g, _ in rows])
-        valid = self.scheme.is_valid(previous, regions)
+        emb = self.scheme.embed(texts)
+        regions, margin_ok = self.scheme.locate(emb)
+        # A completing document has no previous region yet (-1): what is computed for its rows
+        # here is not used.
+        previous = [active[g].previous for g, _ in rows]
+        if self.scheme.mark == "direction":
+            scores = self.scheme.scores(self.scheme.vectors(emb), previous).tolist()
+            valid = [score >= self.threshold for score in scores]
+        else:
+            scores = [math.nan] * len(texts)
+            valid = self.scheme.is_valid(torch.tensor(previous), regions).tolist()
         out = []
-        for (g, i), r, v, m in zip(
-            rows, regions.tolist(), valid.tolist(), margin_ok.tolist(), strict=True
+        for (g, i), text, r, v, m, score in zip(
+            rows, texts, regions.tolist(), valid, margin_ok.tolist(), scores, strict=True
         ):
             doc = active[g]
+            if doc.completing:
+                ok = self._completion(doc, text) is not None
+                out.append((ok, Judgement(int(r), True, True, True)))
+                continue
+            if not watermark:  # as in the plain path above, whatever else is in the round
+                out.append((True, Judgement(-1, True, True, True)))
+                continue
+            if self.scheme.mark == "direction":
+                # The direction mark: accepted when the score reaches the threshold.
+                out.append((bool(v), Judgement(int(r), bool(v), True, True, float(score))))
+                continue
             draw = doc.drawn + i + 1
             m = m or (self.margin_patience is not None and draw > self.margin_patience)
             novel = (
@@ -398,9 +527,14 @@ class Watermarker:
             if cand.info is None or not watermark:
                 continue
             verdict: Judgement = cand.info
+            scored = cand.text and not math.isnan(verdict.score)
+            if scored and (doc.best is None or verdict.score > doc.best.info.score):
+                doc.best = cand
             counts = self._acceptance(doc.previous, doc.stats)
             counts[0] += cand.accepted
             counts[1] += 1
+            if self.scheme.mark == "direction" and math.isinf(self.threshold):
+                continue  # best of max_candidates: no candidate is turned down by a rule
             if not verdict.valid:
                 doc.rejected_region += 1
             elif not verdict.margin_ok:
@@ -419,6 +553,18 @@ class Watermarker:
         )
         if doc.drawn < self.max_candidates and not timed_out:
             return None
+        doc.timed_out = doc.drawn < self.max_candidates
+        if doc.completing:
+            doc.done = True
+            doc.result.status = "error"
+            doc.result.error = (
+                f"the prompt's last sentence could not be completed in {doc.drawn} draws (none "
+                "ended it where the sentence splitter cuts the whole text)"
+            )
+            return None
+        if doc.best is not None:
+            # Without a threshold, the best of max_candidates is the rule, not a fallback.
+            return doc.best, math.isfinite(self.threshold)
         usable = [c for c in res.candidates if c.text]
         if usable:
             return usable[-1], True
@@ -439,7 +585,6 @@ class Watermarker:
         region = chosen.info.region if chosen.info else -1
         doc.result.sentences.append(
             SentenceRecord(
-                timed_out=fallback and doc.drawn < self.max_candidates,
                 text=chosen.text,
                 region=region,
                 candidates=doc.drawn,
@@ -448,19 +593,57 @@ class Watermarker:
                 rejected_repeat=doc.rejected_repeat,
                 fallback=fallback,
                 num_tokens=chosen.num_tokens,
+                timed_out=doc.timed_out,
+                score=_score_of(chosen),
             )
         )
-        doc.result.text += (chosen.separator if doc.result.text else "") + chosen.text
-        doc.prefix += chosen.separator + chosen.text
+        first = not doc.result.text and not doc.verbatim
+        doc.result.text += ("" if first else chosen.separator) + chosen.text
+        if doc.keyed_start and len(doc.result.sentences) == 1:
+            # The first sentence of an answer or of an empty prompt starts the LM's text: no
+            # space the LM did not write. Its step from the start value is never scored.
+            doc.prefix += chosen.text
+        else:
+            doc.prefix += chosen.separator + chosen.text
+            doc.used.add((doc.previous, region))
         doc.context = chosen.text
-        doc.used.add((doc.previous, region))
         doc.previous = region
         doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
-        doc.sentence_started = time.perf_counter()
+        doc.sentence_started, doc.timed_out = time.perf_counter(), False
+        doc.best = None
         if doc.result.num_tokens >= self.max_new_tokens or (
             self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences
         ):
             doc.done = True
+
+    def _completion(self, doc: _Doc, sentence: str) -> str | None:
+        """The completion in ``sentence`` (the prompt's open sentence, completed), or ``None``
+        when detection would not cut the prompt plus it into exactly that sentence."""
+        if not sentence.startswith(doc.open_sentence):
+            return None
+        completion = sentence[len(doc.open_sentence) :]
+        cut = continuation_sentences(self.scheme.splitter, doc.result.prompt, completion)
+        return completion if cut == (sentence, [], completion) else None
+
+    def _complete(self, doc: _Doc, chosen: Candidate, fallback: bool = False) -> None:
+        """Take the completion of the prompt's open sentence: it starts the text, and the
+        completed sentence seeds the first watermarked one."""
+        completion = self._completion(doc, chosen.text)
+        assert completion is not None  # the judge accepted it
+        doc.result.completion = completion
+        doc.result.completion_tokens = chosen.num_tokens
+        doc.result.text = completion
+        doc.prefix += completion
+        doc.context = chosen.text
+        doc.previous = chosen.info.region
+        doc.open_sentence = doc.head = ""
+        doc.verbatim = True
+        doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
+
+
+def _score_of(candidate: Candidate) -> float | None:
+    info = candidate.info
+    return None if info is None or math.isnan(info.score) else float(info.score)
 
 
 def _document_generator(seed: int, prompt: object) -> torch.Generator:

@@ -20,19 +20,27 @@ def render_report(result: dict[str, Any]) -> str:
     cal = result["calibration"]
     null = result["null"]
     alphas = cal["alphas"]
+    stats = _stats(result)
+    direction = cal.get("mark") == "direction"
+    keys = "keys (keyed directions)" if direction else "keyed valid tables"
     lines = [
         "# Detector calibration on human text",
         "",
         "Human-written text does not depend on the watermark key, so the share of human texts",
         "the detector flags at level alpha is its false-positive rate (FPR). One key is one",
-        f"draw of that rate, so every number below is over {cal['num_keys']} keyed valid tables",
+        f"draw of that rate, so every number below is over {cal['num_keys']} {keys}",
         "(mean, with the spread over keys). Made by:",
         "",
         "```bash",
         result.get("command", "(command not recorded)"),
         "```",
         "",
-        f"Partition: K = {cal['num_regions']} regions, gamma = {cal['gamma']}; "
+        (
+            f"Mark: direction (the key draws a direction per region), K = "
+            f"{cal['num_regions']} regions; "
+            if direction
+            else f"Partition: K = {cal['num_regions']} regions, gamma = {cal['gamma']}; "
+        )
         + ", ".join(f"{k} `{v}`" for k, v in result.get("settings", {}).items())
         + ".",
         f"Run time {result['seconds']:.0f} s.",
@@ -41,7 +49,7 @@ def render_report(result: dict[str, Any]) -> str:
         "",
     ]
     overall = null["overall"]
-    for stat in STATS:
+    for stat in stats:
         for a in alphas:
             f = overall[stat]["fpr"][str(a)]
             lines.append(
@@ -49,7 +57,7 @@ def render_report(result: dict[str, Any]) -> str:
                 f"flagged (sd over keys {_pct(f['sd'])}, worst key {_pct(f['max'])})."
             )
     for name, p in result["power"].items():
-        for stat in STATS:
+        for stat in stats:
             tpr = p[stat]["tpr_at_alpha"].get("0.01")
             emp = p[stat]["tpr_at_empirical_fpr"].get("0.01")
             if tpr and emp:
@@ -92,7 +100,7 @@ def render_report(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for group in [*result["sources"], "overall"]:
-        for stat in STATS:
+        for stat in stats:
             for a in alphas:
                 f = null[group][stat]["fpr"][str(a)]
                 lines.append(
@@ -109,17 +117,28 @@ def render_report(result: dict[str, Any]) -> str:
         "positives). *Per key*: the texts of one key move together (texts that share regions",
         "share the table's verdict on them), so a single key's distribution can sit far from",
         "uniform even for a valid test. *Pooled*: all keys together, the distribution a text",
-        "gets over random keys, which is what a p-value promises. The exact test's p-values",
-        "are discrete and conservative (many texts get p = 1), so its KS is large while its",
-        "excess is near zero. `exact_randomised` breaks ties at random and is exactly uniform",
-        "under the null law, so its pooled KS checks that law.",
+        *(
+            [
+                "gets over random keys, which is what a p-value promises. The direction mark's",
+                "exact p-value is continuous (the normal tail of an exactly normal z), so its",
+                "pooled distribution is uniform when the null law holds; its `exact_randomised`",
+                "row is the same numbers.",
+            ]
+            if direction
+            else [
+                "gets over random keys, which is what a p-value promises. The exact test's p-values",
+                "are discrete and conservative (many texts get p = 1), so its KS is large while its",
+                "excess is near zero. `exact_randomised` breaks ties at random and is exactly uniform",
+                "under the null law, so its pooled KS checks that law.",
+            ]
+        ),
         "",
         "| texts | statistic | KS per key, mean [q05, q95] | excess per key, mean [q05, q95] "
         "| KS pooled | excess pooled |",
         "|---|---|---|---|---|---|",
     ]
     for group in [*result["sources"], "overall"]:
-        for stat in (*STATS, DIAGNOSTIC):
+        for stat in (*stats, DIAGNOSTIC):
             row = null[group][stat]
             ks, ex = row["ks"], row["ks_excess"]
             lines.append(
@@ -151,14 +170,19 @@ def render_report(result: dict[str, Any]) -> str:
         lines += [f"### {name}", "", p["what"][0].upper() + p["what"][1:] + ".", ""]
         if name.startswith("generated"):
             skipped = p["skipped"]
+            fallbacks = (
+                f"{p['fallbacks']} sentences kept as the best of their draws (none reached the "
+                "threshold)"
+                if direction
+                else f"{p['fallbacks']} fallbacks"
+            )
             lines.append(
                 f"{p['texts']} texts ({p['too_short']} too short; skipped: {skipped['not_ok']} "
                 f"failed records, {skipped['other_key']} of another key), "
                 f"{p['num_scored_mean']:.1f} scored sentences and "
                 f"{p['distinct_transitions_mean']:.1f} distinct region transitions on average; "
                 f"{_pct(p['one_region_share'])} never leave one region. Generation drew "
-                f"{p['candidates_per_sentence']:.1f} candidates per sentence, with "
-                f"{p['fallbacks']} fallbacks."
+                f"{p['candidates_per_sentence']:.1f} candidates per sentence, with {fallbacks}."
             )
         else:
             lines.append(f"{p['texts_per_key']} texts per key; lengths: {p['lengths']}.")
@@ -169,7 +193,7 @@ def render_report(result: dict[str, Any]) -> str:
             "FPR 1% | TPR at empirical FPR 0.1% |",
             "|---|---|---|---|---|",
         ]
-        for stat in STATS:
+        for stat in stats:
             nominal, emp = p[stat]["tpr_at_alpha"], p[stat]["tpr_at_empirical_fpr"]
             cells = [
                 _pct(nominal[key]["mean"]) if key in nominal else "-" for key in ("0.01", "0.05")
@@ -188,11 +212,16 @@ def render_report(result: dict[str, Any]) -> str:
         "| statistic | " + " | ".join(f"alpha {a}" for a in alphas) + " |",
         "|---|" + "---|" * len(alphas),
     ]
-    for stat in STATS:
+    for stat in stats:
         cells = [_pct(conf["human_fpr"][stat][str(a)]) for a in alphas]
         lines.append(f"| {stat} | " + " | ".join(cells) + " |")
     lines.append("")
     return "\n".join(lines)
+
+
+def _stats(result: dict[str, Any]) -> list[str]:
+    """The statistics a result holds (the direction mark has ``exact`` only)."""
+    return list(result["calibration"].get("statistics", STATS))
 
 
 def plot_pvalues(result: dict[str, Any], path: str | Path) -> None:
@@ -204,21 +233,22 @@ def plot_pvalues(result: dict[str, Any], path: str | Path) -> None:
 
     hist, curve = result["histogram"], result["fpr_curve"]
     edges = np.asarray(hist["edges"])
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for ax, stat, title in zip(
-        axes[:2], STATS, ("paper: normal tail of z", "exact: key randomisation"), strict=True
-    ):
+    stats = _stats(result)
+    titles = {"paper": "paper: normal tail of z", "exact": "exact: key randomisation"}
+    fig, axes = plt.subplots(1, len(stats) + 1, figsize=(4.7 * (len(stats) + 1), 4))
+    for ax, stat in zip(axes[: len(stats)], stats, strict=True):
+        title = titles[stat]
         ax.stairs(hist[stat], edges, fill=True, alpha=0.6, label=stat)
-        if stat == "exact":
+        if stat == "exact" and len(stats) > 1:
             ax.stairs(hist[DIAGNOSTIC], edges, color="black", label="exact, ties randomised")
         ax.axhline(1.0, color="grey", linestyle="--", label="uniform")
         ax.set_title(title)
         ax.set_xlabel("p-value of human text")
         ax.set_ylabel("density")
         ax.legend(fontsize=8)
-    ax = axes[2]
+    ax = axes[-1]
     a = np.asarray(curve["alphas"])
-    for stat in STATS:
+    for stat in stats:
         # A zero rate has no place on a log axis: the line stops where nothing is flagged.
         rate = np.asarray(curve[stat], dtype=np.float64)
         ax.loglog(a, np.where(rate > 0, rate, np.nan), label=stat)

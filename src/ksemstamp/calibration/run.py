@@ -16,13 +16,14 @@ from ..scheme import WatermarkScheme
 from .embeddings import embedding_store, with_cached_encoder
 from .scoring import (
     DIAGNOSTIC,
-    STATS,
     ScoredTexts,
-    calibration_tables,
+    calibration_keys,
+    own_key,
     p_values,
     score_texts,
     scored_from_counts,
     simulate_watermarked,
+    stats_of,
 )
 from .summary import power_summary, summarise_null
 
@@ -34,12 +35,19 @@ class CalibrationSettings:
     """What to measure. ``max_texts`` human texts, ``num_keys`` keyed tables."""
 
     sources: tuple[str, ...] = SOURCES
+    """Human sources: news (held-out val and test splits), parliament, tweets."""
     max_texts: int = 3000
+    """Human texts in all, shared among the sources."""
     num_keys: int = 50
+    """Random keyed tables; the rates are reported over them (at least 2)."""
     window_words: int = 150
+    """Words per human text (about 200 tokens)."""
     simulated_per_key: int = 200
+    """Simulated watermarked region sequences per key (0: none)."""
     seed: int = 0
+    """Seed of the keys and of the sampling."""
     alphas: tuple[float, ...] = ALPHAS
+    """Levels at which false-positive rates and power are reported."""
     watermarked: tuple[str, ...] = ()
     """JSONL files written by ``generate`` under the configured key (real power)."""
     reuse_embeddings: bool = True
@@ -112,7 +120,8 @@ def run_calibration(
     if len(human) == 0:
         raise ValueError("no human text could be scored; check the sources")
 
-    tables = calibration_tables(k, gamma, settings.num_keys, settings.seed)
+    stats = stats_of(human)
+    tables = calibration_keys(scheme, settings.num_keys, settings.seed)
     rng = np.random.default_rng(settings.seed)
     per_key = [
         p_values(human, table, gamma, rng)
@@ -126,21 +135,22 @@ def run_calibration(
     news = human.select("news")
     reference = "news" if len(news) else "all sources"
     power: dict[str, Any] = {}
-    if scheme.transition is not None and settings.simulated_per_key > 0:
-        null_news = [{s: p[s][news] for s in STATS} if len(news) else p for p in per_key]
+    simulate = scheme.mark == "region" and scheme.transition is not None
+    if simulate and settings.simulated_per_key > 0:
+        null_news = [{s: p[s][news] for s in stats} if len(news) else p for p in per_key]
         lengths = human.num_scored[news if len(news) else slice(None)]
         power["simulated"] = _simulated_power(
             scheme, tables, lengths, null_news, reference, settings, rng, progress
         )
-    own = p_values(human, scheme.table.numpy(), gamma)
+    own = p_values(human, own_key(scheme), gamma)
     configured = {
         "key_fingerprint": scheme.key_fingerprint,
         "human_fpr": {
             stat: {str(a): float(np.mean(own[stat] <= a)) for a in settings.alphas}
-            for stat in STATS
+            for stat in stats
         },
     }
-    own_news = {s: own[s][news] for s in STATS} if len(news) else own
+    own_news = {s: own[s][news] for s in stats} if len(news) else own
     for path in settings.watermarked:
         power[f"generated: {Path(path).name}"] = _generated_power(
             scheme, path, own_news, reference, settings, progress
@@ -149,7 +159,10 @@ def run_calibration(
         **(describe or {}),
         "calibration": {
             "num_keys": settings.num_keys,
-            "keys": f"keyed tables of the keys 'calibration|{settings.seed}|i', i < num_keys",
+            "keys": f"keyed {'tables' if scheme.mark == 'region' else 'directions'} of the "
+            f"keys 'calibration|{settings.seed}|i', i < num_keys",
+            "mark": scheme.mark,
+            "statistics": list(stats),
             "alphas": list(settings.alphas),
             "window_words": settings.window_words,
             "seed": settings.seed,
@@ -183,7 +196,8 @@ def _source_summary(human: ScoredTexts, source: str, available: int) -> dict[str
 
 def _pooled_distribution(per_key: list[dict[str, np.ndarray]]) -> dict[str, Any]:
     """Histograms of the p-values pooled over keys, and the FPR against nominal alpha."""
-    pooled = {s: np.concatenate([p[s] for p in per_key]) for s in (*STATS, DIAGNOSTIC)}
+    stats = [s for s in per_key[0] if s != DIAGNOSTIC]
+    pooled = {s: np.concatenate([p[s] for p in per_key]) for s in (*stats, DIAGNOSTIC)}
     edges = np.linspace(0.0, 1.0, 21)
     curve_alphas = np.logspace(-4, 0, 41)
     return {
@@ -193,7 +207,7 @@ def _pooled_distribution(per_key: list[dict[str, np.ndarray]]) -> dict[str, Any]
         },
         "fpr_curve": {
             "alphas": curve_alphas.tolist(),
-            **{s: [float(np.mean(pooled[s] <= a)) for a in curve_alphas] for s in STATS},
+            **{s: [float(np.mean(pooled[s] <= a)) for a in curve_alphas] for s in stats},
         },
     }
 
@@ -248,7 +262,7 @@ def _generated_power(
     real = score_texts(
         scheme, wm_texts, ["watermarked"] * len(wm_texts), wm_prompts, progress=progress
     )
-    real_p = p_values(real, scheme.table.numpy(), scheme.gamma)
+    real_p = p_values(real, own_key(scheme), scheme.gamma)
     distinct = (real.counts > 0).sum(axis=(1, 2))
     diagonal = np.trace(real.counts, axis1=1, axis2=2)
     return {

@@ -1,10 +1,12 @@
-"""Key-free scoring of many texts, then their p-values under any number of valid tables.
+"""Key-free scoring of many texts, then their p-values under any number of keys.
 
 The detector's scoring plans (``Detector.plan_batch``) give each text's scored transitions,
-which do not depend on the key; under a valid table only the valid count changes, so both
-p-values of every text come from one table look-up: the paper's normal tail of the z-score, and
-the exact key-randomisation p-value, whose null law (``stats.null_count_pmf``, computed once per
-text) does not depend on the table at all.
+which do not depend on the key. Region mark: under a valid table only the valid count changes,
+so both p-values of every text come from one table look-up: the paper's normal tail of the
+z-score, and the exact key-randomisation p-value, whose null law (``stats.null_count_pmf``,
+computed once per text) does not depend on the table at all. Direction mark: each text keeps
+the sums of its scored sentences' vectors per context and their squared norm; under a key's
+directions the exact z is one dot product per context (``stats.direction_z``).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..detector import Detector
-from ..keys import valid_table
+from ..keys import keyed_directions, valid_table
 from ..scheme import WatermarkScheme
-from ..stats import normal_sf, null_count_pmf, paper_z
+from ..stats import context_sums, normal_sf, null_count_pmf, paper_z
 from .embeddings import with_cached_encoder
 
 STATS = ("paper", "exact")
+"""Statistics of the region mark; the direction mark has ``exact`` only (see ``stats_of``)."""
 # The randomised exact p-value breaks ties uniformly; under the null it is exactly uniform, so
 # its distance from uniform checks the null law itself. The detector reports the plain one.
 DIAGNOSTIC = "exact_randomised"
@@ -39,6 +42,9 @@ class ScoredTexts:
             uniformly random valid tables (zero past ``T``), i.e. its exact p-value at count ``s``.
         pmf: ``(N, Tmax + 1)``; ``pmf[i, s] = P(S = s)`` under the same law.
         too_short: how many texts had nothing to score (left out of ``counts``).
+        direction: for the direction mark, the key-free part of each text's statistic
+            (``DirectionSums``); ``None`` for the region mark (``survival`` and ``pmf`` are
+            then empty).
     """
 
     labels: list[str]
@@ -47,6 +53,7 @@ class ScoredTexts:
     survival: np.ndarray
     pmf: np.ndarray
     too_short: dict[str, int]
+    direction: DirectionSums | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -54,6 +61,32 @@ class ScoredTexts:
     def select(self, label: str) -> np.ndarray:
         """Indices of the texts with ``label``."""
         return np.array([i for i, x in enumerate(self.labels) if x == label], dtype=np.int64)
+
+
+@dataclass
+class DirectionSums:
+    """Per text and context, the sum of the scored sentences' vectors (``stats.context_sums``),
+    stacked over texts: row ``r`` belongs to text ``text[r]`` and context ``context[r]``."""
+
+    text: np.ndarray
+    """``(R,)`` text index of each row."""
+    context: np.ndarray
+    """``(R,)`` context (previous region) of each row."""
+    sums: np.ndarray
+    """``(R, D)`` the vector sums."""
+    variance: np.ndarray
+    """``(N,)`` per text, the null variance of its total score (sum of squared row norms)."""
+
+    def z(self, directions: np.ndarray) -> np.ndarray:
+        """``(N,)`` exact z of every text under ``(K, D)`` directions."""
+        dots = np.einsum("rd,rd->r", self.sums, np.asarray(directions, np.float64)[self.context])
+        total = np.bincount(self.text, weights=dots, minlength=len(self.variance))
+        return total / np.sqrt(self.variance)
+
+
+def stats_of(scored: ScoredTexts) -> tuple[str, ...]:
+    """The statistics ``p_values`` gives for these texts."""
+    return ("exact",) if scored.direction is not None else STATS
 
 
 def score_texts(
@@ -78,8 +111,10 @@ def score_texts(
 
     detector = Detector(scheme, statistic="exact")
     k = scheme.num_regions
-    size = int(scheme.table[0].sum())
+    direction = scheme.mark == "direction"
+    size = 0 if direction else int(scheme.table[0].sum())
     kept_labels, counts, num_scored, laws = [], [], [], []
+    rows_text, rows_context, rows_sum, variance = [], [], [], []
     too_short: dict[str, int] = {}
     bar = tqdm(total=len(texts), unit="text", desc="score", disable=not progress)
     for start in range(0, len(texts), batch):
@@ -91,12 +126,29 @@ def score_texts(
                 too_short[label] = too_short.get(label, 0) + 1
                 continue
             matrix = plan.transition_counts(k)
+            if direction:
+                rows, contexts = plan.scored_contexts()
+                distinct, sums = context_sums(plan.vectors[rows].double().numpy(), contexts)
+                rows_text += [len(kept_labels)] * len(distinct)
+                rows_context += distinct.tolist()
+                rows_sum.append(sums)
+                variance.append(float((sums**2).sum()))
+            else:
+                laws.append(null_count_pmf(matrix, size))
             kept_labels.append(label)
             counts.append(matrix)
             num_scored.append(plan.num_scored)
-            laws.append(null_count_pmf(matrix, size))
     bar.close()
     pmf, survival = _tail_arrays(laws)
+    sums_of = None
+    if direction:
+        dim = int(scheme.directions.shape[1])
+        sums_of = DirectionSums(
+            text=np.array(rows_text, dtype=np.int64),
+            context=np.array(rows_context, dtype=np.int64),
+            sums=np.concatenate(rows_sum) if rows_sum else np.zeros((0, dim)),
+            variance=np.array(variance, dtype=np.float64),
+        )
     return ScoredTexts(
         labels=kept_labels,
         counts=np.stack(counts) if counts else np.zeros((0, k, k), dtype=np.int64),
@@ -104,6 +156,7 @@ def score_texts(
         survival=survival,
         pmf=pmf,
         too_short=too_short,
+        direction=sums_of,
     )
 
 
@@ -122,8 +175,14 @@ def _tail_arrays(laws: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 def p_values(
     scored: ScoredTexts, table: np.ndarray, gamma: float, rng: np.random.Generator | None = None
 ) -> dict[str, np.ndarray]:
-    """Every text's p-values under one valid ``table``: ``paper``, ``exact`` and, with ``rng``,
-    the tie-randomised exact p-value (a diagnostic that is exactly uniform under the null)."""
+    """Every text's p-values under one key: for the region mark, under its valid ``table``,
+    ``paper``, ``exact`` and, with ``rng``, the tie-randomised exact p-value (a diagnostic that
+    is exactly uniform under the null); for the direction mark, ``table`` holds the key's
+    ``(K, D)`` directions and the exact p-value is continuous (its diagnostic is itself)."""
+    if scored.direction is not None:
+        z = scored.direction.z(table)
+        exact = np.array([normal_sf(float(v)) for v in z])
+        return {"exact": exact, **({DIAGNOSTIC: exact} if rng is not None else {})}
     observed = np.einsum("nij,ij->n", scored.counts, np.asarray(table, dtype=np.int64))
     rows = np.arange(len(scored))
     out = {
@@ -146,6 +205,25 @@ def calibration_tables(num_regions: int, gamma: float, num_keys: int, seed: int)
     return [
         valid_table(num_regions, gamma, f"calibration|{seed}|{i}").numpy() for i in range(num_keys)
     ]
+
+
+def calibration_keys(scheme: WatermarkScheme, num_keys: int, seed: int) -> list[np.ndarray]:
+    """Per calibration key, what ``p_values`` takes: the valid table (region mark) or the
+    ``(K, D)`` directions (direction mark), built exactly as real keys build them."""
+    if scheme.mark == "region":
+        return calibration_tables(scheme.num_regions, scheme.gamma, num_keys, seed)
+    dim = int(scheme.directions.shape[1])
+    return [
+        keyed_directions(scheme.num_regions, dim, f"calibration|{seed}|{i}").double().numpy()
+        for i in range(num_keys)
+    ]
+
+
+def own_key(scheme: WatermarkScheme) -> np.ndarray:
+    """The configured key's table or directions, as ``p_values`` takes them."""
+    if scheme.mark == "region":
+        return scheme.table.numpy()
+    return scheme.directions.double().numpy()
 
 
 def simulate_watermarked(

@@ -10,6 +10,11 @@ import numpy as np
 from .scoring import DIAGNOSTIC, STATS
 
 
+def _stats(p: dict[str, np.ndarray]) -> list[str]:
+    """The statistics present in one key's p-values (the direction mark has ``exact`` only)."""
+    return [s for s in STATS if s in p]
+
+
 def ks_distance(p: np.ndarray) -> tuple[float, float]:
     """Distance of p-values from uniform: ``(sup |F(u) - u|, sup (F(u) - u))``.
 
@@ -64,7 +69,7 @@ def summarise_null(
 ) -> dict[str, Any]:
     """False-positive rates and distance from uniform over keys for the texts in ``index``."""
     out: dict[str, Any] = {"texts": int(len(index))}
-    for stat in (*STATS, DIAGNOSTIC):
+    for stat in (*_stats(per_key[0]), DIAGNOSTIC):
         fpr = {}
         for alpha in alphas:
             rates = [float(np.mean(p[stat][index] <= alpha)) for p in per_key]
@@ -93,7 +98,7 @@ def power_summary(
     """True-positive rates over keys: at the nominal ``alphas``, and at thresholds set so that
     the human texts scored under the same key are flagged at most at ``empirical_fprs``."""
     out: dict[str, Any] = {}
-    for stat in STATS:
+    for stat in _stats(alt[0]):
         nominal = {str(a): spread([float(np.mean(p[stat] <= a)) for p in alt]) for a in alphas}
         empirical = {}
         for fpr in empirical_fprs:

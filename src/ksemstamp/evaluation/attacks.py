@@ -11,8 +11,8 @@ sentences, asks the paraphraser for candidates, keeps one candidate per sentence
   at least ``similarity_bound``, the one sharing the fewest token bigrams with it; when none
   meets the bound, the most similar candidate.
 
-Length (~420 lines): the attack and its three paraphrasers (seq2seq, a causal LM with cached
-few-shot examples, WordNet) with their batching.
+The paraphrasers: a seq2seq model, the causal LM of ``ksemstamp.paraphrase`` (few-shot
+prompts with cached examples) and WordNet substitution (``training.paraphrase``).
 
 Similarity is the cosine of sentence-encoder embeddings (``similarity_encoder``), an
 embedding-based stand-in for BERTScore. An encoder other than the watermark's is preferable;
@@ -21,16 +21,15 @@ the offline default is the same all-MiniLM-L6-v2 because no second encoder ships
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..assets import AssetError
+from ..paraphrase import LMParaphraser
 from .metrics import words
 
 
@@ -105,164 +104,6 @@ class Seq2SeqParaphraser:
         return [texts[i * n : (i + 1) * n] for i in range(len(sentences))]
 
 
-# Written for this project: short news-style pairs that change both wording and order.
-_FEW_SHOT = (
-    (
-        "The mayor announced on Friday that the bridge will reopen next month.",
-        "The bridge is set to reopen next month, the mayor said on Friday.",
-    ),
-    (
-        "Shares of the carmaker fell after it reported weaker sales in Europe.",
-        "After reporting slower European sales, the carmaker saw its stock drop.",
-    ),
-    (
-        "Police are still searching for the driver who fled the scene.",
-        "The driver who ran from the scene has not yet been found by police.",
-    ),
-)
-
-
-class FirstLineDone(StoppingCriteria):
-    """Stops a row once its generated text has a line break after some non-blank text: the
-    candidate is the first non-blank line, so later tokens would be thrown away."""
-
-    def __init__(self, tokenizer, prompt_width: int) -> None:
-        self.tokenizer = tokenizer
-        self.prompt_width = prompt_width
-
-    def __call__(self, input_ids: torch.Tensor, scores=None, **kwargs) -> torch.Tensor:
-        texts = self.tokenizer.batch_decode(
-            input_ids[:, self.prompt_width :], skip_special_tokens=True
-        )
-        return torch.tensor(
-            ["\n" in t.lstrip() for t in texts], dtype=torch.bool, device=input_ids.device
-        )
-
-
-class FewShotLMParaphraser:
-    """Few-shot paraphrasing with a causal LM: ``Original: ... Paraphrase: ...`` prompts.
-
-    Works with base and instruct models alike (no chat template). Each sentence gets
-    ``num_candidates`` sampled continuations in one batched ``generate``; the first line of
-    each is the candidate.
-
-    The few-shot examples are the same for every sentence, and on a CPU running them through the
-    LM for every row cost about three quarters of an attack. They are run once: their key/value
-    cache is copied to each batch's rows, and only the sentence part (left-padded after the
-    shared examples) is new input. Generation stops once every row has ended its first line,
-    the only part kept. Neither changes the tokens a row samples before its first newline.
-    """
-
-    def __init__(
-        self,
-        model: str = "smollm2-135m-instruct",
-        num_candidates: int = 4,
-        temperature: float = 0.8,
-        top_p: float = 0.95,
-        max_new_tokens: int = 48,
-        batch_size: int = 32,
-        seed: int = 0,
-        lm=None,
-        cache_shots: bool = True,
-    ) -> None:
-        """``lm=(model, tokenizer)`` reuses an already loaded LM; ``cache_shots=False`` feeds
-        the full prompt for every row (the plain, slower path)."""
-        from ..assets import load_lm
-
-        self.model, self.tokenizer = lm or load_lm(model)
-        self.num_candidates = num_candidates
-        self.temperature = temperature
-        self.top_p = top_p
-        self.max_new_tokens = max_new_tokens
-        self.batch_size = batch_size
-        self.seed = seed
-        self.cache_shots = cache_shots
-        self._shots: tuple[torch.Tensor, object] | None = None
-
-    @staticmethod
-    def shots() -> str:
-        """The few-shot examples every prompt starts with (no trailing blank line)."""
-        return "\n\n".join(f"Original: {a}\nParaphrase: {b}" for a, b in _FEW_SHOT)
-
-    @classmethod
-    def prompt(cls, sentence: str) -> str:
-        return f"{cls.shots()}{cls.query(sentence)}"
-
-    @staticmethod
-    def query(sentence: str) -> str:
-        """The part of a prompt after the shared examples."""
-        return f"\n\nOriginal: {sentence.strip()}\nParaphrase:"
-
-    def _shots_cache(self) -> tuple[torch.Tensor, object]:
-        """``(1, P)`` token ids of the examples and their key/value cache, computed once."""
-        if self._shots is None:
-            ids = self.tokenizer(self.shots(), return_tensors="pt")["input_ids"]
-            ids = ids.to(self.model.device)
-            out = self.model(input_ids=ids, use_cache=True)
-            self._shots = (ids, out.past_key_values)
-        return self._shots
-
-    def _inputs(self, queries: list[str]) -> dict:
-        """Model inputs for one batch: full prompts, or the cached examples plus the queries."""
-        device = self.model.device
-        if self.cache_shots:
-            shot_ids, shot_cache = self._shots_cache()
-            enc = self.tokenizer(
-                queries, return_tensors="pt", padding=True, add_special_tokens=False
-            )
-            rows = len(queries)
-            joint = [self.tokenizer(self.shots() + q)["input_ids"] for q in queries]
-            split = [
-                shot_ids[0].tolist() + [t for t, m in zip(ids, mask, strict=True) if m]
-                for ids, mask in zip(
-                    enc["input_ids"].tolist(), enc["attention_mask"].tolist(), strict=True
-                )
-            ]
-            # Tokenizing the two parts apart must give the tokens of the whole prompt;
-            # the query starts on a line break, a boundary BPE tokenizers do not merge across.
-            if joint == split:
-                cache = copy.deepcopy(shot_cache)
-                cache.batch_repeat_interleave(rows)
-                return {
-                    "input_ids": torch.cat(
-                        [shot_ids.expand(rows, -1), enc["input_ids"].to(device)], dim=1
-                    ),
-                    "attention_mask": torch.cat(
-                        [
-                            torch.ones(rows, shot_ids.shape[1], dtype=torch.long, device=device),
-                            enc["attention_mask"].to(device),
-                        ],
-                        dim=1,
-                    ),
-                    "past_key_values": cache,
-                }
-        enc = self.tokenizer([self.shots() + q for q in queries], return_tensors="pt", padding=True)
-        return {k: v.to(device) for k, v in enc.items()}
-
-    @torch.no_grad()
-    def candidates(self, sentences: list[str]) -> list[list[str]]:
-        queries = [self.query(s) for s in sentences for _ in range(self.num_candidates)]
-        texts: list[str] = []
-        # Seeded once per call: the same sentences give the same candidates on a rerun.
-        torch.manual_seed(self.seed)
-        for start in range(0, len(queries), self.batch_size):
-            inputs = self._inputs(queries[start : start + self.batch_size])
-            width = inputs["input_ids"].shape[1]
-            out = self.model.generate(
-                **inputs,
-                do_sample=True,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                max_new_tokens=self.max_new_tokens,
-                pad_token_id=self.tokenizer.pad_token_id,
-                stopping_criteria=StoppingCriteriaList([FirstLineDone(self.tokenizer, width)]),
-            )
-            texts += self.tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
-        cleaned = [t.strip().split("\n")[0].strip() for t in texts]
-        n = self.num_candidates
-        return [[c for c in cleaned[i * n : (i + 1) * n] if c] for i in range(len(sentences))]
-
-
 class WordNetCandidates:
     """Lexical substitution: several independent draws of the project's WordNet paraphraser."""
 
@@ -293,7 +134,7 @@ def build_paraphraser(spec: dict, lm=None) -> Paraphraser:
         if k not in ("name", "paraphraser", "select", "similarity_bound")
     }
     if kind == "lm":
-        return FewShotLMParaphraser(lm=lm, **options)
+        return LMParaphraser(lm=lm, **options)
     if kind == "wordnet":
         return WordNetCandidates(**options)
     if kind == "seq2seq":
@@ -408,12 +249,15 @@ class Attack:
             kept.append(original if choice is None else cands[choice])
             kept_sims.append(1.0 if choice is None else sims[choice])
         results, pos = [], 0
-        for sentences in split:
+        for text, sentences in zip(texts, split, strict=True):
             n = len(sentences)
             new = kept[pos : pos + n]
+            # A text that completes its prompt's sentence starts with the space (or none, in a
+            # word) that joins it to the prompt: kept, so the attacked text joins it the same way.
+            lead = text[: len(text) - len(text.lstrip())]
             results.append(
                 AttackedText(
-                    text=" ".join(new),
+                    text=lead + " ".join(new),
                     similarity=0.0,
                     sentence_similarity=sum(kept_sims[pos : pos + n]) / n if n else 1.0,
                     changed=sum(a != b for a, b in zip(sentences, new, strict=True)),

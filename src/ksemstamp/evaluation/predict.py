@@ -61,7 +61,13 @@ class GeneratorFactory:
                 seed=cfg.seed,
             )
             return kgw.generate
-        if self.algorithm not in ("ksemstamp", "ksemstamp-paper", "semstamp", "none"):
+        if self.algorithm not in (
+            "ksemstamp",
+            "ksemstamp-paper",
+            "ksemstamp-region",
+            "semstamp",
+            "none",
+        ):
             raise ValueError(f"unknown algorithm {self.algorithm!r}")
         watermarker = build_watermarker(cfg)
         watermark = self.algorithm != "none"

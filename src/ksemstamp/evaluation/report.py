@@ -9,6 +9,7 @@ from ..io import atomic_target
 LABELS = {
     "ksemstamp": "k-SemStamp",
     "ksemstamp-paper": "k-SemStamp (paper)",
+    "ksemstamp-region": "k-SemStamp (region, K=64)",
     "semstamp": "SemStamp",
     "kgw": "KGW",
     "none": "No watermark",
@@ -98,6 +99,34 @@ def markdown_table(results: dict) -> str:
                 f"| {LABELS[algorithm] if first else ''} | {'no attack' if first else name} | "
                 f"{_fmt(m['auroc'])} | {_ci(m)} | {_fmt(m['tpr_at_fpr_1'])} | "
                 f"{_fmt(m['tpr_at_fpr_5'])} |"
+            )
+        lines.append("")
+    alpha_rows = [
+        (algorithm, name, m["at_alpha"])
+        for algorithm, attacks in results["detection"].items()
+        for name, m in attacks.items()
+        if "at_alpha" in m
+    ]
+    if alpha_rows:
+        lines += [
+            "Decided as a user decides: the share of texts whose exact p-value is at most alpha "
+            "(TPR: watermarked texts, FPR: human texts; with several keys, the mean over keys "
+            "and the worst key):",
+            "",
+            "| Algorithm | Attack | TPR p<=1% | worst key | TPR p<=5% | worst key | FPR p<=1% "
+            "| FPR p<=5% |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for algorithm, name, m in alpha_rows:
+            first = name == "none"
+            one, five = m["0.01"], m["0.05"]
+            lines.append(
+                f"| {LABELS[algorithm] if first else ''} | {'no attack' if first else name} | "
+                f"{_fmt(one.get('tpr_mean_over_keys', one['tpr']), '{:.2f}')} | "
+                f"{_fmt(one.get('tpr_worst_key'), '{:.2f}')} | "
+                f"{_fmt(five.get('tpr_mean_over_keys', five['tpr']), '{:.2f}')} | "
+                f"{_fmt(five.get('tpr_worst_key'), '{:.2f}')} | "
+                f"{_fmt(one['fpr'], '{:.3f}')} | {_fmt(five['fpr'], '{:.3f}')} |"
             )
         lines.append("")
     return "\n".join(lines)

@@ -22,14 +22,13 @@ sentence-level schemes with the ``exact`` statistic, the same texts are also ran
 key-randomisation p-value (``exact`` in each detection entry), which is calibrated and finer
 grained than z at a few sentences per text.
 
-Length (~500 lines): the ``Run`` stages share the run folder's state and resume rules, and
+Length (~450 lines): the ``Run`` stages share the run folder's state and resume rules, and
 ``run_evaluation`` assembles their records; settings are in ``settings``, the report in
 ``report``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -38,11 +37,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from ..corpora import leading_sentences, news_articles
 from ..io import (
-    InputRecord,
     ResumableWriter,
     write_json_atomic,
     write_jsonl_atomic,
@@ -52,7 +51,7 @@ from .report import markdown_table, plot_roc
 from .settings import FIXED_SETTINGS, EvalSettings
 
 MISSING_SCORE = -1000.0
-WATERMARKED = ("ksemstamp", "ksemstamp-paper", "semstamp", "kgw")
+WATERMARKED = ("ksemstamp", "ksemstamp-paper", "ksemstamp-region", "semstamp", "kgw")
 # ---------------------------------------------------------------------- prompts
 
 
@@ -72,22 +71,73 @@ def cut_to_tokens(sentences: Sequence[str], count_tokens, max_tokens: int) -> st
     return " ".join(kept)
 
 
-def build_prompts(settings: EvalSettings, count_tokens) -> list[dict]:
-    """The first ``num_prompts`` usable test-split articles as prompts with human negatives."""
+def cut_at_token(text: str, token_starts, tokens: int) -> tuple[str, str] | None:
+    """``text`` cut after its first ``tokens`` tokens, as ``(prompt, rest)`` (``rest`` keeps
+    the space before its first word), or ``None`` when the text is not longer than that.
+    ``token_starts(text)`` gives the character offset where each token starts."""
+    starts = token_starts(text)
+    if len(starts) <= tokens:
+        return None
+    return text[: starts[tokens]], text[starts[tokens] :]
+
+
+def human_continuation(
+    splitter, prompt: str, rest: str, count_tokens, max_tokens: int
+) -> tuple[str, int]:
+    """The article after ``prompt`` (``rest``, verbatim) as a human negative, cut at a sentence
+    end once it holds ``max_tokens`` tokens and at least one sentence after the prompt's own,
+    and how many sentences of ``rest`` start after the prompt's end. When the prompt ends
+    mid-sentence the negative starts with the rest of that sentence, as a generation starts with
+    its completion (and then always has a watermarked sentence); sentences are cut as detection
+    cuts prompt and text (``detector.continuation_sentences``)."""
+    head = prompt.rstrip()
+    spans = splitter.spans(head + rest)
+    inside = [at + len(s) for at, s in spans if at < len(head)]
+    end = max([len(head), *inside[-1:]])
+    total = count_tokens((head + rest)[len(head) : end])
+    after = [(at, s) for at, s in spans if at >= len(head)]
+    for k, (at, sentence) in enumerate(after):
+        if total >= max_tokens and k:
+            break
+        end = at + len(sentence)
+        total += count_tokens(sentence)
+    return (head + rest)[len(head) : end], len(after)
+
+
+def build_prompts(settings: EvalSettings, count_tokens, token_starts=None) -> list[dict]:
+    """The first ``num_prompts`` usable test-split articles as prompts with human negatives.
+
+    Prompts are whole sentences of about ``prompt_words`` words, or, with ``prompt_tokens``,
+    the article's first tokens cut wherever they end (``token_starts`` is then required).
+    """
     from ..splitter import get_splitter
 
     splitter = get_splitter()
     out = []
     for index, article in enumerate(news_articles("test")):
-        prompt, rest = split_article(splitter.split(article.text), settings.prompt_words)
-        if len(rest) < settings.min_human_sentences:
+        if settings.prompt_tokens is None:
+            prompt_sentences, rest = split_article(
+                splitter.split(article.text), settings.prompt_words
+            )
+            prompt = " ".join(prompt_sentences)
+            human = cut_to_tokens(rest, count_tokens, settings.max_new_tokens)
+            following = len(rest)
+        else:
+            cut = cut_at_token(article.text.strip(), token_starts, settings.prompt_tokens)
+            if cut is None:
+                continue
+            prompt = cut[0]
+            human, following = human_continuation(
+                splitter, prompt, cut[1], count_tokens, settings.max_new_tokens
+            )
+        if following < settings.min_human_sentences:
             continue
         out.append(
             {
                 "id": f"news-test-{index}",
                 "article_id": article.article_id,
-                "prompt": " ".join(prompt),
-                "human": cut_to_tokens(rest, count_tokens, settings.max_new_tokens),
+                "prompt": prompt,
+                "human": human,
             }
         )
         if len(out) == settings.num_prompts:
@@ -108,6 +158,8 @@ class Run:
         self._check_settings()
         self._lms: dict[str, tuple] = {}
         self._encoders: dict[str, Any] = {}
+        self.key_index: dict[Any, int] = {}
+        """Prompt id -> index of its evaluation key (set by ``prompts``)."""
 
     def _check_settings(self) -> None:
         fixed: dict[str, Any] = {k: getattr(self.settings, k) for k in FIXED_SETTINGS}
@@ -159,7 +211,7 @@ class Run:
 
         stored = read_records(path)
         if len(stored) >= self.settings.num_prompts:
-            return stored[: self.settings.num_prompts]
+            return self._assign_keys(stored[: self.settings.num_prompts])
         lm = self.settings.watermark_config(
             "ksemstamp" if "ksemstamp" in self.settings.algorithms else self.settings.algorithms[0]
         ).lm
@@ -168,9 +220,17 @@ class Run:
         def count(text: str) -> int:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-        rows = build_prompts(self.settings, count)
+        def starts(text: str) -> list[int]:
+            enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            return [a for a, _ in enc["offset_mapping"]]
+
+        rows = build_prompts(self.settings, count, starts)
         write_jsonl_atomic(path, rows)
-        return rows
+        return self._assign_keys(rows)
+
+    def _assign_keys(self, prompts: list[dict]) -> list[dict]:
+        self.key_index = {p["id"]: i % self.settings.num_keys for i, p in enumerate(prompts)}
+        return prompts
 
     # -- generation
     def generate(self, algorithm: str, prompts: list[dict]) -> dict[str, dict]:
@@ -184,13 +244,17 @@ class Run:
         pending = [{"id": p["id"], "prompt": p["prompt"]} for p in prompts if p["id"] not in done]
         if pending:
             print(f"generate {algorithm}: {len(pending)} prompts", file=sys.stderr)
-            cfg = self.settings.watermark_config(algorithm)
+        for key_index in range(self.settings.num_keys):
+            group = [p for p in pending if self.key_index.get(p["id"], 0) == key_index]
+            if not group:
+                continue
+            cfg = self.settings.watermark_config(algorithm, key_index)
             factory = GeneratorFactory(
                 algorithm, {**cfg.to_dict(), "key": cfg.key}, dict(self.settings.kgw)
             )
             predict_to_shards(
                 factory,
-                pending,
+                group,
                 folder,
                 algorithm,
                 devices=self.settings.devices,
@@ -210,7 +274,7 @@ class Run:
         path = self.root / "attacks" / f"{algorithm}.{spec['name']}.jsonl"
         ids = [i for i, g in generations.items() if g.get("status") == "ok"]
         with ResumableWriter(path) as out:
-            pending = [i for i in ids if not out.is_done(InputRecord(0, {"id": i}))]
+            pending = [i for i in ids if not out.has_id(i)]
             if pending:
                 lm = None
                 if spec.get("paraphraser", "lm") == "lm":
@@ -242,23 +306,26 @@ class Run:
     ) -> dict[str, dict]:
         path = self.root / "detections" / f"{algorithm}.{name}.jsonl"
         with ResumableWriter(path) as out:
-            pending = [i for i in texts if not out.is_done(InputRecord(0, {"id": i}))]
-            if pending:
-                detect = self._detector(algorithm)
-                for start in range(0, len(pending), 64):
-                    chunk = pending[start : start + 64]
+            pending = [i for i in texts if not out.has_id(i)]
+            for key_index in range(self.settings.num_keys):
+                group = [i for i in pending if self.key_index.get(i, 0) == key_index]
+                if not group:
+                    continue
+                detect = self._detector(algorithm, key_index)
+                for start in range(0, len(group), 64):
+                    chunk = group[start : start + 64]
                     for i, res in zip(
                         chunk,
                         detect([texts[i] for i in chunk], [prompts[i] for i in chunk]),
                         strict=True,
                     ):
-                        out.write({"id": i, **res})
+                        out.write({"id": i, "key_index": key_index, **res})
         from .predict import read_records
 
         return {r["id"]: r for r in read_records(path)}
 
-    def _detector(self, algorithm: str):
-        cfg = self.settings.watermark_config(algorithm)
+    def _detector(self, algorithm: str, key_index: int = 0):
+        cfg = self.settings.watermark_config(algorithm, key_index)
         if algorithm == "kgw":
             from .baselines import KGWDetector, KGWSettings
 
@@ -267,7 +334,7 @@ class Run:
             return lambda texts, prompts: kgw.detect_batch(texts)
         from ..config import build_detector, build_scheme
 
-        key = (algorithm, "detector")
+        key = (algorithm, "detector", key_index)
         if key not in self._encoders:
             scheme = build_scheme(cfg, encoder=self.encoder(cfg.encoder))
             self._encoders[key] = build_detector(cfg, scheme)
@@ -291,7 +358,7 @@ class Run:
 
         path = self.root / "quality" / f"{name}.jsonl"
         with ResumableWriter(path) as out:
-            pending = [i for i in texts if not out.is_done(InputRecord(0, {"id": i}))]
+            pending = [i for i in texts if not out.has_id(i)]
             if pending:
                 oracle = Oracle(
                     *self.lm(self.settings.oracle), batch_size=self.settings.oracle_batch
@@ -330,7 +397,6 @@ def _exact_score(det: dict) -> float:
 
 def run_evaluation(settings: EvalSettings) -> dict:
     """Run (or resume) every stage and write ``results.json``, ``results.md`` and ``roc.png``."""
-    import numpy as np
 
     from .metrics import detection_metrics, ngram_entropy, semantic_entropy
 
@@ -402,6 +468,9 @@ def run_evaluation(settings: EvalSettings) -> dict:
                 entry["exact"] = {
                     k: v for k, v in detection_metrics(exact, labels).items() if k != "roc"
                 }
+                entry["at_alpha"] = flagged_at_alpha(
+                    [positives[i] for i in ids], [negatives[i] for i in sorted(negatives)]
+                )
             if attacked is not None:
                 entry["similarity"] = float(np.mean([a["similarity"] for a in attacked.values()]))
                 entry["sentence_similarity"] = float(
@@ -419,6 +488,41 @@ def run_evaluation(settings: EvalSettings) -> dict:
     write_text_atomic(run.root / "results.md", markdown_table(results))
     plot_roc(results, run.root / "roc.png")
     return results
+
+
+ALPHAS = (0.01, 0.05)
+
+
+def flagged_at_alpha(positives: list[dict], negatives: list[dict]) -> dict:
+    """The decision a user makes: the share of texts with ``p_value <= alpha``, watermarked
+    (TPR) and human (FPR), at each of ``ALPHAS``; a text without a p-value is not flagged. With
+    several evaluation keys, also per key (each key's own texts) with the mean and the worst key.
+    """
+
+    def share(records: list[dict], alpha: float) -> float | None:
+        if not records:
+            return None
+        hits = [r.get("p_value") is not None and r["p_value"] <= alpha for r in records]
+        return float(np.mean(hits))
+
+    keys = sorted({r.get("key_index", 0) for r in positives + negatives})
+    out: dict[str, Any] = {}
+    for alpha in ALPHAS:
+        entry: dict[str, Any] = {"tpr": share(positives, alpha), "fpr": share(negatives, alpha)}
+        if len(keys) > 1:
+            per_key = [
+                share([r for r in positives if r.get("key_index", 0) == k], alpha) for k in keys
+            ]
+            per_key_fpr = [
+                share([r for r in negatives if r.get("key_index", 0) == k], alpha) for k in keys
+            ]
+            entry["tpr_per_key"] = per_key
+            entry["fpr_per_key"] = per_key_fpr
+            entry["tpr_mean_over_keys"] = float(np.mean([x for x in per_key if x is not None]))
+            entry["tpr_worst_key"] = float(min(x for x in per_key if x is not None))
+            entry["fpr_mean_over_keys"] = float(np.mean([x for x in per_key_fpr if x is not None]))
+        out[str(alpha)] = entry
+    return out
 
 
 def _generation_stats(records) -> dict:
@@ -439,58 +543,8 @@ def _generation_stats(records) -> dict:
 # ---------------------------------------------------------------------- command line
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``watermark.py evaluate`` (the YAML file's values, overridable)."""
-    parser.add_argument(
-        "--config", dest="eval_config", required=True, metavar="FILE", help="evaluation YAML"
-    )
-    parser.add_argument("--output-dir", help="run folder (resumable)")
-    parser.add_argument("--num-prompts", type=int, help="held-out news prompts")
-    # Own dest: ``max_new_tokens`` would also be read as a watermark setting by the CLI.
-    parser.add_argument(
-        "--max-new-tokens",
-        dest="eval_max_new_tokens",
-        type=int,
-        metavar="N",
-        help="tokens per generation",
-    )
-    parser.add_argument("--algorithms", help="comma-separated subset, e.g. ksemstamp,kgw")
-    parser.add_argument("--attacks", help="comma-separated attack names from the YAML")
-    parser.add_argument("--devices", type=int, help="processes for generation (DDP)")
-    parser.add_argument("--accelerator", help="cpu, gpu, auto")
-    parser.add_argument("--strategy", help="Lightning strategy, e.g. ddp, ddp_spawn")
-    parser.add_argument("--oracle", help="perplexity oracle LM (alias, folder or Hub id)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
-def settings_from_args(args: argparse.Namespace) -> EvalSettings:
-    overrides: dict[str, Any] = {}
-    for name in ("output_dir", "num_prompts", "devices", "accelerator", "strategy", "oracle"):
-        if getattr(args, name, None) is not None:
-            overrides[name] = getattr(args, name)
-    if getattr(args, "eval_max_new_tokens", None) is not None:
-        overrides["max_new_tokens"] = args.eval_max_new_tokens
-    if args.algorithms:
-        overrides["algorithms"] = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-    if args.quiet:
-        overrides["progress"] = False
-    settings = EvalSettings.from_yaml(args.eval_config, **overrides)
-    if args.attacks:
-        wanted = [a.strip() for a in args.attacks.split(",") if a.strip()]
-        known = {a["name"]: a for a in settings.attacks}
-        unknown = [a for a in wanted if a not in known]
-        if unknown:
-            raise ValueError(f"unknown attacks {unknown}; in {args.eval_config}: {sorted(known)}")
-        settings = dataclasses.replace(settings, attacks=[known[a] for a in wanted])
-    return settings
-
-
-def main_from_args(args: argparse.Namespace) -> int:
-    """Entry of ``watermark.py evaluate``."""
-    try:
-        settings = settings_from_args(args)
-    except (ValueError, OSError, TypeError) as err:
-        raise SystemExit(f"evaluate: {err}") from None
+def main_from_settings(settings: EvalSettings) -> int:
+    """Entry of ``watermark.py evaluate``: run, print the table, say what was written."""
     results = run_evaluation(settings)
     root = Path(settings.output_dir)
     print((root / "results.md").read_text())

@@ -1,9 +1,11 @@
 """Settings of an evaluation run (``EvalSettings``): YAML files under ``configs/eval/`` mirror
-its fields, flags of ``watermark.py evaluate`` override them."""
+its fields; ``watermark.py evaluate`` takes them with ``--config`` and has a flag for each
+field (``--num-prompts 50``, ``--algorithms ksemstamp,kgw``)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,10 +16,12 @@ from .report import LABELS
 # Settings that change what the stored records mean: a run folder refuses a change to them.
 FIXED_SETTINGS = (
     "prompt_words",
+    "prompt_tokens",
     "min_human_sentences",
     "max_new_tokens",
     "watermark_configs",
     "watermark_overrides",
+    "num_keys",
     "kgw",
     "similarity_encoder",
     "oracle",
@@ -42,15 +46,21 @@ class EvalSettings:
     """Settings of one evaluation run (mirrored by ``configs/eval/news.yaml``)."""
 
     output_dir: str = "runs/eval-news"
+    """Run folder (resumable)."""
     num_prompts: int = 100
     """Held-out news prompts (paper: 1000 RealNews prompts)."""
     prompt_words: int = 32
-    """Prompt length in words, cut back to a sentence end (paper: ~32)."""
+    """Prompt length in words, cut back to a sentence end (when ``prompt_tokens`` is unset)."""
+    prompt_tokens: int | None = None
+    """Cut each prompt after this many generator tokens instead, mid-sentence as the paper's
+    32-token prompts are: the generator completes the sentence first, and the human negative
+    starts with the rest of that sentence. ``None``: whole sentences of ``prompt_words``."""
     min_human_sentences: int = 3
     """Skip articles whose text after the prompt has fewer sentences than this."""
     max_new_tokens: int = 200
     """Generation length, and the length human negatives are cut to (paper: ~200)."""
     algorithms: list[str] = field(default_factory=lambda: ["ksemstamp", "semstamp", "kgw", "none"])
+    """Of ksemstamp, ksemstamp-paper, semstamp, kgw and none (no watermark)."""
     watermark_configs: dict[str, list[str]] = field(
         default_factory=lambda: {
             "ksemstamp": ["configs/ksemstamp.yaml"],
@@ -62,23 +72,38 @@ class EvalSettings:
     """Watermark settings files per algorithm (later files win)."""
     watermark_overrides: dict[str, Any] = field(default_factory=dict)
     """Applied on top of every algorithm's settings (e.g. a smaller ``max_candidates``)."""
+    num_keys: int = 1
+    """Watermark keys, taken by the prompts in turn: prompt ``i`` is generated and detected
+    (with its human negative) under key ``i mod num_keys``, derived from the configured key
+    (``key_for``). A design that works for one key and not another shows up in the averages
+    instead of deciding them. ``1``: the configured key itself. KGW keeps its own seeding."""
     kgw: dict[str, Any] = field(default_factory=dict)
     """``KGWSettings`` fields (defaults: gamma 0.25, delta 2.0, lefthash, context 1)."""
     attacks: list[dict] = field(default_factory=_default_attacks)
+    """Attacks by ``name``: ``paraphraser`` (lm, wordnet, seq2seq), ``select`` (best, bigram) and
+    the paraphraser's options, as in ``configs/eval/news.yaml``."""
     similarity_encoder: str = "all-minilm-l6-v2"
+    """Sentence encoder of the attacks' similarity (a stand-in for BERTScore)."""
     oracle: str = "gemma3-270m"
     """Perplexity / Sem-Ent oracle LM (paper: OPT-2.7B)."""
     oracle_batch: int = 4
+    """Texts per oracle pass."""
     sem_ent_k: int = 50
     """k-means clusters for Sem-Ent (paper: 50)."""
     devices: int = 1
+    """Processes for generation (DDP)."""
     accelerator: str = "cpu"
+    """Lightning accelerator: cpu, gpu, auto."""
     strategy: str = "auto"
+    """Lightning strategy, e.g. ddp, ddp_spawn."""
     prompt_batch: int = 4
+    """Prompts generated together in one batch."""
     attack_batch: int = 8
     """Texts per attack call."""
     seed: int = 0
+    """Sampling seed of every algorithm (it replaces the watermark files' ``seed``)."""
     progress: bool = True
+    """Progress bars (``--quiet`` turns them off)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -91,23 +116,32 @@ class EvalSettings:
         names = [a.get("name") for a in self.attacks]
         if None in names or len(set(names)) != len(names) or "none" in names or "human" in names:
             problems.append("every attack needs a unique name other than 'none' and 'human'")
-        for name in ("num_prompts", "max_new_tokens", "devices", "prompt_batch", "attack_batch"):
+        for name in (
+            "num_prompts",
+            "max_new_tokens",
+            "devices",
+            "prompt_batch",
+            "attack_batch",
+            "num_keys",
+        ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.prompt_tokens is not None and self.prompt_tokens < 1:
+            problems.append(f"prompt_tokens must be >= 1 or null, got {self.prompt_tokens}")
         if problems:
             raise ValueError("invalid evaluation settings:\n  " + "\n  ".join(problems))
 
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> EvalSettings:
-        data = {**load_settings_file(path), **overrides}
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
+    def select_attacks(self, names: Sequence[str]) -> EvalSettings:
+        """The same settings with only the attacks named, in that order."""
+        known = {a["name"]: a for a in self.attacks}
+        unknown = [n for n in names if n not in known]
         if unknown:
-            raise ValueError(f"{path}: unknown evaluation settings {unknown}")
-        return cls(**data)
+            raise ValueError(f"unknown attacks {unknown}; configured: {sorted(known)}")
+        return dataclasses.replace(self, attacks=[known[n] for n in names])
 
-    def watermark_config(self, algorithm: str) -> WatermarkConfig:
-        """The watermark settings of ``algorithm`` (its files, then the overrides)."""
+    def watermark_config(self, algorithm: str, key_index: int = 0) -> WatermarkConfig:
+        """The watermark settings of ``algorithm`` (its files, then the overrides), with the
+        ``key_index``-th evaluation key (``key_for``)."""
         data: dict[str, Any] = {}
         for name in self.watermark_configs[algorithm]:
             path = Path(name)
@@ -115,4 +149,18 @@ class EvalSettings:
         data.update(self.watermark_overrides)
         data["max_new_tokens"] = self.max_new_tokens
         data["seed"] = self.seed
-        return WatermarkConfig.from_dict(data)
+        cfg = WatermarkConfig.from_dict(data)
+        if self.num_keys > 1 and algorithm != "kgw":
+            cfg.key = key_for(cfg.key, key_index)
+        return cfg
+
+
+def key_for(key: str | None, index: int) -> str:
+    """The ``index``-th evaluation key derived from ``key`` (``$KSEMSTAMP_KEY`` or the demo key
+    when ``None``): distinct keys, none of them equal to ``key``, all rebuilt from it."""
+    import hashlib
+
+    from ..keys import resolve_key
+
+    base = resolve_key(key)
+    return hashlib.sha256(f"ksemstamp-eval-key|{index}|{base}".encode()).hexdigest()

@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..config import WatermarkConfig, build_detector, build_scheme, build_watermarker
 from ..detector import DetectionResult, Detector
 from ..keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key
+from ..prompts import plan_prompt
 from .jobs import GenerationQueue, JobFailed, QueueFull
 from .present import (
     ERROR_FIELDS,
@@ -124,12 +125,16 @@ def create_app(
     Args:
         settings: the watermark settings (key, encoder, partition, gamma, statistic, ...), as
             for every other command.
-        limits: input limits (text size, upload size, queue length).
+        limits: input limits (text size, upload size, queue length); the text size defaults
+            to ``settings.max_text_chars``, and a given one replaces it, so the page and the
+            detector refuse the same texts.
         encoder: an already loaded sentence encoder to reuse (tests share one).
         lm: an already loaded ``(model, tokenizer)`` to reuse.
         generation: load the LM and offer the Generate tab.
     """
-    limits = limits or Limits()
+    if limits is None:
+        limits = Limits(max_chars=settings.max_text_chars)
+    settings = dataclasses.replace(settings, max_text_chars=limits.max_chars)
     secret = resolve_key(settings.key) if settings.valid_mode == "keyed" else None
     if secret is not None:  # resolved once: the demo-key warning is given once
         settings = dataclasses.replace(settings, key=secret)
@@ -139,17 +144,17 @@ def create_app(
     # The encoder's tokenizer is not safe to call from two threads at once (the generation
     # worker and a detection request): one lock around every encoder pass.
     encoder_lock = threading.Lock()
-    unlocked_regions = scheme.regions
+    unlocked_embed = scheme.embed
 
-    def regions(sentences):
+    def embed(sentences, progress=False):
         with encoder_lock:
-            return unlocked_regions(sentences)
+            return unlocked_embed(sentences, progress=progress)
 
-    scheme.regions = regions  # type: ignore[method-assign]
+    scheme.embed = embed  # type: ignore[method-assign]
     detector: Detector = build_detector(settings, scheme)
     watermarker = build_watermarker(settings, scheme, lm=lm) if generation else None
     fingerprint = scheme.key_fingerprint
-    valid_per_row = num_valid(scheme.num_regions, scheme.gamma)
+    valid_per_row = num_valid(scheme.num_regions, scheme.gamma) if scheme.mark == "region" else 0
     demo_key = secret is not None and fingerprint == key_fingerprint(DEMO_KEY)
     # From here on the key lives only in `settings` (whose repr and to_dict leave it out), the
     # scheme's table and the log filter; nothing below puts it in a response.
@@ -163,6 +168,7 @@ def create_app(
             alpha=detector.alpha,
             valid_per_row=valid_per_row,
             num_regions=scheme.num_regions,
+            mark=scheme.mark,
         )
         out["seconds"] = round(seconds, 4)
         out["key_fingerprint"] = fingerprint
@@ -188,7 +194,7 @@ def create_app(
         if res.status != "ok":
             raise JobFailed(res.error or "generation failed")
         start = time.perf_counter()
-        result = detector.detect(res.text, params["prompt"])
+        result = detector.detect(res.text, res.prompt_for_detection)
         return {
             "prompt": params["prompt"],
             "text": res.text,
@@ -199,6 +205,9 @@ def create_app(
                 "fallbacks": res.fallbacks,
                 "seconds": round(res.seconds, 2),
                 "key_fingerprint": fingerprint,
+                "completion": res.completion,
+                "prompt_dropped_chars": res.prompt_dropped_chars,
+                "chat": res.chat,
             },
             "detection": view(result, res.text, time.perf_counter() - start),
         }
@@ -267,6 +276,7 @@ def create_app(
             "key_fingerprint": fingerprint,
             "demo_key": demo_key,
             "valid_mode": scheme.valid_mode,
+            "mark": scheme.mark,
             "statistic": detector.statistic,
             "alpha": detector.alpha,
             "gamma": scheme.gamma,
@@ -289,7 +299,8 @@ def create_app(
         if not body.text.strip():
             raise HTTPException(422, "the text is empty: paste the text to check")
         start = time.perf_counter()
-        result = detector.detect(body.text, body.prompt or None)
+        # Under chat settings a prompt is an instruction: it seeds no sentence of the answer.
+        result = detector.detect(body.text, None if settings.chat else body.prompt or None)
         return view(result, body.text, time.perf_counter() - start)
 
     @app.post("/api/batch")
@@ -341,9 +352,12 @@ def create_app(
         results: dict[int, DetectionResult] = {}
         for i in range(0, len(ready), 64):
             chunk = ready[i : i + 64]
-            scored = detector.detect_batch(
-                [d["text"] for _, d in chunk], [d.get("prompt") or None for _, d in chunk]
-            )
+            # As `detect --input`: a chat answer is not seeded by its instruction.
+            prompts = [
+                None if settings.chat or d.get("chat") is True else d.get("prompt") or None
+                for _, d in chunk
+            ]
+            scored = detector.detect_batch([d["text"] for _, d in chunk], prompts)
             results.update({line: res for (line, _), res in zip(chunk, scored, strict=True)})
         rows = []
         for line, data, _ in lines:
@@ -353,7 +367,7 @@ def create_app(
             else:
                 row |= {**ERROR_FIELDS, "status": "error", "error": errors[line]}
             rows.append(row)
-        counts = {"ok": 0, "too_short": 0, "error": 0, "watermarked": 0}
+        counts = {"ok": 0, "too_short": 0, "unsupported": 0, "error": 0, "watermarked": 0}
         for line, _, _ in lines:
             res = results.get(line)
             counts[res.status if res else "error"] += 1
@@ -376,15 +390,17 @@ def create_app(
         if watermarker is None:
             raise HTTPException(503, "this server was started without a language model")
         check_size("prompt", body.prompt)
-        sentences = scheme.splitter.split(body.prompt)
-        if not sentences:
-            raise HTTPException(422, "the prompt is empty: give the text to continue")
-        if not scheme.splitter.ends_sentence(sentences[-1]):
-            raise HTTPException(
-                422,
-                "the prompt must end with a complete sentence (end it with '.', '!' or '?'): "
-                "the watermark is applied sentence by sentence after it",
-            )
+        # The generator's own rules for a prompt, checked now rather than after the queue.
+        start = plan_prompt(
+            body.prompt,
+            scheme.splitter,
+            watermarker.tokenizer,
+            chat=watermarker.chat,
+            budget=watermarker.prompt_budget,
+            max_chars=watermarker.max_prompt_chars,
+        )
+        if start.error is not None:
+            raise HTTPException(422, start.error)
         tokens = body.max_new_tokens or settings.max_new_tokens
         if not 1 <= tokens <= settings.max_new_tokens:
             raise HTTPException(

@@ -13,7 +13,8 @@ from typing import Any
 from ..detector import DetectionResult
 from ..stats import null_count_pmf, transition_matrix
 
-# The detector's verdicts, as the page names them.
+# The detector's verdicts, as the page names them (under the direction mark, "valid" is a
+# sentence whose score is positive, "blocked" one whose score is not).
 LABELS = {
     "valid": "valid",
     "invalid": "blocked",
@@ -24,6 +25,7 @@ HEADLINES = {
     "watermarked": "Watermarked",
     "not_watermarked": "No evidence of the watermark",
     "too_short": "Too short to score",
+    "unsupported": "Not a language this detector reads",
     "error": "Could not score this text",
 }
 
@@ -33,7 +35,7 @@ class Limits:
     """Input limits of the server; requests beyond them get a 4xx and a message."""
 
     max_chars: int = 200_000
-    """Longest text or prompt, in characters."""
+    """Longest text or prompt, in characters (``create_app`` takes ``max_text_chars``)."""
     max_upload_bytes: int = 20_000_000
     """Largest batch upload."""
     max_records: int = 5_000
@@ -50,7 +52,7 @@ class Limits:
 
 
 def decision(result: DetectionResult) -> str:
-    """``watermarked``, ``not_watermarked``, ``too_short`` or ``error``."""
+    """``watermarked``, ``not_watermarked``, ``too_short``, ``unsupported`` or ``error``."""
     if result.status != "ok":
         return result.status
     return "watermarked" if result.watermarked else "not_watermarked"
@@ -81,10 +83,24 @@ def _scored_transitions(result: DetectionResult) -> set[tuple[int, int]]:
     return out
 
 
-def explanation(result: DetectionResult, gamma: float, alpha: float) -> str:
+def explanation(result: DetectionResult, gamma: float, alpha: float, mark: str = "region") -> str:
     """One plain paragraph on what this text's p-value promises and what it does not."""
     if result.status != "ok":
         return result.error or ""
+    caveat = (
+        f" It does not cover text that quotes or paraphrases watermarked text or was written by "
+        f"someone holding the key. The text is called watermarked when p <= {alpha:g}."
+    )
+    if mark == "direction":
+        return (
+            f"Each scored sentence's score is how far its meaning points along a direction the "
+            f"key draws for the previous sentence's region. If this text had been written "
+            f"without our key, a total score this high (z = {result.z_score:.2f}) would turn up "
+            f"with probability {result.p_value:.3g} (the shaded area of the chart), whatever its "
+            f"topic or style: over random keys the total is exactly normal, with a spread the "
+            f"text's own sentences fix ({result.num_valid} of {result.num_scored} scored "
+            f"sentences lean the key's way; half would by chance).{caveat}"
+        )
     one_step = ""
     transitions = _scored_transitions(result)
     if len(transitions) == 1 and result.num_scored > 1:
@@ -114,10 +130,16 @@ def explanation(result: DetectionResult, gamma: float, alpha: float) -> str:
     )
 
 
-def null_chart(result: DetectionResult, valid_per_row: int, num_regions: int) -> dict | None:
-    """The exact test's null law of the valid count for this text, and where the text falls."""
+def null_chart(
+    result: DetectionResult, valid_per_row: int, num_regions: int, mark: str = "region"
+) -> dict | None:
+    """The exact test's null law for this text, and where the text falls: the law of the valid
+    count (``region`` mark, ``kind: count``) or the standard normal of the z (``direction``
+    mark, ``kind: normal``)."""
     if result.status != "ok":
         return None
+    if mark == "direction":
+        return {"kind": "normal", "z": result.z_score, "tail": result.p_value}
     regions = list(result.regions)
     scored = [v in ("valid", "invalid") for v in result.verdicts]
     if result.seed_region is not None:
@@ -125,6 +147,7 @@ def null_chart(result: DetectionResult, valid_per_row: int, num_regions: int) ->
     pmf = null_count_pmf(transition_matrix(regions, scored, num_regions), valid_per_row)
     observed = result.num_valid
     return {
+        "kind": "count",
         "pmf": [float(x) for x in pmf],
         "observed": observed,
         "tail": float(min(1.0, pmf[observed:].sum())),
@@ -140,12 +163,14 @@ def detection_view(
     alpha: float,
     valid_per_row: int,
     num_regions: int,
+    mark: str = "region",
 ) -> dict[str, Any]:
     """Everything the page needs to show one detection."""
     previous = result.seed_region
     sentences = []
-    for i, (sentence, region, verdict) in enumerate(
-        zip(result.sentences, result.regions, result.verdicts, strict=True)
+    scores = result.scores or [None] * len(result.sentences)
+    for i, (sentence, region, verdict, score) in enumerate(
+        zip(result.sentences, result.regions, result.verdicts, scores, strict=True)
     ):
         sentences.append(
             {
@@ -155,6 +180,7 @@ def detection_view(
                 "verdict": verdict,
                 "label": LABELS.get(verdict, verdict),
                 "scored": verdict in ("valid", "invalid"),
+                "score": score,
                 "index": i,
             }
         )
@@ -169,14 +195,15 @@ def detection_view(
         "z_score": result.z_score,
         "num_scored": result.num_scored,
         "num_valid": result.num_valid,
-        "expected_valid": gamma * result.num_scored,
+        "expected_valid": (0.5 if mark == "direction" else gamma) * result.num_scored,
         "statistic": result.statistic,
+        "mark": mark,
         "alpha": alpha,
         "gamma": gamma,
         "sentences": sentences,
         "segments": _segments(text, result.sentences),
-        "null": null_chart(result, valid_per_row, num_regions),
-        "explanation": explanation(result, gamma, alpha),
+        "null": null_chart(result, valid_per_row, num_regions, mark),
+        "explanation": explanation(result, gamma, alpha, mark),
     }
 
 

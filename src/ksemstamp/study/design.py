@@ -14,10 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..partition import kmeans_gap
 from .ingredients import Ingredients
 
+MARKS = ("region", "direction")
 RULES = ("paper", "novelty", "evidence")
 CONTEXTS = ("previous", "fixed")
 FALLBACKS = ("last", "valid")
@@ -28,6 +30,14 @@ class Design:
     """One design point.
 
     Attributes:
+        mark: ``region`` (k-SemStamp: valid sets of regions) or ``direction`` (keyed directions
+            per previous region, scores summed into an exact z; see ``ksemstamp.scheme``). A
+            ``direction`` design uses ``k``, ``threshold``, ``max_candidates`` and
+            ``max_tokens``; the region settings (margin, gamma, context, rule, fallback,
+            margin patience) do not apply to it.
+        threshold: ``direction``: the score that accepts a candidate at once; after
+            ``max_candidates`` draws the best-scoring one is kept (``inf``: always the best of
+            ``max_candidates``).
         k: regions (k-means centroids).
         margin: k-SemStamp rejection margin.
         gamma: share of valid regions.
@@ -58,8 +68,12 @@ class Design:
     fallback: str = "last"
     margin_patience: int | None = None
     centroids: str | None = None
+    mark: str = "region"
+    threshold: float = float("inf")
 
     def __post_init__(self) -> None:
+        if self.mark not in MARKS:
+            raise ValueError(f"mark must be one of {MARKS}, not {self.mark!r}")
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, not {self.rule!r}")
         if self.context not in CONTEXTS:
@@ -78,6 +92,10 @@ class Design:
         return num_valid(self.k, self.gamma)
 
     def label(self) -> str:
+        if self.mark == "direction":
+            return (
+                f"direction K{self.k} t{self.threshold:g} N{self.max_candidates} L{self.max_tokens}"
+            )
         rule = self.rule if self.rule == "paper" else f"{self.rule}{self.patience}"
         relax = "" if self.margin_patience is None else f"/{self.margin_patience}"
         return (
@@ -99,6 +117,11 @@ class DesignView:
     """``(U,)`` boundary gap (largest margin the sentence passes)."""
     attacked: dict[str, np.ndarray]
     """Per attack, ``(U,)`` region of each sentence's attacked embedding."""
+    vectors: np.ndarray | None = None
+    """``(U, D)`` what the ``direction`` mark scores (embedding minus the centroid file's
+    domain mean, unit norm), as ``WatermarkScheme.vectors``."""
+    attacked_vectors: dict[str, np.ndarray] | None = None
+    """Per attack, ``(U, D)`` the same for each sentence's attacked embedding."""
 
 
 def centroid_path(folder: str | Path, encoder: str, k: int) -> Path:
@@ -116,11 +139,25 @@ def centroid_path(folder: str | Path, encoder: str, k: int) -> Path:
     return path
 
 
-def view(ing: Ingredients, centroids: torch.Tensor) -> DesignView:
-    """Regions, gaps and attacked regions of every sentence for ``(K, D)`` centroids."""
+def view(
+    ing: Ingredients, centroids: torch.Tensor, center: torch.Tensor | None = None
+) -> DesignView:
+    """Regions, gaps and attacked regions of every sentence for ``(K, D)`` centroids, and the
+    ``direction`` vectors (centred on ``center``)."""
+
+    def vectors(emb: torch.Tensor) -> np.ndarray:
+        emb = emb.double() - (0.0 if center is None else center.double())
+        return F.normalize(emb, dim=-1).numpy()
+
     region, gap = kmeans_gap(ing.embeddings, centroids)
     attacked = {name: kmeans_gap(emb, centroids)[0].numpy() for name, emb in ing.attacked.items()}
-    return DesignView(region.numpy(), gap.numpy(), attacked)
+    return DesignView(
+        region.numpy(),
+        gap.numpy(),
+        attacked,
+        vectors(ing.embeddings),
+        {name: vectors(emb) for name, emb in ing.attacked.items()},
+    )
 
 
 def margin_for_pass_rate(gaps: np.ndarray, pass_rate: float) -> float:
@@ -159,6 +196,7 @@ def fit_study_centroids(
                 encoder=encoder_spec,
                 encoder_fingerprint=encoder_fingerprint(encoder),
                 transition=transition_counts(per_doc, k),
+                mean=F.normalize(emb.float(), dim=-1).mean(dim=0),
                 settings={
                     "k": k,
                     "seed": 0,

@@ -70,15 +70,11 @@ def select_sentences(pool: list[dict], count: int, seed: int = 0) -> list[str]:
 def build_pairs(settings: PairSettings, pool_path: str | Path, path: str | Path) -> Path:
     """Attack the selected pool sentences into ``path`` (JSONL), resuming a partial file."""
     from ..assets import load_encoder, load_lm
-    from ..evaluation.attacks import (
-        FewShotLMParaphraser,
-        WordNetCandidates,
-        select_best,
-        select_bigram,
-    )
+    from ..evaluation.attacks import WordNetCandidates, select_best, select_bigram
+    from ..paraphrase import LMParaphraser
 
     sentences = select_sentences(read_pool(pool_path), settings.sentences, settings.seed)
-    lm = FewShotLMParaphraser(lm=load_lm(settings.lm), num_candidates=8, seed=settings.seed)
+    lm = LMParaphraser(lm=load_lm(settings.lm), num_candidates=8, seed=settings.seed)
     wordnet = WordNetCandidates(num_candidates=4, rate=0.4, seed=settings.seed)
     encoder = load_encoder(settings.similarity_encoder)
 

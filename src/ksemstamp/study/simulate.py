@@ -8,7 +8,9 @@ acceptance rule, and keeps the accepted one, until the text holds ``max_new_toke
 accepted sentences' regions after each attack come from the attacked embeddings of the
 ingredients. Clean and attacked region sequences are then scored with the exact
 key-randomisation test, as the detector scores them (with the prompt: its last sentence seeds
-the first generated sentence; repeated sentences are not scored).
+the first generated sentence; repeated sentences are not scored). A ``direction`` design is
+replayed the same way with the key's directions in place of the valid table: each draw is scored
+as the watermarker scores it, and texts are scored with ``stats.direction_z``.
 
 What it cannot know: the context of a generated sentence is the plain continuation's context,
 not the watermarked text's own (the generator's next-sentence distribution is assumed to depend
@@ -22,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..keys import valid_table
-from ..stats import null_count_pmf
+from ..keys import keyed_directions, valid_table
+from ..stats import direction_z, normal_sf, null_count_pmf
 from .design import Design, DesignView
 from .ingredients import Ingredients
 
@@ -45,6 +47,20 @@ def key_tables(design: Design, num_keys: int, seed: int = 0) -> list[np.ndarray]
         table = valid_table(design.k, design.gamma, f"study|{seed}|{i}").numpy()
         tables.append(table[:1] if design.context == "fixed" else table)
     return tables
+
+
+def key_material(
+    design: Design, num_keys: int, seed: int = 0, dv: DesignView | None = None
+) -> list[np.ndarray]:
+    """Per key, the valid table (``region`` designs, ``key_tables``) or the ``(K, D)`` keyed
+    directions (``direction`` designs, built exactly as real keys build them)."""
+    if design.mark == "region":
+        return key_tables(design, num_keys, seed)
+    dim = dv.vectors.shape[1]
+    return [
+        keyed_directions(design.k, dim, f"study|{seed}|{i}").double().numpy()
+        for i in range(num_keys)
+    ]
 
 
 # ---------------------------------------------------------------------- one text
@@ -104,7 +120,10 @@ def simulate_text(
     rng: np.random.Generator,
     max_new_tokens: int = 200,
 ) -> SimText:
-    """Generate one watermarked text for document ``doc`` under ``table`` and score it."""
+    """Generate one watermarked text for document ``doc`` under ``table`` (the valid table, or
+    the directions of a ``direction`` design) and score it."""
+    if design.mark == "direction":
+        return _simulate_direction(design, dv, ing, doc, table, rng, max_new_tokens)
     fixed = design.context == "fixed"
     k = design.k
     counts = np.zeros((1 if fixed else k, k), dtype=np.int64)
@@ -162,6 +181,89 @@ def simulate_text(
     return out
 
 
+def _simulate_direction(
+    design: Design,
+    dv: DesignView,
+    ing: Ingredients,
+    doc: int,
+    directions: np.ndarray,
+    rng: np.random.Generator,
+    max_new_tokens: int,
+) -> SimText:
+    """``simulate_text`` for a ``direction`` design: the first draw scoring at least the
+    threshold, else the best of ``max_candidates`` draws."""
+    seed_region = int(dv.region[ing.seeds[doc]])
+    prev = seed_region
+    out = SimText()
+    accepted: list[int] = []
+    width = ing.cand.shape[1]
+    for ctx in ing.doc_contexts[doc]:
+        if out.tokens >= max_new_tokens:
+            break
+        draws = rng.integers(width, size=design.max_candidates)
+        sid = ing.cand[ctx, draws]
+        ntok = ing.tokens[ctx, draws]
+        usable = (sid >= 0) & (ntok <= design.max_tokens)
+        if not usable.any():
+            break  # nothing usable in N_max draws: the text ends here
+        safe = np.where(usable, sid, 0)
+        score = np.where(usable, dv.vectors[safe] @ directions[prev], -np.inf)
+        i = _first(score >= design.threshold)
+        # Without a threshold the best of max_candidates is the rule, not a fallback.
+        fallback = i is None and np.isfinite(design.threshold)
+        if i is None:
+            i = int(np.argmax(score))
+        accepted.append(int(sid[i]))
+        out.regions.append(int(dv.region[sid[i]]))
+        out.candidates.append(
+            i + 1 if np.isfinite(design.threshold) and not fallback else design.max_candidates
+        )
+        out.fallbacks.append(fallback)
+        out.valid.append(bool(score[i] > 0))
+        out.tokens += int(ntok[i])
+        prev = out.regions[-1]
+
+    out.p_clean, out.valid_clean, out.scored = _score_direction(
+        out.regions, accepted, seed_region, dv.vectors, directions
+    )
+    for name, regions in dv.attacked.items():
+        attacked = [int(regions[s]) for s in accepted]
+        p, v, _ = _score_direction(
+            attacked, accepted, seed_region, dv.attacked_vectors[name], directions
+        )
+        out.p_attacked[name], out.valid_attacked[name] = p, v
+        out.agreement[name] = (
+            float(np.mean([a == b for a, b in zip(attacked, out.regions, strict=True)]))
+            if attacked
+            else float("nan")
+        )
+    return out
+
+
+def _score_direction(
+    regions: list[int],
+    sentence_ids: list[int],
+    seed_region: int,
+    vectors: np.ndarray,
+    directions: np.ndarray,
+) -> tuple[float, int, int]:
+    """Exact p-value, positive-score count and scored count of a ``direction`` text, with the
+    detector's rules (the prompt seeds; repeated sentences are not scored)."""
+    rows, contexts, seen = [], [], set()
+    prev = seed_region
+    for q, s in zip(regions, sentence_ids, strict=True):
+        if s not in seen:
+            seen.add(s)
+            rows.append(s)
+            contexts.append(prev)
+        prev = q
+    if not rows:
+        return 1.0, 0, 0
+    vec = vectors[rows]
+    positive = int(((vec * directions[contexts]).sum(axis=1) > 0).sum())
+    return normal_sf(direction_z(vec, contexts, directions)), positive, len(rows)
+
+
 def _score(
     regions: list[int],
     sentence_ids: list[int],
@@ -188,13 +290,17 @@ def human_p_values(
     design: Design, dv: DesignView, ing: Ingredients, table: np.ndarray, max_sentences: int = 10
 ) -> list[float]:
     """Exact p-values of the documents' human continuations (seeded by the prompt) under
-    ``table``: a null check, since human text does not depend on the key."""
+    ``table`` (or a direction design's directions): a null check, since human text does not
+    depend on the key."""
     out = []
     for seq in ing.human:
         regions = [int(r) for r in dv.region[seq[: max_sentences + 1]]]
         if len(regions) < 2:
             continue
         ids = [int(s) for s in seq[1 : max_sentences + 1]]
+        if design.mark == "direction":
+            out.append(_score_direction(regions[1:], ids, regions[0], dv.vectors, table)[0])
+            continue
         out.append(
             _score(regions[1:], ids, regions[0], table, design.context == "fixed", design.k)[0]
         )

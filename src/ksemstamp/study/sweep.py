@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from .design import Design, DesignView, centroid_path, view
 from .ingredients import Ingredients
-from .simulate import SimText, human_p_values, key_tables, simulate_text
+from .simulate import SimText, human_p_values, key_material, simulate_text
 
 ALPHAS = (0.01, 0.05)
 
@@ -86,10 +86,10 @@ class Sweep:
 
         path = design.centroids or str(centroid_path(self.folder, self.ing.encoder, design.k))
         if path not in self._views:
-            centroids = CentroidFile.load(path).centroids
-            if centroids.shape[0] != design.k:
-                raise ValueError(f"{path} has {centroids.shape[0]} centroids, design K={design.k}")
-            self._views[path] = view(self.ing, centroids)
+            fitted = CentroidFile.load(path)
+            if fitted.num_regions != design.k:
+                raise ValueError(f"{path} has {fitted.num_regions} centroids, design K={design.k}")
+            self._views[path] = view(self.ing, fitted.centroids, fitted.mean)
         return self._views[path]
 
     def margin_for(self, design: Design, pass_rate: float) -> Design:
@@ -106,7 +106,7 @@ class Sweep:
         docs = range(self.ing.num_docs) if docs is None else docs
         per_key = []
         human = []
-        for i, table in enumerate(key_tables(design, self.num_keys, self.seed)):
+        for i, table in enumerate(key_material(design, self.num_keys, self.seed, dv)):
             rng = np.random.default_rng([self.seed, i])
             per_key.append(
                 [
@@ -170,6 +170,46 @@ def pool_gap_stats(ing: Ingredients, dv: DesignView) -> dict:
 
 
 # ---------------------------------------------------------------------- ingredients table
+
+
+def direction_ingredients(sweep: Sweep, k: int = 64, draws: int = 200, seed: int = 0) -> dict:
+    """What the direction mark works with, on the ``k``-centroid file's centred vectors:
+
+    * ``paraphrase_cosine``: per attack, mean cosine between an actually attacked sentence's
+      vector and its paraphrase's (a paraphrase keeps this share of a score on average);
+    * ``candidate_cosine``: mean cosine between two candidates of one context (the lower, the
+      more a context's candidates differ along a random direction, and the more choosing the
+      best of them gains);
+    * ``best_of``: for ``n`` candidates of a context, the mean score of the best of them along
+      random standard normal directions (a sentence's own score is N(0, 1) under the null).
+    """
+    ing = sweep.ing
+    dv = sweep.view(Design(k=k))
+    rng = np.random.default_rng(seed)
+    out: dict = {"k": k, "paraphrase_cosine": {}}
+    for name, src in ing.actual.items():
+        if len(src):
+            dst = ing.para_index[name][src]
+            out["paraphrase_cosine"][name] = float(
+                (dv.vectors[src] * dv.vectors[dst]).sum(1).mean()
+            )
+    cos, best = [], {n: [] for n in (1, 4, 8, 12, 16, 24)}
+    width = ing.cand.shape[1]
+    for c in range(len(ing.cand)):
+        ids = ing.cand[c][ing.cand[c] >= 0]
+        if len(ids) < 2:
+            continue
+        vec = dv.vectors[ids]
+        gram = vec @ vec.T
+        cos.append(float(gram[np.triu_indices(len(ids), 1)].mean()))
+        directions = rng.standard_normal((draws // len(ing.cand) + 1, vec.shape[1]))
+        scores = directions @ vec.T
+        for n in best:
+            pick = rng.integers(len(ids), size=(len(directions), min(n, width)))
+            best[n].append(float(np.take_along_axis(scores, pick, axis=1).max(axis=1).mean()))
+    out["candidate_cosine"] = float(np.mean(cos))
+    out["best_of"] = {str(n): float(np.mean(v)) for n, v in best.items()}
+    return out
 
 
 def ingredient_stats(sweep: Sweep, ks: Sequence[int], pass_rates: Sequence[float]) -> list[dict]:
@@ -262,19 +302,40 @@ def _centroids(sweep: Sweep, k: int) -> torch.Tensor:
 
 
 KS = (8, 16, 32, 64)
+DIRECTION_KS = (*KS, 128)
 PASS_RATES = (1.0, 0.7, 0.5)
 
 
-def paper_designs(sweep: Sweep) -> list[Design]:
-    """The published scheme (K=8, margin 0.035 as configs/ksemstamp-paper.yaml), the former
-    default (the same with novelty patience 10) and the shipped default."""
+NAMED = ("paper (K=8)", "region K=64 (former default)", "direction (default)")
+"""Labels of the ``named_designs``, in order."""
+
+
+def named_designs() -> list[Design]:
+    """The published scheme (K = 8, margin 0.035, as configs/ksemstamp-paper.yaml), the former
+    default (configs/ksemstamp-region.yaml) and the shipped default (configs/ksemstamp.yaml)."""
     paper = Design(k=8, margin=0.035, gamma=0.25, rule="paper", max_candidates=100)
-    return [paper, replace(paper, rule="novelty", patience=10), shipped_design()]
+    return [paper, region_design(), shipped_design()]
+
+
+def region_design() -> Design:
+    """The former default, configs/ksemstamp-region.yaml (K = 64, margin patience 20)."""
+    return Design(k=64, margin=0.035, gamma=0.25, rule="novelty", patience=10, margin_patience=20)
 
 
 def shipped_design() -> Design:
-    """The design ``configs/ksemstamp.yaml`` ships (K = 64, margin patience 20)."""
-    return Design(k=64, margin=0.035, gamma=0.25, rule="novelty", patience=10, margin_patience=20)
+    """The design ``configs/ksemstamp.yaml`` ships: the direction mark on the K = 64 centroids,
+    the best of 12 candidates."""
+    return Design(mark="direction", k=64, threshold=float("inf"), max_candidates=12)
+
+
+def direction_grid() -> list[Design]:
+    """Direction designs: context partition, early-acceptance threshold and candidate budget."""
+    return [
+        Design(mark="direction", k=k, threshold=t, max_candidates=n)
+        for k in DIRECTION_KS
+        for n in (8, 12, 16, 24)
+        for t in (1.4, 1.8, 2.2, float("inf"))
+    ]
 
 
 def stage_one(sweep: Sweep) -> list[Design]:
@@ -295,10 +356,14 @@ def stage_two(best: Sequence[Design]) -> list[Design]:
     the best points."""
     designs = []
     for d in best:
+        # Without a margin, margin patience and the valid fallback change nothing: every valid
+        # draw already passes, so those variants would repeat their base design.
+        relaxes = (None,) if d.margin == 0 else (None, 10, 20)
+        fallbacks = ("last",) if d.margin == 0 else ("last", "valid")
         for max_tokens in (24, 32, 48, 64):
             for n_max in (30, 50, 100):
-                for relax in (None, 10, 20):
-                    for fallback in ("last", "valid"):
+                for relax in relaxes:
+                    for fallback in fallbacks:
                         designs.append(
                             replace(
                                 d,
@@ -354,10 +419,13 @@ def run_study(
         "keys": num_keys,
         "max_new_tokens": max_new_tokens,
         "ingredients": ingredient_stats(sweep, KS, PASS_RATES),
+        "direction_ingredients": direction_ingredients(sweep),
+        "displacement_scale": dict(ing.scale),
         "displacement_check": displacement_check(sweep, KS),
     }
     attacks = list(ing.attacked)
-    first = sweep.run_all([*paper_designs(sweep), *stage_one(sweep)])
+    named = sweep.run_all(named_designs())
+    first = named + sweep.run_all(stage_one(sweep))
     # Stage two refines the designs with the most power after paraphrase among those within
     # twice the mean-candidate target: stage one runs N_max = 100 with no margin patience (its
     # p95 is mostly N_max), the settings stage two then trades for cost.
@@ -371,12 +439,14 @@ def run_study(
     )
     best = [Design(**r["design"]) for r in ranked[:top]]
     second = sweep.run_all(stage_two(best))
+    direction = sweep.run_all(direction_grid())
     report["stage_one"] = first
     report["stage_two"] = second
+    report["direction"] = direction
     output = Path(output)
     write_results(report, output)
     allr = first[:3] + sorted(
-        first[3:] + second,
+        first[3:] + second + direction,
         key=lambda r: (within_cost(r), r["power"]["lm-paraphrase"]["0.01"]["mean"]),
         reverse=True,
     )
@@ -409,13 +479,20 @@ def plot_frontier(report: dict, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    results = report["stage_one"] + report["stage_two"]
-    named = {0: "paper (K=8)", 1: "former default", 2: "default (K=64)"}
+    results = report["stage_one"] + report["stage_two"] + report.get("direction", [])
+    named = dict(enumerate(NAMED))
+    region = [r.get("design", {}).get("mark", "region") == "region" for r in results]
     panels = [("clean", "clean"), ("lm-paraphrase", "LM paraphrase"), ("lm-bigram", "bigram")]
     fig, axes = plt.subplots(1, len(panels), figsize=(13, 4.2), sharey=True)
     for ax, (attack, title) in zip(axes, panels, strict=True):
         pts = [(r["candidates_mean"], r["power"][attack]["0.01"]["mean"]) for r in results]
-        ax.scatter(*zip(*pts, strict=True), s=8, color="0.7", label="simulated designs")
+        for mask, color, label in (
+            (True, "0.7", "region designs"),
+            (False, "tab:cyan", "direction designs"),
+        ):
+            chosen = [pt for pt, m in zip(pts, region, strict=True) if m == mask]
+            if chosen:
+                ax.scatter(*zip(*chosen, strict=True), s=8, color=color, label=label)
         front = frontier(pts)
         ax.plot(*zip(*(pts[i] for i in front), strict=True), color="0.3", lw=1, label="frontier")
         for i, (name, marker) in enumerate(zip(named.values(), "sDo", strict=True)):

@@ -8,6 +8,7 @@ that ``EncoderModule.load_from_checkpoint`` restores them with the weights.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import lightning as L
@@ -20,6 +21,20 @@ from ..centroids import fit_kmeans
 from ..corpora import domain_sentences
 from ..partition import kmeans_regions
 from .loss import cosine_gap, margin_contrastive_loss, region_consistency_loss
+
+
+def warmup_factor(step: int, warmup: int, total: int) -> float:
+    """The share of the learning rate at optimizer step ``step`` (from 0) of ``total``.
+
+    A linear warmup over ``warmup`` steps, then a linear decay to 0 at ``total``. Written here
+    rather than taken from transformers' ``get_linear_schedule_with_warmup`` because the step
+    semantics differ: that one gives step 0 a rate of 0 (``step / warmup``), so the first batch
+    trains nothing; here warmup step ``s`` gets ``(s + 1) / (warmup + 1)``. After warmup the
+    two are the same.
+    """
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    return max(0.0, (total - step) / max(1, total - warmup))
 
 
 class EncoderModule(L.LightningModule):
@@ -269,6 +284,7 @@ class EncoderModule(L.LightningModule):
     # ------------------------------------------------------------------ optimisation
 
     def configure_optimizers(self):
+        """AdamW (no decay on biases and norms), its rate scheduled by ``warmup_factor``."""
         decay, no_decay = [], []
         for param in self.encoder.parameters():
             if param.requires_grad:
@@ -284,13 +300,9 @@ class EncoderModule(L.LightningModule):
         )
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = int(round(self.hparams.warmup_ratio * total))
-
-        def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / (warmup + 1)
-            return max(0.0, (total - step) / max(1, total - warmup))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, functools.partial(warmup_factor, warmup=warmup, total=total)
+        )
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},

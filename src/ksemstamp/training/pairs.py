@@ -90,7 +90,8 @@ def build_pairs(
 
     from ..assets import load_encoder
     from ..encoding import embed
-    from .paraphrase import LMParaphraser, WordNetParaphraser
+    from ..paraphrase import CHAT, LMParaphraser
+    from .paraphrase import WordNetParaphraser
 
     if not 0.0 <= lm_share <= 1.0:
         raise ValueError(f"lm_share must be in [0, 1], got {lm_share}")
@@ -103,7 +104,17 @@ def build_pairs(
         (i, s) for i, s in source_sentences(split, seed, min_words, max_words) if i not in done
     ]
     wordnet = WordNetParaphraser(rate=wordnet_rate)
-    lm_model = LMParaphraser(lm, num_candidates=lm_candidates) if lm_share > 0 else None
+    lm_model = None
+    if lm_share > 0:
+        # Chat prompts, one unseeded generate per chunk: how the recorded pairs were made.
+        lm_model = LMParaphraser(
+            lm,
+            num_candidates=lm_candidates,
+            max_new_tokens=64,
+            batch_size=None,
+            seed=None,
+            prompts=CHAT,
+        )
     encoder = load_encoder(filter_encoder)
     written = 0
     bar = tqdm(

@@ -1,8 +1,10 @@
-"""Offline paraphrasers for building training pairs: WordNet substitution and a small chat LM.
+"""WordNet substitution: the offline lexical paraphraser of the training pairs and attacks.
 
-Neither matches the paper's Pegasus paraphraser (no such weights ship on PyPI); together they
+The training pairs (``pairs.py``) pair it with the LM paraphraser (``ksemstamp.paraphrase``):
+neither matches the paper's Pegasus paraphraser (no such weights ship on PyPI); together they
 give lexical variety (WordNet) and some re-ordering and re-phrasing (the LM). Both are filtered
-downstream (``pairs.py``) by semantic similarity and by how much they differ from the source.
+downstream by semantic similarity and by how much they differ from the source. The attacks use
+it through ``evaluation.attacks.WordNetCandidates``.
 """
 
 from __future__ import annotations
@@ -207,84 +209,3 @@ class WordNetParaphraser:
         for i, syns in rng.sample(options, count):
             tokens[i] = rng.choice(syns)
         return "".join(tokens)
-
-
-_LM_SYSTEM = (
-    "Paraphrase the user's sentence: keep its meaning, change the words and the word order. "
-    "Reply with the paraphrase only."
-)
-
-# Written for this project; news-style, each rewording both words and order.
-_LM_SHOTS = (
-    (
-        "The city council approved the new budget on Tuesday.",
-        "On Tuesday, the new budget was passed by the city council.",
-    ),
-    (
-        "Heavy rain caused flooding across the northern region.",
-        "Floods hit the whole north of the region after strong rainfall.",
-    ),
-    (
-        "The company said its profits rose sharply in the last quarter.",
-        "According to the firm, its earnings climbed steeply over the past quarter.",
-    ),
-)
-
-
-class LMParaphraser:
-    """Few-shot paraphrasing with a small chat LM, several sampled candidates per sentence.
-
-    A 135M-parameter model often copies its input or drifts; callers filter the candidates.
-    """
-
-    def __init__(
-        self,
-        spec: str = "smollm2-135m-instruct",
-        num_candidates: int = 4,
-        temperature: float = 0.8,
-        top_p: float = 0.95,
-        max_new_tokens: int = 64,
-    ) -> None:
-        from ..assets import load_lm
-
-        self.model, self.tokenizer = load_lm(spec)
-        self.num_candidates = num_candidates
-        self.temperature = temperature
-        self.top_p = top_p
-        self.max_new_tokens = max_new_tokens
-
-    def _prompt(self, sentence: str) -> str:
-        messages = [{"role": "system", "content": _LM_SYSTEM}]
-        for source, target in _LM_SHOTS:
-            messages += [
-                {"role": "user", "content": source},
-                {"role": "assistant", "content": target},
-            ]
-        messages.append({"role": "user", "content": sentence})
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
-
-    def candidates(self, sentences: list[str]) -> list[list[str]]:
-        """``num_candidates`` sampled paraphrases for each sentence (one batched ``generate``)."""
-        import torch
-
-        if not sentences:
-            return []
-        prompts = [self._prompt(s) for s in sentences for _ in range(self.num_candidates)]
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True)
-        with torch.no_grad():
-            out = self.model.generate(
-                **enc,
-                do_sample=True,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                max_new_tokens=self.max_new_tokens,
-                pad_token_id=self.tokenizer.pad_token_id,
-            )
-        texts = self.tokenizer.batch_decode(
-            out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True
-        )
-        cleaned = [t.strip().split("\n")[0].strip().strip('"').strip() for t in texts]
-        n = self.num_candidates
-        return [cleaned[i * n : (i + 1) * n] for i in range(len(sentences))]

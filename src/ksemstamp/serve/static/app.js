@@ -57,11 +57,17 @@ for (const t of ["detect", "generate", "batch"]) {
 }
 
 // ---------------------------------------------------------------- the chart
-// Bars: the exact test's null law of the valid count for this text's own region transitions
-// (over random keys). The shaded bars, at or right of the observed count, add up to the p-value.
+// Region mark: bars of the exact test's null law of the valid count for this text's own region
+// transitions (over random keys); the shaded bars, at or right of the observed count, add up to
+// the p-value. Direction mark: the standard normal density of the exact z, shaded right of the
+// observed z (the shaded area is the p-value).
 function drawChart(container, nul, statistic) {
   container.replaceChildren();
   if (!nul) return;
+  if (nul.kind === "normal") {
+    drawNormal(container, nul);
+    return;
+  }
   const pmf = nul.pmf, n = pmf.length - 1;
   const W = 360, H = 180, L = 34, R = 8, T = 30, B = 30;
   const width = W - L - R, height = H - T - B;
@@ -102,6 +108,49 @@ function drawChart(container, nul, statistic) {
   container.appendChild(caption);
 }
 
+function drawNormal(container, nul) {
+  const W = 360, H = 180, L = 34, R = 8, T = 30, B = 30;
+  const width = W - L - R, height = H - T - B;
+  const lo = -4, hi = Math.max(4, Math.min(nul.z + 1, 12));
+  const x = (z) => L + ((z - lo) / (hi - lo)) * width;
+  const density = (z) => Math.exp(-z * z / 2) / Math.sqrt(2 * Math.PI);
+  const y = (d) => T + height - (d / density(0)) * height;
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": `null distribution of z: standard normal; observed ${fmtNum(nul.z)}, tail ${fmtP(nul.tail)}` });
+  root.appendChild(svg("line", { x1: L, y1: T + height, x2: L + width, y2: T + height, stroke: "#8a949f" }));
+  const steps = 160, curve = [], tail = [];
+  for (let i = 0; i <= steps; i++) {
+    const z = lo + ((hi - lo) * i) / steps;
+    curve.push(`${x(z).toFixed(1)},${y(density(z)).toFixed(1)}`);
+    if (z >= nul.z) tail.push(`${x(z).toFixed(1)},${y(density(z)).toFixed(1)}`);
+  }
+  if (tail.length) {
+    const start = Math.min(Math.max(nul.z, lo), hi);
+    const area = [`${x(start).toFixed(1)},${T + height}`, `${x(start).toFixed(1)},${y(density(start)).toFixed(1)}`,
+      ...tail, `${x(hi).toFixed(1)},${T + height}`];
+    root.appendChild(svg("polygon", { points: area.join(" "), fill: "#1f5fae", class: "tail" }));
+  }
+  root.appendChild(svg("polyline", { points: curve.join(" "), fill: "none", stroke: "#8a949f",
+    "stroke-width": 1.5, class: "body" }));
+  const ox = x(Math.min(Math.max(nul.z, lo), hi));
+  root.appendChild(svg("line", { x1: ox, y1: T - 18, x2: ox, y2: T + height, stroke: "#c0392b",
+    "stroke-width": 2, "stroke-dasharray": "4 2" }));
+  const anchor = ox > L + width * 0.6 ? "end" : "start";
+  root.appendChild(svg("text", { x: ox + (anchor === "end" ? -4 : 4), y: T - 8, "font-size": 11,
+    fill: "#c0392b", "text-anchor": anchor }, `observed z = ${fmtNum(nul.z)}`));
+  for (let z = Math.ceil(lo); z <= hi; z += 2) {
+    root.appendChild(svg("text", { x: x(z), y: T + height + 13, "font-size": 10,
+      fill: "#5b6572", "text-anchor": "middle" }, String(z)));
+  }
+  root.appendChild(svg("text", { x: L + width / 2, y: H - 3, "font-size": 10, fill: "#5b6572",
+    "text-anchor": "middle" }, "z, if the key had been random"));
+  root.appendChild(svg("text", { x: 4, y: T + height / 2, "font-size": 10, fill: "#5b6572",
+    transform: `rotate(-90 10 ${T + height / 2})`, "text-anchor": "middle" }, "density"));
+  container.appendChild(root);
+  container.appendChild(el("p", { class: "caption" },
+    `Shaded: P(z ≥ ${fmtNum(nul.z)}) = ${fmtP(nul.tail)} under the exact test (the p-value).`));
+}
+
 // ---------------------------------------------------------------- the detection view
 function renderDetection(target, view) {
   const node = $("detection-template").content.firstElementChild.cloneNode(true);
@@ -111,11 +160,12 @@ function renderDetection(target, view) {
   headline.classList.add(view.decision);
   headline.id = "verdict";
   const numbers = node.querySelector(".numbers");
+  const direction = view.mark === "direction";
   const rows = view.status === "ok" ? [
     ["p-value", `${fmtP(view.p_value)} (${view.statistic})`],
-    ["z-score", `${fmtNum(view.z_score)} (paper)`],
-    ["valid / scored", `${view.num_valid} of ${view.num_scored}`],
-    ["expected by chance", `${fmtNum(view.expected_valid, 1)} (γ = ${view.gamma})`],
+    ["z-score", `${fmtNum(view.z_score)} (${direction ? "exact" : "paper"})`],
+    [direction ? "positive / scored" : "valid / scored", `${view.num_valid} of ${view.num_scored}`],
+    ["expected by chance", `${fmtNum(view.expected_valid, 1)} (${direction ? "half" : `γ = ${view.gamma}`})`],
     ["threshold", `p ≤ ${view.alpha}`],
     ["detection took", `${fmtNum(view.seconds, 3)} s`],
   ] : [["sentences", String(view.sentences.length)]];
@@ -134,7 +184,8 @@ function renderDetection(target, view) {
       "data-region": s.region }, s.text);
     const after = s.previous_region === null || s.previous_region === undefined
       ? "" : ` after region ${s.previous_region}`;
-    span.title = `sentence ${s.index + 1}: region ${s.region}${after}: ${s.label}`;
+    const score = s.score === null || s.score === undefined ? "" : `, score ${fmtNum(s.score)}`;
+    span.title = `sentence ${s.index + 1}: region ${s.region}${after}${score}: ${s.label}`;
     text.appendChild(span);
   }
   target.replaceChildren(node);
@@ -248,7 +299,8 @@ function renderBatch(target, out) {
   const s = out.summary;
   target.appendChild(el("p", { id: "batch-summary" },
     `${out.file}: ${out.records.length} records; ${s.ok} scored (${s.watermarked} watermarked), ` +
-    `${s.too_short} too short, ${s.error} with errors; ${fmtNum(out.seconds, 2)} s.`));
+    `${s.too_short} too short, ${s.unsupported} unsupported, ${s.error} with errors; ` +
+    `${fmtNum(out.seconds, 2)} s.`));
   const table = el("table", { id: "batch-table" });
   const head = el("tr");
   for (const h of ["line", "id", "text", "status", "decision", "p-value", "z", "valid / scored", "error"]) {

@@ -1,0 +1,296 @@
+"""The ``direction`` mark: keyed directions, its exact statistic, detection and the sentence loop
+(stand-in encoder and scripted sampler, no real model)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from test_watermarker import ScriptedSampler
+
+from ksemstamp.detector import Detector
+from ksemstamp.keys import keyed_directions
+from ksemstamp.partition import KMeansPartition
+from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.splitter import get_splitter
+from ksemstamp.stats import context_sums, direction_z, normal_sf
+from ksemstamp.watermarker import Watermarker
+
+# ---------------------------------------------------------------------- keyed directions
+
+
+def test_directions_depend_on_key_context_and_shape_only():
+    a = keyed_directions(8, 32, "key")
+    assert a.shape == (8, 32) and a.dtype == torch.float32
+    assert torch.equal(a, keyed_directions(8, 32, "key"))
+    assert not torch.equal(a, keyed_directions(8, 32, "other key"))
+    assert not torch.equal(a[0], a[1])
+    # A different number of contexts is a different table, not a prefix of this one.
+    assert not torch.equal(a[:4], keyed_directions(4, 32, "key"))
+    with pytest.raises(ValueError):
+        keyed_directions(8, 32, "")
+
+
+def test_directions_are_pinned():
+    # Platform-independent by construction (HMAC, SHAKE-256, float64 Box-Muller): these values
+    # must never change, or texts watermarked before the change stop being detected.
+    first = keyed_directions(2, 4, "pinned key")[0].double().numpy()
+    np.testing.assert_allclose(first, [-2.42179, 0.572331, 0.221373, 0.206091], rtol=0, atol=1e-6)
+
+
+def test_directions_are_standard_normal():
+    # 64 x 384 = 24,576 draws: mean within 4 standard errors of 0, variance of 1, and the tails
+    # of a normal (two-sided 5% within 4 binomial standard errors).
+    x = keyed_directions(64, 384, "moments").double().numpy().ravel()
+    n = x.size
+    assert abs(x.mean()) < 4 / math.sqrt(n)
+    assert abs(x.var() - 1) < 4 * math.sqrt(2 / n)
+    tail = np.mean(np.abs(x) > 1.959964)
+    assert abs(tail - 0.05) < 4 * math.sqrt(0.05 * 0.95 / n)
+
+
+# ---------------------------------------------------------------------- the statistic
+
+
+def test_direction_z_matches_its_definition():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(7, 5))
+    contexts = [0, 2, 2, 1, 0, 2, 3]
+    directions = rng.normal(size=(4, 5))
+    total = sum(directions[c] @ v for c, v in zip(contexts, vectors, strict=True))
+    sums = {
+        c: sum(v for cc, v in zip(contexts, vectors, strict=True) if cc == c) for c in set(contexts)
+    }
+    variance = sum(float(s @ s) for s in sums.values())
+    assert direction_z(vectors, contexts, directions) == pytest.approx(total / math.sqrt(variance))
+    distinct, w = context_sums(vectors, contexts)
+    assert list(distinct) == [0, 1, 2, 3]
+    np.testing.assert_allclose(w[2], sums[2])
+    with pytest.raises(ValueError):
+        direction_z(np.zeros((2, 5)), [0, 1], directions)
+
+
+def test_direction_p_value_is_exact_over_keys():
+    # One fixed "human" text: eight strongly correlated sentence vectors (one shared topic
+    # direction), mostly in two contexts. Over 2,000 keys built as real keys are, the p-value
+    # is uniform: the share at or below 1%, 5% and 20% each within 4 binomial standard errors.
+    rng = np.random.default_rng(1)
+    topic = rng.normal(size=24)
+    vectors = 2.0 * topic + rng.normal(size=(8, 24))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    contexts = [3, 3, 3, 1, 1, 3, 0, 1]
+    ps = np.array(
+        [
+            normal_sf(direction_z(vectors, contexts, keyed_directions(4, 24, f"k{i}").numpy()))
+            for i in range(2000)
+        ]
+    )
+    for alpha in (0.01, 0.05, 0.2):
+        assert abs(np.mean(ps <= alpha) - alpha) < 4 * math.sqrt(alpha * (1 - alpha) / len(ps))
+
+
+# ---------------------------------------------------------------------- detection
+
+
+def _scheme(hash_encoder, key: str = "k", center: torch.Tensor | None = None) -> WatermarkScheme:
+    centroids = torch.nn.functional.normalize(
+        torch.randn(4, 32, generator=torch.Generator().manual_seed(0)), dim=-1
+    )
+    return WatermarkScheme(
+        hash_encoder,
+        KMeansPartition(centroids, margin=0.0),
+        0.25,
+        key,
+        get_splitter(),
+        mark="direction",
+        center=center,
+    )
+
+
+def _pool(n: int) -> list[str]:
+    return [f"Sentence number {i} is here." for i in range(n)]
+
+
+def _greedy_text(scheme: WatermarkScheme, prompt: str, length: int, pool: list[str]) -> list[str]:
+    """Sentences picked one by one as the best-scoring of the pool after the previous one."""
+    previous = int(scheme.regions([prompt])[0][0])
+    emb = scheme.embed(pool)
+    vectors, regions = scheme.vectors(emb), scheme.locate(emb)[0]
+    chosen, used = [], set()
+    for _ in range(length):
+        scores = scheme.scores(vectors, [previous] * len(pool))
+        for i in used:
+            scores[i] = -math.inf
+        best = int(scores.argmax())
+        used.add(best)
+        chosen.append(pool[best])
+        previous = int(regions[best])
+    return chosen
+
+
+def test_detects_a_text_written_for_the_key(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    prompt = "A prompt sentence."
+    text = " ".join(_greedy_text(scheme, prompt, 8, _pool(60)))
+    result = Detector(scheme).detect(text, prompt=prompt)
+    assert result.status == "ok" and result.num_scored == 8
+    assert result.watermarked and result.p_value < 1e-4
+    assert result.z_score == pytest.approx(
+        float(np.sum([s for s in result.scores if s is not None]))
+        / math.sqrt(_variance(scheme, result)),
+        rel=1e-5,
+    )
+    assert all(v == "valid" for v in result.verdicts)
+    # Another key does not see it.
+    other = Detector(_scheme(hash_encoder, key="another key")).detect(text, prompt=prompt)
+    assert not other.watermarked
+
+
+def _variance(scheme, result) -> float:
+    emb = scheme.embed(result.sentences)
+    vectors = scheme.vectors(emb).double().numpy()
+    previous = [result.seed_region, *result.regions][: len(result.regions)]
+    return float((context_sums(vectors, previous)[1] ** 2).sum())
+
+
+def test_seed_repeat_and_too_short_rules(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    detector = Detector(scheme)
+    one = detector.detect("Only one sentence here.")
+    assert one.status == "too_short" and one.z_score is None and one.scores == [None]
+    text = "First one here. Second one here. First one here."
+    result = detector.detect(text)
+    assert result.verdicts[0] == "seed" and result.verdicts[2] == "repeat"
+    assert result.scores[0] is None and result.scores[2] is None
+    assert result.scores[1] is not None and result.num_scored == 1
+    record = result.to_record()
+    assert record["scores"][1] == pytest.approx(result.scores[1], abs=1e-6)
+    with pytest.raises(ValueError):
+        Detector(scheme, statistic="paper")
+
+
+def test_center_is_subtracted_before_scoring(hash_encoder):
+    center = torch.nn.functional.normalize(torch.ones(32), dim=0) * 0.5
+    scheme = _scheme(hash_encoder, center=center)
+    emb = scheme.embed(["Some sentence."])
+    expected = torch.nn.functional.normalize(emb - center, dim=-1)
+    assert torch.allclose(scheme.vectors(emb), expected)
+    assert torch.allclose(scheme.vectors(emb).norm(dim=-1), torch.ones(1))
+
+
+def test_region_only_parts_refuse_the_direction_mark(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    assert scheme.table is None
+    with pytest.raises(ValueError):
+        scheme.is_valid(0, 1)
+    with pytest.raises(ValueError):
+        WatermarkScheme(
+            hash_encoder,
+            scheme.partition,
+            0.25,
+            None,
+            get_splitter(),
+            valid_mode="paper",
+            mark="direction",
+        )
+
+
+# ---------------------------------------------------------------------- the sentence loop
+
+
+def _scored(scheme, previous: int, texts: list[str]) -> list[float]:
+    return scheme.scores(scheme.vectors(scheme.embed(texts)), [previous] * len(texts)).tolist()
+
+
+def test_accepts_the_first_candidate_reaching_the_threshold(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    prompt = "A prompt sentence."
+    previous = int(scheme.regions([prompt])[0][0])
+    pool = _pool(80)
+    scores = _scored(scheme, previous, pool)
+    low = [t for t, s in zip(pool, scores, strict=True) if s < 0.5][:3]
+    high = next(t for t, s in zip(pool, scores, strict=True) if s >= 1.0)
+    sampler = ScriptedSampler([[low[0], high, low[1]]])
+    wm = Watermarker(
+        scheme,
+        sampler,
+        max_candidates=8,
+        candidate_batch=3,
+        adaptive_batch=False,
+        max_new_tokens=5,
+        threshold=1.0,
+    )
+    res = wm.generate([prompt])[0]
+    record = res.sentences[0]
+    assert record.text == high and record.candidates == 2 and not record.fallback
+    assert record.score == pytest.approx(scores[pool.index(high)], abs=1e-5)
+    assert record.rejected_region == 1
+    assert res.to_record()["scores"] == [pytest.approx(record.score, abs=1e-6)]
+
+
+def test_keeps_the_best_candidate_after_max_candidates(hash_encoder):
+    # No candidate reaches the threshold: after max_candidates draws, over two rounds, the
+    # best-scoring one is kept, even though it came in the first round.
+    scheme = _scheme(hash_encoder)
+    prompt = "A prompt sentence."
+    previous = int(scheme.regions([prompt])[0][0])
+    pool = _pool(12)
+    scores = _scored(scheme, previous, pool)
+    order = np.argsort(scores)
+    best = pool[int(order[-1])]
+    rest = [pool[int(i)] for i in order[:3]]
+    sampler = ScriptedSampler([[rest[0], best], [rest[1], rest[2]]])
+    wm = Watermarker(
+        scheme,
+        sampler,
+        max_candidates=4,
+        candidate_batch=2,
+        adaptive_batch=False,
+        max_new_tokens=5,
+        threshold=10.0,
+    )
+    record = wm.generate([prompt])[0].sentences[0]
+    assert record.text == best and record.fallback and record.candidates == 4
+    assert record.score == pytest.approx(max(scores), abs=1e-5)
+
+
+def test_best_of_max_candidates_without_threshold_is_no_fallback(hash_encoder):
+    # threshold=None: every sentence is the best of its max_candidates draws, drawn in one
+    # round; nothing was turned down by a rule, so nothing is counted as rejected or fallback.
+    scheme = _scheme(hash_encoder)
+    prompt = "A prompt sentence."
+    previous = int(scheme.regions([prompt])[0][0])
+    pool = _pool(6)
+    scores = _scored(scheme, previous, pool)
+    sampler = ScriptedSampler([pool])
+    wm = Watermarker(
+        scheme, sampler, max_candidates=6, candidate_batch=32, max_new_tokens=5, threshold=None
+    )
+    record = wm.generate([prompt])[0].sentences[0]
+    assert sampler.rounds == [[6]]
+    assert record.text == pool[int(np.argmax(scores))] and record.candidates == 6
+    assert not record.fallback and record.rejected_region == 0
+
+
+def test_cli_report_shows_scores_and_the_exact_z():
+    from ksemstamp.cli import format_detection
+    from ksemstamp.detector import DetectionResult
+
+    result = DetectionResult(
+        status="ok",
+        z_score=3.1,
+        p_value=0.001,
+        num_scored=2,
+        num_valid=2,
+        watermarked=True,
+        sentences=["One.", "Two.", "Three."],
+        regions=[4, 5, 6],
+        verdicts=["seed", "valid", "valid"],
+        scores=[None, 1.25, 2.5],
+    )
+    text = format_detection(result)
+    assert "+1.25" in text and "+2.50" in text and "(exact)" in text and "positive 2" in text
+    result.scores = None  # the region mark: the paper's z, no score column
+    assert "(paper)" in format_detection(result) and "+1.25" not in format_detection(result)
