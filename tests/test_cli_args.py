@@ -62,7 +62,7 @@ class _Extended(WatermarkConfig):
 
     chat: bool = False
     """Wrap prompts in the chat template."""
-    lm_dtype: str = "float32"
+    cache_dtype: str = "float32"
     max_text_chars: int | None = None
 
 
@@ -72,10 +72,10 @@ def test_a_new_setting_needs_no_parser_edit(monkeypatch, tmp_path, capsys):
         COMMANDS, "detect", dataclasses.replace(COMMANDS["detect"], settings=extended)
     )
     file = tmp_path / "s.yaml"
-    file.write_text("max_text_chars: 300\nlm_dtype: float16\n")
-    got = parse(["detect", "--chat", "--config", str(file), "--lm-dtype", "bfloat16"]).settings
+    file.write_text("max_text_chars: 300\ncache_dtype: float16\n")
+    got = parse(["detect", "--chat", "--config", str(file), "--cache-dtype", "bfloat16"]).settings
     assert isinstance(got, _Extended)
-    assert (got.chat, got.lm_dtype, got.max_text_chars) == (True, "bfloat16", 300)
+    assert (got.chat, got.cache_dtype, got.max_text_chars) == (True, "bfloat16", 300)
     assert "Wrap prompts in the chat template" in _help("detect", capsys)
 
 

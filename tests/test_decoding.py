@@ -11,7 +11,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from ksemstamp.decoding import SamplingConfig, warp_logits
+from ksemstamp.decoding import SamplingConfig, sample_rows, warp_logits
 
 VOCAB = 64
 
@@ -49,3 +49,24 @@ def test_warp_logits_matches_transformers(penalty, top_k, top_p, suppress):
     finite = torch.isfinite(want)
     assert torch.allclose(got[finite], want[finite], rtol=1e-6, atol=1e-6)
     assert torch.isfinite(got).any(dim=-1).all()  # at least one token stays possible
+
+
+def test_sample_rows_draws_from_each_rows_distribution():
+    gen = torch.Generator().manual_seed(5)
+    probs = torch.rand(3, VOCAB, generator=gen) ** 4
+    probs[:, ::3] = 0  # never to be drawn
+    probs[2] = 0
+    probs[2, 7] = 1.0  # a certain draw
+    probs = probs / probs.sum(-1, keepdim=True)
+    draws = 20000
+    counts = torch.zeros(3, VOCAB)
+    for _ in range(draws // 1000):
+        ids = torch.stack([sample_rows(probs, gen) for _ in range(1000)], dim=1)
+        counts += torch.zeros(3, VOCAB).scatter_add_(1, ids, torch.ones(3, 1000))
+    freq = counts / draws
+    assert counts[:, ::3].sum() == 0 and counts[2, 7] == draws
+    sd = (probs * (1 - probs) / draws).sqrt()
+    assert ((freq - probs).abs() <= 4.5 * sd + 1e-4).all()
+    again = torch.Generator().manual_seed(11)
+    first = sample_rows(probs, again)
+    assert torch.equal(first, sample_rows(probs, torch.Generator().manual_seed(11)))

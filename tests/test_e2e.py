@@ -121,7 +121,10 @@ def _cut_mid_sentence(text: str, words: int = 32) -> str:
 @pytest.fixture(scope="module")
 def short_pipeline(encoder, lm):
     """A short run of every kind of prompt: settings small enough for CPU tests."""
-    cfg = WatermarkConfig(key="e2e-test-key", max_new_tokens=40, max_candidates=12, seed=3)
+    # Sentences of at most 32 tokens under a 40-token budget: every text has >= 2 sentences.
+    cfg = WatermarkConfig(
+        key="e2e-test-key", max_new_tokens=40, max_sentence_tokens=32, max_candidates=12, seed=3
+    )
     scheme = build_scheme(cfg, encoder=encoder)
     plain = build_watermarker(cfg, scheme, lm=lm)
     chat = build_watermarker(dataclasses.replace(cfg, chat=True), scheme, lm=lm)

@@ -234,6 +234,48 @@ def test_progress_is_reported_after_every_round(hash_encoder):
     assert seen[-1].texts == [res.text] and seen[-1].tokens == 5 and seen[-1].max_tokens == 5
 
 
+def test_sentence_time_budget_falls_back_between_rounds(hash_encoder, monkeypatch):
+    import ksemstamp.watermarker as module
+
+    scheme, prompt, seed_region = _margin_free(hash_encoder)
+    bad = _valid_after(scheme, seed_region, False)
+    clock = iter(range(0, 1000, 10))  # every reading of the clock is 10 s later
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            return float(next(clock))
+
+    monkeypatch.setattr(module, "time", Clock)
+    sampler = ScriptedSampler([[bad, bad]] * 10)
+    wm = Watermarker(
+        scheme,
+        sampler,
+        max_candidates=100,
+        candidate_batch=2,
+        adaptive_batch=False,
+        max_new_tokens=5,
+        sentence_time_budget=15.0,
+    )
+    res = wm.generate([prompt])[0]
+    record = res.sentences[0]
+    # Started at 0; after round 1 the clock reads 10 (< 15), after round 2 it reads 20: the
+    # second round's last candidate is kept, long before 100 draws.
+    assert record.fallback and record.timed_out and record.candidates == 4
+    assert len(sampler.rounds) == 2
+    untimed = Watermarker(
+        scheme,
+        ScriptedSampler([[bad, bad]] * 2),
+        max_candidates=4,
+        candidate_batch=2,
+        adaptive_batch=False,
+        max_new_tokens=5,
+    )
+    assert not untimed.generate([prompt])[0].sentences[0].timed_out
+    with pytest.raises(ValueError):
+        Watermarker(scheme, sampler, sentence_time_budget=0)
+
+
 # ---------------------------------------------------------------------- kinds of prompt
 
 

@@ -144,9 +144,74 @@ def resolve_lm_path(spec: str) -> str:
     return str(path) if path.exists() else spec
 
 
-def load_lm(spec: str = DEFAULT_LM, device: str | torch.device = "cpu"):
-    """Load a causal LM and its tokenizer for batched sampling (left padding, a pad token)."""
+LM_DTYPES = ("auto", "fp32", "bf16", "int8")
+"""Weight formats of the generator (``WatermarkConfig.lm_dtype``)."""
+
+
+def native_bf16(device: str | torch.device = "cpu") -> bool:
+    """Whether ``device`` computes in bfloat16 natively: a CUDA device that supports it, or an
+    x86 CPU with AVX512-BF16 or AMX-BF16 (read from ``/proc/cpuinfo``; False where unknown)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(f in flags.split() for f in ("avx512_bf16", "amx_bf16"))
+
+
+def resolve_lm_dtype(lm_dtype: str, device: str | torch.device = "cpu") -> str:
+    """``auto`` -> ``bf16`` where ``native_bf16(device)``, else ``fp32``; others unchanged."""
+    if lm_dtype not in LM_DTYPES:
+        raise ValueError(f"lm_dtype must be one of {LM_DTYPES}, not {lm_dtype!r}")
+    if lm_dtype == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return lm_dtype
+
+
+def quantize_int8(model):
+    """Dynamic int8 quantisation (``torch.ao``, per output channel) of the attention projections
+    and the output head, in place; returns the model.
+
+    The MLP stays in float: its down-projection reads activations with a few very large
+    features, which one int8 scale per input row cannot hold without a large loss of quality
+    (``benchmarks/levers.py quality`` measures the perplexity of each format). CPU only.
+    """
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    # Attention blocks are named ``self_attn``, ``attn`` or ``attention`` across architectures.
+    spec = {
+        name: per_channel_dynamic_qconfig
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and ("attn" in name or "attention" in name)
+    }
+    head = model.get_output_embeddings()
+    if isinstance(head, torch.nn.Linear):
+        spec[next(n for n, m in model.named_modules() if m is head)] = per_channel_dynamic_qconfig
+    with warnings.catch_warnings():
+        # torch.ao's eager quantisation warns that it moves to torchao; it still works in the
+        # pinned torch, and nothing here needs the other package.
+        warnings.simplefilter("ignore")
+        quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
+    return model
+
+
+def load_lm(spec: str = DEFAULT_LM, device: str | torch.device = "cpu", dtype: str = "fp32"):
+    """Load a causal LM and its tokenizer for batched sampling (left padding, a pad token).
+
+    ``dtype`` is one of ``LM_DTYPES``: ``fp32``; ``bf16`` (weights and activations in bfloat16);
+    ``int8`` (``quantize_int8``, CPU only); ``auto`` (``resolve_lm_dtype``).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = resolve_lm_dtype(dtype, device)
+    if dtype == "int8" and torch.device(device).type != "cpu":
+        raise ValueError("lm_dtype int8 (dynamic quantisation) runs on the CPU only")
 
     source = resolve_lm_path(spec)
     try:
@@ -161,6 +226,10 @@ def load_lm(spec: str = DEFAULT_LM, device: str | torch.device = "cpu"):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device).eval()
+    if dtype == "bf16":
+        model.to(torch.bfloat16)
+    elif dtype == "int8":
+        quantize_int8(model)
     return model, tokenizer
 
 

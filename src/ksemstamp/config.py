@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .assets import DEFAULT_ENCODER, DEFAULT_LM
+from .assets import DEFAULT_ENCODER, DEFAULT_LM, LM_DTYPES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout's root (relative settings paths are tried against it); not used to find data."""
@@ -36,6 +36,16 @@ class WatermarkConfig:
 
     lm: str = DEFAULT_LM
     """Generator: offline alias, local folder, ``.gguf`` file or Hub id."""
+    lm_dtype: str = "fp32"
+    """Generator weights: ``fp32``; ``bf16``; ``int8`` (dynamic int8 attention and output head,
+    CPU only); or ``auto``: ``bf16`` where the device computes bfloat16 natively (a CPU with
+    AVX512-BF16/AMX, a CUDA GPU that supports it), else ``fp32``. The default stays ``fp32``,
+    the format every published figure of this project was measured in; ``benchmarks/levers.py``
+    measures the others (speed, perplexity, detection) on the machine at hand."""
+    threads: int | None = None
+    """torch threads for generation and detection; ``None`` keeps torch's default (every core
+    available to the process, unless ``OMP_NUM_THREADS`` says otherwise). Set 1 on a machine
+    shared with other jobs, where threads waiting on busy cores slow every job down."""
     encoder: str = DEFAULT_ENCODER
     """Sentence encoder: offline alias, local folder or Hub id."""
     partition: str = "kmeans"
@@ -73,6 +83,11 @@ class WatermarkConfig:
     margin_patience: int | None = 20
     """Candidates after which a candidate in a valid region is accepted without the margin;
     ``None`` keeps the margin to ``max_candidates`` (the paper's rule)."""
+    sentence_time_budget: float | None = None
+    """Seconds after which the search for one sentence falls back as at ``max_candidates`` (the
+    last candidate drawn is kept); checked between rounds, so a sentence can overrun it by one
+    round. ``None``: no limit (the paper's rule). With a budget, the text depends on the
+    machine's speed, not only on the seed."""
     candidate_batch: int = 32
     """Most candidate rows per document in one batched decode."""
     adaptive_batch: bool = True
@@ -114,6 +129,10 @@ class WatermarkConfig:
 
     def __post_init__(self) -> None:
         problems = []
+        if self.lm_dtype not in LM_DTYPES:
+            problems.append(f"lm_dtype must be one of {list(LM_DTYPES)}, not {self.lm_dtype!r}")
+        if self.threads is not None and self.threads < 1:
+            problems.append(f"threads must be >= 1 or null, got {self.threads}")
         if self.partition not in ("kmeans", "lsh"):
             problems.append(f"partition must be 'kmeans' or 'lsh', not {self.partition!r}")
         if not 0 < self.gamma < 1:
@@ -147,6 +166,10 @@ class WatermarkConfig:
             problems.append(f"max_prompt_tokens must be >= 1 or null, got {self.max_prompt_tokens}")
         if self.margin_patience is not None and self.margin_patience < 0:
             problems.append(f"margin_patience must be >= 0 or null, got {self.margin_patience}")
+        if self.sentence_time_budget is not None and self.sentence_time_budget <= 0:
+            problems.append(
+                f"sentence_time_budget must be > 0 or null, got {self.sentence_time_budget}"
+            )
         if self.novelty_patience < 0:
             problems.append(
                 f"novelty_patience must be >= 0 (0 = paper), got {self.novelty_patience}"
@@ -260,14 +283,24 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
     )
 
 
+def apply_threads(cfg: WatermarkConfig) -> None:
+    """Set torch's intra-op threads from ``cfg.threads`` (``None`` leaves them alone)."""
+    if cfg.threads is not None:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
+
+
 def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
-    """A ready ``Watermarker``; pass ``lm=(model, tokenizer)`` to reuse a loaded LM."""
+    """A ready ``Watermarker``; pass ``lm=(model, tokenizer)`` to reuse a loaded LM (used as it
+    is: ``lm_dtype`` applies only to an LM loaded here)."""
     from .assets import load_lm
     from .sampler import CandidateSampler, SamplingConfig, SequentialCandidateSampler
     from .watermarker import Watermarker
 
+    apply_threads(cfg)
     scheme = scheme or build_scheme(cfg)
-    model, tokenizer = lm or load_lm(cfg.lm, cfg.device)
+    model, tokenizer = lm or load_lm(cfg.lm, cfg.device, cfg.lm_dtype)
     sampling = SamplingConfig(
         temperature=cfg.temperature,
         repetition_penalty=cfg.repetition_penalty,
@@ -290,6 +323,7 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
         margin_patience=cfg.margin_patience,
         threshold=cfg.threshold,
         seed=cfg.seed,
+        sentence_time_budget=cfg.sentence_time_budget,
         chat=cfg.chat,
         max_prompt_tokens=cfg.max_prompt_tokens,
         max_prompt_chars=cfg.max_text_chars,
@@ -300,6 +334,7 @@ def build_detector(cfg: WatermarkConfig, scheme=None):
     """A ``Detector`` for the scheme of ``cfg``."""
     from .detector import Detector
 
+    apply_threads(cfg)
     return Detector(
         scheme or build_scheme(cfg),
         statistic=cfg.statistic,

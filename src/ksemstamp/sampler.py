@@ -2,9 +2,10 @@
 
 One *round* samples candidate continuations for several documents ("groups") at once. Each
 group contributes ``n_g`` rows that share the group's prefix: the prefix is run through the LM
-once, its key/value cache is copied to the group's rows, and all rows of all groups are decoded
-together, one token per step. A row stops as soon as it holds one complete sentence; finished
-rows leave the batch, so the step cost shrinks as rows finish.
+once (and kept for the next round; see ``kvcache``), and all rows of all groups are decoded
+together, one token per step, each row attending to its group's prefix and its own tokens. A row
+stops as soon as it holds one complete sentence; finished rows leave the batch, so the step cost
+shrinks as rows finish.
 
 Acceptance is ordered, so that batching does not change what is sampled: within a group, row
 ``i`` stands for the ``i``-th candidate of the sequential algorithm. As rows finish, the caller's
@@ -35,7 +36,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .decoding import SamplingConfig, warp_logits
+from .decoding import SamplingConfig, sample_rows, warp_logits
+from .kvcache import CopiedCacheDecoder, PrefixStore, SharedPrefixDecoder, enable_shared_prefix
 from .splitter import PunktSplitter
 
 TERMINALS = ".!?\u2026"
@@ -168,7 +170,9 @@ class CandidateSampler(_LMSampler):
         self, model, tokenizer, splitter: PunktSplitter, config: SamplingConfig | None = None
     ):
         super().__init__(model, tokenizer, splitter, config)
-        vocab = model.get_output_embeddings().weight.shape[0]
+        self.shared_prefix = enable_shared_prefix(model)
+        self.prefixes = PrefixStore(model, tokenizer, self.device)
+        vocab = model.get_output_embeddings().out_features  # also for a quantised head
         pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
         starts_space = torch.zeros(vocab, dtype=torch.bool)
         has_terminal = torch.zeros(vocab, dtype=torch.bool)
@@ -196,25 +200,8 @@ class CandidateSampler(_LMSampler):
         logits = warp_logits(logits, seen, self.config, suppress)
         probs = logits.softmax(dim=-1)
         if not segments:
-            return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        return torch.cat(
-            [torch.multinomial(probs[a:b], 1, generator=g).squeeze(-1) for a, b, g in segments]
-        )
-
-    def _prefill(self, prefixes: Sequence[str]):
-        """Run the prefixes through the LM once: cache, last logits, masks and seen-token sets."""
-        enc = self.tokenizer(list(prefixes), return_tensors="pt", padding=True)
-        input_ids = enc["input_ids"].to(self.device)
-        mask = enc["attention_mask"].to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True
-        )
-        vocab = out.logits.shape[-1]
-        # Padding is marked too, as transformers' own repetition penalty does with pad ids.
-        seen = torch.zeros(len(prefixes), vocab, dtype=torch.bool, device=self.device)
-        seen.scatter_(1, input_ids, True)
-        return out.past_key_values, out.logits[:, -1, :], mask, seen
+            return sample_rows(probs, generator)
+        return torch.cat([sample_rows(probs[a:b], g) for a, b, g in segments])
 
     # ------------------------------------------------------------------ one round
     @torch.inference_mode()
@@ -243,17 +230,18 @@ class CandidateSampler(_LMSampler):
         accepted one (or all of them when none was accepted).
         """
         per_group, contexts, heads = _check_round(prefixes, rows, generator, contexts, heads)
-        cache, last_logits, prefix_mask, prefix_seen = self._prefill(prefixes)
-
-        group_of = torch.repeat_interleave(
-            torch.arange(len(rows), device=self.device), torch.tensor(rows, device=self.device)
-        )
-        cache.batch_select_indices(group_of)
-        logits = last_logits[group_of]
-        mask = prefix_mask[group_of]
-        seen = prefix_seen[group_of]
+        states = self.prefixes.get(prefixes)
+        group_of = [g for g, n in enumerate(rows) for _ in range(n)]
+        decoder_class = SharedPrefixDecoder if self.shared_prefix else CopiedCacheDecoder
+        decoder = decoder_class(self.model, states, group_of, self.config.max_sentence_tokens)
+        index = torch.tensor(group_of, device=self.device)
+        logits = torch.stack([s.logits for s in states])[index]
+        seen = torch.zeros(len(states), logits.shape[-1], dtype=torch.bool, device=self.device)
+        for g, state in enumerate(states):
+            seen[g, state.ids] = True
+        seen = seen[index]
         # Bookkeeping per live row, as Python lists (they are short).
-        live_group = group_of.tolist()
+        live_group = list(group_of)
         live_index = [i for n in rows for i in range(n)]
         tokens: list[list[int]] = [[] for _ in live_group]
         punct = [False] * len(live_group)
@@ -325,22 +313,13 @@ class CandidateSampler(_LMSampler):
                 break
             if len(keep) < len(live_group):
                 keep_t = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(keep_t)
-                mask, seen, next_ids = mask[keep_t], seen[keep_t], next_ids[keep_t]
+                decoder.keep(keep_t)
+                seen, next_ids = seen[keep_t], next_ids[keep_t]
                 live_group = [live_group[r] for r in keep]
                 live_index = [live_index[r] for r in keep]
                 tokens = [tokens[r] for r in keep]
                 punct = [punct[r] for r in keep]
-            mask = torch.cat([mask, mask.new_ones(len(keep), 1)], dim=1)
-            positions = (mask.sum(-1, keepdim=True) - 1).clamp(min=0)
-            out = self.model(
-                input_ids=next_ids[:, None],
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache, logits = out.past_key_values, out.logits[:, -1, :]
+            logits = decoder.step(next_ids, live_group)
         return results
 
     def _sentence(self, context: str, tokens: list[int], final: bool, head: str = "") -> str | None:

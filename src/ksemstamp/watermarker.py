@@ -29,6 +29,11 @@ paraphrase more often, but where the LM's next sentences rarely reach a valid re
 border, insisting on it to ``max_candidates`` costs many draws and ends in a fallback that is not
 valid at all; a valid sentence near a border still counts when the text is not attacked.
 
+Sentence time budget (an option, ``sentence_time_budget``; ``None`` is the paper's rule): a
+sentence whose search has run that many seconds falls back as at ``max_candidates`` (the last
+candidate drawn is kept), checked between rounds. It bounds the stall of a sentence whose valid
+regions the LM rarely reaches, at the price of a text that depends on the machine's speed.
+
 Round size: with acceptance probability ``p`` for the current valid set and a round of ``n``
 rows costing about ``1 + row_cost * (n - 1)`` single-row decodes (measured on 2 CPU cores with
 SmolLM2-135M: 8 rows 1.9x, 16 rows 2.2x, 32 rows 2.9x one row, so ``row_cost ~ 0.065``), the
@@ -93,6 +98,9 @@ class SentenceRecord:
     rejected_repeat: int = 0
     fallback: bool = False
     num_tokens: int = 0
+    timed_out: bool = False
+    """The search ended by ``sentence_time_budget``, before ``max_candidates`` draws (the
+    region mark keeps its last candidate, a fallback; the direction mark its best so far)."""
     score: float | None = None  # direction mark: the kept sentence's score
 
 
@@ -199,6 +207,8 @@ class _Doc:
     previous: int
     started: float
     generator: torch.Generator
+    sentence_started: float = 0.0
+    timed_out: bool = False  # the kept sentence's search ended by ``sentence_time_budget``
     stats: dict[int, list[float]] = field(default_factory=dict)
     used: set[tuple[int, int]] = field(default_factory=set)
     drawn: int = 0
@@ -242,6 +252,8 @@ class Watermarker:
         threshold: ``direction`` mark: the score that accepts a candidate at once (``None``:
             none does; the best of ``max_candidates`` is kept).
         seed: seed of the sampling RNG (same seed, inputs and settings give the same text).
+        sentence_time_budget: seconds after which a sentence's search falls back as at
+            ``max_candidates`` (checked between rounds; ``None``: no limit, the paper's rule).
         chat: prompts are instructions, wrapped in the LM's chat template (see ``prompts``).
         max_prompt_tokens: most prompt tokens the LM sees (the left part of a longer prompt is
             dropped); also bounded by the LM's context less the continuation.
@@ -262,6 +274,7 @@ class Watermarker:
         margin_patience: int | None = None,
         threshold: float | None = None,
         seed: int = 0,
+        sentence_time_budget: float | None = None,
         chat: bool = False,
         max_prompt_tokens: int | None = None,
         max_prompt_chars: int | None = None,
@@ -288,6 +301,11 @@ class Watermarker:
         self.margin_patience = margin_patience
         self.threshold = math.inf if threshold is None else float(threshold)
         self.seed = seed
+        if sentence_time_budget is not None and sentence_time_budget <= 0:
+            raise ValueError(
+                f"sentence_time_budget must be > 0 or None, got {sentence_time_budget}"
+            )
+        self.sentence_time_budget = sentence_time_budget
         self.prior_weight = 4.0
         self.chat = chat
         self.max_prompt_chars = max_prompt_chars
@@ -435,6 +453,7 @@ class Watermarker:
                 started=time.perf_counter(),
                 generator=generator or _document_generator(self.seed, prompt),
             )
+            doc.sentence_started = doc.started
             if start.error is not None:
                 result.status, result.error = "error", start.error
                 doc.done = True
@@ -528,8 +547,13 @@ class Watermarker:
         again, or give up once the budget holds only empty candidates)."""
         if res.accepted_index is not None:
             return res.candidates[res.accepted_index], False
-        if doc.drawn < self.max_candidates:
+        timed_out = (
+            self.sentence_time_budget is not None
+            and time.perf_counter() - doc.sentence_started >= self.sentence_time_budget
+        )
+        if doc.drawn < self.max_candidates and not timed_out:
             return None
+        doc.timed_out = doc.drawn < self.max_candidates
         if doc.completing:
             doc.done = True
             doc.result.status = "error"
@@ -544,6 +568,8 @@ class Watermarker:
         usable = [c for c in res.candidates if c.text]
         if usable:
             return usable[-1], True
+        if doc.drawn < self.max_candidates:
+            return None  # out of time, but this round gave nothing to keep: draw again
         doc.done = True
         if doc.result.sentences:
             # The LM keeps ending the text here (end of text, or nothing a sentence can be cut
@@ -567,6 +593,7 @@ class Watermarker:
                 rejected_repeat=doc.rejected_repeat,
                 fallback=fallback,
                 num_tokens=chosen.num_tokens,
+                timed_out=doc.timed_out,
                 score=_score_of(chosen),
             )
         )
@@ -582,6 +609,7 @@ class Watermarker:
         doc.context = chosen.text
         doc.previous = region
         doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
+        doc.sentence_started, doc.timed_out = time.perf_counter(), False
         doc.best = None
         if doc.result.num_tokens >= self.max_new_tokens or (
             self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences

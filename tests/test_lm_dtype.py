@@ -1,0 +1,91 @@
+"""The generator's weight format (``lm_dtype``) and torch threads (``threads``) settings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ksemstamp.assets as assets
+from ksemstamp.assets import LM_DTYPES, load_lm, resolve_lm_dtype
+from ksemstamp.config import WatermarkConfig, apply_threads, build_watermarker
+
+
+def test_auto_follows_native_bf16(monkeypatch):
+    monkeypatch.setattr(assets, "native_bf16", lambda device="cpu": True)
+    assert resolve_lm_dtype("auto") == "bf16"
+    monkeypatch.setattr(assets, "native_bf16", lambda device="cpu": False)
+    assert resolve_lm_dtype("auto") == "fp32"
+    for explicit in ("fp32", "bf16", "int8"):
+        assert resolve_lm_dtype(explicit) == explicit
+    with pytest.raises(ValueError, match="lm_dtype"):
+        resolve_lm_dtype("fp16")
+
+
+def test_config_checks_lm_dtype_and_threads():
+    assert set(LM_DTYPES) == {"auto", "fp32", "bf16", "int8"}
+    with pytest.raises(ValueError) as err:
+        WatermarkConfig(lm_dtype="float16", threads=0)
+    assert "lm_dtype" in str(err.value) and "threads" in str(err.value)
+    assert WatermarkConfig().lm_dtype == "fp32" and WatermarkConfig().threads is None
+
+
+def test_build_watermarker_loads_the_lm_in_the_configured_format(monkeypatch, hash_encoder):
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_load_lm(spec, device="cpu", dtype="fp32"):
+        seen.update(spec=spec, device=device, dtype=dtype)
+        raise Stop
+
+    monkeypatch.setattr(assets, "load_lm", fake_load_lm)
+    cfg = WatermarkConfig(key="k", partition="lsh", lm_dtype="int8")
+    from ksemstamp.config import build_scheme
+
+    scheme = build_scheme(cfg, encoder=hash_encoder)
+    with pytest.raises(Stop):
+        build_watermarker(cfg, scheme)
+    assert seen["dtype"] == "int8"
+
+
+def test_threads_setting_sets_torch_threads():
+    before = torch.get_num_threads()
+    try:
+        apply_threads(WatermarkConfig(threads=1))
+        assert torch.get_num_threads() == 1
+        apply_threads(WatermarkConfig())  # None: left as it is
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("dtype", ["bf16", "int8"])
+def test_reduced_formats_load_and_sample_sentences(dtype):
+    from ksemstamp.sampler import CandidateSampler, SamplingConfig
+    from ksemstamp.splitter import get_splitter
+
+    model, tokenizer = load_lm(dtype=dtype)
+    if dtype == "bf16":
+        assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    else:
+        layer = model.model.layers[0]
+        quantized = torch.ao.nn.quantized.dynamic.Linear
+        assert isinstance(layer.self_attn.q_proj, quantized)
+        assert isinstance(model.get_output_embeddings(), quantized)
+        assert isinstance(layer.mlp.down_proj, torch.nn.Linear)  # the MLP stays in float
+    prompt = "The city council approved a new budget on Monday. The plan raises school spending."
+    splitter = get_splitter()
+    sampler = CandidateSampler(model, tokenizer, splitter, SamplingConfig())
+    result = sampler.sample_round(
+        [prompt],
+        [3],
+        lambda g, t: [(False, None)] * len(t),
+        torch.Generator().manual_seed(0),
+        [splitter.split(prompt)[-1]],
+    )[0]
+    texts = [c.text for c in result.candidates]
+    assert len(texts) == 3 and any(texts)
+    for text in filter(None, texts):
+        assert splitter.split(text) == [text]
