@@ -799,7 +799,8 @@ def machine_info() -> dict[str, Any]:
 
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets, each with the measured figure and whether it is met."""
+    """The speed targets of benchmarks/README.md, each with its measured figure and whether
+    it is met."""
     out = []
     gen = report.get("generation")
     if gen:
