@@ -44,7 +44,7 @@ transition estimate of landing in a valid region times the margin pass rate meas
 sentences (0.74 at m = 0.035), worth ``prior_weight`` observations. The generator's own text
 soon overrides the prior where it differs from the domain's.
 
-Length (~540 lines): most of it is the results' dataclasses and the named steps of the loop
+Length (~670 lines; both marks and every kind of prompt): most of it is the results' dataclasses and the named steps of the loop
 (``_start``, ``_judge``, ``_tally``, ``_choose``, ``_append``, ``_complete``).
 """
 

@@ -3,6 +3,9 @@
 ``create_app`` loads the models once; every request reuses them. The key stays in the
 ``WatermarkScheme`` (as its table) and in a log filter that blanks it out: responses, error
 pages and log lines carry only its fingerprint.
+
+Length (~450 lines): one route per API endpoint with its request model and checks; the
+presentation of results is in ``present.py``, the generation queue in ``jobs.py``.
 """
 
 from __future__ import annotations

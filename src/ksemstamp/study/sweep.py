@@ -8,6 +8,9 @@ keys and documents, with the spread over keys where it matters):
 * evidence: scored sentences per text, share of texts with exact p <= 0.01 and <= 0.05, clean
   and after each attack (mean over keys, and the worst key);
 * robustness: the share of accepted sentences whose attacked region is their own.
+
+Length (~510 lines): the design grid, its two sweep stages and the frontier plot share the
+ingredients they are computed from; each is a function of its own.
 """
 
 from __future__ import annotations
