@@ -44,8 +44,9 @@ transition estimate of landing in a valid region times the margin pass rate meas
 sentences (0.74 at m = 0.035), worth ``prior_weight`` observations. The generator's own text
 soon overrides the prior where it differs from the domain's.
 
-Length (~670 lines; both marks and every kind of prompt): most of it is the results' dataclasses and the named steps of the loop
-(``_start``, ``_judge``, ``_tally``, ``_choose``, ``_append``, ``_complete``).
+Length (~670 lines, for both marks and every kind of prompt): most of it is the results'
+dataclasses and the named steps of the loop (``_start``, ``_judge``, ``_tally``, ``_choose``,
+``_append``, ``_complete``).
 """
 
 from __future__ import annotations
