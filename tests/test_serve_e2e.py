@@ -193,7 +193,11 @@ def test_browser_shows_verdict_coloured_sentences_batch_and_generation(
             # A bad request shows the server's message and the page keeps working.
             page.fill("#detect-text", "   ")
             page.click("#detect-button")
-            page.wait_for_function("document.getElementById('detect-status').textContent.length")
+            # "scoring ..." first, then the server's message.
+            page.wait_for_function(
+                "!document.getElementById('detect-status').textContent.startsWith('scoring')",
+                timeout=30_000,
+            )
             assert "empty" in page.inner_text("#detect-status")
 
             # Batch: the table shows each line's result or error, and the output downloads.
