@@ -294,3 +294,39 @@ def test_cli_report_shows_scores_and_the_exact_z():
     assert "+1.25" in text and "+2.50" in text and "(exact)" in text and "positive 2" in text
     result.scores = None  # the region mark: the paper's z, no score column
     assert "(paper)" in format_detection(result) and "+1.25" not in format_detection(result)
+
+
+def test_a_time_budget_keeps_the_best_candidate_so_far(hash_encoder, monkeypatch):
+    import ksemstamp.watermarker as module
+
+    scheme = _scheme(hash_encoder)
+    prompt = "A prompt sentence."
+    previous = int(scheme.regions([prompt])[0][0])
+    pool = _pool(12)
+    scores = _scored(scheme, previous, pool)
+    order = np.argsort(scores)
+    best, worse = pool[int(order[-1])], pool[int(order[0])]
+    clock = iter(range(0, 1000, 10))  # every reading of the clock is 10 s later
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            return float(next(clock))
+
+    monkeypatch.setattr(module, "time", Clock)
+    sampler = ScriptedSampler([[best, worse]] * 10)
+    wm = Watermarker(
+        scheme,
+        sampler,
+        max_candidates=12,
+        candidate_batch=2,
+        adaptive_batch=False,
+        max_new_tokens=5,
+        sentence_time_budget=5.0,
+    )
+    record = wm.generate([prompt])[0].sentences[0]
+    # One round of 2 draws, then the budget is spent: the better of the two is kept, and it is
+    # the rule's choice (best so far), not a fallback.
+    assert record.text == best and record.candidates == 2
+    assert record.timed_out and not record.fallback
+    assert len(sampler.rounds) == 1

@@ -30,8 +30,9 @@ border, insisting on it to ``max_candidates`` costs many draws and ends in a fal
 valid at all; a valid sentence near a border still counts when the text is not attacked.
 
 Sentence time budget (an option, ``sentence_time_budget``; ``None`` is the paper's rule): a
-sentence whose search has run that many seconds falls back as at ``max_candidates`` (the last
-candidate drawn is kept), checked between rounds. It bounds the stall of a sentence whose valid
+sentence whose search has run that many seconds ends as at ``max_candidates`` (the region mark
+keeps the last candidate drawn, a fallback; the direction mark its best so far), checked between
+rounds. It bounds the stall of a sentence whose valid
 regions the LM rarely reaches, at the price of a text that depends on the machine's speed.
 
 Round size: with acceptance probability ``p`` for the current valid set and a round of ``n``
@@ -550,6 +551,7 @@ class Watermarker:
             return res.candidates[res.accepted_index], False
         timed_out = (
             self.sentence_time_budget is not None
+            and not doc.completing  # the prompt's open sentence is completed whatever it takes
             and time.perf_counter() - doc.sentence_started >= self.sentence_time_budget
         )
         if doc.drawn < self.max_candidates and not timed_out:
