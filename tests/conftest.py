@@ -44,6 +44,21 @@ class HashEncoder:
 
 
 @pytest.fixture
+def ten_second_clock(monkeypatch):
+    """The watermarker's clock, advanced 10 s at every reading (for ``sentence_time_budget``)."""
+    import ksemstamp.watermarker as module
+
+    readings = iter(range(0, 100_000, 10))
+
+    class Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            return float(next(readings))
+
+    monkeypatch.setattr(module, "time", Clock)
+
+
+@pytest.fixture
 def hash_encoder() -> HashEncoder:
     return HashEncoder()
 
