@@ -91,10 +91,54 @@ def test_direction_p_value_is_exact_over_keys():
         assert abs(np.mean(ps <= alpha) - alpha) < 4 * math.sqrt(alpha * (1 - alpha) / len(ps))
 
 
+def test_soft_context_sums_and_z():
+    rng = np.random.default_rng(2)
+    vectors = rng.normal(size=(5, 6))
+    directions = rng.normal(size=(3, 6))
+    # One-hot weights are the region indices they encode, to the last bit.
+    contexts = [2, 0, 2, 1, 0]
+    onehot = np.eye(3)[contexts]
+    assert direction_z(vectors, onehot, directions) == direction_z(vectors, contexts, directions)
+    distinct, w = context_sums(vectors, onehot)
+    np.testing.assert_array_equal(w, context_sums(vectors, contexts)[1])
+    # Soft weights: sentence t is scored on sum_c a_tc n_c, and w_c = sum_t a_tc u_t.
+    weights = np.abs(rng.normal(size=(5, 3)))
+    weights[1, 1] = 0.0
+    weights /= np.linalg.norm(weights, axis=1, keepdims=True)
+    total = sum((a @ directions) @ v for a, v in zip(weights, vectors, strict=True))
+    sums = weights.T @ vectors
+    assert direction_z(vectors, weights, directions) == pytest.approx(
+        total / math.sqrt(float((sums**2).sum()))
+    )
+    # A context no sentence weighs is left out.
+    weights[:, 1] = 0.0
+    assert list(context_sums(vectors, weights)[0]) == [0, 2]
+
+
+def test_soft_context_p_value_is_exact_over_keys():
+    # As above, with soft context weights that overlap between sentences: still uniform.
+    rng = np.random.default_rng(3)
+    topic = rng.normal(size=24)
+    vectors = 2.0 * topic + rng.normal(size=(8, 24))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    weights = np.exp(rng.normal(size=(8, 4)))
+    weights /= np.linalg.norm(weights, axis=1, keepdims=True)
+    ps = np.array(
+        [
+            normal_sf(direction_z(vectors, weights, keyed_directions(4, 24, f"s{i}").numpy()))
+            for i in range(2000)
+        ]
+    )
+    for alpha in (0.01, 0.05, 0.2):
+        assert abs(np.mean(ps <= alpha) - alpha) < 4 * math.sqrt(alpha * (1 - alpha) / len(ps))
+
+
 # ---------------------------------------------------------------------- detection
 
 
-def _scheme(hash_encoder, key: str = "k", center: torch.Tensor | None = None) -> WatermarkScheme:
+def _scheme(
+    hash_encoder, key: str = "k", center: torch.Tensor | None = None, temperature: float = 0.0
+) -> WatermarkScheme:
     centroids = torch.nn.functional.normalize(
         torch.randn(4, 32, generator=torch.Generator().manual_seed(0)), dim=-1
     )
@@ -106,6 +150,7 @@ def _scheme(hash_encoder, key: str = "k", center: torch.Tensor | None = None) ->
         get_splitter(),
         mark="direction",
         center=center,
+        context_temperature=temperature,
     )
 
 
@@ -320,3 +365,55 @@ def test_a_time_budget_keeps_the_best_candidate_so_far(hash_encoder, ten_second_
     assert record.text == best and record.candidates == 2
     assert record.timed_out and not record.fallback
     assert len(sampler.rounds) == 1
+
+
+# ---------------------------------------------------------------------- soft contexts
+
+
+def test_context_weights_hard_and_soft(hash_encoder):
+    emb = _scheme(hash_encoder).embed(_pool(20))
+    hard = _scheme(hash_encoder).context_weights(emb)
+    regions = _scheme(hash_encoder).locate(emb)[0]
+    assert torch.equal(hard, torch.nn.functional.one_hot(regions, 4).double())
+    soft = _scheme(hash_encoder, temperature=0.05).context_weights(emb)
+    assert torch.allclose(soft.norm(dim=-1), torch.ones(20, dtype=torch.float64))
+    assert (soft >= 0).all() and torch.equal(soft.argmax(dim=-1), regions)
+    # Weights under 1% of the largest are dropped; a large temperature spreads them evenly.
+    top = soft.max(dim=-1, keepdim=True).values
+    assert ((soft == 0) | (soft >= 0.01 * top)).all()
+    flat = _scheme(hash_encoder, temperature=1e6).context_weights(emb)
+    assert torch.allclose(flat, torch.full_like(flat, 0.5))
+    with pytest.raises(ValueError):
+        _scheme(hash_encoder, temperature=-1.0)
+
+
+def test_soft_contexts_generate_and_detect(hash_encoder):
+    # The watermarker scores each candidate on the context the previous sentence gives, and
+    # the detector finds the same scores and an exact z over the soft context sums.
+    scheme = _scheme(hash_encoder, temperature=0.05)
+    prompt = "A prompt sentence."
+    pool = _pool(60)
+    rounds = [pool[i : i + 6] for i in range(0, 48, 6)]
+    wm = Watermarker(
+        scheme,
+        ScriptedSampler(rounds),
+        max_candidates=6,
+        candidate_batch=6,
+        adaptive_batch=False,
+        max_new_tokens=40,
+        threshold=None,
+    )
+    res = wm.generate([prompt])[0]
+    assert res.num_sentences >= 5
+    result = Detector(scheme).detect(res.text, prompt=prompt)
+    assert result.status == "ok" and result.watermarked
+    kept = [r.score for r in res.sentences]
+    assert [s for s in result.scores if s is not None] == pytest.approx(kept, abs=1e-5)
+    emb = scheme.embed([prompt, *result.sentences])
+    weights = scheme.context_weights(emb)[:-1].numpy()
+    vectors = scheme.vectors(emb[1:]).double().numpy()
+    z = direction_z(vectors, weights, scheme.directions.double().numpy())
+    assert result.z_score == pytest.approx(z, rel=1e-6)
+    # The same text under hard contexts is scored on other directions.
+    hard = Detector(_scheme(hash_encoder)).detect(res.text, prompt=prompt)
+    assert hard.z_score != pytest.approx(result.z_score, rel=1e-3)

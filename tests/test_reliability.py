@@ -205,6 +205,7 @@ class _Encoder:
         ("partition", "grid"),
         ("max_text_chars", 0),
         ("max_prompt_tokens", 0),
+        ("context_temperature", -0.1),
     ],
 )
 def test_bad_setting_is_named(setting, value, capsys):
@@ -232,6 +233,11 @@ def test_bad_sampling_setting_is_named(setting, value):
     scheme = build_scheme(cfg, encoder=_Encoder())
     with pytest.raises(ValueError, match=setting):
         build_watermarker(cfg, scheme, lm=(None, None))  # checked before the LM is touched
+
+
+def test_context_temperature_needs_centroids():
+    with pytest.raises(ValueError, match="context_temperature"):
+        WatermarkConfig(partition="lsh", context_temperature=0.05)
 
 
 def test_gamma_times_k_must_be_whole(tmp_path):

@@ -139,6 +139,9 @@ class ScoringPlan:
         roles: per sentence ``seed`` (only sets the previous region), ``scored`` or ``repeat``.
         vectors: ``(N, D)`` what the ``direction`` mark scores (``WatermarkScheme.vectors``) of
             each sentence; ``None`` under the ``region`` mark.
+        weights: ``(N + 1, K)`` ``direction`` mark: the context weights
+            (``WatermarkScheme.context_weights``) that the seed (row 0; zeros without a seed)
+            and each sentence give the sentence after it; ``None`` under the ``region`` mark.
         error: why the text could not be planned (then everything else is empty).
         status: ``ok``, or for a text that could not be planned ``error`` (bad input) or
             ``unsupported`` (a script the splitter and encoder do not read).
@@ -151,6 +154,7 @@ class ScoringPlan:
     seed_region: int | None = None
     roles: list[str] = field(default_factory=list)
     vectors: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
     error: str | None = None
     status: str = "ok"
     seed: str | None = None
@@ -180,6 +184,11 @@ class ScoringPlan:
         rows = [t for t, role in enumerate(self.roles) if role == SCORED]
         previous = self.previous
         return rows, [int(previous[t]) for t in rows]
+
+    def context_weights(self, rows: Sequence[int]) -> torch.Tensor:
+        """``(len(rows), K)`` the context weights of sentences ``rows`` (those of the sentence,
+        or seed, before each)."""
+        return self.weights[list(rows)]
 
     def transition_counts(self, num_regions: int):
         """``(K, K)`` counts of the scored transitions ``(previous region, region)``."""
@@ -311,13 +320,19 @@ class Detector:
         show = progress and len(flat) > PROGRESS_SENTENCES
         emb = self.scheme.embed(flat, progress=show)
         regions = iter(self.scheme.locate(emb)[0].tolist())
-        vectors = self.scheme.vectors(emb) if self.scheme.mark == "direction" else None
+        direction = self.scheme.mark == "direction"
+        vectors = self.scheme.vectors(emb) if direction else None
+        weights = self.scheme.context_weights(emb) if direction else None
         row = 0
         for plan in seeded:
             has_seed = plan.seed is not None
             plan.seed_region = next(regions) if has_seed else None
             plan.regions = [next(regions) for _ in plan.sentences]
             plan.roles = _roles(plan.sentences, has_seed)
+            if vectors is not None:
+                first = weights[row : row + 1] if has_seed else torch.zeros_like(weights[:1])
+                own = weights[row + has_seed : row + has_seed + len(plan.sentences)]
+                plan.weights = torch.cat([first, own])
             row += has_seed
             if vectors is not None:
                 plan.vectors = vectors[row : row + len(plan.sentences)]
@@ -366,7 +381,8 @@ class Detector:
     def _score_direction(self, plan: ScoringPlan) -> DetectionResult:
         """The ``direction`` mark: each scored sentence's projection on its context's keyed
         direction, summed into the exact z of ``stats.direction_z``."""
-        rows, contexts = plan.scored_contexts()
+        rows, _ = plan.scored_contexts()
+        contexts = plan.context_weights(rows)
         scores: list[float | None] = [None] * len(plan.sentences)
         verdicts = list(plan.roles)
         if rows:
@@ -390,7 +406,9 @@ class Detector:
         if not rows:
             return _too_short(result)
         z = direction_z(
-            plan.vectors[rows].double().numpy(), contexts, self.scheme.directions.double().numpy()
+            plan.vectors[rows].double().numpy(),
+            contexts.numpy(),
+            self.scheme.directions.double().numpy(),
         )
         result.z_score = float(z)
         result.p_value = float(normal_sf(z))

@@ -7,11 +7,19 @@ Two marks (``mark``):
 
 * ``region`` (k-SemStamp, SemStamp): a sentence is valid when its region is in the valid set
   that the key draws for the previous sentence's region (``table``).
-* ``direction``: the key draws a direction for each region; a sentence's score is the
-  projection of its centred unit embedding on the direction of the previous sentence's region.
-  The generator keeps candidates that score high; the detector adds the scores up (see
-  ``stats.direction_z``). A paraphrase moves a sentence's embedding a little and its score a
-  little, where under ``region`` it may move the sentence across a border and lose it whole.
+* ``direction``: the key draws a direction ``n_r`` for each region ``r``; a sentence's score is
+  the projection of its centred unit embedding on the direction of its *context*, the previous
+  sentence. The generator keeps candidates that score high; the detector adds the scores up
+  (see ``stats.direction_z``). A paraphrase moves a sentence's embedding a little and its score
+  a little, where under ``region`` it may move the sentence across a border and lose it whole.
+
+A context is a weight vector over the regions (``context_weights``), and its direction is
+``sum_r w_r n_r``. With ``context_temperature = 0`` the weights are the previous sentence's
+region alone (one of K directions). A paraphrase that moves the previous sentence into another
+region then hands the sentence a direction independent of the one it was chosen for, and its
+evidence is lost. With a temperature ``tau > 0`` the weights are a softmax of the previous
+sentence's cosine similarities to the centroids (divided by ``tau``, weights under 1% of the
+largest dropped, unit length): a paraphrase moves them a little, and the direction with them.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from .keys import key_fingerprint, keyed_directions, start_region, valid_table
 from .splitter import PunktSplitter
 
 MARKS = ("region", "direction")
+WEIGHT_FLOOR = 0.01
+"""Soft context weights below this share of a context's largest weight are dropped."""
 
 
 class WatermarkScheme:
@@ -45,6 +55,9 @@ class WatermarkScheme:
         center: ``(D,)`` domain mean embedding subtracted before a ``direction`` score (the
             part all sentences of a domain share carries no information and only adds to the
             variance of the score); ``None`` subtracts nothing.
+        context_temperature: ``direction`` mark: ``0`` scores a sentence on the direction of
+            the previous sentence's region; ``tau > 0`` on a softmax-weighted sum of the
+            regions' directions (k-means partitions only; see the module docstring).
     """
 
     def __init__(
@@ -59,9 +72,14 @@ class WatermarkScheme:
         encode_batch_size: int = 64,
         mark: str = "region",
         center: Tensor | None = None,
+        context_temperature: float = 0.0,
     ) -> None:
         if mark not in MARKS:
             raise ValueError(f"mark must be one of {MARKS}, not {mark!r}")
+        if context_temperature < 0:
+            raise ValueError(f"context_temperature must be >= 0, got {context_temperature}")
+        if context_temperature > 0 and not hasattr(partition, "centroids"):
+            raise ValueError("a context temperature needs a k-means partition (centroids)")
         if mark == "direction" and valid_mode != "keyed":
             raise ValueError("the direction mark needs valid_mode='keyed' (a secret key)")
         self.encoder = encoder
@@ -70,6 +88,7 @@ class WatermarkScheme:
         self.splitter = splitter
         self.valid_mode = valid_mode
         self.mark = mark
+        self.context_temperature = float(context_temperature)
         self.table: Tensor | None = None
         self.directions: Tensor | None = None
         if mark == "region":
@@ -87,7 +106,8 @@ class WatermarkScheme:
 
     def __repr__(self) -> str:  # never show the key
         return (
-            f"WatermarkScheme(mark={self.mark}, partition={type(self.partition).__name__}, "
+            f"WatermarkScheme(mark={self.mark}, "
+            f"context_temperature={self.context_temperature:g}, partition={type(self.partition).__name__}, "
             f"K={self.num_regions}, gamma={self.gamma}, mode={self.valid_mode}, "
             f"key_fingerprint={self.key_fingerprint})"
         )
@@ -123,13 +143,39 @@ class WatermarkScheme:
             emb = emb - self.center
         return torch.nn.functional.normalize(emb, dim=-1)
 
-    def scores(self, vectors: Tensor, previous: Tensor | Sequence[int]) -> Tensor:
-        """``(N,)`` direction scores: each row of ``vectors`` projected on the key's direction of
-        its ``previous`` region (``direction`` mark only)."""
+    def context_weights(self, emb: Tensor) -> Tensor:
+        """``(N, K)`` float64 context weights that ``(N, D)`` sentence embeddings give the
+        sentence after each (key-free): the one-hot region at temperature 0, else the softmax
+        of the cosines to the centroids over the temperature, weights under ``WEIGHT_FLOOR``
+        of the largest dropped, unit length."""
+        emb = emb.float()
+        if self.context_temperature == 0:
+            regions, _ = self.locate(emb)
+            return self.region_weights(regions)
+        centroids = self.partition.centroids.float().to(emb.device)
+        cos = torch.nn.functional.normalize(emb, dim=-1) @ centroids.T
+        logits = (cos - cos.max(dim=-1, keepdim=True).values).double() / self.context_temperature
+        weights = torch.exp(logits)
+        weights = weights.masked_fill(weights < WEIGHT_FLOOR, 0.0)
+        return torch.nn.functional.normalize(weights, dim=-1).cpu()
+
+    def region_weights(self, regions: Tensor | Sequence[int]) -> Tensor:
+        """``(N, K)`` one-hot context weights of ``regions`` (a known region, or the keyed start
+        value of a text that continues nothing)."""
+        index = torch.as_tensor(regions, dtype=torch.long).reshape(-1)
+        return torch.nn.functional.one_hot(index, self.num_regions).double()
+
+    def scores(self, vectors: Tensor, contexts: Tensor | Sequence[int]) -> Tensor:
+        """``(N,)`` direction scores: each row of ``vectors`` projected on the direction of its
+        context: ``(N, K)`` weights (``context_weights``), or ``(N,)`` regions, each the context
+        of a sentence following that region at temperature 0 (``direction`` mark only)."""
         if self.directions is None:
             raise ValueError("scores are defined for the direction mark only")
-        prev = torch.as_tensor(previous, dtype=torch.long)
-        return (self.directions[prev] * vectors.float()).sum(dim=-1)
+        contexts = torch.as_tensor(contexts)
+        if contexts.ndim == 1:
+            contexts = self.region_weights(contexts)
+        directions = contexts.float() @ self.directions
+        return (directions * vectors.float()).sum(dim=-1)
 
     def is_valid(self, previous: Tensor | int, region: Tensor | int) -> Tensor:
         """Whether ``region`` is valid after ``previous`` (element-wise on tensors; ``region``

@@ -28,12 +28,15 @@ A text's sentences fall in regions ``q_0, q_1, ..., q_T``; each scored transitio
     with mean 0 and variance ``sum_c |w_c|^2``: ``z = S / sqrt(sum_c |w_c|^2)`` is exactly a
     standard normal and ``p = P(N(0, 1) >= z)``, whatever the text's structure (sentences on
     one topic share a context and point the same way, which the variance accounts for).
+
+    Soft contexts: sentence ``t`` may instead be scored on ``sum_c a_tc n_c`` for key-free
+    weights ``a_tc`` (a function of the text). Then ``S = sum_c n_c . w_c`` with
+    ``w_c = sum_t a_tc u_t``, and the same argument gives the same exact z.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 from torch import Tensor
@@ -112,23 +115,35 @@ def transition_matrix(regions: list[int], scored: list[bool], num_regions: int) 
     return counts
 
 
-def context_sums(vectors: np.ndarray, contexts: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The key-free part of the ``direction`` statistic: the distinct contexts ``(C,)`` of the
-    scored sentences and ``(C, D)`` the sums ``w_c`` of their vectors."""
+def context_sums(vectors: np.ndarray, contexts) -> tuple[np.ndarray, np.ndarray]:
+    """The key-free part of the ``direction`` statistic: the contexts ``(C,)`` the scored
+    sentences use and ``(C, D)`` the sums ``w_c`` of their (weighted) vectors.
+
+    ``contexts``: ``(T,)`` region indices, or ``(T, K)`` context weights (``w_c`` is then
+    ``sum_t a_tc u_t``; one-hot rows give the same sums as indices)."""
     vectors = np.asarray(vectors, dtype=np.float64)
-    contexts = np.asarray(contexts, dtype=np.int64)
+    weights = np.asarray(contexts)
+    if weights.ndim == 2:
+        if np.all((weights == 0) | (weights == 1)) and np.all(weights.sum(axis=1) == 1):
+            weights = weights.argmax(axis=1)
+        else:
+            weights = weights.astype(np.float64)
+            distinct = np.flatnonzero((weights != 0).any(axis=0))
+            return distinct, weights[:, distinct].T @ vectors
+    contexts = weights.astype(np.int64)
     distinct, index = np.unique(contexts, return_inverse=True)
     sums = np.zeros((len(distinct), vectors.shape[1]))
     np.add.at(sums, index, vectors)
     return distinct, sums
 
 
-def direction_z(vectors: np.ndarray, contexts: Sequence[int], directions: np.ndarray) -> float:
+def direction_z(vectors: np.ndarray, contexts, directions: np.ndarray) -> float:
     """Exact z of the ``direction`` statistic (see the module docstring).
 
     Args:
         vectors: ``(T, D)`` vectors of the scored sentences (at least one, not all zero).
-        contexts: ``(T,)`` context of each (row index into ``directions``).
+        contexts: ``(T,)`` context of each (row index into ``directions``), or ``(T, K)``
+            context weights (the direction of row ``t`` is ``sum_c a_tc n_c``).
         directions: ``(K, D)`` the key's directions.
     """
     distinct, sums = context_sums(vectors, contexts)

@@ -82,6 +82,9 @@ class Judgement(NamedTuple):
     """The transition is new in the document, or novelty no longer matters (see above)."""
     score: float = math.nan
     """``direction`` mark: the candidate's score (``nan`` under the ``region`` mark)."""
+    context: torch.Tensor | None = None
+    """``direction`` mark: the ``(K,)`` context weights the candidate gives the sentence after
+    it (``WatermarkScheme.context_weights``)."""
 
 
 @dataclass
@@ -209,6 +212,8 @@ class _Doc:
     previous: int
     started: float
     generator: torch.Generator
+    weights: torch.Tensor | None = None
+    """``direction`` mark: ``(K,)`` context weights of the previous sentence (or start value)."""
     sentence_started: float = 0.0
     timed_out: bool = False  # the kept sentence's search ended by ``sentence_time_budget``
     stats: dict[int, list[float]] = field(default_factory=dict)
@@ -465,11 +470,14 @@ class Watermarker:
                 doc.open_sentence, doc.head = start.open_sentence, start.head
             else:  # an empty prompt or chat: the keyed start value seeds the first sentence
                 doc.previous, doc.keyed_start = self.scheme.start_region, True
+                doc.weights = self.scheme.region_weights([self.scheme.start_region])[0]
             docs.append(doc)
         if seeds:
-            regions = self.scheme.regions([sentence for _, sentence in seeds])[0].tolist()
-            for (doc, _), region in zip(seeds, regions, strict=True):
-                doc.previous = region
+            emb = self.scheme.embed([sentence for _, sentence in seeds])
+            regions = self.scheme.locate(emb)[0].tolist()
+            weights = self.scheme.context_weights(emb)
+            for (doc, _), region, row in zip(seeds, regions, weights, strict=True):
+                doc.previous, doc.weights = region, row
         return docs
 
     def _judge(
@@ -487,27 +495,34 @@ class Watermarker:
         # A completing document has no previous region yet (-1): what is computed for its rows
         # here is not used.
         previous = [active[g].previous for g, _ in rows]
+        own: list[torch.Tensor | None] = [None] * len(texts)
         if self.scheme.mark == "direction":
-            scores = self.scheme.scores(self.scheme.vectors(emb), previous).tolist()
+            own = list(self.scheme.context_weights(emb))
+            none = torch.zeros(self.scheme.num_regions, dtype=torch.float64)
+            contexts = torch.stack(
+                [none if active[g].weights is None else active[g].weights for g, _ in rows]
+            )
+            scores = self.scheme.scores(self.scheme.vectors(emb), contexts).tolist()
             valid = [score >= self.threshold for score in scores]
         else:
             scores = [math.nan] * len(texts)
             valid = self.scheme.is_valid(torch.tensor(previous), regions).tolist()
         out = []
-        for (g, i), text, r, v, m, score in zip(
-            rows, texts, regions.tolist(), valid, margin_ok.tolist(), scores, strict=True
+        for (g, i), text, r, v, m, score, context in zip(
+            rows, texts, regions.tolist(), valid, margin_ok.tolist(), scores, own, strict=True
         ):
             doc = active[g]
             if doc.completing:
                 ok = self._completion(doc, text) is not None
-                out.append((ok, Judgement(int(r), True, True, True)))
+                out.append((ok, Judgement(int(r), True, True, True, context=context)))
                 continue
             if not watermark:  # as in the plain path above, whatever else is in the round
                 out.append((True, Judgement(-1, True, True, True)))
                 continue
             if self.scheme.mark == "direction":
                 # The direction mark: accepted when the score reaches the threshold.
-                out.append((bool(v), Judgement(int(r), bool(v), True, True, float(score))))
+                verdict = Judgement(int(r), bool(v), True, True, float(score), context)
+                out.append((bool(v), verdict))
                 continue
             draw = doc.drawn + i + 1
             m = m or (self.margin_patience is not None and draw > self.margin_patience)
@@ -611,6 +626,8 @@ class Watermarker:
             doc.used.add((doc.previous, region))
         doc.context = chosen.text
         doc.previous = region
+        if chosen.info is not None and chosen.info.context is not None:
+            doc.weights = chosen.info.context
         doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
         doc.sentence_started, doc.timed_out = time.perf_counter(), False
         doc.best = None
@@ -639,6 +656,7 @@ class Watermarker:
         doc.prefix += completion
         doc.context = chosen.text
         doc.previous = chosen.info.region
+        doc.weights = chosen.info.context
         doc.open_sentence = doc.head = ""
         doc.verbatim = True
         doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0

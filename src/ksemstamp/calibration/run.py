@@ -162,6 +162,7 @@ def run_calibration(
             "keys": f"keyed {'tables' if scheme.mark == 'region' else 'directions'} of the "
             f"keys 'calibration|{settings.seed}|i', i < num_keys",
             "mark": scheme.mark,
+            "context_temperature": scheme.context_temperature,
             "statistics": list(stats),
             "alphas": list(settings.alphas),
             "window_words": settings.window_words,

@@ -71,7 +71,7 @@ class DirectionSums:
     text: np.ndarray
     """``(R,)`` text index of each row."""
     context: np.ndarray
-    """``(R,)`` context (previous region) of each row."""
+    """``(R,)`` context (region whose direction the row's sum meets) of each row."""
     sums: np.ndarray
     """``(R, D)`` the vector sums."""
     variance: np.ndarray
@@ -127,8 +127,10 @@ def score_texts(
                 continue
             matrix = plan.transition_counts(k)
             if direction:
-                rows, contexts = plan.scored_contexts()
-                distinct, sums = context_sums(plan.vectors[rows].double().numpy(), contexts)
+                rows, _ = plan.scored_contexts()
+                distinct, sums = context_sums(
+                    plan.vectors[rows].double().numpy(), plan.context_weights(rows).numpy()
+                )
                 rows_text += [len(kept_labels)] * len(distinct)
                 rows_context += distinct.tolist()
                 rows_sum.append(sums)

@@ -25,6 +25,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 from ..io import ResumableWriter, read_jsonl_objects, write_jsonl_atomic
+from .report import LABELS
 
 GenerateFn = Callable[[list[str]], list[dict]]
 
@@ -61,13 +62,7 @@ class GeneratorFactory:
                 seed=cfg.seed,
             )
             return kgw.generate
-        if self.algorithm not in (
-            "ksemstamp",
-            "ksemstamp-paper",
-            "ksemstamp-region",
-            "semstamp",
-            "none",
-        ):
+        if self.algorithm not in LABELS:
             raise ValueError(f"unknown algorithm {self.algorithm!r}")
         watermarker = build_watermarker(cfg)
         watermark = self.algorithm != "none"

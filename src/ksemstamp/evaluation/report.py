@@ -10,6 +10,7 @@ LABELS = {
     "ksemstamp": "k-SemStamp",
     "ksemstamp-paper": "k-SemStamp (paper)",
     "ksemstamp-region": "k-SemStamp (region, K=64)",
+    "ksemstamp-soft": "k-SemStamp (direction, soft contexts)",
     "semstamp": "SemStamp",
     "kgw": "KGW",
     "none": "No watermark",

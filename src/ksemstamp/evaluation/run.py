@@ -47,11 +47,11 @@ from ..io import (
     write_jsonl_atomic,
     write_text_atomic,
 )
-from .report import markdown_table, plot_roc
+from .report import LABELS, markdown_table, plot_roc
 from .settings import FIXED_SETTINGS, EvalSettings
 
 MISSING_SCORE = -1000.0
-WATERMARKED = ("ksemstamp", "ksemstamp-paper", "ksemstamp-region", "semstamp", "kgw")
+WATERMARKED = tuple(name for name in LABELS if name != "none")
 # ---------------------------------------------------------------------- prompts
 
 

@@ -280,6 +280,7 @@ def create_app(
             "demo_key": demo_key,
             "valid_mode": scheme.valid_mode,
             "mark": scheme.mark,
+            "context_temperature": scheme.context_temperature,
             "statistic": detector.statistic,
             "alpha": detector.alpha,
             "gamma": scheme.gamma,
