@@ -38,6 +38,17 @@ WEIGHT_FLOOR = 0.01
 """Soft context weights below this share of a context's largest weight are dropped."""
 
 
+def soft_context_weights(emb: Tensor, centroids: Tensor, temperature: float) -> Tensor:
+    """``(N, K)`` float64 soft context weights of ``(N, D)`` embeddings: the softmax of their
+    cosines to ``(K, D)`` centroids over ``temperature > 0``, weights under ``WEIGHT_FLOOR`` of
+    the largest set to zero, unit length."""
+    emb = torch.nn.functional.normalize(emb.float(), dim=-1)
+    cos = emb @ torch.nn.functional.normalize(centroids.float().to(emb.device), dim=-1).T
+    weights = torch.exp((cos - cos.max(dim=-1, keepdim=True).values).double() / temperature)
+    weights = weights.masked_fill(weights < WEIGHT_FLOOR, 0.0)
+    return torch.nn.functional.normalize(weights, dim=-1).cpu()
+
+
 class WatermarkScheme:
     """Maps sentences to regions and decides which regions are valid after which.
 
@@ -148,16 +159,10 @@ class WatermarkScheme:
         sentence after each (key-free): the one-hot region at temperature 0, else the softmax
         of the cosines to the centroids over the temperature, weights under ``WEIGHT_FLOOR``
         of the largest dropped, unit length."""
-        emb = emb.float()
         if self.context_temperature == 0:
-            regions, _ = self.locate(emb)
+            regions, _ = self.locate(emb.float())
             return self.region_weights(regions)
-        centroids = self.partition.centroids.float().to(emb.device)
-        cos = torch.nn.functional.normalize(emb, dim=-1) @ centroids.T
-        logits = (cos - cos.max(dim=-1, keepdim=True).values).double() / self.context_temperature
-        weights = torch.exp(logits)
-        weights = weights.masked_fill(weights < WEIGHT_FLOOR, 0.0)
-        return torch.nn.functional.normalize(weights, dim=-1).cpu()
+        return soft_context_weights(emb, self.partition.centroids, self.context_temperature)
 
     def region_weights(self, regions: Tensor | Sequence[int]) -> Tensor:
         """``(N, K)`` one-hot context weights of ``regions`` (a known region, or the keyed start

@@ -1,4 +1,5 @@
-"""``python -m ksemstamp.study {pool,pairs,centroids,sweep,plot}``: the design study's commands.
+"""``python -m ksemstamp.study {pool,pairs,centroids,sweep,plot,attribution}``: the design
+study's commands.
 
 Each step writes a file the next one reads, and each resumes a partial file::
 
@@ -7,6 +8,8 @@ Each step writes a file the next one reads, and each resumes a partial file::
     python -m ksemstamp.study centroids --output study/centroids
     python -m ksemstamp.study sweep --pool study/pool.jsonl --pairs study/pairs.jsonl \
         --centroids study/centroids --output docs/study/results.json
+    python -m ksemstamp.study attribution --eval-config docs/evaluation/confirm-run.yaml \
+        --output docs/study/attribution.json
 """
 
 from __future__ import annotations
@@ -61,6 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep.add_argument("--encoder", default="all-minilm-l6-v2")
     sweep.add_argument("--keys", type=int, default=10)
     sweep.add_argument("--max-new-tokens", type=int, default=200)
+    attr = sub.add_parser(
+        "attribution", help="where paraphrases take a direction-mark run's evidence"
+    )
+    attr.add_argument("--eval-config", required=True, help="the evaluation's settings YAML")
+    attr.add_argument("--algorithm", default="ksemstamp")
+    attr.add_argument("--output", required=True, help="JSON file (a .md table beside it)")
     plot = sub.add_parser("plot", help="draw the frontier from a sweep's results JSON")
     plot.add_argument("--results", required=True)
     plot.add_argument("--output", required=True, help="PNG file")
@@ -80,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ks = [int(k) for k in args.ks.split(",")]
         for path in fit_study_centroids(args.encoder, ks, args.output):
             print(path)
+    elif args.command == "attribution":
+        from .attribution import run_attribution
+
+        print(run_attribution(args.eval_config, args.algorithm, args.output))
     elif args.command == "plot":
         import json
 
