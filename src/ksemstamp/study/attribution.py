@@ -19,6 +19,9 @@ part of the context a paraphrase does not keep; a generation under that temperat
 
     python -m ksemstamp.study attribution --eval-config docs/evaluation/confirm-run.yaml \\
         --algorithm ksemstamp --output docs/study/attribution.json
+
+``region_agreement`` adds, for every watermarked algorithm of the run, how often an attacked
+sentence keeps its region and its transition: the quantities the region mark lives on.
 """
 
 from __future__ import annotations
@@ -151,6 +154,48 @@ def attribute(
     return out
 
 
+def region_agreement(eval_config: str | Path) -> dict[str, Any]:
+    """Per watermarked algorithm and attack of the run: how often an attacked sentence keeps
+    its region (all sentences, and those that passed the margin), and its transition (its
+    region and its previous sentence's), under that algorithm's own partition (key-free).
+    Texts whose attack kept the number of sentences."""
+    settings = EvalSettings(**load_settings_file(eval_config))
+    run = Path(settings.output_dir)
+    prompts = {r["id"]: r for r in read_jsonl_objects(run / "prompts.jsonl")}
+    out: dict[str, Any] = {}
+    encoder = None
+    for algorithm in settings.algorithms:
+        if algorithm in ("none", "kgw"):
+            continue
+        scheme = build_scheme(settings.watermark_config(algorithm), encoder=encoder)
+        encoder = scheme.encoder
+        clean = {r["id"]: r for r in read_jsonl_objects(run / "generations" / f"{algorithm}.jsonl")}
+        for attack in settings.attacks:
+            path = run / "attacks" / f"{algorithm}.{attack['name']}.jsonl"
+            if not path.exists():
+                continue
+            own, margin_own, transition = [], [], []
+            for record in read_jsonl_objects(path):
+                before = scheme.splitter.split(clean[record["id"]]["text"])
+                after = scheme.splitter.split(record["text"])
+                seed = scheme.splitter.split(prompts[record["id"]]["prompt"])[-1:]
+                if len(before) != len(after) or not seed or not before:
+                    continue
+                r_before, ok = (x.numpy() for x in scheme.regions(seed + before))
+                r_after = scheme.regions(seed + after)[0].numpy()
+                kept = r_before == r_after
+                own += kept[1:].tolist()
+                margin_own += kept[1:][ok[1:]].tolist()
+                transition += (kept[1:] & kept[:-1]).tolist()
+            out.setdefault(algorithm, {})[attack["name"]] = {
+                "sentences": len(own),
+                "region_kept": _mean(own),
+                "region_kept_margin_passing": _mean(margin_own),
+                "transition_kept": _mean(transition),
+            }
+    return out
+
+
 def _weights(scheme, emb: torch.Tensor, temperature: float) -> np.ndarray:
     if temperature == 0:
         return scheme.region_weights(scheme.locate(emb)[0]).numpy()
@@ -193,6 +238,22 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {f(r['estimated_mean_z_clean'])} / {f(r['estimated_mean_z_attacked'])} "
                 f"| {f(r['estimated_power_clean'])} / {f(r['estimated_power_attacked'])} |"
             )
+    if result.get("region_agreement"):
+        lines += [
+            "",
+            "Region agreement (each algorithm's own partition, key-free):",
+            "",
+            "| algorithm | attack | sentences | region kept (all / margin-passing) "
+            "| transition kept |",
+            "|---|---|---|---|---|",
+        ]
+        for algorithm, attacks in result["region_agreement"].items():
+            for name, r in attacks.items():
+                lines.append(
+                    f"| {algorithm} | {name} | {r['sentences']} "
+                    f"| {f(r['region_kept'])} / {f(r['region_kept_margin_passing'])} "
+                    f"| {f(r['transition_kept'])} |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -200,6 +261,7 @@ def run_attribution(eval_config: str, algorithm: str, output: str) -> Path:
     """Write ``attribute``'s JSON to ``output`` and its tables beside it (``.md``)."""
     torch.set_grad_enabled(False)
     result = attribute(eval_config, algorithm)
+    result["region_agreement"] = region_agreement(eval_config)
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
