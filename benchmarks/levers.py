@@ -305,8 +305,11 @@ def run_quality(args: argparse.Namespace) -> None:
         results = detector.detect_batch(generated[fmt]["watermarked"], prompts)
         p_values = [r.p_value for r in results]
         scored = sum(r.num_scored for r in results)
+        z_scores = [r.z_score for r in results if r.z_score is not None]
         row.update(
             p_values=p_values,
+            z_scores=[r.z_score for r in results],
+            z_mean=statistics.mean(z_scores) if z_scores else None,
             detected_at_alpha=sum(p is not None and p <= base.alpha for p in p_values),
             valid_share=sum(r.num_valid for r in results) / scored if scored else None,
             scored_sentences=scored,
@@ -318,16 +321,17 @@ def run_quality(args: argparse.Namespace) -> None:
         out["formats"][fmt] = row
     lines = [
         "| lm_dtype | human ppl (under the format) | oracle ppl, watermarked (median) "
-        "| oracle ppl, plain (median) | p <= alpha | valid share | candidates / sentence "
-        "| fallbacks |",
-        "|---|---|---|---|---|---|---|---|",
+        "| oracle ppl, plain (median) | p <= alpha | mean z | valid share "
+        "| candidates / sentence | fallbacks |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for fmt, r in out["formats"].items():
         lines.append(
             f"| {fmt} | {r['human_perplexity_under_format']:.2f} "
             f"| {r['watermarked_oracle_perplexity_median']:.2f} "
             f"| {r['plain_oracle_perplexity_median']:.2f} "
-            f"| {r['detected_at_alpha']} / {len(prompts)} | {r['valid_share']:.3f} "
+            f"| {r['detected_at_alpha']} / {len(prompts)} | {r['z_mean']:.2f} "
+            f"| {r['valid_share']:.3f} "
             f"| {r['candidates_per_sentence']:.1f} | {r['fallbacks']} |"
         )
     _write("quality", out, "\n".join(lines))
