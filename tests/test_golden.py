@@ -83,6 +83,7 @@ def cfg():
     # move the pinned outputs (they were recorded with the K = 8 centroids).
     return WatermarkConfig(
         key=KEY,
+        lm_dtype="fp32",
         mark="region",
         centroids=str(PAPER_CENTROIDS),
         margin_patience=None,

@@ -26,7 +26,7 @@ def test_config_checks_lm_dtype_and_threads():
     with pytest.raises(ValueError) as err:
         WatermarkConfig(lm_dtype="float16", threads=0)
     assert "lm_dtype" in str(err.value) and "threads" in str(err.value)
-    assert WatermarkConfig().lm_dtype == "fp32" and WatermarkConfig().threads is None
+    assert WatermarkConfig().lm_dtype == "auto" and WatermarkConfig().threads is None
 
 
 def test_build_watermarker_loads_the_lm_in_the_configured_format(monkeypatch, hash_encoder):
