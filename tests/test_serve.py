@@ -327,7 +327,16 @@ def test_direction_mark_view_scores_and_normal_chart(hash_encoder):
     assert len(scored) == 7 and all(s["score"] > 0 for s in scored)
     assert view["sentences"][0]["score"] is None
     assert "exactly normal" in view["explanation"]
+    assert "previous sentence's region" in view["explanation"]
     assert SECRET not in json.dumps(view)
+
+
+def test_soft_context_explanation():
+    from ksemstamp.serve.present import explanation
+
+    result = DetectionResult(status="ok", z_score=3.0, p_value=0.00135, num_scored=6, num_valid=5)
+    text = explanation(result, 0.25, 0.01, mark="direction", soft_contexts=True)
+    assert "blend of the directions" in text and "exactly normal" in text
 
 
 def test_explanation_names_a_text_that_never_changes_step():

@@ -172,6 +172,7 @@ def create_app(
             valid_per_row=valid_per_row,
             num_regions=scheme.num_regions,
             mark=scheme.mark,
+            soft_contexts=scheme.context_temperature > 0,
         )
         out["seconds"] = round(seconds, 4)
         out["key_fingerprint"] = fingerprint

@@ -83,8 +83,16 @@ def _scored_transitions(result: DetectionResult) -> set[tuple[int, int]]:
     return out
 
 
-def explanation(result: DetectionResult, gamma: float, alpha: float, mark: str = "region") -> str:
-    """One plain paragraph on what this text's p-value promises and what it does not."""
+def explanation(
+    result: DetectionResult,
+    gamma: float,
+    alpha: float,
+    mark: str = "region",
+    soft_contexts: bool = False,
+) -> str:
+    """One plain paragraph on what this text's p-value promises and what it does not
+    (``soft_contexts``: the direction mark blends the directions of the regions near the
+    previous sentence)."""
     if result.status != "ok":
         return result.error or ""
     caveat = (
@@ -92,9 +100,14 @@ def explanation(result: DetectionResult, gamma: float, alpha: float, mark: str =
         f"someone holding the key. The text is called watermarked when p <= {alpha:g}."
     )
     if mark == "direction":
+        context = (
+            "a blend of the directions the key draws for the regions nearest the previous sentence"
+            if soft_contexts
+            else "a direction the key draws for the previous sentence's region"
+        )
         return (
-            f"Each scored sentence's score is how far its meaning points along a direction the "
-            f"key draws for the previous sentence's region. If this text had been written "
+            f"Each scored sentence's score is how far its meaning points along {context}. "
+            f"If this text had been written "
             f"without our key, a total score this high (z = {result.z_score:.2f}) would turn up "
             f"with probability {result.p_value:.3g} (the shaded area of the chart), whatever its "
             f"topic or style: over random keys the total is exactly normal, with a spread the "
@@ -164,6 +177,7 @@ def detection_view(
     valid_per_row: int,
     num_regions: int,
     mark: str = "region",
+    soft_contexts: bool = False,
 ) -> dict[str, Any]:
     """Everything the page needs to show one detection."""
     previous = result.seed_region
@@ -203,7 +217,7 @@ def detection_view(
         "sentences": sentences,
         "segments": _segments(text, result.sentences),
         "null": null_chart(result, valid_per_row, num_regions, mark),
-        "explanation": explanation(result, gamma, alpha, mark),
+        "explanation": explanation(result, gamma, alpha, mark, soft_contexts),
     }
 
 
