@@ -235,9 +235,10 @@ def test_bad_sampling_setting_is_named(setting, value):
         build_watermarker(cfg, scheme, lm=(None, None))  # checked before the LM is touched
 
 
-def test_context_temperature_needs_centroids():
-    with pytest.raises(ValueError, match="context_temperature"):
-        WatermarkConfig(partition="lsh", context_temperature=0.05)
+def test_lsh_partition_scores_on_hard_contexts():
+    # Soft context weights need centroids; an LSH partition keeps the previous region.
+    cfg = WatermarkConfig(partition="lsh", key="k", context_temperature=0.05)
+    assert build_scheme(cfg, encoder=_Encoder()).context_temperature == 0.0
 
 
 def test_gamma_times_k_must_be_whole(tmp_path):

@@ -69,12 +69,14 @@ class WatermarkConfig:
     detector sums the scores into an exact z (docs/study). ``region`` (k-SemStamp, SemStamp):
     its region should be in the key's valid set for the previous sentence's region, with the
     margin; ``gamma``, ``margin``, ``novelty_patience`` and ``margin_patience`` apply to it."""
-    context_temperature: float = 0.0
+    context_temperature: float = 0.05
     """``direction`` mark: ``0`` scores a sentence on the key's direction for the previous
     sentence's region; ``tau > 0`` on the sum of every region's direction weighted by a
     softmax of the previous sentence's cosine similarity to the centroids over ``tau``, so that
     a paraphrase which moves the previous sentence across a border changes the direction a
-    little instead of entirely (k-means partitions; see ``scheme``)."""
+    little instead of entirely (see ``scheme``). 0.05 kept the most evidence after the LM
+    paraphrase on the confirmation run's texts (docs/study). Soft weights need centroids: with
+    ``partition: lsh`` sentences are scored on the previous sentence's region (``0``)."""
     threshold: float | None = None
     """``direction`` mark: accept the first candidate scoring at least this; after
     ``max_candidates`` draws keep the best-scoring one. ``None``: always the best of
@@ -154,8 +156,6 @@ class WatermarkConfig:
             problems.append(f"mark must be 'region' or 'direction', not {self.mark!r}")
         if self.context_temperature < 0:
             problems.append(f"context_temperature must be >= 0, got {self.context_temperature}")
-        elif self.context_temperature > 0 and self.partition != "kmeans":
-            problems.append("context_temperature > 0 needs partition 'kmeans' (centroids)")
         elif self.mark == "direction":
             if self.valid_mode != "keyed":
                 problems.append("mark 'direction' needs valid_mode 'keyed' (a secret key)")
@@ -291,7 +291,11 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
         transition=transition,
         mark=cfg.mark,
         center=center,
-        context_temperature=cfg.context_temperature if cfg.mark == "direction" else 0.0,
+        context_temperature=(
+            cfg.context_temperature
+            if cfg.mark == "direction" and cfg.partition == "kmeans"
+            else 0.0
+        ),
     )
 
 

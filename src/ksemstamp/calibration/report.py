@@ -36,8 +36,13 @@ def render_report(result: dict[str, Any]) -> str:
         "```",
         "",
         (
-            f"Mark: direction (the key draws a direction per region), K = "
-            f"{cal['num_regions']} regions; "
+            "Mark: direction (the key draws a direction per region; "
+            + (
+                f"soft contexts, temperature {cal['context_temperature']:g}"
+                if cal.get("context_temperature")
+                else "hard contexts: the previous sentence's region"
+            )
+            + f"), K = {cal['num_regions']} regions; "
             if direction
             else f"Partition: K = {cal['num_regions']} regions, gamma = {cal['gamma']}; "
         )
