@@ -458,6 +458,9 @@ def summarize_variant(
             for k in (
                 "lm",
                 "lm_dtype",
+                "mark",
+                "context_temperature",
+                "threshold",
                 "centroids",
                 "gamma",
                 "margin",
