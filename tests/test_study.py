@@ -262,3 +262,56 @@ def test_direction_human_p_values_are_uniform_over_keys():
         assert np.mean(np.array(ps) <= alpha) == pytest.approx(
             alpha, abs=3.5 * np.sqrt(alpha * (1 - alpha) / 400)
         )
+
+
+# ---------------------------------------------------------------------- attribution
+
+
+def test_attribution_normaliser_and_tables():
+    from ksemstamp.stats import direction_z
+    from ksemstamp.study.attribution import _z, markdown
+
+    rng = np.random.default_rng(5)
+    vectors = rng.normal(size=(6, 8))
+    directions = rng.normal(size=(3, 8))
+    contexts = [0, 2, 2, 1, 0, 1]
+    onehot = np.eye(3)[contexts]
+    total = float(((onehot @ directions) * vectors).sum())
+    # With the text's own scores, the estimate's z is the exact statistic's.
+    assert _z(vectors, onehot, total) == pytest.approx(direction_z(vectors, contexts, directions))
+    result = {
+        "eval_config": "run.yaml",
+        "algorithm": "ksemstamp",
+        "attacks": {
+            "lm-paraphrase": {
+                "texts": 10,
+                "aligned": 7,
+                "region_agreement_of_context": 0.8,
+                "mean_sentence_score": {"clean": 1.5, "attacked_on_clean_context": 1.2},
+                "power_at_1pct": {"attacked": 0.4, "attacked_on_clean_contexts": None},
+                "temperatures": {
+                    "0.05": {
+                        "context_kept": 0.9,
+                        "estimated_mean_z_clean": 3.0,
+                        "estimated_mean_z_attacked": 2.5,
+                        "estimated_power_clean": 0.8,
+                        "estimated_power_attacked": 0.6,
+                    }
+                },
+            }
+        },
+        "region_agreement": {
+            "ksemstamp": {
+                "lm-paraphrase": {
+                    "sentences": 50,
+                    "region_kept": 0.78,
+                    "region_kept_margin_passing": 0.86,
+                    "transition_kept": 0.63,
+                }
+            }
+        },
+    }
+    text = markdown(result)
+    assert "| lm-paraphrase | 10 (7) | 0.80 | 1.50 / 1.20 | 0.40 | - |" in text
+    assert "| lm-paraphrase | 0.05 | 0.90 | 3.00 / 2.50 | 0.80 / 0.60 |" in text
+    assert "| ksemstamp | lm-paraphrase | 50 | 0.78 / 0.86 | 0.63 |" in text
