@@ -319,10 +319,11 @@ class Detector:
             flat += ([seed] if seed is not None else []) + sentences
         show = progress and len(flat) > PROGRESS_SENTENCES
         emb = self.scheme.embed(flat, progress=show)
-        regions = iter(self.scheme.locate(emb)[0].tolist())
+        located = self.scheme.locate(emb)[0]
+        regions = iter(located.tolist())
         direction = self.scheme.mark == "direction"
         vectors = self.scheme.vectors(emb) if direction else None
-        weights = self.scheme.context_weights(emb) if direction else None
+        weights = self.scheme.context_weights(emb, located) if direction else None
         row = 0
         for plan in seeded:
             has_seed = plan.seed is not None

@@ -154,13 +154,15 @@ class WatermarkScheme:
             emb = emb - self.center
         return torch.nn.functional.normalize(emb, dim=-1)
 
-    def context_weights(self, emb: Tensor) -> Tensor:
+    def context_weights(self, emb: Tensor, regions: Tensor | None = None) -> Tensor:
         """``(N, K)`` float64 context weights that ``(N, D)`` sentence embeddings give the
-        sentence after each (key-free): the one-hot region at temperature 0, else the softmax
-        of the cosines to the centroids over the temperature, weights under ``WEIGHT_FLOOR``
-        of the largest dropped, unit length."""
+        sentence after each (key-free): the one-hot region at temperature 0 (``regions``, when
+        the caller has located them already), else the softmax of the cosines to the centroids
+        over the temperature, weights under ``WEIGHT_FLOOR`` of the largest dropped, unit
+        length."""
         if self.context_temperature == 0:
-            regions, _ = self.locate(emb.float())
+            if regions is None:
+                regions, _ = self.locate(emb.float())
             return self.region_weights(regions)
         return soft_context_weights(emb, self.partition.centroids, self.context_temperature)
 

@@ -474,9 +474,9 @@ class Watermarker:
             docs.append(doc)
         if seeds:
             emb = self.scheme.embed([sentence for _, sentence in seeds])
-            regions = self.scheme.locate(emb)[0].tolist()
-            weights = self.scheme.context_weights(emb)
-            for (doc, _), region, row in zip(seeds, regions, weights, strict=True):
+            located = self.scheme.locate(emb)[0]
+            weights = self.scheme.context_weights(emb, located)
+            for (doc, _), region, row in zip(seeds, located.tolist(), weights, strict=True):
                 doc.previous, doc.weights = region, row
         return docs
 
@@ -497,7 +497,7 @@ class Watermarker:
         previous = [active[g].previous for g, _ in rows]
         own: list[torch.Tensor | None] = [None] * len(texts)
         if self.scheme.mark == "direction":
-            own = list(self.scheme.context_weights(emb))
+            own = list(self.scheme.context_weights(emb, regions))
             none = torch.zeros(self.scheme.num_regions, dtype=torch.float64)
             contexts = torch.stack(
                 [none if active[g].weights is None else active[g].weights for g, _ in rows]
