@@ -44,10 +44,12 @@ def test_watermarked_text_is_detected(pipeline, generations):
     assert result.regions == [s.region for s in marked.sentences]
     assert result.scores == pytest.approx([s.score for s in marked.sentences], abs=1e-4)
     assert result.num_scored == marked.num_sentences
-    # Each sentence was the best of 12 draws along its key's direction; how far that takes one
-    # text's p-value depends on how much its sentences share contexts and topic (the power over
-    # many texts is test_default_detects_most_held_out_news_texts and docs/evaluation).
-    assert result.num_valid >= result.num_scored - 1 and result.z_score > 1.645
+    # Each sentence was the best of its draws along its key's direction, so most score above
+    # zero (half would, for text written without the key); how far that takes one text's
+    # p-value depends on how much its sentences share contexts and topic (the power over many
+    # texts is test_default_detects_most_held_out_news_texts and docs/evaluation). The text
+    # itself depends on the CPU's float arithmetic, so the test asks what any such text shows.
+    assert result.num_valid >= 0.7 * result.num_scored and result.z_score > 1.645
 
 
 def test_region_mark_detection_agrees_with_generation(encoder, lm):

@@ -219,7 +219,8 @@ def _direction_ingredients(vectors_per_context: list[list[list[float]]], regions
 
 def test_direction_best_of_n_keeps_the_best_scoring_draw():
     # One context, four candidates along known directions; the key's direction is +x for every
-    # region. The best of 4 draws of the 4 candidates is the most +x one whenever it is drawn.
+    # region. A round's rows are distinct draws: the best of 4 of these 4 candidates is always
+    # the most +x one (10 degrees, region 2).
     angles = np.radians([170, 90, 10, 45])
     ctx = [[float(np.cos(a)), float(np.sin(a))] for a in angles]
     ing, dv = _direction_ingredients([ctx] * 200, [[0, 1, 2, 3]] * 200)
@@ -227,10 +228,44 @@ def test_direction_best_of_n_keeps_the_best_scoring_draw():
     design = Design(mark="direction", k=4, threshold=float("inf"), max_candidates=4)
     text = simulate_text(design, dv, ing, 0, directions, np.random.default_rng(0), 10**6)
     assert text.candidates == [4] * 200 and not any(text.fallbacks)
-    # Region 2 (10 degrees) is kept whenever it is among the 4 draws: 1 - (3/4)^4 of the time.
+    assert set(text.regions) == {2} and all(text.valid)
+    # More draws than the pool holds are drawn with replacement: region 2 is kept whenever it
+    # is among the 6 draws, 1 - (3/4)^6 of the time.
+    design = Design(mark="direction", k=4, threshold=float("inf"), max_candidates=6)
+    text = simulate_text(design, dv, ing, 0, directions, np.random.default_rng(0), 10**6)
     share = np.mean(np.array(text.regions) == 2)
-    assert share == pytest.approx(1 - 0.75**4, abs=3 * np.sqrt(0.68 * 0.32 / 200))
-    assert all(text.valid[i] for i, r in enumerate(text.regions) if r in (2, 3))
+    assert share == pytest.approx(1 - 0.75**6, abs=3 * np.sqrt(0.82 * 0.18 / 200))
+    # One row per round costs one single-row step per token; four rows of one token cost
+    # 1 + 3 * ROW_COST for that token.
+    from ksemstamp.study.simulate import ROW_COST
+
+    assert text.step_cost[0] == pytest.approx(1 + 5 * ROW_COST) and text.decoded[0] == 6
+
+
+def test_pruned_rounds_rank_running_rows_by_their_first_tokens():
+    # Four candidates of 16 tokens; after 8 tokens only 2 go on. When the first tokens point
+    # where the whole sentence does, pruning keeps the best; when they point the other way, it
+    # loses it: the simulator ranks rows by their partial vectors, as the sampler does.
+    from ksemstamp.study.simulate import ROW_COST
+
+    angles = np.radians([170, 90, 10, 45])
+    ctx = [[float(np.cos(a)), float(np.sin(a))] for a in angles]
+    ing, dv = _direction_ingredients([ctx] * 50, [[0, 1, 2, 3]] * 50)
+    ing.tokens[:] = 16
+    directions = np.tile([[1.0, 0.0]], (4, 1))
+    design = Design(
+        mark="direction", k=4, max_candidates=4, prune_tokens=8, prune_keep=2, prune_margin=None
+    )
+    for partial, kept in ((dv.vectors, 2), (-dv.vectors, 1)):
+        dv.partial = {8: partial}
+        text = simulate_text(design, dv, ing, 0, directions, np.random.default_rng(0), 10**6)
+        assert set(text.regions) == {kept} and text.candidates == [4] * 50
+        # 4 rows for 8 tokens, then 2 rows for 8 more: 48 decoded tokens per sentence.
+        assert text.decoded == [48] * 50
+        steps = 8 * (1 + 3 * ROW_COST) + 8 * (1 + ROW_COST)
+        assert text.step_cost[0] == pytest.approx(steps)
+    with pytest.raises(ValueError):
+        Design(mark="direction", k=4, threshold=1.0, prune_tokens=8)
 
 
 def test_direction_threshold_accepts_the_first_draw_reaching_it():

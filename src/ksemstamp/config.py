@@ -86,6 +86,15 @@ class WatermarkConfig:
     max_candidates: int = 12
     """Candidates per sentence before giving up on the rule: the ``region`` mark then keeps the
     last one drawn (paper: 100), the ``direction`` mark the best-scoring one."""
+    prune_tokens: int | None = None
+    """``direction`` mark without a threshold: every this many tokens of a round, the candidates
+    still running are scored on their text so far, and ``prune_keep`` and ``prune_margin`` stop
+    the unpromising ones (see ``ksemstamp.pruning``). ``None``: every candidate finishes."""
+    prune_keep: int = 12
+    """Candidates that go on after the first pruning check (those already finished count)."""
+    prune_margin: float | None = 0.3
+    """At every pruning check, a running candidate whose partial score is below the best
+    finished candidate's score minus this stops; ``None`` never stops one this way."""
     novelty_patience: int = 10
     """Candidates after which a valid but already-used region transition is accepted; 0 is the
     paper's rule. Repeated transitions add no evidence for the default (exact) test."""
@@ -175,6 +184,12 @@ class WatermarkConfig:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             problems.append(f"max_prompt_tokens must be >= 1 or null, got {self.max_prompt_tokens}")
+        if self.prune_tokens is not None and self.prune_tokens < 1:
+            problems.append(f"prune_tokens must be >= 1 or null, got {self.prune_tokens}")
+        if self.prune_keep < 1:
+            problems.append(f"prune_keep must be >= 1, got {self.prune_keep}")
+        if self.prune_margin is not None and self.prune_margin < 0:
+            problems.append(f"prune_margin must be >= 0 or null, got {self.prune_margin}")
         if self.margin_patience is not None and self.margin_patience < 0:
             problems.append(f"margin_patience must be >= 0 or null, got {self.margin_patience}")
         if self.sentence_time_budget is not None and self.sentence_time_budget <= 0:
@@ -311,6 +326,7 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
     """A ready ``Watermarker``; pass ``lm=(model, tokenizer)`` to reuse a loaded LM (used as it
     is: ``lm_dtype`` applies only to an LM loaded here)."""
     from .assets import load_lm
+    from .pruning import PruneRule
     from .sampler import CandidateSampler, SamplingConfig, SequentialCandidateSampler
     from .watermarker import Watermarker
 
@@ -338,6 +354,11 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
         novelty_patience=cfg.novelty_patience,
         margin_patience=cfg.margin_patience,
         threshold=cfg.threshold,
+        prune=(
+            None
+            if cfg.prune_tokens is None
+            else PruneRule(cfg.prune_tokens, cfg.prune_keep, cfg.prune_margin)
+        ),
         seed=cfg.seed,
         sentence_time_budget=cfg.sentence_time_budget,
         chat=cfg.chat,

@@ -57,6 +57,27 @@ class Candidate:
     truncated: bool = False
     separator: str = " "
     """Whitespace the model put before the sentence (a space, or its newlines)."""
+    pruned: bool = False
+    """Stopped unfinished by a ``Pruner`` (empty text, never accepted)."""
+
+
+@dataclass(frozen=True)
+class Pruner:
+    """Stops rows of a round before they finish.
+
+    Every ``every`` tokens of a round, ``decide(tokens, rows, texts, finished)`` sees the rows
+    still running (``rows[i] = (group, index in group)``, ``texts[i]`` their text so far, each
+    ``tokens`` long) and, per group, the candidates already finished (``finished[g]``, judged,
+    pruned ones left out), and returns one flag per running row: keep decoding it. A stopped row
+    becomes a ``Candidate`` with ``pruned=True`` and no text; its tokens count as wasted.
+    """
+
+    every: int
+    decide: Callable[[int, list[tuple[int, int]], list[str], list[list[Candidate]]], list[bool]]
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise ValueError(f"a pruner checks every >= 1 tokens, got {self.every}")
 
 
 @dataclass
@@ -67,6 +88,11 @@ class GroupResult:
     accepted_index: int | None = None
     decoded_tokens: int = 0
     wasted_tokens: int = 0
+
+    @property
+    def pruned(self) -> int:
+        """Rows a ``Pruner`` stopped before they finished."""
+        return sum(c.pruned for c in self.candidates)
 
 
 def _segments(
@@ -213,6 +239,7 @@ class CandidateSampler(_LMSampler):
         generator: torch.Generator | Sequence[torch.Generator] | None = None,
         contexts: Sequence[str] | None = None,
         heads: Sequence[str] | None = None,
+        pruner: Pruner | None = None,
     ) -> list[GroupResult]:
         """Sample ``rows[g]`` candidate sentences after ``prefixes[g]`` for every group ``g``.
 
@@ -225,6 +252,8 @@ class CandidateSampler(_LMSampler):
         Rows complete the head's sentence: the candidate is the whole sentence, head included.
 
         ``generator`` is one generator for all rows or one per group.
+
+        ``pruner`` (optional) stops running rows early (see ``Pruner``).
 
         Returns one ``GroupResult`` per group with its candidates in draw order up to the first
         accepted one (or all of them when none was accepted).
@@ -251,7 +280,9 @@ class CandidateSampler(_LMSampler):
         outcome: list[list[Candidate | None]] = [[None] * n for n in rows]
         resolved = [False] * len(rows)
 
+        step = 0  # tokens each running row holds after this step
         while live_group:
+            step += 1
             segments = _segments(live_group, generator) if per_group else []
             next_ids = self._next_tokens(logits, seen, None if per_group else generator, segments)
             seen[torch.arange(len(live_group), device=self.device), next_ids] = True
@@ -294,6 +325,9 @@ class CandidateSampler(_LMSampler):
                     outcome[g][i] = Candidate(text, len(tokens[r]), accepted, info, trunc, sep)
 
             _resolve(outcome, resolved, results)
+            if pruner is not None and step % pruner.every == 0:
+                self._prune(pruner, step, live_group, live_index, tokens, outcome, resolved, heads)
+                _resolve(outcome, resolved, results)
             # Rows continue while their group is open and they have not finished.
             keep = [
                 r
@@ -307,7 +341,7 @@ class CandidateSampler(_LMSampler):
                     results[g].decoded_tokens += len(tokens[r]) + 1
                     cand = outcome[g][live_index[r]]
                     used = results[g].accepted_index
-                    if cand is None or (used is not None and live_index[r] > used):
+                    if cand is None or cand.pruned or (used is not None and live_index[r] > used):
                         results[g].wasted_tokens += len(tokens[r]) + 1
             if not keep:
                 break
@@ -321,6 +355,40 @@ class CandidateSampler(_LMSampler):
                 punct = [punct[r] for r in keep]
             logits = decoder.step(next_ids, live_group)
         return results
+
+    def _prune(
+        self,
+        pruner: Pruner,
+        step: int,
+        live_group: list[int],
+        live_index: list[int],
+        tokens: list[list[int]],
+        outcome: list[list[Candidate | None]],
+        resolved: list[bool],
+        heads: list[str],
+    ) -> None:
+        """Ask ``pruner`` about the rows still running in open groups; mark the ones it stops."""
+        running = [
+            r
+            for r, g in enumerate(live_group)
+            if not resolved[g] and outcome[g][live_index[r]] is None
+        ]
+        if not running:
+            return
+        texts = [
+            heads[live_group[r]] + self.tokenizer.decode(tokens[r], skip_special_tokens=True)
+            for r in running
+        ]
+        finished = [[c for c in row if c is not None and not c.pruned] for row in outcome]
+        rows = [(live_group[r], live_index[r]) for r in running]
+        flags = pruner.decide(step, rows, texts, finished)
+        if len(flags) != len(running):
+            raise ValueError(f"the pruner returned {len(flags)} flags for {len(running)} rows")
+        for r, go_on in zip(running, flags, strict=True):
+            if not go_on:
+                outcome[live_group[r]][live_index[r]] = Candidate(
+                    "", len(tokens[r]), False, pruned=True
+                )
 
     def _sentence(self, context: str, tokens: list[int], final: bool, head: str = "") -> str | None:
         """The row's sentence if it is complete (or ``final``), ``""`` if it can never be one,
@@ -415,10 +483,30 @@ class SequentialCandidateSampler(_LMSampler):
         generator: torch.Generator | Sequence[torch.Generator] | None = None,
         contexts: Sequence[str] | None = None,
         heads: Sequence[str] | None = None,
+        pruner: Pruner | None = None,
     ) -> list[GroupResult]:
         """Draw up to ``rows[g]`` candidates after ``prefixes[g]``, one at a time, stopping a
-        group at its first accepted candidate (see ``CandidateSampler.sample_round``)."""
+        group at its first accepted candidate (see ``CandidateSampler.sample_round``).
+
+        With a ``pruner`` the candidates are drawn in stages of ``pruner.every`` tokens, one
+        ``generate`` call per candidate and stage over the prefix and the candidate's text so
+        far, and the pruner stops candidates between stages; a group then stops at the first
+        candidate accepted in the order they finish."""
         per_group, contexts, heads = _check_round(prefixes, rows, generator, contexts, heads)
+        if pruner is not None:
+            return [
+                self._staged_group(
+                    g,
+                    prefix,
+                    rows[g],
+                    judge,
+                    generator[g] if per_group else generator,
+                    contexts[g],
+                    heads[g],
+                    pruner,
+                )
+                for g, prefix in enumerate(prefixes)
+            ]
         results = []
         for g, prefix in enumerate(prefixes):
             gen = generator[g] if per_group else generator
@@ -435,22 +523,84 @@ class SequentialCandidateSampler(_LMSampler):
             results.append(result)
         return results
 
+    def _staged_group(
+        self,
+        g: int,
+        prefix: str,
+        num: int,
+        judge: Judge,
+        generator: torch.Generator | None,
+        context: str,
+        head: str,
+        pruner: Pruner,
+    ) -> GroupResult:
+        """One group's candidates drawn stage by stage under ``pruner`` (see ``sample_round``)."""
+        result = GroupResult()
+        partial: list[list[int]] = [[] for _ in range(num)]
+        outcome: list[Candidate | None] = [None] * num
+        step = 0
+        while running := [i for i in range(num) if outcome[i] is None]:
+            step += pruner.every
+            for i in running:
+                limit = min(step, self.config.max_sentence_tokens)
+                partial[i] = self._extend(prefix, generator, partial[i], limit)
+                cand = self._finished(partial[i], context, head, final=len(partial[i]) < limit)
+                if cand is None:
+                    continue
+                result.decoded_tokens += cand.num_tokens
+                ((ok, info),) = judge([(g, i)], [cand.text])
+                cand.accepted, cand.info = bool(ok) and bool(cand.text), info
+                outcome[i] = cand
+                if cand.accepted:
+                    result.accepted_index = len([c for c in outcome if c is not None]) - 1
+                    result.candidates = [c for c in outcome if c is not None]
+                    return result
+            running = [i for i in running if outcome[i] is None]
+            if not running:
+                break
+            texts = [
+                head + self.tokenizer.decode(partial[i], skip_special_tokens=True) for i in running
+            ]
+            finished = [[c for c in outcome if c is not None and not c.pruned]]
+            flags = pruner.decide(step, [(0, i) for i in running], texts, finished)
+            for i, go_on in zip(running, flags, strict=True):
+                if not go_on:
+                    outcome[i] = Candidate("", len(partial[i]), False, pruned=True)
+                    result.decoded_tokens += len(partial[i])
+                    result.wasted_tokens += len(partial[i])
+        result.candidates = [c for c in outcome if c is not None]
+        return result
+
     def _draw(
         self, prefix: str, context: str, generator: torch.Generator | None, head: str = ""
     ) -> Candidate:
         """One candidate sentence from one ``generate`` call over the whole prefix (with a
         ``head``, the whole-text stop waits one sentence longer than needed; the candidate is
         still cut by ``next_sentence``)."""
+        tokens = self._extend(prefix, generator, [], self.config.max_sentence_tokens)
+        cand = self._finished(tokens, context, head, final=True)
+        assert cand is not None
+        return cand
+
+    def _extend(
+        self, prefix: str, generator: torch.Generator | None, start: list[int], limit: int
+    ) -> list[int]:
+        """``start`` extended by one ``generate`` call over the prefix and ``start``, until the
+        whole text holds a further sentence or ``limit`` tokens (the reference's stop rule)."""
         from transformers import StoppingCriteriaList
 
         enc = self.tokenizer(prefix, return_tensors="pt")
-        input_ids = enc["input_ids"].to(self.device)
+        prefix_ids = enc["input_ids"].to(self.device)
+        input_ids = torch.cat(
+            [prefix_ids, torch.tensor([start], dtype=torch.long, device=self.device)], dim=1
+        )
         stop = StoppingCriteriaList(
-            [_WholeTextSentenceStop(self.tokenizer, self.splitter, input_ids[0])]
+            [_WholeTextSentenceStop(self.tokenizer, self.splitter, prefix_ids[0])]
         )
         kwargs = dict(
-            attention_mask=enc["attention_mask"].to(self.device),
+            attention_mask=torch.ones_like(input_ids),
             generation_config=self.generation_config,
+            max_new_tokens=limit - len(start),
             stopping_criteria=stop,
         )
         if generator is None:
@@ -462,9 +612,18 @@ class SequentialCandidateSampler(_LMSampler):
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 out = self.model.generate(input_ids, **kwargs)
-        new = out[0, input_ids.shape[1] :].tolist()
-        raw = self.tokenizer.decode(new, skip_special_tokens=True)
+        return out[0, prefix_ids.shape[1] :].tolist()
+
+    def _finished(
+        self, tokens: list[int], context: str, head: str, final: bool
+    ) -> Candidate | None:
+        """The candidate that ``tokens`` make when they hold a sentence or ``final`` (else
+        ``None``: it runs on)."""
+        raw = self.tokenizer.decode(tokens, skip_special_tokens=True)
         sentence, complete = self.splitter.next_sentence(context, head + raw)
-        separator = _separator(raw)
-        truncated = not complete and len(new) >= self.config.max_sentence_tokens
-        return Candidate(sentence if complete else "", len(new), False, None, truncated, separator)
+        truncated = not complete and len(tokens) >= self.config.max_sentence_tokens
+        if not (complete or truncated or final):
+            return None
+        return Candidate(
+            sentence if complete else "", len(tokens), False, None, truncated, _separator(raw)
+        )

@@ -29,6 +29,11 @@ paraphrase more often, but where the LM's next sentences rarely reach a valid re
 border, insisting on it to ``max_candidates`` costs many draws and ends in a fallback that is not
 valid at all; a valid sentence near a border still counts when the text is not attacked.
 
+Pruning (an option, ``prune``; the direction mark's default, see ``pruning``): under the
+direction mark without a threshold, a round draws ``max_candidates`` rows and every
+``prune.every`` tokens the rows still running are scored on their text so far; the rule stops
+the ones unlikely to become the best. A stopped row counts as a drawn candidate (``pruned``).
+
 Sentence time budget (an option, ``sentence_time_budget``; ``None`` is the paper's rule): a
 sentence whose search has run that many seconds ends as at ``max_candidates`` (the region mark
 keeps the last candidate drawn, a fallback; the direction mark its best so far), checked between
@@ -65,7 +70,8 @@ from tqdm.auto import tqdm
 
 from .detector import continuation_sentences
 from .prompts import CHAT, COMPLETE, CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
-from .sampler import Candidate, CandidateSampler, GroupResult
+from .pruning import PruneRule, rows_to_keep
+from .sampler import Candidate, CandidateSampler, GroupResult, Pruner
 from .scheme import WatermarkScheme
 from .stats import normal_sf
 
@@ -103,6 +109,8 @@ class SentenceRecord:
     rejected_repeat: int = 0
     fallback: bool = False
     num_tokens: int = 0
+    pruned: int = 0
+    """Candidates stopped unfinished by the pruning rule (counted in ``candidates``)."""
     timed_out: bool = False
     """The search ended by ``sentence_time_budget``, before ``max_candidates`` draws (the
     region mark keeps its last candidate, a fallback; the direction mark its best so far)."""
@@ -156,6 +164,10 @@ class GenerationResult:
         return sum(s.fallback for s in self.sentences)
 
     @property
+    def pruned(self) -> int:
+        return sum(s.pruned for s in self.sentences)
+
+    @property
     def num_tokens(self) -> int:
         """Tokens of ``text``: the completion's and the sentences'."""
         return self.completion_tokens + sum(s.num_tokens for s in self.sentences)
@@ -166,6 +178,7 @@ class GenerationResult:
             "text": self.text,
             "num_sentences": self.num_sentences,
             "candidates": self.candidates,
+            "pruned": self.pruned,
             "fallbacks": self.fallbacks,
             "num_tokens": self.num_tokens,
             "rejected_region": sum(s.rejected_region for s in self.sentences),
@@ -219,6 +232,7 @@ class _Doc:
     stats: dict[int, list[float]] = field(default_factory=dict)
     used: set[tuple[int, int]] = field(default_factory=set)
     drawn: int = 0
+    pruned: int = 0
     rejected_region: int = 0
     rejected_margin: int = 0
     rejected_repeat: int = 0
@@ -258,6 +272,8 @@ class Watermarker:
             (``None``: the margin holds until ``max_candidates``, the paper's rule).
         threshold: ``direction`` mark: the score that accepts a candidate at once (``None``:
             none does; the best of ``max_candidates`` is kept).
+        prune: ``direction`` mark without a threshold: when running candidate rows stop early
+            (``None``: every row finishes).
         seed: seed of the sampling RNG (same seed, inputs and settings give the same text).
         sentence_time_budget: seconds after which a sentence's search falls back as at
             ``max_candidates`` (checked between rounds; ``None``: no limit, the paper's rule).
@@ -280,6 +296,7 @@ class Watermarker:
         novelty_patience: int = 0,
         margin_patience: int | None = None,
         threshold: float | None = None,
+        prune: PruneRule | None = None,
         seed: int = 0,
         sentence_time_budget: float | None = None,
         chat: bool = False,
@@ -307,6 +324,7 @@ class Watermarker:
             raise ValueError(f"margin_patience must be >= 0 or None, got {margin_patience}")
         self.margin_patience = margin_patience
         self.threshold = math.inf if threshold is None else float(threshold)
+        self.prune = prune
         self.seed = seed
         if sentence_time_budget is not None and sentence_time_budget <= 0:
             raise ValueError(
@@ -395,6 +413,7 @@ class Watermarker:
             # Heads only while a prompt is being completed: samplers written for the plain
             # interface keep working for prompts that end a sentence.
             heads = {"heads": [d.head for d in active]} if any(d.completing for d in active) else {}
+            pruner = self._pruner(active, watermark)
             results = self.sampler.sample_round(
                 [d.prefix for d in active],
                 rows,
@@ -402,6 +421,7 @@ class Watermarker:
                 generator or [d.generator for d in active],
                 [d.context for d in active],
                 **heads,
+                **({"pruner": pruner} if pruner is not None else {}),
             )
             for doc, res in zip(active, results, strict=True):
                 completing = doc.completing
@@ -535,12 +555,60 @@ class Watermarker:
             out.append((verdict.valid and verdict.margin_ok and novel, verdict))
         return out
 
+    def _pruner(self, active: list[_Doc], watermark: bool) -> Pruner | None:
+        """The sampler's pruner for a round, or ``None`` when no row is to be stopped early."""
+        if (
+            self.prune is None
+            or not watermark
+            or self.scheme.mark != "direction"
+            or math.isfinite(self.threshold)
+            or all(d.completing for d in active)
+        ):
+            return None
+        return Pruner(self.prune.every, partial(self._prune_rows, active))
+
+    def _prune_rows(
+        self,
+        active: list[_Doc],
+        tokens: int,
+        rows: list[tuple[int, int]],
+        texts: list[str],
+        finished: list[list[Candidate]],
+    ) -> list[bool]:
+        """The pruner's decision: score the running rows' partial texts on their documents'
+        contexts (one encoder pass) and apply ``pruning.rows_to_keep`` per document. Rows
+        completing a prompt's sentence always go on."""
+        flags = [True] * len(rows)
+        groups: dict[int, list[int]] = {}
+        for i, (g, _) in enumerate(rows):
+            if not active[g].completing:
+                groups.setdefault(g, []).append(i)
+        order = [i for ids in groups.values() for i in ids]
+        if not order:
+            return flags
+        emb = self.scheme.embed([texts[i] for i in order])
+        contexts = torch.stack([active[rows[i][0]].weights for i in order])
+        values = self.scheme.scores(self.scheme.vectors(emb), contexts).tolist()
+        scores = dict(zip(order, values, strict=True))
+        assert self.prune is not None  # _pruner checked it
+        for g, ids in groups.items():
+            done = [
+                c.info.score
+                for c in finished[g]
+                if c.text and c.info is not None and not math.isnan(c.info.score)
+            ]
+            keep = rows_to_keep(self.prune, tokens, [scores[i] for i in ids], done)
+            for i, go_on in zip(ids, keep, strict=True):
+                flags[i] = go_on
+        return flags
+
     def _tally(self, doc: _Doc, res: GroupResult, watermark: bool) -> None:
         """Count a round's candidates: drawn, acceptance rate, and why each was rejected."""
         doc.result.decoded_tokens += res.decoded_tokens
         doc.result.wasted_tokens += res.wasted_tokens
         for cand in res.candidates:
             doc.drawn += 1
+            doc.pruned += cand.pruned
             if cand.info is None or not watermark:
                 continue
             verdict: Judgement = cand.info
@@ -611,6 +679,7 @@ class Watermarker:
                 rejected_repeat=doc.rejected_repeat,
                 fallback=fallback,
                 num_tokens=chosen.num_tokens,
+                pruned=doc.pruned,
                 timed_out=doc.timed_out,
                 score=_score_of(chosen),
             )
@@ -629,6 +698,7 @@ class Watermarker:
         if chosen.info is not None and chosen.info.context is not None:
             doc.weights = chosen.info.context
         doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
+        doc.pruned = 0
         doc.sentence_started, doc.timed_out = time.perf_counter(), False
         doc.best = None
         if doc.result.num_tokens >= self.max_new_tokens or (
@@ -684,6 +754,7 @@ def summarize(results: Sequence[GenerationResult]) -> dict:
         "tokens": sum(r.num_tokens for r in ok),
         "candidates_per_sentence": candidates / sentences if sentences else None,
         "fallbacks": sum(r.fallbacks for r in ok),
+        "pruned": sum(r.pruned for r in ok),
         "ended_by_model": sum(r.ended_by_model for r in ok),
         "rejected_region": sum(s.rejected_region for r in ok for s in r.sentences),
         "rejected_margin": sum(s.rejected_margin for r in ok for s in r.sentences),

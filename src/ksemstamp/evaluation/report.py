@@ -11,6 +11,7 @@ LABELS = {
     "ksemstamp-paper": "k-SemStamp (paper)",
     "ksemstamp-region": "k-SemStamp (region, K=64)",
     "ksemstamp-soft": "k-SemStamp (direction, soft contexts)",
+    "ksemstamp-pruned": "k-SemStamp (direction, soft contexts, pruned 32 to 12)",
     "semstamp": "SemStamp",
     "kgw": "KGW",
     "none": "No watermark",

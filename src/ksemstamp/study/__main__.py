@@ -1,4 +1,4 @@
-"""``python -m ksemstamp.study {pool,pairs,centroids,sweep,plot,attribution}``: the design
+"""``python -m ksemstamp.study {pool,pairs,centroids,sweep,prune,plot,attribution}``: the design
 study's commands.
 
 Each step writes a file the next one reads, and each resumes a partial file::
@@ -8,6 +8,8 @@ Each step writes a file the next one reads, and each resumes a partial file::
     python -m ksemstamp.study centroids --output study/centroids
     python -m ksemstamp.study sweep --pool study/pool.jsonl --pairs study/pairs.jsonl \
         --centroids study/centroids --output docs/study/results.json
+    python -m ksemstamp.study prune --pool study/pool.jsonl --pairs study/pairs.jsonl \
+        --centroids study/centroids --output docs/study/prune.json
     python -m ksemstamp.study attribution --eval-config docs/evaluation/confirm-run.yaml \
         --output docs/study/attribution.json
 """
@@ -70,6 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     attr.add_argument("--eval-config", required=True, help="the evaluation's settings YAML")
     attr.add_argument("--algorithm", default="ksemstamp")
     attr.add_argument("--output", required=True, help="JSON file (a .md table beside it)")
+    prune = sub.add_parser("prune", help="simulate pruned rounds of the direction mark")
+    prune.add_argument("--pool", required=True)
+    prune.add_argument("--pairs", required=True)
+    prune.add_argument("--centroids", required=True, help="folder of `centroids` output")
+    prune.add_argument("--output", required=True, help="results JSON (.md and .png beside it)")
+    prune.add_argument("--encoder", default="all-minilm-l6-v2")
+    prune.add_argument("--keys", type=int, default=20)
+    prune.add_argument("--max-new-tokens", type=int, default=200)
     plot = sub.add_parser("plot", help="draw the frontier from a sweep's results JSON")
     plot.add_argument("--results", required=True)
     plot.add_argument("--output", required=True, help="PNG file")
@@ -93,6 +103,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .attribution import run_attribution
 
         print(run_attribution(args.eval_config, args.algorithm, args.output))
+    elif args.command == "prune":
+        from .prune import run_prune_study
+
+        run_prune_study(
+            args.pool,
+            args.pairs,
+            args.centroids,
+            args.output,
+            encoder=args.encoder,
+            num_keys=args.keys,
+            max_new_tokens=args.max_new_tokens,
+        )
     elif args.command == "plot":
         import json
 

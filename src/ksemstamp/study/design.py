@@ -38,6 +38,14 @@ class Design:
         threshold: ``direction``: the score that accepts a candidate at once; after
             ``max_candidates`` draws the best-scoring one is kept (``inf``: always the best of
             ``max_candidates``).
+        context_temperature: ``direction``: ``0`` scores a sentence on its previous sentence's
+            region's direction; ``tau > 0`` on the soft context (``scheme``).
+        prune_tokens: ``direction`` with ``threshold = inf``: check the running candidates
+            every this many tokens and stop the unpromising ones (``pruning``); ``None``: every
+            candidate finishes.
+        prune_keep: candidates that go on after the first check.
+        prune_margin: at every check, stop a running candidate scoring below the best finished
+            one minus this (``None``: never).
         k: regions (k-means centroids).
         margin: k-SemStamp rejection margin.
         gamma: share of valid regions.
@@ -70,6 +78,10 @@ class Design:
     centroids: str | None = None
     mark: str = "region"
     threshold: float = float("inf")
+    context_temperature: float = 0.0
+    prune_tokens: int | None = None
+    prune_keep: int = 12
+    prune_margin: float | None = None
 
     def __post_init__(self) -> None:
         if self.mark not in MARKS:
@@ -84,6 +96,18 @@ class Design:
             raise ValueError("max_candidates and max_tokens must be >= 1, patience >= 0")
         if self.margin < 0:
             raise ValueError(f"margin must be >= 0, got {self.margin}")
+        if self.prune_tokens is not None:
+            self.prune_rule()  # checks the pruning settings
+            if self.mark != "direction" or self.threshold != float("inf"):
+                raise ValueError("pruning applies to the direction mark's best of max_candidates")
+
+    def prune_rule(self):
+        """The design's ``pruning.PruneRule``, or ``None``."""
+        from ..pruning import PruneRule
+
+        if self.prune_tokens is None:
+            return None
+        return PruneRule(self.prune_tokens, self.prune_keep, self.prune_margin)
 
     @property
     def num_valid(self) -> int:
@@ -93,9 +117,14 @@ class Design:
 
     def label(self) -> str:
         if self.mark == "direction":
-            return (
+            label = (
                 f"direction K{self.k} t{self.threshold:g} N{self.max_candidates} L{self.max_tokens}"
             )
+            if self.context_temperature:
+                label += f" tau{self.context_temperature:g}"
+            if self.prune_tokens is not None:
+                label += f" prune{self.prune_tokens}/{self.prune_keep}/{self.prune_margin}"
+            return label
         rule = self.rule if self.rule == "paper" else f"{self.rule}{self.patience}"
         relax = "" if self.margin_patience is None else f"/{self.margin_patience}"
         return (
@@ -122,6 +151,18 @@ class DesignView:
     domain mean, unit norm), as ``WatermarkScheme.vectors``."""
     attacked_vectors: dict[str, np.ndarray] | None = None
     """Per attack, ``(U, D)`` the same for each sentence's attacked embedding."""
+    weights: np.ndarray | None = None
+    """``(U, K)`` soft context weights each sentence gives the next (``direction`` designs with
+    a context temperature; ``None``: hard contexts, the sentence's region)."""
+    attacked_weights: dict[str, np.ndarray] | None = None
+    """Per attack, the same for each sentence's attacked embedding."""
+    centroids: torch.Tensor | None = None
+    """``(K, D)`` the design's centroids."""
+    center: torch.Tensor | None = None
+    """``(D,)`` the domain mean the direction vectors are centred on."""
+    partial: dict[int, np.ndarray] | None = None
+    """``{n: (U, D)}`` the direction vectors of each sentence's first ``n`` generator tokens
+    (pruned designs; a sentence of at most ``n`` tokens has its own vector)."""
 
 
 def centroid_path(folder: str | Path, encoder: str, k: int) -> Path:
@@ -157,6 +198,8 @@ def view(
         attacked,
         vectors(ing.embeddings),
         {name: vectors(emb) for name, emb in ing.attacked.items()},
+        centroids=centroids,
+        center=center,
     )
 
 

@@ -189,3 +189,25 @@ def load_ingredients(
         scale=scales,
         human=human,
     )
+
+
+def partial_texts(sentences: Sequence[str], tokens: int, lm: str | None = None) -> list[str]:
+    """Each sentence's first ``tokens`` generator tokens, as a candidate row holds them after
+    that many decoding steps (a sentence that is not longer stays whole). The generator's
+    tokenizer reads the sentence after a space, as the sampler decodes a row."""
+    from transformers import AutoTokenizer
+
+    from ..assets import DEFAULT_LM, resolve_lm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_lm_path(lm or DEFAULT_LM))
+    out = []
+    for sentence in sentences:
+        ids = tokenizer(" " + sentence, add_special_tokens=False).input_ids
+        out.append(sentence if len(ids) <= tokens else tokenizer.decode(ids[:tokens]).strip())
+    return out
+
+
+def partial_embeddings(ing: Ingredients, checkpoints: Sequence[int]) -> dict[int, torch.Tensor]:
+    """``{n: (U, D)}`` unit embeddings of every sentence's first ``n`` generator tokens
+    (``partial_texts``), for simulating pruned rounds; kept on disk as the others."""
+    return {n: _embed_all(ing.encoder, partial_texts(ing.sentences, n)) for n in checkpoints}

@@ -10,7 +10,14 @@ ingredients. Clean and attacked region sequences are then scored with the exact
 key-randomisation test, as the detector scores them (with the prompt: its last sentence seeds
 the first generated sentence; repeated sentences are not scored). A ``direction`` design is
 replayed the same way with the key's directions in place of the valid table: each draw is scored
-as the watermarker scores it, and texts are scored with ``stats.direction_z``.
+as the watermarker scores it (on its previous sentence's region's direction, or its soft
+context), and texts are scored with ``stats.direction_z``. A direction design draws its
+``max_candidates`` candidates of a context without replacement when the pool has that many (a
+batched round's rows are distinct samples), and a pruned design (``pruning``) ranks a running
+candidate by the vector of its first ``n`` tokens at each check. Its cost is counted in decoded
+tokens and in *step cost*: a decoding step of ``r`` rows costs ``1 + ROW_COST * (r - 1)``
+single-row steps (the watermarker's measured cost model), summed over the round's steps, per
+token of the kept sentence; plain sampling costs 1.
 
 What it cannot know: the context of a generated sentence is the plain continuation's context,
 not the watermarked text's own (the generator's next-sentence distribution is assumed to depend
@@ -25,9 +32,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..keys import keyed_directions, valid_table
+from ..pruning import rows_to_keep
 from ..stats import direction_z, normal_sf, null_count_pmf
 from .design import Design, DesignView
 from .ingredients import Ingredients
+
+ROW_COST = 0.065
+"""Cost of one more row in a batched decoding step, in single-row steps (as ``Watermarker``)."""
 
 # ---------------------------------------------------------------------- the exact test
 
@@ -81,6 +92,12 @@ class SimText:
     valid_attacked: dict[str, int] = field(default_factory=dict)
     scored: int = 0
     agreement: dict[str, float] = field(default_factory=dict)
+    decoded: list[int] = field(default_factory=list)
+    """``direction`` designs: tokens decoded for each sentence, over all its candidates."""
+    step_cost: list[float] = field(default_factory=list)
+    """``direction`` designs: each sentence's round in single-row decoding steps."""
+    scores: list[float] = field(default_factory=list)
+    """``direction`` designs: each kept sentence's score on its context."""
 
 
 def _first(mask: np.ndarray) -> int | None:
@@ -191,23 +208,31 @@ def _simulate_direction(
     max_new_tokens: int,
 ) -> SimText:
     """``simulate_text`` for a ``direction`` design: the first draw scoring at least the
-    threshold, else the best of ``max_candidates`` draws."""
-    seed_region = int(dv.region[ing.seeds[doc]])
-    prev = seed_region
+    threshold, else the best of ``max_candidates`` draws (of those a pruned design lets
+    finish)."""
+    prev = int(ing.seeds[doc])  # the sentence whose context the next one is scored on
     out = SimText()
     accepted: list[int] = []
     width = ing.cand.shape[1]
+    n = design.max_candidates
     for ctx in ing.doc_contexts[doc]:
         if out.tokens >= max_new_tokens:
             break
-        draws = rng.integers(width, size=design.max_candidates)
+        draws = (
+            rng.choice(width, size=n, replace=False) if n <= width else rng.integers(width, size=n)
+        )
         sid = ing.cand[ctx, draws]
         ntok = ing.tokens[ctx, draws]
         usable = (sid >= 0) & (ntok <= design.max_tokens)
         if not usable.any():
             break  # nothing usable in N_max draws: the text ends here
         safe = np.where(usable, sid, 0)
-        score = np.where(usable, dv.vectors[safe] @ directions[prev], -np.inf)
+        direction = _context_direction(dv, directions, prev)
+        score = np.where(usable, dv.vectors[safe] @ direction, -np.inf)
+        stop = np.minimum(ntok, design.max_tokens)  # tokens each row decodes
+        if design.prune_tokens is not None:
+            alive = _prune(design, dv, safe, usable, stop, score, direction)
+            score = np.where(alive, score, -np.inf)
         i = _first(score >= design.threshold)
         # Without a threshold the best of max_candidates is the rule, not a fallback.
         fallback = i is None and np.isfinite(design.threshold)
@@ -215,21 +240,26 @@ def _simulate_direction(
             i = int(np.argmax(score))
         accepted.append(int(sid[i]))
         out.regions.append(int(dv.region[sid[i]]))
-        out.candidates.append(
-            i + 1 if np.isfinite(design.threshold) and not fallback else design.max_candidates
-        )
+        out.candidates.append(i + 1 if np.isfinite(design.threshold) and not fallback else n)
         out.fallbacks.append(fallback)
         out.valid.append(bool(score[i] > 0))
+        out.scores.append(float(score[i]))
         out.tokens += int(ntok[i])
-        prev = out.regions[-1]
+        rows = stop[: out.candidates[-1]]
+        out.decoded.append(int(rows.sum()))
+        live = (rows[None, :] > np.arange(int(rows.max()))[:, None]).sum(axis=1)
+        out.step_cost.append(float((1 + ROW_COST * (live - 1)).sum()))
+        prev = int(sid[i])
 
+    seed = int(ing.seeds[doc])
     out.p_clean, out.valid_clean, out.scored = _score_direction(
-        out.regions, accepted, seed_region, dv.vectors, directions
+        accepted, seed, dv.vectors, directions, dv.weights, dv.region
     )
     for name, regions in dv.attacked.items():
         attacked = [int(regions[s]) for s in accepted]
+        weights = None if dv.weights is None else dv.attacked_weights[name]
         p, v, _ = _score_direction(
-            attacked, accepted, seed_region, dv.attacked_vectors[name], directions
+            accepted, seed, dv.attacked_vectors[name], directions, weights, regions
         )
         out.p_attacked[name], out.valid_attacked[name] = p, v
         out.agreement[name] = (
@@ -240,27 +270,65 @@ def _simulate_direction(
     return out
 
 
+def _context_direction(dv: DesignView, directions: np.ndarray, sentence: int) -> np.ndarray:
+    """The direction a sentence following ``sentence`` is scored on: its region's (hard
+    contexts) or its soft context's."""
+    if dv.weights is None:
+        return directions[dv.region[sentence]]
+    return dv.weights[sentence] @ directions
+
+
+def _prune(
+    design: Design,
+    dv: DesignView,
+    sid: np.ndarray,
+    usable: np.ndarray,
+    stop: np.ndarray,
+    score: np.ndarray,
+    direction: np.ndarray,
+) -> np.ndarray:
+    """Which rows of a pruned round finish (``pruning.rows_to_keep`` at every check); ``stop``
+    is cut to the tokens a stopped row decoded."""
+    rule = design.prune_rule()
+    alive = np.ones(len(sid), dtype=bool)
+    for tokens in range(rule.every, int(stop.max()), rule.every):
+        running = np.flatnonzero(alive & (stop > tokens))
+        if not len(running):
+            break
+        done = alive & (stop <= tokens) & usable
+        partial = dv.partial[tokens][sid[running]] @ direction
+        keep = rows_to_keep(rule, tokens, partial.tolist(), score[done].tolist())
+        dropped = running[~np.array(keep, dtype=bool)]
+        alive[dropped] = False
+        stop[dropped] = tokens
+    return alive
+
+
 def _score_direction(
-    regions: list[int],
     sentence_ids: list[int],
-    seed_region: int,
+    seed: int,
     vectors: np.ndarray,
     directions: np.ndarray,
+    weights: np.ndarray | None,
+    regions: np.ndarray,
 ) -> tuple[float, int, int]:
     """Exact p-value, positive-score count and scored count of a ``direction`` text, with the
-    detector's rules (the prompt seeds; repeated sentences are not scored)."""
+    detector's rules (the prompt's last sentence ``seed`` seeds; repeated sentences are not
+    scored); contexts are soft when ``weights`` are given, else the previous regions."""
     rows, contexts, seen = [], [], set()
-    prev = seed_region
-    for q, s in zip(regions, sentence_ids, strict=True):
+    prev = seed
+    for s in sentence_ids:
         if s not in seen:
             seen.add(s)
             rows.append(s)
-            contexts.append(prev)
-        prev = q
+            contexts.append(weights[prev] if weights is not None else int(regions[prev]))
+        prev = s
     if not rows:
         return 1.0, 0, 0
     vec = vectors[rows]
-    positive = int(((vec * directions[contexts]).sum(axis=1) > 0).sum())
+    contexts = np.array(contexts)
+    own = contexts @ directions if weights is not None else directions[contexts]
+    positive = int(((vec * own).sum(axis=1) > 0).sum())
     return normal_sf(direction_z(vec, contexts, directions)), positive, len(rows)
 
 
@@ -299,7 +367,8 @@ def human_p_values(
             continue
         ids = [int(s) for s in seq[1 : max_sentences + 1]]
         if design.mark == "direction":
-            out.append(_score_direction(regions[1:], ids, regions[0], dv.vectors, table)[0])
+            scored = _score_direction(ids, int(seq[0]), dv.vectors, table, dv.weights, dv.region)
+            out.append(scored[0])
             continue
         out.append(
             _score(regions[1:], ids, regions[0], table, design.context == "fixed", design.k)[0]

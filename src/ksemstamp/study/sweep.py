@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .design import Design, DesignView, centroid_path, view
@@ -29,6 +30,8 @@ from .ingredients import Ingredients
 from .simulate import SimText, human_p_values, key_material, simulate_text
 
 ALPHAS = (0.01, 0.05)
+PRUNE_CHECKPOINTS = tuple(range(8, 65, 8))
+"""Partial lengths the simulator knows vectors for: pruned designs check every 8 tokens."""
 
 
 def summarize(per_key: Sequence[Sequence[SimText]], attacks: Sequence[str]) -> dict:
@@ -50,6 +53,13 @@ def summarize(per_key: Sequence[Sequence[SimText]], attacks: Sequence[str]) -> d
         else float("nan"),
         "valid_share": float(np.mean([t.valid_clean / max(t.scored, 1) for t in texts])),
     }
+    decoded = [d for t in texts for d in t.decoded]
+    if decoded:  # direction designs: what a sentence costs to decode
+        out["decoded_per_sentence"] = float(np.mean(decoded))
+        out["mean_best_score"] = float(np.mean([x for t in texts for x in t.scores]))
+        out["step_cost_per_token"] = float(
+            sum(c for t in texts for c in t.step_cost) / max(sum(t.tokens for t in texts), 1)
+        )
 
     def power(get) -> dict:
         res = {}
@@ -82,10 +92,14 @@ class Sweep:
         self.num_keys = num_keys
         self.max_new_tokens = max_new_tokens
         self.seed = seed
-        self._views: dict[str, DesignView] = {}
+        self._views: dict[tuple, DesignView] = {}
+        self._partial: dict[int, torch.Tensor] = {}
 
     def view(self, design: Design) -> DesignView:
+        """The design's view of the ingredients: regions and vectors under its centroids, plus
+        soft context weights at its temperature and partial vectors when it prunes."""
         from ..centroids import CentroidFile
+        from ..scheme import soft_context_weights
 
         path = design.centroids or str(centroid_path(self.folder, self.ing.encoder, design.k))
         if path not in self._views:
@@ -93,7 +107,38 @@ class Sweep:
             if fitted.num_regions != design.k:
                 raise ValueError(f"{path} has {fitted.num_regions} centroids, design K={design.k}")
             self._views[path] = view(self.ing, fitted.centroids, fitted.mean)
-        return self._views[path]
+        base = self._views[path]
+        tau = design.context_temperature if design.mark == "direction" else 0.0
+        prune = design.prune_rule()
+        if not tau and prune is None:
+            return base
+        key = (path, tau, prune is not None)
+        if key not in self._views:
+            extra: dict = {}
+            if tau:
+                extra["weights"] = soft_context_weights(self.ing.embeddings, base.centroids, tau)
+                extra["attacked_weights"] = {
+                    name: soft_context_weights(emb, base.centroids, tau).numpy()
+                    for name, emb in self.ing.attacked.items()
+                }
+                extra["weights"] = extra["weights"].numpy()
+            if prune is not None:
+                center = 0.0 if base.center is None else base.center.double()
+                extra["partial"] = {
+                    n: F.normalize(emb.double() - center, dim=-1).numpy()
+                    for n, emb in self.partial_embeddings().items()
+                }
+            self._views[key] = replace(base, **extra)
+        return self._views[key]
+
+    def partial_embeddings(self) -> dict[int, torch.Tensor]:
+        """Embeddings of every sentence's first 8, 16, ..., 64 generator tokens (computed once;
+        every pruned design here checks every 8 tokens)."""
+        from .ingredients import partial_embeddings
+
+        if not self._partial:
+            self._partial = partial_embeddings(self.ing, PRUNE_CHECKPOINTS)
+        return self._partial
 
     def margin_for(self, design: Design, pass_rate: float) -> Design:
         """``design`` with the margin that ``pass_rate`` of the pool's usable candidates pass."""

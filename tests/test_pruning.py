@@ -1,0 +1,129 @@
+"""The pruning rule of the direction mark, on plain numbers."""
+
+import pytest
+
+from ksemstamp.pruning import PruneRule, rows_to_keep
+
+
+def test_first_check_keeps_the_best_rows_finished_ones_included():
+    rule = PruneRule(every=8, keep=3, margin=None)
+    partial = [0.1, 0.9, -0.5, 0.4, 0.9]
+    # No row has finished: the three best partial scores go on (the earlier of a tie first).
+    assert rows_to_keep(rule, 8, partial, []) == [False, True, False, True, True]
+    # One candidate finished already: it takes one of the three places.
+    assert rows_to_keep(rule, 8, partial, [-2.0]) == [False, True, False, False, True]
+    # As many finished as places: every running row stops.
+    assert rows_to_keep(rule, 8, partial, [0.0, 0.0, 0.0]) == [False] * 5
+
+
+def test_later_checks_only_apply_the_margin():
+    rule = PruneRule(every=8, keep=1, margin=0.3)
+    partial = [1.0, 0.75, 0.69, -1.0]
+    # After the first check, `keep` no longer limits the rows; the margin below the best
+    # finished candidate (1.0 - 0.3) does.
+    assert rows_to_keep(rule, 16, partial, [1.0, -0.2]) == [True, True, False, False]
+    # Nothing finished yet: nothing to compare with, every row goes on.
+    assert rows_to_keep(rule, 16, partial, []) == [True] * 4
+    assert rows_to_keep(PruneRule(margin=None), 24, partial, [5.0]) == [True] * 4
+
+
+def test_both_parts_at_the_first_check():
+    rule = PruneRule(every=4, keep=3, margin=0.5)
+    # Places for two running rows (one finished at 1.2); of those two, 0.6 is below 1.2 - 0.5.
+    assert rows_to_keep(rule, 4, [0.6, 2.0, 0.1], [1.2]) == [False, True, False]
+    assert rows_to_keep(rule, 4, [0.8, 2.0, 0.1], [1.2]) == [True, True, False]
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"every": 0}, {"keep": 0}, {"margin": -0.1}], ids=["every", "keep", "margin"]
+)
+def test_bad_rules_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        PruneRule(**kwargs)
+
+
+# ---------------------------------------------------------------------- in the sentence loop
+
+
+class PruningSampler:
+    """A scripted sampler that asks the pruner once: each row is ``(text after 8 tokens, whole
+    sentence)``; rows the pruner stops come back pruned, the others finished."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.asked = []
+
+    def sample_round(self, prefixes, rows, judge, generator=None, contexts=None, pruner=None):
+        from ksemstamp.sampler import Candidate, GroupResult
+
+        assert pruner is not None and pruner.every == 8
+        partial = [p for p, _ in self.rows]
+        flags = pruner.decide(8, [(0, i) for i in range(len(partial))], partial, [[]])
+        self.asked.append(flags)
+        res = GroupResult()
+        for i, ((_, whole), go_on) in enumerate(zip(self.rows, flags, strict=True)):
+            if go_on:
+                ((ok, info),) = judge([(0, i)], [whole])
+                res.candidates.append(Candidate(whole, 20, ok, info))
+            else:
+                res.candidates.append(Candidate("", 8, False, pruned=True))
+        return [res]
+
+
+def test_the_watermarker_keeps_the_best_finished_of_the_rows_the_rule_lets_run(hash_encoder):
+    from test_direction import _pool, _scheme, _scored
+
+    from ksemstamp.watermarker import Watermarker
+
+    scheme = _scheme(hash_encoder)
+    prompt = "A prompt sentence."
+    previous = int(scheme.regions([prompt])[0][0])
+    pool = _pool(12)
+    partial, whole = pool[:6], pool[6:]
+    p_scores, w_scores = _scored(scheme, previous, partial), _scored(scheme, previous, whole)
+    sampler = PruningSampler(list(zip(partial, whole, strict=True)))
+    wm = Watermarker(
+        scheme,
+        sampler,
+        max_candidates=6,
+        max_new_tokens=5,
+        threshold=None,
+        prune=PruneRule(every=8, keep=2, margin=None),
+    )
+    result = wm.generate([prompt])[0]
+    # The two rows whose first tokens score best on the prompt's context go on ...
+    kept = sorted(range(6), key=lambda i: -p_scores[i])[:2]
+    assert sampler.asked == [[i in kept for i in range(6)]]
+    # ... and the kept sentence is the better of their whole sentences, whatever the others
+    # would have become.
+    best = max(kept, key=lambda i: w_scores[i])
+    record = result.sentences[0]
+    assert record.text == whole[best] and record.score == pytest.approx(w_scores[best], abs=1e-5)
+    assert record.candidates == 6 and record.pruned == 4 and not record.fallback
+    assert result.to_record()["pruned"] == 4
+
+
+@pytest.mark.parametrize("mark", ["direction", "region"])
+def test_no_pruner_for_the_region_mark_or_a_threshold(hash_encoder, mark):
+    from test_direction import _scheme
+    from test_watermarker import ScriptedSampler
+    from test_watermarker import _scheme as _region_scheme
+
+    from ksemstamp.watermarker import Watermarker
+
+    # ScriptedSampler takes no pruner: these runs would fail if one were passed. The region
+    # mark accepts the first valid candidate; the direction mark with a threshold the first
+    # reaching it: neither waits for a best of many, so nothing is pruned.
+    scheme = _scheme(hash_encoder) if mark == "direction" else _region_scheme(hash_encoder)
+    pool = ["One sentence here.", "Two sentence here.", "Three sentence here."]
+    wm = Watermarker(
+        scheme,
+        ScriptedSampler([pool]),
+        max_candidates=3,
+        candidate_batch=3,
+        adaptive_batch=False,
+        max_new_tokens=5,
+        threshold=0.0 if mark == "direction" else None,
+        prune=PruneRule(every=8, keep=2),
+    )
+    assert wm.generate(["A prompt sentence."])[0].status == "ok"
