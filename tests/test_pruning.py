@@ -46,25 +46,30 @@ def test_bad_rules_are_refused(kwargs):
 
 
 class PruningSampler:
-    """A scripted sampler that asks the pruner once: each row is ``(text after 8 tokens, whole
-    sentence)``; rows the pruner stops come back pruned, the others finished."""
+    """A scripted sampler that asks the pruner once per round: each round is a list of rows
+    ``(text after 8 tokens, whole sentence or "" for a row that makes none)``; rows the pruner
+    stops come back pruned, the others finished."""
 
-    def __init__(self, rows):
-        self.rows = rows
+    def __init__(self, *rounds):
+        self.script = list(rounds)
         self.asked = []
+        self.rows = []
 
     def sample_round(self, prefixes, rows, judge, generator=None, contexts=None, pruner=None):
         from ksemstamp.sampler import Candidate, GroupResult
 
         assert pruner is not None and pruner.every == 8
-        partial = [p for p, _ in self.rows]
+        script = self.script.pop(0)
+        self.rows.append(list(rows))
+        assert rows == [len(script)]
+        partial = [p for p, _ in script]
         flags = pruner.decide(8, [(0, i) for i in range(len(partial))], partial, [[]])
         self.asked.append(flags)
         res = GroupResult()
-        for i, ((_, whole), go_on) in enumerate(zip(self.rows, flags, strict=True)):
+        for i, ((_, whole), go_on) in enumerate(zip(script, flags, strict=True)):
             if go_on:
                 ((ok, info),) = judge([(0, i)], [whole])
-                res.candidates.append(Candidate(whole, 20, ok, info))
+                res.candidates.append(Candidate(whole, 20, ok and bool(whole), info))
             else:
                 res.candidates.append(Candidate("", 8, False, pruned=True))
         return [res]
@@ -127,3 +132,30 @@ def test_no_pruner_for_the_region_mark_or_a_threshold(hash_encoder, mark):
         prune=PruneRule(every=8, keep=2),
     )
     assert wm.generate(["A prompt sentence."])[0].status == "ok"
+
+
+def test_a_pruned_round_without_a_sentence_is_followed_by_another(hash_encoder):
+    # The two rows let run make no sentence (the LM ran past the length cap): the budget counts
+    # finished rows only, so the sentence is drawn again with the rest of it (6 - 2 rows).
+    from test_direction import _pool, _scheme
+
+    from ksemstamp.watermarker import Watermarker
+
+    scheme = _scheme(hash_encoder)
+    pool = _pool(10)
+    first = [(pool[i], "") for i in range(6)]
+    second = [(pool[i], pool[i]) for i in range(6, 10)]
+    sampler = PruningSampler(first, second)
+    wm = Watermarker(
+        scheme,
+        sampler,
+        max_candidates=6,
+        max_new_tokens=5,
+        threshold=None,
+        prune=PruneRule(every=8, keep=2, margin=None),
+    )
+    result = wm.generate(["A prompt sentence."])[0]
+    assert sampler.rows == [[6], [4]]
+    assert result.status == "ok" and not result.ended_by_model
+    record = result.sentences[0]
+    assert record.text in pool[6:] and record.candidates == 10 and record.pruned == 6

@@ -32,7 +32,9 @@ valid at all; a valid sentence near a border still counts when the text is not a
 Pruning (an option, ``prune``; the direction mark's default, see ``pruning``): under the
 direction mark without a threshold, a round draws ``max_candidates`` rows and every
 ``prune.every`` tokens the rows still running are scored on their text so far; the rule stops
-the ones unlikely to become the best. A stopped row counts as a drawn candidate (``pruned``).
+the ones unlikely to become the best. A stopped row counts as a drawn candidate (``pruned``)
+but not against ``max_candidates``: a round whose finished rows hold no usable sentence is
+followed by another for the rest of the budget, as an unpruned one would be.
 
 Sentence time budget (an option, ``sentence_time_budget``; ``None`` is the paper's rule): a
 sentence whose search has run that many seconds ends as at ``max_candidates`` (the region mark
@@ -252,6 +254,12 @@ class _Doc:
     def completing(self) -> bool:
         return bool(self.open_sentence)
 
+    @property
+    def finished(self) -> int:
+        """Candidates drawn for the current sentence that ran to their end (not pruned): what
+        the ``max_candidates`` budget counts."""
+        return self.drawn - self.pruned
+
 
 class Watermarker:
     """Generates watermarked text with a ``WatermarkScheme`` and a ``CandidateSampler``.
@@ -407,7 +415,7 @@ class Watermarker:
         )
         while active := [d for d in docs if not d.done]:
             rows = [
-                self.rows_for(d.previous, d.drawn, d.stats, watermark and not d.completing)
+                self.rows_for(d.previous, d.finished, d.stats, watermark and not d.completing)
                 for d in active
             ]
             # Heads only while a prompt is being completed: samplers written for the plain
@@ -654,8 +662,10 @@ class Watermarker:
         usable = [c for c in res.candidates if c.text]
         if usable:
             return usable[-1], True
-        if doc.drawn < self.max_candidates:
-            return None  # out of time, but this round gave nothing to keep: draw again
+        if doc.finished < self.max_candidates:
+            # Out of time, or rows were pruned, and nothing finished is a sentence: draw again
+            # (pruned rows do not spend the budget).
+            return None
         doc.done = True
         if doc.result.sentences:
             # The LM keeps ending the text here (end of text, or nothing a sentence can be cut

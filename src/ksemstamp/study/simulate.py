@@ -233,6 +233,8 @@ def _simulate_direction(
         if design.prune_tokens is not None:
             alive = _prune(design, dv, safe, usable, stop, score, direction)
             score = np.where(alive, score, -np.inf)
+            if not np.isfinite(score).any():
+                break  # no kept row is a sentence (the generator would draw again)
         i = _first(score >= design.threshold)
         # Without a threshold the best of max_candidates is the rule, not a fallback.
         fallback = i is None and np.isfinite(design.threshold)
