@@ -83,13 +83,15 @@ class WatermarkConfig:
     ``max_candidates`` (the candidates of a sentence are then drawn in one batched round)."""
     key: str | None = None
     """Secret key; falls back to ``$KSEMSTAMP_KEY``, then to a public demo key (with a warning)."""
-    max_candidates: int = 12
+    max_candidates: int = 32
     """Candidates per sentence before giving up on the rule: the ``region`` mark then keeps the
-    last one drawn (paper: 100), the ``direction`` mark the best-scoring one."""
-    prune_tokens: int | None = None
+    last one drawn (paper: 100), the ``direction`` mark the best-scoring one (of those that
+    pruning lets finish; a pruned candidate does not count against the budget)."""
+    prune_tokens: int | None = 8
     """``direction`` mark without a threshold: every this many tokens of a round, the candidates
     still running are scored on their text so far, and ``prune_keep`` and ``prune_margin`` stop
-    the unpromising ones (see ``ksemstamp.pruning``). ``None``: every candidate finishes."""
+    the unpromising ones (see ``ksemstamp.pruning``; docs/study). ``None``: every candidate
+    finishes."""
     prune_keep: int = 12
     """Candidates that go on after the first pruning check (those already finished count)."""
     prune_margin: float | None = 0.3
