@@ -159,9 +159,11 @@ class TimedSampler:
         self.inner = inner
         self.rounds: list[tuple[float, list[int]]] = []
 
-    def sample_round(self, prefixes, rows, judge, generator=None, contexts=None):
+    def sample_round(self, prefixes, rows, judge, generator=None, contexts=None, **kwargs):
         start = time.perf_counter()
-        out: list[GroupResult] = self.inner.sample_round(prefixes, rows, judge, generator, contexts)
+        out: list[GroupResult] = self.inner.sample_round(
+            prefixes, rows, judge, generator, contexts, **kwargs
+        )
         self.rounds.append((time.perf_counter() - start, [len(r.candidates) for r in out]))
         return out
 
@@ -466,6 +468,9 @@ def summarize_variant(
                 "margin",
                 "valid_mode",
                 "max_candidates",
+                "prune_tokens",
+                "prune_keep",
+                "prune_margin",
                 "novelty_patience",
                 "margin_patience",
                 "sentence_time_budget",
@@ -498,6 +503,7 @@ def summarize_variant(
         "fallbacks": sum(r.fallbacks for r in runs),
         "timed_out": sum(r.timed_out for r in runs),
         "decoded_tokens": decoded,
+        "decoded_per_output_token": decoded / tokens if tokens else None,
         # Speculative waste: rows decoded past the accepted one or cut unfinished.
         "wasted_token_share": wasted / decoded if decoded and sentences else None,
         # Everything not in the final text: rejected candidates plus speculative waste.
@@ -912,22 +918,27 @@ def markdown(report: dict[str, Any]) -> str:
             f"default configuration (temperature {d['temperature']}, repetition penalty "
             f"{d['repetition_penalty']}).",
             "",
-            "| variant | config | K / margin / N_max | tokens / s | s per token: median / p90 "
+            "| variant | config | K / margin (or mark) / N_max | tokens / s | s per token: median / p90 "
             "/ worst prompt | x plain generate: median / p90 / worst prompt | candidates per "
-            "sentence: mean; median / p90 / worst prompt | longest sentence s | sentences > "
-            f"{STALL_SECONDS:g} s | fallbacks | peak RSS MiB |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "sentence: mean; median / p90 / worst prompt | decoded tokens per output token "
+            f"| longest sentence s | sentences > {STALL_SECONDS:g} s | fallbacks | peak RSS MiB |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in gen["variants"]:
             st = r["settings"]
             k = Path(st["centroids"]).stem.rsplit("-", 1)[-1].upper() if st["centroids"] else "K64"
             scheme = f"{k} / {st['margin']} / {st['max_candidates']}" if r["watermark"] else "-"
+            if r["watermark"] and st.get("mark") == "direction":
+                scheme = f"{k} / direction / {st['max_candidates']}"
+                if st.get("prune_tokens"):
+                    scheme += f", pruned to {st['prune_keep']} after {st['prune_tokens']} tokens"
             lines.append(
                 f"| {r['name']} | `{r['config_file']}` | {scheme} | {fmt(r['tokens_per_second'])} "
                 f"| {_dist(r['seconds_per_token_per_prompt'], 3)} "
                 f"| {_dist(r['over_hf_generate_per_prompt'])} "
                 f"| {fmt(r['candidates_per_sentence'], 1) if r['watermark'] else '-'}"
                 f"{'; ' + _dist(r['candidates_per_sentence_per_prompt'], 1) if r['watermark'] else ''} "
+                f"| {fmt(r.get('decoded_per_output_token'), 2)} "
                 f"| {fmt((r['sentence_seconds'] or {}).get('worst'), 1)} "
                 f"| {r['sentences_over_60s'] if r['kind'] == 'loop' else '-'} "
                 f"| {r['fallbacks'] if r['watermark'] else '-'} | {fmt(r['peak_rss_mib'], 0)} |"
