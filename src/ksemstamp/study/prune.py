@@ -13,6 +13,7 @@ steps, ``simulate.ROW_COST`` per extra row; plain sampling costs 1).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from .design import Design
@@ -95,6 +96,14 @@ def plot(results: Sequence[dict], path: str | Path, attacks: Sequence[str]) -> P
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .sweep import shipped_design
+
+    shipped = shipped_design()
+    former = replace(shipped, max_candidates=12, prune_tokens=None, prune_margin=None)
+    marked = [
+        (shipped.to_dict(), "*", "default (32, pruned to 12)"),
+        (former.to_dict(), "s", "former default (best of 12)"),
+    ]
     panels = ["clean", *attacks]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4), sharey=True)
     for ax, attack in zip(axes, panels, strict=True):
@@ -106,6 +115,10 @@ def plot(results: Sequence[dict], path: str | Path, attacks: Sequence[str]) -> P
                 ax.scatter(*zip(*chosen, strict=True), s=18, color=color, label=label)
         front = frontier(pts)
         ax.plot(*zip(*(pts[i] for i in front), strict=True), color="0.3", lw=1, label="frontier")
+        for design, marker, label in marked:
+            hits = [pt for pt, r in zip(pts, results, strict=True) if r["design"] == design]
+            if hits:
+                ax.scatter(*hits[0], marker=marker, s=90, zorder=3, label=label)
         ax.set_title(f"p <= 0.01, {attack}")
         ax.set_xlabel("round cost per output token (single-row steps)")
         ax.grid(alpha=0.3)
