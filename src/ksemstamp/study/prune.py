@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from .design import Design
 from .sweep import Sweep, frontier, write_results
 
@@ -57,6 +59,31 @@ def prune_grid(k: int = 64) -> list[Design]:
         )
     )
     return designs
+
+
+def partial_correlation(sweep: Sweep, draws: int = 20, seed: int = 0) -> dict[str, float]:
+    """How well a candidate's first ``n`` tokens predict its sentence's score: per context of
+    the pool and random standard normal direction, the correlation between the scores of the
+    candidates' whole sentences and of their first ``n`` tokens (a candidate of at most ``n``
+    tokens is whole in both), averaged; per checkpoint ``n``."""
+    from .sweep import shipped_design
+
+    dv = sweep.view(shipped_design())
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n, partial in sorted(dv.partial.items()):
+        corr = []
+        for row in sweep.ing.cand:
+            ids = np.unique(row[row >= 0])
+            if len(ids) < 3:
+                continue
+            directions = rng.standard_normal((draws, dv.vectors.shape[1]))
+            whole, first = dv.vectors[ids] @ directions.T, partial[ids] @ directions.T
+            for j in range(draws):
+                if whole[:, j].std() > 0 and first[:, j].std() > 0:
+                    corr.append(float(np.corrcoef(whole[:, j], first[:, j])[0, 1]))
+        out[str(n)] = float(np.mean(corr))
+    return out
 
 
 def markdown_table(results: Sequence[dict], attacks: Sequence[str]) -> str:
@@ -147,9 +174,16 @@ def run_prune_study(
     ing = load_ingredients(pool, pairs, encoder)
     sweep = Sweep(ing, centroids, num_keys=num_keys, max_new_tokens=max_new_tokens)
     results = sweep.run_all(prune_grid())
+    correlation = partial_correlation(sweep)
     output = Path(output)
-    write_results(results, output)
+    write_results({"partial_correlation": correlation, "designs": results}, output)
     attacks = list(ing.attacked)
-    output.with_suffix(".md").write_text(markdown_table(results, attacks))
+    table = markdown_table(results, attacks)
+    cells = ", ".join(f"{n} tokens {c:.2f}" for n, c in correlation.items())
+    note = (
+        "\nCorrelation between a candidate's score and the score of its first n tokens "
+        f"(per context, random directions): {cells}.\n"
+    )
+    output.with_suffix(".md").write_text(table + note)
     plot(results, output.with_suffix(".png"), attacks)
     return results
