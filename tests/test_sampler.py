@@ -113,3 +113,39 @@ def test_bad_arguments(sampler):
         sampler.sample_round([PROMPT, SHORT], [1], lambda g, t: [], None)
     with pytest.raises(ValueError):
         SamplingConfig(temperature=0)
+
+
+def test_a_pruner_stops_rows_at_its_checks(sampler):
+    # The pruner sees the running rows every 4 tokens, each holding exactly that many tokens of
+    # text; at the first check it lets only the rows with an even index go on. Stopped rows
+    # come back pruned, with no text and 4 tokens, all wasted; the others finish as usual.
+    from ksemstamp.sampler import Pruner
+
+    seen = []
+
+    def decide(tokens, rows, texts, finished):
+        seen.append((tokens, [i for _, i in rows], texts, [len(f) for f in finished]))
+        return [tokens > 4 or i % 2 == 0 for _, i in rows]
+
+    gen = torch.Generator().manual_seed(3)
+    split = get_splitter().split
+    none = lambda g, t: [(False, None)] * len(t)  # noqa: E731
+    result = sampler.sample_round(
+        [PROMPT], [6], none, gen, [split(PROMPT)[-1]], pruner=Pruner(4, decide)
+    )[0]
+    tokenizer = sampler.tokenizer
+    first_tokens, first_rows, first_texts, _ = seen[0]
+    assert first_tokens == 4 and all(
+        len(tokenizer(t, add_special_tokens=False).input_ids) <= 5 for t in first_texts
+    )
+    assert [t for t, *_ in seen] == [4 * (i + 1) for i in range(len(seen))]
+    cands = result.candidates
+    assert len(cands) == 6
+    for i, cand in enumerate(cands):
+        if i % 2 and i in first_rows:  # running at the first check, odd: stopped there
+            assert cand.pruned and not cand.text and cand.num_tokens == 4
+        else:
+            assert not cand.pruned
+    pruned = sum(c.num_tokens for c in cands if c.pruned)
+    assert result.pruned == sum(c.pruned for c in cands) >= 1
+    assert result.wasted_tokens >= pruned
