@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from ksemstamp.config import WatermarkConfig
-from ksemstamp.sampler import CandidateSampler, SamplingConfig, SequentialCandidateSampler
+from ksemstamp.sampler import CandidateSampler, SamplingConfig
+from ksemstamp.sequential import SequentialCandidateSampler
 from ksemstamp.splitter import get_splitter
 
 PROMPT = (

@@ -329,7 +329,8 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
     is: ``lm_dtype`` applies only to an LM loaded here)."""
     from .assets import load_lm
     from .pruning import PruneRule
-    from .sampler import CandidateSampler, SamplingConfig, SequentialCandidateSampler
+    from .sampler import CandidateSampler, SamplingConfig
+    from .sequential import SequentialCandidateSampler
     from .watermarker import Watermarker
 
     apply_threads(cfg)
