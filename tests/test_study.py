@@ -260,6 +260,8 @@ def test_pruned_rounds_rank_running_rows_by_their_first_tokens():
         dv.partial = {8: partial}
         text = simulate_text(design, dv, ing, 0, directions, np.random.default_rng(0), 10**6)
         assert set(text.regions) == {kept} and text.candidates == [4] * 50
+        # The would-be best row (region 2) is stopped exactly when the first tokens mislead.
+        assert text.best_dropped == [kept != 2] * 50
         # 4 rows for 8 tokens, then 2 rows for 8 more: 48 decoded tokens per sentence.
         assert text.decoded == [48] * 50
         steps = 8 * (1 + 3 * ROW_COST) + 8 * (1 + ROW_COST)

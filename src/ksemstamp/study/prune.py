@@ -87,11 +87,12 @@ def partial_correlation(sweep: Sweep, draws: int = 20, seed: int = 0) -> dict[st
 
 
 def markdown_table(results: Sequence[dict], attacks: Sequence[str]) -> str:
-    """One row per design: costs, then power at alpha 1% (worst key) clean and after each
-    attack, and the human false-positive rate."""
+    """One row per design: costs, the share of sentences whose would-be best candidate the
+    rule stopped, then power at alpha 1% (worst key) clean and after each attack, and the human
+    false-positive rate."""
     head = (
         "| design | candidates | decoded tokens / sentence | step cost / token | tokens / sentence"
-        " | mean best score | "
+        " | best row stopped | mean best score | "
         + " | ".join(f"p <= 0.01 {a}" for a in ("clean", *attacks))
         + " | human FPR 1% |"
     )
@@ -104,6 +105,7 @@ def markdown_table(results: Sequence[dict], attacks: Sequence[str]) -> str:
             f"{r['decoded_per_sentence']:.0f}",
             f"{r['step_cost_per_token']:.2f}",
             f"{r['tokens_per_text'] / max(r['sentences_per_text'], 1e-9):.1f}",
+            f"{r['best_dropped_share']:.2f}" if "best_dropped_share" in r else "-",
             f"{r['mean_best_score']:.2f}",
             *(
                 f"{p[a]['0.01']['mean']:.2f} ({p[a]['0.01']['min']:.2f})"

@@ -96,6 +96,9 @@ class SimText:
     """``direction`` designs: tokens decoded for each sentence, over all its candidates."""
     step_cost: list[float] = field(default_factory=list)
     """``direction`` designs: each sentence's round in single-row decoding steps."""
+    best_dropped: list[bool] = field(default_factory=list)
+    """Pruned ``direction`` designs: for each sentence, whether the candidate that would have
+    scored best had every row finished was stopped by the pruning rule (a false drop)."""
     scores: list[float] = field(default_factory=list)
     """``direction`` designs: each kept sentence's score on its context."""
 
@@ -232,6 +235,7 @@ def _simulate_direction(
         stop = np.minimum(ntok, design.max_tokens)  # tokens each row decodes
         if design.prune_tokens is not None:
             alive = _prune(design, dv, safe, usable, stop, score, direction)
+            out.best_dropped.append(not alive[int(np.argmax(score))])
             score = np.where(alive, score, -np.inf)
             if not np.isfinite(score).any():
                 break  # no kept row is a sentence (the generator would draw again)

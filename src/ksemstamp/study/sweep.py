@@ -57,6 +57,9 @@ def summarize(per_key: Sequence[Sequence[SimText]], attacks: Sequence[str]) -> d
     if decoded:  # direction designs: what a sentence costs to decode
         out["decoded_per_sentence"] = float(np.mean(decoded))
         out["mean_best_score"] = float(np.mean([x for t in texts for x in t.scores]))
+        dropped = [x for t in texts for x in t.best_dropped]
+        if dropped:  # pruned designs: how often the rule stopped the would-be best row
+            out["best_dropped_share"] = float(np.mean(dropped))
         out["step_cost_per_token"] = float(
             sum(c for t in texts for c in t.step_cost) / max(sum(t.tokens for t in texts), 1)
         )
