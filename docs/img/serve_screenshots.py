@@ -22,8 +22,8 @@ from pathlib import Path
 import uvicorn
 from playwright.sync_api import sync_playwright
 
-from ksemstamp.assets import news_articles
 from ksemstamp.config import WatermarkConfig
+from ksemstamp.corpora import news_articles
 from ksemstamp.serve import create_app, free_port
 
 OUT = Path(__file__).resolve().parent
