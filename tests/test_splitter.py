@@ -27,6 +27,10 @@ def test_split_handles_abbreviations_and_paragraphs(splitter):
         ("Ads:", "\nThe cat sat. It", ("The cat sat.", True)),
         ("", " The cat sat. It", ("The cat sat.", True)),
         ("It rained.", " Mr. Smith met", ("Mr. Smith met", False)),  # "Mr." is not an end
+        # cut only by a paragraph break, not ended: the next sentence could never follow it
+        ("It rained.", " A. There is no basis\n\nB. The", ("", True)),
+        ("It rained.", " Key points:\nThe cat", ("", True)),
+        ("It rained.", " What now?\nThe cat", ("What now?", True)),
     ],
 )
 def test_next_sentence(splitter, context, continuation, expected):

@@ -62,6 +62,9 @@ class PunktSplitter:
           sentence is only known to be complete then ("... Mr." is not an ending);
         * ``("", True)`` when the continuation does not start a sentence of its own in this
           context (it would merge into ``context`` at detection), so it can never become one;
+        * ``("", True)`` as well when its first sentence is cut only by a paragraph break and
+          does not end a sentence itself (a heading or list item without a full stop): a text
+          that kept it would end open, and every sentence written after it would merge into it;
         * ``(sentence_so_far, False)`` otherwise.
         """
         context = context.strip()
@@ -74,6 +77,8 @@ class PunktSplitter:
             parts = parts[1:]
         if not parts:
             return "", False
+        if len(parts) > 1 and not self.ends_sentence(parts[0]):
+            return "", True
         return parts[0], len(parts) > 1
 
 
