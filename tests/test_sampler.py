@@ -62,6 +62,7 @@ def test_candidates_are_single_sentences_and_rows_stop_independently(sampler):
     splitter = get_splitter()
     for cand in result.candidates:
         assert cand.text and splitter.split(cand.text) == [cand.text]
+        assert splitter.ends_sentence(cand.text)  # a next sentence can follow it
         # and it stays its own sentence after the prompt's last sentence
         assert (
             splitter.split("The plan raises spending on schools and roads. " + cand.text)[-1]

@@ -52,9 +52,9 @@ transition estimate of landing in a valid region times the margin pass rate meas
 sentences (0.74 at m = 0.035), worth ``prior_weight`` observations. The generator's own text
 soon overrides the prior where it differs from the domain's.
 
-Length (~670 lines, for both marks and every kind of prompt): most of it is the results'
-dataclasses and the named steps of the loop (``_start``, ``_judge``, ``_tally``, ``_choose``,
-``_append``, ``_complete``).
+What ``generate`` returns (``GenerationResult`` and the rest) is defined in ``results`` and
+re-exported here. The loop itself is the named steps below (``_start``, ``_judge``, ``_tally``,
+``_choose``, ``_append``, ``_complete``), for both marks and every kind of prompt.
 """
 
 from __future__ import annotations
@@ -65,7 +65,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
@@ -73,148 +72,19 @@ from tqdm.auto import tqdm
 from .detector import continuation_sentences
 from .prompts import CHAT, COMPLETE, CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
 from .pruning import PruneRule, rows_to_keep
+from .results import GenerationProgress, GenerationResult, Judgement, SentenceRecord, summarize
 from .sampler import Candidate, CandidateSampler, GroupResult, Pruner
 from .scheme import WatermarkScheme
 from .stats import normal_sf
 
-
-class Judgement(NamedTuple):
-    """What the judge found about one candidate sentence (its ``Candidate.info``)."""
-
-    region: int
-    valid: bool
-    """The region is in the valid set after the previous sentence's region (``direction``
-    mark: the score reaches the threshold)."""
-    margin_ok: bool
-    novel: bool
-    """The transition is new in the document, or novelty no longer matters (see above)."""
-    score: float = math.nan
-    """``direction`` mark: the candidate's score (``nan`` under the ``region`` mark)."""
-    context: torch.Tensor | None = None
-    """``direction`` mark: the ``(K,)`` context weights the candidate gives the sentence after
-    it (``WatermarkScheme.context_weights``)."""
-
-
-@dataclass
-class SentenceRecord:
-    """One accepted sentence and what it took to get it.
-
-    ``rejected_region`` and ``rejected_margin`` count the candidates that failed each rule (a
-    region block is counted first); a fallback sentence is among them.
-    """
-
-    text: str
-    region: int
-    candidates: int
-    rejected_region: int = 0
-    rejected_margin: int = 0
-    rejected_repeat: int = 0
-    fallback: bool = False
-    num_tokens: int = 0
-    pruned: int = 0
-    """Candidates stopped unfinished by the pruning rule (counted in ``candidates``)."""
-    timed_out: bool = False
-    """The search ended by ``sentence_time_budget``, before ``max_candidates`` draws (the
-    region mark keeps its last candidate, a fallback; the direction mark its best so far)."""
-    score: float | None = None  # direction mark: the kept sentence's score
-
-
-@dataclass
-class GenerationResult:
-    """A generated continuation (without the prompt) and its statistics.
-
-    When the prompt ended mid-sentence, ``text`` starts with ``completion`` (the words that
-    finish the prompt's sentence, with the space before them as the LM wrote it), so that
-    ``prompt.rstrip() + text`` is the whole document; otherwise the document is the prompt, a
-    space and ``text``. ``sentences`` are the watermarked sentences after that.
-    """
-
-    prompt: str
-    text: str = ""
-    sentences: list[SentenceRecord] = field(default_factory=list)
-    status: str = "ok"
-    error: str | None = None
-    ended_by_model: bool = False  # the LM kept ending the text before max_new_tokens
-    seconds: float = 0.0
-    decoded_tokens: int = 0
-    wasted_tokens: int = 0
-    completion: str | None = None
-    """The start of ``text`` that completed the prompt's unfinished sentence (not watermarked;
-    that sentence seeds the first watermarked one), or ``None`` when nothing was completed."""
-    completion_tokens: int = 0
-    prompt_dropped_chars: int = 0
-    """Characters cut from the left of the prompt so that the LM's view of it fits."""
-    chat: bool = False
-    """The prompt was an instruction (chat template); its answer is ``text``."""
-
-    @property
-    def prompt_for_detection(self) -> str | None:
-        """The prompt to give the detector with ``text``: ``None`` for a chat answer (the
-        instruction seeds nothing), else the prompt."""
-        return None if self.chat else self.prompt
-
-    @property
-    def num_sentences(self) -> int:
-        return len(self.sentences)
-
-    @property
-    def candidates(self) -> int:
-        return sum(s.candidates for s in self.sentences)
-
-    @property
-    def fallbacks(self) -> int:
-        return sum(s.fallback for s in self.sentences)
-
-    @property
-    def pruned(self) -> int:
-        return sum(s.pruned for s in self.sentences)
-
-    @property
-    def num_tokens(self) -> int:
-        """Tokens of ``text``: the completion's and the sentences'."""
-        return self.completion_tokens + sum(s.num_tokens for s in self.sentences)
-
-    def to_record(self) -> dict:
-        """Fields added to a JSONL record."""
-        out = {
-            "text": self.text,
-            "num_sentences": self.num_sentences,
-            "candidates": self.candidates,
-            "pruned": self.pruned,
-            "fallbacks": self.fallbacks,
-            "num_tokens": self.num_tokens,
-            "rejected_region": sum(s.rejected_region for s in self.sentences),
-            "rejected_margin": sum(s.rejected_margin for s in self.sentences),
-            "rejected_repeat": sum(s.rejected_repeat for s in self.sentences),
-            "regions": [s.region for s in self.sentences],
-            "seconds": round(self.seconds, 3),
-            "status": self.status,
-        }
-        if any(s.score is not None for s in self.sentences):
-            out["scores"] = [None if s.score is None else round(s.score, 6) for s in self.sentences]
-        if self.error:
-            out["error"] = self.error
-        if self.ended_by_model:
-            out["ended_by_model"] = True
-        if self.completion is not None:
-            out["completion"] = self.completion
-        if self.prompt_dropped_chars:
-            out["prompt_dropped_chars"] = self.prompt_dropped_chars
-        if self.chat:
-            out["chat"] = True
-        return out
-
-
-@dataclass
-class GenerationProgress:
-    """Where a ``generate`` call stands after a round, summed over its documents."""
-
-    sentences: int  # accepted so far
-    candidates: int  # drawn so far, including those for the sentences still being searched
-    drawn_for_current: int  # most candidates drawn so far for one unfinished sentence
-    tokens: int  # tokens of the accepted sentences
-    max_tokens: int  # documents * max_new_tokens
-    texts: list[str]  # each document's continuation so far
+__all__ = [
+    "GenerationProgress",
+    "GenerationResult",
+    "Judgement",
+    "SentenceRecord",
+    "Watermarker",
+    "summarize",
+]
 
 
 @dataclass
@@ -750,25 +620,3 @@ def _score_of(candidate: Candidate) -> float | None:
 def _document_generator(seed: int, prompt: object) -> torch.Generator:
     digest = hashlib.sha256(f"{seed}|{prompt}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
-
-
-def summarize(results: Sequence[GenerationResult]) -> dict:
-    """Totals over results: candidates per accepted sentence, fallbacks, rejections, waste."""
-    ok = [r for r in results if r.status == "ok"]
-    sentences = sum(r.num_sentences for r in ok)
-    candidates = sum(r.candidates for r in ok)
-    decoded = sum(r.decoded_tokens for r in ok)
-    return {
-        "documents": len(ok),
-        "sentences": sentences,
-        "tokens": sum(r.num_tokens for r in ok),
-        "candidates_per_sentence": candidates / sentences if sentences else None,
-        "fallbacks": sum(r.fallbacks for r in ok),
-        "pruned": sum(r.pruned for r in ok),
-        "ended_by_model": sum(r.ended_by_model for r in ok),
-        "rejected_region": sum(s.rejected_region for r in ok for s in r.sentences),
-        "rejected_margin": sum(s.rejected_margin for r in ok for s in r.sentences),
-        "rejected_repeat": sum(s.rejected_repeat for r in ok for s in r.sentences),
-        "wasted_token_share": sum(r.wasted_tokens for r in ok) / decoded if decoded else None,
-        "seconds": sum(r.seconds for r in ok),
-    }
