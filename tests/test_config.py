@@ -85,3 +85,12 @@ def test_default_centroids_ship_inside_the_package():
         # the checkout's checkpoints/ path keeps working for settings that name it
         old = REPO_ROOT / "checkpoints" / path.name
         assert old.resolve() == path.resolve()
+
+
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_every_shipped_watermark_config_loads(path):
+    # A typo in a shipped file (an unknown key, a bad value) fails here, not in a user's run.
+    cfg = WatermarkConfig.from_dict(load_settings_file(path))
+    assert cfg.max_candidates >= 1
