@@ -37,6 +37,15 @@ def test_next_sentence(splitter, context, continuation, expected):
     assert splitter.next_sentence(context, continuation) == expected
 
 
+def test_a_title_may_end_at_a_paragraph_break_when_asked(splitter):
+    # completing the prompt's own open sentence (a title) accepts the paragraph break
+    assert splitter.next_sentence("", "Key points\nThe cat", require_end=False) == (
+        "Key points",
+        True,
+    )
+    assert splitter.next_sentence("", "Key points\nThe cat") == ("", True)
+
+
 def test_unknown_splitter():
     with pytest.raises(ValueError):
         get_splitter("nope")

@@ -394,7 +394,7 @@ class CandidateSampler(_LMSampler):
         """The row's sentence if it is complete (or ``final``), ``""`` if it can never be one,
         ``None`` to keep decoding."""
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        sentence, complete = self.splitter.next_sentence(context, head + text)
+        sentence, complete = self.splitter.next_sentence(context, head + text, require_end=not head)
         return sentence if complete or final else None
 
     def _is_eos(self, ids: Tensor) -> Tensor:

@@ -223,7 +223,7 @@ class SequentialCandidateSampler(_LMSampler):
         """The candidate that ``tokens`` make when they hold a sentence or ``final`` (else
         ``None``: it runs on)."""
         raw = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        sentence, complete = self.splitter.next_sentence(context, head + raw)
+        sentence, complete = self.splitter.next_sentence(context, head + raw, require_end=not head)
         truncated = not complete and len(tokens) >= self.config.max_sentence_tokens
         if not (complete or truncated or final):
             return None

@@ -51,7 +51,9 @@ class PunktSplitter:
         """Whether ``sentence`` is complete, i.e. a following capitalised word starts a new one."""
         return len(self.split(sentence.strip() + " The")) == 2
 
-    def next_sentence(self, context: str, continuation: str) -> tuple[str, bool]:
+    def next_sentence(
+        self, context: str, continuation: str, require_end: bool = True
+    ) -> tuple[str, bool]:
         """The first sentence that ``continuation`` adds after ``context``, and whether it is done.
 
         ``context`` is the sentence just before (or ``""``); ``continuation`` is appended to it
@@ -64,7 +66,9 @@ class PunktSplitter:
           context (it would merge into ``context`` at detection), so it can never become one;
         * ``("", True)`` as well when its first sentence is cut only by a paragraph break and
           does not end a sentence itself (a heading or list item without a full stop): a text
-          that kept it would end open, and every sentence written after it would merge into it;
+          that kept it would end open, and every sentence written after it would merge into it.
+          ``require_end=False`` accepts such a sentence (the samplers do when completing the
+          prompt's own open sentence, which may be a title);
         * ``(sentence_so_far, False)`` otherwise.
         """
         context = context.strip()
@@ -77,7 +81,7 @@ class PunktSplitter:
             parts = parts[1:]
         if not parts:
             return "", False
-        if len(parts) > 1 and not self.ends_sentence(parts[0]):
+        if require_end and len(parts) > 1 and not self.ends_sentence(parts[0]):
             return "", True
         return parts[0], len(parts) > 1
 
