@@ -31,6 +31,13 @@ def test_split_handles_abbreviations_and_paragraphs(splitter):
         ("It rained.", " A. There is no basis\n\nB. The", ("", True)),
         ("It rained.", " Key points:\nThe cat", ("", True)),
         ("It rained.", " What now?\nThe cat", ("What now?", True)),
+        # a line break ends the sentence before it at once: nothing after it can change the cut
+        ("It rained.", " He left.\n\n", ("He left.", True)),
+        ("It rained.", " Key points\n", ("", True)),  # closed, but no sentence end
+        ("It rained.", " He met Mr.\n", ("", True)),
+        ("It rained.", "\n\nHe left.", ("He left.", False)),  # leading breaks are separators
+        ("It rained.", "\n\n", ("", False)),
+        ("", "He left.\n", ("He left.", True)),
     ],
 )
 def test_next_sentence(splitter, context, continuation, expected):
@@ -44,6 +51,7 @@ def test_a_title_may_end_at_a_paragraph_break_when_asked(splitter):
         True,
     )
     assert splitter.next_sentence("", "Key points\nThe cat") == ("", True)
+    assert splitter.next_sentence("", "Key points\n", require_end=False) == ("Key points", True)
 
 
 def test_unknown_splitter():

@@ -202,11 +202,16 @@ class CandidateSampler(_LMSampler):
         pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
         starts_space = torch.zeros(vocab, dtype=torch.bool)
         has_terminal = torch.zeros(vocab, dtype=torch.bool)
+        has_newline = torch.zeros(vocab, dtype=torch.bool)
         for i, piece in enumerate(pieces[:vocab]):
             starts_space[i] = piece[:1].isspace()
             has_terminal[i] = any(c in TERMINALS for c in piece)
+            has_newline[i] = "\n" in piece
         self.starts_space = starts_space.to(self.device)
         self.has_terminal = has_terminal.to(self.device)
+        # A line break after a sentence ends it (the splitter cuts every line), so a row is
+        # checked on the token that writes one, without waiting for the next word.
+        self.has_newline = has_newline.to(self.device)
 
     # ------------------------------------------------------------------ logits processing
     def _next_tokens(
@@ -274,6 +279,7 @@ class CandidateSampler(_LMSampler):
         live_index = [i for n in rows for i in range(n)]
         tokens: list[list[int]] = [[] for _ in live_group]
         punct = [False] * len(live_group)
+        word_at = [0] * len(live_group)  # where each row's last word starts in its tokens
 
         results = [GroupResult() for _ in rows]
         # outcome[g][i]: None while row i of group g runs, else its Candidate
@@ -286,7 +292,10 @@ class CandidateSampler(_LMSampler):
             segments = _segments(live_group, generator) if per_group else []
             next_ids = self._next_tokens(logits, seen, None if per_group else generator, segments)
             seen[torch.arange(len(live_group), device=self.device), next_ids] = True
-            check = (self.starts_space[next_ids] | (step_is_eos := self._is_eos(next_ids))).tolist()
+            step_is_eos = self._is_eos(next_ids)
+            starts, newline = self.starts_space[next_ids], self.has_newline[next_ids]
+            check = (starts | newline | step_is_eos).tolist()
+            starts, newline = starts.tolist(), newline.tolist()
             ids = next_ids.tolist()
             eos_rows = step_is_eos.tolist()
 
@@ -294,35 +303,51 @@ class CandidateSampler(_LMSampler):
             finished_text: list[str] = []
             finished_trunc: list[bool] = []
             finished_sep: list[str] = []
+            finished_used: list[int] = []
             for r, tok in enumerate(ids):
                 text = None
                 trunc = False
-                if check[r] and (punct[r] or eos_rows[r]):
+                used = len(tokens[r])  # tokens of the finished row that belong to its sentence
+                if check[r] and (punct[r] or eos_rows[r] or newline[r]):
+                    # On a word's first token the row's text so far ends in a whole word; a
+                    # line-break token is checked with itself (it ends the line at once).
                     g = live_group[r]
-                    text = self._sentence(contexts[g], tokens[r], eos_rows[r], heads[g])
+                    seen_ids = tokens[r] + [tok] if newline[r] else tokens[r]
+                    text = self._sentence(contexts[g], seen_ids, eos_rows[r], heads[g])
+                    if text and not newline[r] and not eos_rows[r]:
+                        used = self._sentence_tokens(tokens[r], word_at[r], text, heads[g])
                 if text is None and not eos_rows[r]:
+                    if starts[r]:
+                        word_at[r] = len(tokens[r])
                     tokens[r].append(tok)
                     punct[r] = punct[r] or bool(self.has_terminal[tok])
                     if len(tokens[r]) < self.config.max_sentence_tokens:
                         continue
                     # No sentence end within the limit: not a usable sentence (it would leave
                     # the document with an unfinished sentence that swallows the next one).
-                    text, trunc = "", True
+                    text, trunc, used = "", True, len(tokens[r])
                 finished.append(r)
                 finished_text.append(text or "")
                 finished_trunc.append(trunc)
+                finished_used.append(used)
                 finished_sep.append(
                     _separator(self.tokenizer.decode(tokens[r], skip_special_tokens=True))
                 )
 
             if finished:
                 verdicts = judge([(live_group[r], live_index[r]) for r in finished], finished_text)
-                for r, text, trunc, sep, (ok, info) in zip(
-                    finished, finished_text, finished_trunc, finished_sep, verdicts, strict=True
+                for r, text, trunc, sep, used, (ok, info) in zip(
+                    finished,
+                    finished_text,
+                    finished_trunc,
+                    finished_sep,
+                    finished_used,
+                    verdicts,
+                    strict=True,
                 ):
                     g, i = live_group[r], live_index[r]
                     accepted = bool(ok) and bool(text)
-                    outcome[g][i] = Candidate(text, len(tokens[r]), accepted, info, trunc, sep)
+                    outcome[g][i] = Candidate(text, used, accepted, info, trunc, sep)
 
             _resolve(outcome, resolved, results)
             if pruner is not None and step % pruner.every == 0:
@@ -353,6 +378,7 @@ class CandidateSampler(_LMSampler):
                 live_index = [live_index[r] for r in keep]
                 tokens = [tokens[r] for r in keep]
                 punct = [punct[r] for r in keep]
+                word_at = [word_at[r] for r in keep]
             logits = decoder.step(next_ids, live_group)
         return results
 
@@ -396,6 +422,14 @@ class CandidateSampler(_LMSampler):
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         sentence, complete = self.splitter.next_sentence(context, head + text, require_end=not head)
         return sentence if complete or final else None
+
+    def _sentence_tokens(self, tokens: list[int], word_at: int, sentence: str, head: str) -> int:
+        """How many of a finished row's ``tokens`` write its ``sentence`` (with the whitespace
+        before it): the row stops on the token after the next sentence's first word, so that
+        word, which starts at ``word_at``, is not counted; all of them if the sentence does not
+        end before it."""
+        text = head + self.tokenizer.decode(tokens[:word_at], skip_special_tokens=True)
+        return word_at if text.rstrip().endswith(sentence) else len(tokens)
 
     def _is_eos(self, ids: Tensor) -> Tensor:
         if not self.eos_ids or self.config.suppress_eos:

@@ -61,7 +61,8 @@ class PunktSplitter:
         the joined text. Returns:
 
         * ``(sentence, True)`` once a further sentence has begun after it ("... it. The"); a
-          sentence is only known to be complete then ("... Mr." is not an ending);
+          sentence is only known to be complete then ("... Mr." is not an ending), or once a
+          line break follows it (lines are split apart, whatever the next one holds);
         * ``("", True)`` when the continuation does not start a sentence of its own in this
           context (it would merge into ``context`` at detection), so it can never become one;
         * ``("", True)`` as well when its first sentence is cut only by a paragraph break and
@@ -81,9 +82,12 @@ class PunktSplitter:
             parts = parts[1:]
         if not parts:
             return "", False
-        if require_end and len(parts) > 1 and not self.ends_sentence(parts[0]):
+        # Every line is split on its own, so a line break after the sentence's first character
+        # ends it whatever follows.
+        complete = len(parts) > 1 or "\n" in continuation.lstrip()
+        if require_end and complete and not self.ends_sentence(parts[0]):
             return "", True
-        return parts[0], len(parts) > 1
+        return parts[0], complete
 
 
 def get_splitter(name: str = "punkt") -> PunktSplitter:
