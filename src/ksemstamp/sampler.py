@@ -16,9 +16,13 @@ valid one of an i.i.d. sequence of candidates, exactly as in Algorithm 1, and no
 row happened to be shortest".
 
 Sentence ends are detected incrementally. Per vocabulary entry we precompute whether the token
-starts with whitespace; a row is only handed to the splitter when its newest token starts with
-whitespace (a new word has begun) and its text so far contains sentence punctuation. The text
-checked is the row's own short continuation, never the whole document.
+starts with whitespace and whether it holds a line break. A row is handed to the splitter when
+its newest token starts a new word and its text so far contains sentence punctuation (the
+sentence is complete once the next one has begun), or when that token is a line break (the
+splitter cuts every line apart, so the break ends the sentence whatever follows). The text
+checked is the row's own short continuation, never the whole document. A finished candidate
+counts only the tokens of its sentence and the whitespace before it, not the next word that
+showed where it ends.
 
 The batched decode loop keeps its per-row bookkeeping in one function because every step
 updates all of it; the pure parts (per-group generator ranges, group resolution, separators) are
