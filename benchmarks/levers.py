@@ -235,7 +235,7 @@ def run_quality(args: argparse.Namespace) -> None:
     out: dict[str, Any] = {"command": " ".join(sys.argv), "config": args.config, "formats": {}}
     # Every generation is appended to a JSONL file as it is made, and a rerun with the same
     # settings skips what is there: on a machine shared with other jobs this can take hours.
-    store = RESULTS / "levers-quality-generations.jsonl"
+    store = RESULTS / f"levers-{args.name}-generations.jsonl"
     done = {}
     if store.exists():
         for line in store.read_text().splitlines():
@@ -334,7 +334,7 @@ def run_quality(args: argparse.Namespace) -> None:
             f"| {r['valid_share']:.3f} "
             f"| {r['candidates_per_sentence']:.1f} | {r['fallbacks']} |"
         )
-    _write("quality", out, "\n".join(lines))
+    _write(args.name, out, "\n".join(lines))
 
 
 # ---------------------------------------------------------------------- early rejection
@@ -529,6 +529,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     quality.add_argument("--max-new-tokens", type=int, default=200)
     quality.add_argument("--human-texts", type=int, default=40)
     quality.add_argument("--threads", type=int, default=1)
+    quality.add_argument(
+        "--name",
+        default="quality",
+        help="results/levers-NAME.json and its generations file; a rerun with the same name "
+        "reuses the stored generations",
+    )
     early = sub.add_parser("early", help="early rejection accuracy on the study pool")
     early.add_argument("--pool", default=str(REPO / "docs" / "study" / "data" / "pool.jsonl"))
     early.add_argument("--tokens", default="4,6,8,12,16", help="prefix lengths n to test")
