@@ -41,8 +41,10 @@ class WatermarkConfig:
     CPU only); or ``auto`` (default): ``bf16`` where the device computes bfloat16 natively (a
     CPU with AVX512-BF16/AMX, a CUDA GPU that supports it), else ``fp32``. On 24 held-out
     prompts bf16 read human news as fp32 does and its watermarked texts were detected as often
-    within noise (``benchmarks/results/levers-quality.json``); the evaluation's figures were
-    made in ``fp32``. Outputs differ between formats, so pin one to reproduce a text exactly."""
+    within noise (``benchmarks/results/levers-quality.json``). ``int8`` is faster on a CPU
+    without bf16 and kept the test's power, but raised the LM's perplexity on held-out human news
+    by 10% (``levers-quality-int8.json``), so ``auto`` never picks it. The evaluation's figures
+    were made in ``fp32``. Outputs differ between formats, so pin one to reproduce a text exactly."""
     threads: int | None = None
     """torch threads for generation and detection; ``None`` keeps torch's default (every core
     available to the process, unless ``OMP_NUM_THREADS`` says otherwise). Set 1 on a machine
