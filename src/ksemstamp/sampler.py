@@ -16,13 +16,15 @@ valid one of an i.i.d. sequence of candidates, exactly as in Algorithm 1, and no
 row happened to be shortest".
 
 Sentence ends are detected incrementally. Per vocabulary entry we precompute whether the token
-starts with whitespace and whether it holds a line break. A row is handed to the splitter when
-its newest token starts a new word and its text so far contains sentence punctuation (the
-sentence is complete once the next one has begun), or when that token is a line break (the
-splitter cuts every line apart, so the break ends the sentence whatever follows). The text
-checked is the row's own short continuation, never the whole document. A finished candidate
-counts only the tokens of its sentence and the whitespace before it, not the next word that
-showed where it ends.
+starts with whitespace and whether it holds a line break. A row is handed to the splitter,
+with its newest token, when that token starts a new word and the text before it contains
+sentence punctuation (the sentence is complete once the next one has begun: "... it. The"), or
+when that token is a line break (the splitter cuts every line apart, so the break ends the
+sentence whatever follows). The token that showed the end is not part of the candidate, which
+holds only its sentence and the whitespace before it. The next round samples the next sentence
+afresh and rejects any candidate that would merge into this one at detection, so the word that
+ended this sentence need not be the one that follows it in the text. The text checked is the
+row's own short continuation, never the whole document.
 
 The batched decode loop keeps its per-row bookkeeping in one function because every step
 updates all of it; the pure parts (per-group generator ranges, group resolution, separators) are
@@ -283,7 +285,6 @@ class CandidateSampler(_LMSampler):
         live_index = [i for n in rows for i in range(n)]
         tokens: list[list[int]] = [[] for _ in live_group]
         punct = [False] * len(live_group)
-        word_at = [0] * len(live_group)  # where each row's last word starts in its tokens
 
         results = [GroupResult() for _ in rows]
         # outcome[g][i]: None while row i of group g runs, else its Candidate
@@ -297,9 +298,9 @@ class CandidateSampler(_LMSampler):
             next_ids = self._next_tokens(logits, seen, None if per_group else generator, segments)
             seen[torch.arange(len(live_group), device=self.device), next_ids] = True
             step_is_eos = self._is_eos(next_ids)
-            starts, newline = self.starts_space[next_ids], self.has_newline[next_ids]
-            check = (starts | newline | step_is_eos).tolist()
-            starts, newline = starts.tolist(), newline.tolist()
+            newline = self.has_newline[next_ids]
+            check = (self.starts_space[next_ids] | newline | step_is_eos).tolist()
+            newline = newline.tolist()
             ids = next_ids.tolist()
             eos_rows = step_is_eos.tolist()
 
@@ -307,51 +308,39 @@ class CandidateSampler(_LMSampler):
             finished_text: list[str] = []
             finished_trunc: list[bool] = []
             finished_sep: list[str] = []
-            finished_used: list[int] = []
             for r, tok in enumerate(ids):
                 text = None
                 trunc = False
-                used = len(tokens[r])  # tokens of the finished row that belong to its sentence
                 if check[r] and (punct[r] or eos_rows[r] or newline[r]):
-                    # On a word's first token the row's text so far ends in a whole word; a
-                    # line-break token is checked with itself (it ends the line at once).
+                    # Checked with the new token: the first token of the next sentence's first
+                    # word, or a line break, ends the sentence before it (see the module
+                    # docstring); the token itself is never part of the candidate.
                     g = live_group[r]
-                    seen_ids = tokens[r] + [tok] if newline[r] else tokens[r]
+                    seen_ids = tokens[r] if eos_rows[r] else tokens[r] + [tok]
                     text = self._sentence(contexts[g], seen_ids, eos_rows[r], heads[g])
-                    if text and not newline[r] and not eos_rows[r]:
-                        used = self._sentence_tokens(tokens[r], word_at[r], text, heads[g])
                 if text is None and not eos_rows[r]:
-                    if starts[r]:
-                        word_at[r] = len(tokens[r])
                     tokens[r].append(tok)
                     punct[r] = punct[r] or bool(self.has_terminal[tok])
                     if len(tokens[r]) < self.config.max_sentence_tokens:
                         continue
                     # No sentence end within the limit: not a usable sentence (it would leave
                     # the document with an unfinished sentence that swallows the next one).
-                    text, trunc, used = "", True, len(tokens[r])
+                    text, trunc = "", True
                 finished.append(r)
                 finished_text.append(text or "")
                 finished_trunc.append(trunc)
-                finished_used.append(used)
                 finished_sep.append(
                     _separator(self.tokenizer.decode(tokens[r], skip_special_tokens=True))
                 )
 
             if finished:
                 verdicts = judge([(live_group[r], live_index[r]) for r in finished], finished_text)
-                for r, text, trunc, sep, used, (ok, info) in zip(
-                    finished,
-                    finished_text,
-                    finished_trunc,
-                    finished_sep,
-                    finished_used,
-                    verdicts,
-                    strict=True,
+                for r, text, trunc, sep, (ok, info) in zip(
+                    finished, finished_text, finished_trunc, finished_sep, verdicts, strict=True
                 ):
                     g, i = live_group[r], live_index[r]
                     accepted = bool(ok) and bool(text)
-                    outcome[g][i] = Candidate(text, used, accepted, info, trunc, sep)
+                    outcome[g][i] = Candidate(text, len(tokens[r]), accepted, info, trunc, sep)
 
             _resolve(outcome, resolved, results)
             if pruner is not None and step % pruner.every == 0:
@@ -382,7 +371,6 @@ class CandidateSampler(_LMSampler):
                 live_index = [live_index[r] for r in keep]
                 tokens = [tokens[r] for r in keep]
                 punct = [punct[r] for r in keep]
-                word_at = [word_at[r] for r in keep]
             logits = decoder.step(next_ids, live_group)
         return results
 
@@ -426,14 +414,6 @@ class CandidateSampler(_LMSampler):
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         sentence, complete = self.splitter.next_sentence(context, head + text, require_end=not head)
         return sentence if complete or final else None
-
-    def _sentence_tokens(self, tokens: list[int], word_at: int, sentence: str, head: str) -> int:
-        """How many of a finished row's ``tokens`` write its ``sentence`` (with the whitespace
-        before it): the row stops on the token after the next sentence's first word, so that
-        word, which starts at ``word_at``, is not counted; all of them if the sentence does not
-        end before it."""
-        text = head + self.tokenizer.decode(tokens[:word_at], skip_special_tokens=True)
-        return word_at if text.rstrip().endswith(sentence) else len(tokens)
 
     def _is_eos(self, ids: Tensor) -> Tensor:
         if not self.eos_ids or self.config.suppress_eos:
