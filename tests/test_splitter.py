@@ -1,3 +1,5 @@
+import textwrap
+
 import pytest
 
 from ksemstamp.splitter import get_splitter
@@ -24,20 +26,28 @@ def test_split_handles_abbreviations_and_paragraphs(splitter):
         ("Trump won.", " He said", ("He said", False)),
         ("Trump won.", " He said so. The", ("He said so.", True)),
         ("She moved to the U.S.", " to give", ("", True)),  # would merge into the context
-        ("Ads:", "\nThe cat sat. It", ("The cat sat.", True)),
+        # a single line break reads as a space: the label and the sentence merge
+        ("Ads:", "\nThe cat sat. It", ("", True)),
+        ("Ads:", "\n\nThe cat sat. It", ("The cat sat.", True)),
         ("", " The cat sat. It", ("The cat sat.", True)),
         ("It rained.", " Mr. Smith met", ("Mr. Smith met", False)),  # "Mr." is not an end
         # cut only by a paragraph break, not ended: the next sentence could never follow it
         ("It rained.", " A. There is no basis\n\nB. The", ("", True)),
-        ("It rained.", " Key points:\nThe cat", ("", True)),
+        ("It rained.", " Key points:\n\nThe cat", ("", True)),
+        ("It rained.", " Key points:\nThe cat", ("Key points: The cat", False)),
         ("It rained.", " What now?\nThe cat", ("What now?", True)),
-        # a line break ends the sentence before it at once: nothing after it can change the cut
+        # a paragraph break ends the sentence before it at once: nothing after it can change
+        # the cut; a single line break at the end decides nothing yet
         ("It rained.", " He left.\n\n", ("He left.", True)),
-        ("It rained.", " Key points\n", ("", True)),  # closed, but no sentence end
-        ("It rained.", " He met Mr.\n", ("", True)),
+        ("It rained.", " He left.\n", ("He left.", False)),
+        ("It rained.", " He left\nat noon. The", ("He left at noon.", True)),  # hard wrap
+        ("It rained.", " Key points\n\n", ("", True)),  # closed, but no sentence end
+        ("It rained.", " He met Mr.\n\n", ("", True)),
+        ("It rained.", " Key points\n- one", ("", True)),  # a list item stays a break
         ("It rained.", "\n\nHe left.", ("He left.", False)),  # leading breaks are separators
         ("It rained.", "\n\n", ("", False)),
-        ("", "He left.\n", ("He left.", True)),
+        ("", "He left.\n\n", ("He left.", True)),
+        ("", "He le\u200bft. Sh\u0435 came", ("He left.", True)),  # read normalised
     ],
 )
 def test_next_sentence(splitter, context, continuation, expected):
@@ -46,12 +56,31 @@ def test_next_sentence(splitter, context, continuation, expected):
 
 def test_a_title_may_end_at_a_paragraph_break_when_asked(splitter):
     # completing the prompt's own open sentence (a title) accepts the paragraph break
-    assert splitter.next_sentence("", "Key points\nThe cat", require_end=False) == (
+    assert splitter.next_sentence("", "Key points\n\nThe cat", require_end=False) == (
         "Key points",
         True,
     )
-    assert splitter.next_sentence("", "Key points\nThe cat") == ("", True)
-    assert splitter.next_sentence("", "Key points\n", require_end=False) == ("Key points", True)
+    assert splitter.next_sentence("", "Key points\n\nThe cat") == ("", True)
+    assert splitter.next_sentence("", "Key points\n\n", require_end=False) == (
+        "Key points",
+        True,
+    )
+    # a single line break joins the title to the line after it
+    assert splitter.next_sentence("", "Key points\nThe cat", require_end=False) == (
+        "Key points The cat",
+        False,
+    )
+
+
+def test_hard_wrapped_text_splits_as_the_unwrapped_text(splitter):
+    text = (
+        "The council met on Monday and, after a long debate, approved the budget. "
+        "Its members then left for the holidays, and the mayor said nothing."
+    )
+    wrapped = textwrap.fill(text, 30)
+    assert "\n" in wrapped
+    assert splitter.split(wrapped) == splitter.split(text)
+    assert [s for _, s in splitter.spans(wrapped)] == splitter.split(text)
 
 
 def test_unknown_splitter():

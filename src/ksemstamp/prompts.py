@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .normalize import normalize_text
 from .splitter import PunktSplitter
 from .textcheck import not_text
 
@@ -151,7 +152,8 @@ def plan_prompt(
     problem = not_text(prompt, "prompt")
     if problem:
         return PromptStart(error=problem)
-    # Dropped characters are counted in the prompt as given: prompt[dropped:] is what is kept.
+    # Dropped characters are counted in the prompt as given (in its normalised form when it
+    # needed normalising): prompt[dropped:] is what is kept.
     lead = len(prompt) - len(prompt.lstrip())
     if chat:
         overhead = len(tokenizer(chat_prefix(tokenizer, ""), add_special_tokens=False)["input_ids"])
@@ -161,7 +163,8 @@ def plan_prompt(
         kept, dropped = keep_right(tokenizer, prompt.strip(), room)
         dropped += lead if dropped else 0
         return PromptStart(CHAT, chat_prefix(tokenizer, kept), dropped_chars=dropped)
-    text = prompt.strip()
+    # Read as detection reads it (``normalize``); the LM sees the normalised prompt too.
+    text = normalize_text(prompt).text.strip()
     if not text:
         return PromptStart(EMPTY, start_text(tokenizer))
     prefix, dropped = keep_right(tokenizer, text, budget)

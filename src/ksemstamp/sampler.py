@@ -19,8 +19,10 @@ Sentence ends are detected incrementally. Per vocabulary entry we precompute whe
 starts with whitespace and whether it holds a line break. A row is handed to the splitter,
 with its newest token, when that token starts a new word and the text before it contains
 sentence punctuation (the sentence is complete once the next one has begun: "... it. The"), or
-when that token is a line break (the splitter cuts every line apart, so the break ends the
-sentence whatever follows). The token that showed the end is not part of the candidate, which
+when that token is a line break or the first token after one (a paragraph break ends the
+sentence whatever follows; a single line break decides nothing until the next line's first
+token shows whether it continues the paragraph, as the splitter reads the joined text: see
+``normalize``). The token that showed the end is not part of the candidate, which
 holds only its sentence and the whitespace before it. The next round samples the next sentence
 afresh and rejects any candidate that would merge into this one at detection, so the word that
 ended this sentence need not be the one that follows it in the text. The text checked is the
@@ -215,8 +217,8 @@ class CandidateSampler(_LMSampler):
             has_newline[i] = "\n" in piece
         self.starts_space = starts_space.to(self.device)
         self.has_terminal = has_terminal.to(self.device)
-        # A line break after a sentence ends it (the splitter cuts every line), so a row is
-        # checked on the token that writes one, without waiting for the next word.
+        # A paragraph break after a sentence ends it, so a row is checked on the token that
+        # writes a line break, without waiting for the next word.
         self.has_newline = has_newline.to(self.device)
 
     # ------------------------------------------------------------------ logits processing
@@ -285,6 +287,9 @@ class CandidateSampler(_LMSampler):
         live_index = [i for n in rows for i in range(n)]
         tokens: list[list[int]] = [[] for _ in live_group]
         punct = [False] * len(live_group)
+        # The row's last token wrote a line break: its next token starts a line, which shows
+        # whether the break joins the lines (see ``normalize``) even without a leading space.
+        broke = [False] * len(live_group)
 
         results = [GroupResult() for _ in rows]
         # outcome[g][i]: None while row i of group g runs, else its Candidate
@@ -311,7 +316,7 @@ class CandidateSampler(_LMSampler):
             for r, tok in enumerate(ids):
                 text = None
                 trunc = False
-                if check[r] and (punct[r] or eos_rows[r] or newline[r]):
+                if (check[r] or broke[r]) and (punct[r] or eos_rows[r] or newline[r]):
                     # Checked with the new token: the first token of the next sentence's first
                     # word, or a line break, ends the sentence before it (see the module
                     # docstring); the token itself is never part of the candidate.
@@ -321,6 +326,7 @@ class CandidateSampler(_LMSampler):
                 if text is None and not eos_rows[r]:
                     tokens[r].append(tok)
                     punct[r] = punct[r] or bool(self.has_terminal[tok])
+                    broke[r] = newline[r]
                     if len(tokens[r]) < self.config.max_sentence_tokens:
                         continue
                     # No sentence end within the limit: not a usable sentence (it would leave
@@ -371,6 +377,7 @@ class CandidateSampler(_LMSampler):
                 live_index = [live_index[r] for r in keep]
                 tokens = [tokens[r] for r in keep]
                 punct = [punct[r] for r in keep]
+                broke = [broke[r] for r in keep]
             logits = decoder.step(next_ids, live_group)
         return results
 

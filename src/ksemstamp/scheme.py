@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from .encoding import embed
 from .keys import key_fingerprint, keyed_directions, start_region, valid_table
+from .normalize import normalize_text
 from .splitter import PunktSplitter
 
 MARKS = ("region", "direction")
@@ -128,8 +129,10 @@ class WatermarkScheme:
         return int(self.partition.num_regions)
 
     def embed(self, sentences: Sequence[str], progress: bool = False) -> Tensor:
-        """``(N, D)`` unit embeddings of sentences, in one encoder pass (``progress``: the
+        """``(N, D)`` unit embeddings of sentences in their normalised form (``normalize``;
+        the splitter's sentences are already), in one encoder pass (``progress``: the
         encoder's progress bar)."""
+        sentences = [normalize_text(s).text for s in sentences]
         return embed(self.encoder, sentences, batch_size=self.encode_batch_size, progress=progress)
 
     def regions(self, sentences: Sequence[str], progress: bool = False) -> tuple[Tensor, Tensor]:

@@ -2,7 +2,9 @@
 
 Generation decides where a candidate sentence ends with the same splitter that detection later
 uses to cut the text, so a sentence accepted during generation is the sentence scored at
-detection (up to the splitter's own consistency on the joined text).
+detection (up to the splitter's own consistency on the joined text). The splitter reads every
+text in its normalised form (``normalize.normalize_text``): sentences are substrings of the
+normalised text, never of invisible characters, look-alike letters or hard line wraps.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from typing import Protocol
 
 import nupunkt
+
+from .normalize import normalize_text
 
 
 class SentenceSplitter(Protocol):
@@ -24,20 +28,25 @@ class PunktSplitter:
     """Punkt-style splitting with ``nupunkt``'s default English model (no data download needed).
 
     It handles abbreviations ("Mr.", "U.S.", "p.m.") and quotes well and takes ~20 microseconds
-    for a short paragraph. Paragraph breaks always end a sentence.
+    for a short paragraph. Text is normalised first (``normalize_text``): a single line break
+    inside a paragraph reads as a space; the line breaks that remain (paragraph breaks, list
+    items, headings) end a sentence.
     """
 
     def split(self, text: str) -> list[str]:
+        """Sentences of the normalised ``text``, stripped, empty ones dropped."""
         out: list[str] = []
-        for paragraph in text.split("\n"):
-            if paragraph.strip():
-                out.extend(s.strip() for s in nupunkt.sent_tokenize(paragraph) if s.strip())
+        for block in normalize_text(text).text.split("\n"):
+            if block.strip():
+                out.extend(s.strip() for s in nupunkt.sent_tokenize(block) if s.strip())
         return out
 
     def spans(self, text: str) -> list[tuple[int, str]]:
-        """``(offset, sentence)`` for each sentence of ``split(text)``: where it starts in
-        ``text``. Sentences are substrings of the text (only trimmed), so each is found after
-        the end of the one before."""
+        """``(offset, sentence)`` for each sentence of ``split(text)``: where it starts in the
+        normalised ``text`` (``text`` itself when it is normalised already, as callers pass it).
+        Sentences are substrings of it (only trimmed), so each is found after the end of the
+        one before."""
+        text = normalize_text(text).text
         out: list[tuple[int, str]] = []
         cursor = 0
         for sentence in self.split(text):
@@ -62,7 +71,9 @@ class PunktSplitter:
 
         * ``(sentence, True)`` once a further sentence has begun after it ("... it. The"); a
           sentence is only known to be complete then ("... Mr." is not an ending), or once a
-          line break follows it (lines are split apart, whatever the next one holds);
+          line break that stays a break follows it (a blank line, a list item, a heading). A
+          single line break at the end of the continuation decides nothing yet: the next line
+          may continue the paragraph;
         * ``("", True)`` when the continuation does not start a sentence of its own in this
           context (it would merge into ``context`` at detection), so it can never become one;
         * ``("", True)`` as well when its first sentence is cut only by a paragraph break and
@@ -73,6 +84,7 @@ class PunktSplitter:
         * ``(sentence_so_far, False)`` otherwise.
         """
         context = context.strip()
+        continuation = normalize_text(continuation).text
         parts = self.split(context + continuation) if context else self.split(continuation)
         if context:
             if not parts:
@@ -82,9 +94,12 @@ class PunktSplitter:
             parts = parts[1:]
         if not parts:
             return "", False
-        # Every line is split on its own, so a line break after the sentence's first character
-        # ends it whatever follows.
-        complete = len(parts) > 1 or "\n" in continuation.lstrip()
+        # A line break left in the normalised text ends the sentence before it, whatever
+        # follows; a single one at the very end may still be joined to the next line.
+        body = continuation.lstrip().rstrip(" \t")
+        if body.endswith("\n") and not body.endswith("\n\n"):
+            body = body[:-1]
+        complete = len(parts) > 1 or "\n" in body
         if require_end and complete and not self.ends_sentence(parts[0]):
             return "", True
         return parts[0], complete

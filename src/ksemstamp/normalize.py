@@ -1,0 +1,175 @@
+"""Text normalisation: the one form of a text that generation, detection and the web page read.
+
+A watermark read from sentence meaning should not depend on how a text is typed. Four edits
+that leave a text looking the same change what the splitter and encoder see:
+
+* **invisible characters** (zero-width spaces and joiners, soft hyphens, bidirectional
+  controls, variation selectors, tag characters): they cut words into pieces the encoder reads
+  as other words. They are removed. So are lone surrogates, which no model can read.
+* **compatibility forms** (ligatures, full-width letters, mathematical letters, exotic spaces,
+  the one-character ellipsis): Unicode NFKC maps them to their plain forms.
+* **look-alike letters** from other scripts (Cyrillic ``а`` for Latin ``a``, Greek ``Ο`` for
+  ``O``): in a word whose letters are all Latin or look-alikes, each look-alike is read as the
+  Latin letter it imitates. A word with letters that have no Latin look-alike (a real Russian
+  or Greek word) is left alone. A text that needed this was almost certainly altered on
+  purpose, so the count is reported.
+* **line breaks**: other line separators (CR LF, CR, U+0085, U+2028; U+2029 is a paragraph
+  break) become ``\\n``; a single line break inside a paragraph (a hard-wrapped line) is read as
+  a space. A blank line, a line that starts a list item (``-``, ``*``, ``+``, ``•``, ``1.``,
+  ``1)``) or a heading (``#``), and the line after a heading stay breaks.
+
+``normalize_text`` is idempotent: normalising its output changes nothing. The sentence splitter
+applies it before splitting, so generation (which decides where a candidate sentence ends with
+the splitter) and detection cut and embed the same sentences.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+
+LOOK_ALIKES = {
+    # Cyrillic
+    "а": "a", "в": "b", "е": "e", "і": "i", "ј": "j", "к": "k", "м": "m", "н": "h", "о": "o",
+    "п": "n", "р": "p", "с": "c", "т": "t", "у": "y", "х": "x", "ѕ": "s", "һ": "h", "ԁ": "d",
+    "ԛ": "q", "ԝ": "w", "ӏ": "l", "ү": "y",
+    "А": "A", "В": "B", "Е": "E", "І": "I", "Ј": "J", "К": "K", "М": "M", "Н": "H", "О": "O",
+    "Р": "P", "С": "C", "Т": "T", "У": "Y", "Х": "X", "Ѕ": "S", "Һ": "H", "Ԁ": "D", "Ԛ": "Q",
+    "Ԝ": "W", "Ӏ": "I", "Ү": "Y",
+    # Greek
+    "α": "a", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p", "τ": "t", "υ": "u", "χ": "x",
+    "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M", "Ν": "N",
+    "Ο": "O", "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X",
+    # Armenian, and Latin letters outside ASCII that imitate ASCII ones
+    "օ": "o", "ս": "u", "հ": "h", "ց": "g", "ı": "i", "ɑ": "a", "ɡ": "g",
+}  # fmt: skip
+"""Letters of other scripts (and a few Latin ones outside ASCII) that render like an ASCII
+letter, and that letter."""
+
+_INVISIBLE_EXTRA = frozenset(
+    "\u034f"  # combining grapheme joiner
+    "\u115f\u1160\u3164\uffa0"  # Hangul fillers (render as nothing)
+    "\u180e"  # Mongolian vowel separator
+)
+_BLOCK_START = re.compile(r"\s*([-*+\u2022\u2023\u25e6]|\d{1,3}[.)])\s|\s*#")
+_LINE_BREAKS = re.compile(r"\r\n|[\r\x85\u2028]")
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+@dataclass
+class NormalizedText:
+    """A normalised text and what it took.
+
+    Attributes:
+        text: the normalised text.
+        counts: characters changed per kind: ``invisible`` (removed), ``invalid`` (lone
+            surrogates, removed), ``compatibility`` (characters NFKC changed), ``look_alike``
+            (letters read as the Latin letter they imitate), ``line_breaks`` (single line
+            breaks read as spaces). Kinds with nothing to report are left out.
+    """
+
+    text: str
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def tampered(self) -> bool:
+        """See ``tampered``."""
+        return tampered(self.counts)
+
+
+def tampered(counts: dict[str, int]) -> bool:
+    """Whether normalisation ``counts`` show characters that make a text look the same but read
+    differently (invisible characters or look-alike letters): a sign it was altered on purpose."""
+    return bool(counts.get("invisible") or counts.get("look_alike"))
+
+
+def _invisible(char: str) -> bool:
+    if char in _INVISIBLE_EXTRA:
+        return True
+    code = ord(char)
+    if 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:  # variation selectors
+        return True
+    return unicodedata.category(char) == "Cf"
+
+
+def _fold_word(word: str) -> tuple[str, int]:
+    """``word`` with its look-alike letters read as ASCII ones when every letter of it outside
+    ASCII is a look-alike (else unchanged), and how many were."""
+    foreign = [c for c in word if not c.isascii()]
+    if not foreign or not all(c in LOOK_ALIKES for c in foreign):
+        return word, 0
+    return "".join(LOOK_ALIKES.get(c, c) for c in word), len(foreign)
+
+
+def fold_look_alikes(text: str) -> tuple[str, int]:
+    """``text`` with look-alike letters of other scripts read as Latin (see the module
+    docstring), and how many were."""
+    if text.isascii():
+        return text, 0
+    count = 0
+
+    def fold(match: re.Match) -> str:
+        nonlocal count
+        word, n = _fold_word(match.group())
+        count += n
+        return word
+
+    return _WORD.sub(fold, text), count
+
+
+def join_lines(text: str) -> tuple[str, int]:
+    """``text`` (with ``\\n`` line breaks) with every single line break inside a paragraph read
+    as a space, and how many were. Blank lines, list items and headings stay breaks."""
+    if "\n" not in text:
+        return text, 0
+    lines = text.split("\n")
+    out = [lines[0]]
+    joined = 0
+    for before, line in zip(lines, lines[1:], strict=False):
+        if (
+            not before.strip()
+            or not line.strip()
+            or _BLOCK_START.match(line)
+            or before.lstrip().startswith("#")
+        ):
+            out.append("\n" + line)
+        else:
+            out[-1] = out[-1].rstrip()
+            out.append(" " + line.lstrip())
+            joined += 1
+    return "".join(out), joined
+
+
+def normalize_text(text: str, lines: bool = True) -> NormalizedText:
+    """The normalised form of ``text`` (see the module docstring) and what it took;
+    ``lines=False`` leaves line breaks as they are (apart from unifying separators)."""
+    counts: dict[str, int] = {}
+
+    def note(kind: str, n: int) -> None:
+        if n:
+            counts[kind] = counts.get(kind, 0) + n
+
+    if not text.isascii():
+        kept = []
+        for char in text:
+            if unicodedata.category(char) == "Cs":
+                note("invalid", 1)
+            elif _invisible(char):
+                note("invisible", 1)
+            else:
+                kept.append(char)
+        text = "".join(kept)
+        text = text.replace("\u2029", "\n\n")
+        nfkc = unicodedata.normalize("NFKC", text)
+        if nfkc != text:
+            note("compatibility", sum(unicodedata.normalize("NFKC", c) != c for c in text))
+            text = nfkc
+        text, n = fold_look_alikes(text)
+        note("look_alike", n)
+    if "\r" in text or not text.isascii():
+        text = _LINE_BREAKS.sub("\n", text)
+    if lines:
+        text, n = join_lines(text)
+        note("line_breaks", n)
+    return NormalizedText(text, counts)
