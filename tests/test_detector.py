@@ -1,5 +1,7 @@
 """Detector behaviour on a stand-in encoder (fast, exact control over regions)."""
 
+import textwrap
+
 import pytest
 import torch
 
@@ -261,3 +263,20 @@ def test_progress_is_shown_for_long_detections_only(detector, monkeypatch):
     detector.detect(" ".join(SENTENCES[:20]), progress=True)
     detector.detect(" ".join(SENTENCES[:20]))
     assert shown == [False, True, False]
+
+
+def test_retyped_text_scores_as_the_original_and_reports_what_was_normalised(detector):
+    text = " ".join(_valid_chain(detector.scheme, 6))
+    retyped = (
+        text.replace("e", "\u0435", 3).replace("o", "\u043e", 2).replace("talks", "ta\u200blks", 1)
+    )
+    wrapped = textwrap.fill(retyped, 40)
+    clean, attacked = detector.detect(text), detector.detect(wrapped, prompt="A prompt.\u200b")
+    plain = detector.detect(text, prompt="A prompt.")
+    assert attacked.sentences == plain.sentences == clean.sentences
+    assert attacked.z_score == plain.z_score and attacked.p_value == plain.p_value
+    assert clean.normalized == {} and "normalized" not in clean.to_record()
+    assert attacked.normalized["look_alike"] == 5 and attacked.normalized["invisible"] == 2
+    assert attacked.normalized["line_breaks"] == wrapped.count("\n")
+    record = attacked.to_record()
+    assert record["tampered"] is True and record["normalized"] == attacked.normalized

@@ -463,3 +463,16 @@ def test_an_oversized_body_is_refused_before_it_is_read(hash_encoder):
     )
     response = TestClient(app).post("/api/detect", json={"text": "x" * 100})
     assert response.status_code == 413 and "larger" in response.json()["error"]
+
+
+def test_detect_reads_a_retyped_text_as_the_original_and_says_so(client):
+    text = " ".join(SENTENCES[:4])
+    retyped = text.replace("o", "\u043e", 3).replace("Sentence", "Sen\u200btence", 1)
+    plain, view = (client.post("/api/detect", json={"text": t}).json() for t in (text, retyped))
+    assert view["p_value"] == plain["p_value"] and view["sentences"] == plain["sentences"]
+    assert plain["normalization"] is None
+    assert "3 look-alike letters" in view["normalization"]
+    assert "1 invisible character" in view["normalization"]
+    assert "altered on purpose" in view["normalization"]
+    # every sentence is shown in place in the text as it was read
+    assert [seg["sentence"] for seg in view["segments"] if "sentence" in seg] == [0, 1, 2, 3]

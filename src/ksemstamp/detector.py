@@ -21,6 +21,10 @@ Scoring rules (``ScoringPlan``; none of them depends on the key):
   ``max_chars`` is refused (status ``error``); text in a script the splitter and encoder do not
   read, or with no letters, gets status ``unsupported`` (see ``textcheck``).
 * The margin is not applied at detection.
+* Text and prompt are read in their normalised form (``normalize``): invisible characters
+  removed, compatibility forms and look-alike letters read as plain Latin ones, single line
+  breaks inside a paragraph read as spaces. What that took is reported (``normalized``); look-
+  alike letters or invisible characters are a sign that the text was altered on purpose.
 
 The key enters only afterwards. Under the ``region`` mark the valid table turns each scored
 transition into a verdict; under the ``direction`` mark the key's direction for the previous
@@ -40,6 +44,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .normalize import normalize_text, tampered
 from .scheme import WatermarkScheme
 from .splitter import PunktSplitter
 from .stats import (
@@ -72,8 +77,11 @@ def continuation_sentences(
       text's, and ``completion`` is the part of the text inside the seed (``""`` when the
       text adds nothing to it).
 
-    ``completion`` is ``None`` unless the prompt ends mid-sentence.
+    ``completion`` is ``None`` unless the prompt ends mid-sentence. Both are read in their
+    normalised form (``normalize``), and ``completion`` is part of the normalised text.
     """
+    text = normalize_text(text).text
+    prompt = normalize_text(prompt).text if prompt else prompt
     prompt_sentences = splitter.split(prompt) if prompt else []
     if not prompt_sentences:
         return None, splitter.split(text), None
@@ -105,6 +113,13 @@ class DetectionResult:
     seed: str | None = None  # that sentence (the straddling one when the prompt ended mid-way)
     completion: str | None = None  # the start of the text that completed the prompt's sentence
     scores: list[float | None] | None = None  # direction mark: each scored sentence's score
+    normalized: dict[str, int] = field(default_factory=dict)
+    """What normalising text and prompt took, per kind (see ``normalize.NormalizedText``)."""
+
+    @property
+    def tampered(self) -> bool:
+        """Whether the input held invisible characters or look-alike letters (``normalize``)."""
+        return tampered(self.normalized)
 
     def to_record(self) -> dict:
         """Fields added to a JSONL record."""
@@ -125,6 +140,9 @@ class DetectionResult:
             out["error"] = self.error
         if self.completion is not None:
             out["completion"] = self.completion
+        if self.normalized:
+            out["normalized"] = dict(self.normalized)
+            out["tampered"] = self.tampered
         return out
 
 
@@ -147,6 +165,7 @@ class ScoringPlan:
             ``unsupported`` (a script the splitter and encoder do not read).
         seed: the sentence whose region is ``seed_region``.
         completion: the part of the text that completed a prompt ending mid-sentence.
+        normalized: what normalising text and prompt took, per kind.
     """
 
     sentences: list[str] = field(default_factory=list)
@@ -159,6 +178,7 @@ class ScoringPlan:
     status: str = "ok"
     seed: str | None = None
     completion: str | None = None
+    normalized: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def refused(cls, error: str, status: str = "error") -> ScoringPlan:
@@ -313,8 +333,13 @@ class Detector:
             if refusal is not None:
                 plans.append(refusal)
                 continue
+            text, prompt, normalized = _normalized(text, prompt)
             seed, sentences, completion = continuation_sentences(splitter, prompt, text)
-            plans.append(ScoringPlan(sentences=sentences, seed=seed, completion=completion))
+            plans.append(
+                ScoringPlan(
+                    sentences=sentences, seed=seed, completion=completion, normalized=normalized
+                )
+            )
             seeded.append(plans[-1])
             flat += ([seed] if seed is not None else []) + sentences
         show = progress and len(flat) > PROGRESS_SENTENCES
@@ -365,6 +390,7 @@ class Detector:
             seed_region=plan.seed_region,
             seed=plan.seed,
             completion=plan.completion,
+            normalized=plan.normalized,
         )
         if num_scored == 0:
             return _too_short(result)
@@ -403,6 +429,7 @@ class Detector:
             seed=plan.seed,
             completion=plan.completion,
             scores=scores,
+            normalized=plan.normalized,
         )
         if not rows:
             return _too_short(result)
@@ -415,6 +442,18 @@ class Detector:
         result.p_value = float(normal_sf(z))
         result.watermarked = result.p_value <= self.alpha
         return result
+
+
+def _normalized(text: str, prompt: str | None) -> tuple[str, str | None, dict[str, int]]:
+    """Text and prompt in their normalised form, and what that took (counts added up)."""
+    out = normalize_text(text)
+    counts = dict(out.counts)
+    if prompt:
+        norm_prompt = normalize_text(prompt)
+        prompt = norm_prompt.text
+        for kind, n in norm_prompt.counts.items():
+            counts[kind] = counts.get(kind, 0) + n
+    return out.text, prompt, counts
 
 
 def _too_short(result: DetectionResult) -> DetectionResult:

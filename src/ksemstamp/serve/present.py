@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..detector import DetectionResult
+from ..normalize import normalize_text, tampered
 from ..stats import null_count_pmf, transition_matrix
 
 # The detector's verdicts, as the page names them (under the direction mark, "valid" is a
@@ -56,6 +57,40 @@ def decision(result: DetectionResult) -> str:
     if result.status != "ok":
         return result.status
     return "watermarked" if result.watermarked else "not_watermarked"
+
+
+NORMALIZED_KINDS = {
+    "look_alike": "look-alike letters of other scripts read as Latin",
+    "invisible": "invisible characters removed",
+    "invalid": "invalid characters removed",
+    "compatibility": "compatibility forms read as plain letters",
+    "line_breaks": "line breaks inside paragraphs read as spaces",
+}
+
+
+def normalization_note(counts: dict[str, int]) -> str | None:
+    """One line on what reading the text in its normalised form took, or ``None``; it warns
+    when the text looks the same as another but reads differently (a sign of tampering)."""
+    if not counts:
+        return None
+    parts = [
+        f"{counts[k]} {what if counts[k] != 1 else _singular(what)}"
+        for k, what in NORMALIZED_KINDS.items()
+        if counts.get(k)
+    ]
+    note = "Read in normalised form: " + "; ".join(parts) + "."
+    if tampered(counts):
+        note += " Characters like these make a text look unchanged while it reads differently: "
+        note += "a sign that it was altered on purpose."
+    return note
+
+
+def _singular(what: str) -> str:
+    """``what`` with its counted noun (its first word ending in "s") in the singular."""
+    words = what.split(" ")
+    at = next(i for i, word in enumerate(words) if word.endswith("s"))
+    words[at] = words[at][:-1]
+    return " ".join(words)
 
 
 def _segments(text: str, sentences: list[str]) -> list[dict[str, Any]]:
@@ -215,7 +250,8 @@ def detection_view(
         "alpha": alpha,
         "gamma": gamma,
         "sentences": sentences,
-        "segments": _segments(text, result.sentences),
+        "segments": _segments(normalize_text(text).text, result.sentences),
+        "normalization": normalization_note(result.normalized),
         "null": null_chart(result, valid_per_row, num_regions, mark),
         "explanation": explanation(result, gamma, alpha, mark, soft_contexts),
     }

@@ -175,6 +175,9 @@ function renderDetection(target, view) {
   }
   drawChart(node.querySelector(".chart"), view.null, view.statistic);
   node.querySelector(".explain").textContent = view.explanation;
+  if (view.normalization) {
+    node.querySelector(".explain").after(el("p", { class: "explain normalized" }, view.normalization));
+  }
   const text = node.querySelector(".marked-text");
   for (const seg of view.segments) {
     if (seg.gap) text.appendChild(document.createTextNode(seg.gap));
