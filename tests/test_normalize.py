@@ -45,6 +45,8 @@ def test_look_alike_table_maps_to_ascii_letters():
         ("a long line\nwrapped here.", "a long line wrapped here.", 1),
         ("one.\n\ntwo.", "one.\n\ntwo.", 0),
         ("items:\n- one\n- two\n* three\n1. four\n2) five", None, 0),
+        ("It rose by\n20. Then it fell", "It rose by 20. Then it fell", 1),  # a wrap, no item
+        ("Shopping list\n- eggs\n- milk", "Shopping list - eggs\n- milk", 1),
         ("# Title\nfirst line\nsecond line", "# Title\nfirst line second line", 1),
         ("trailing spaces   \n   next", "trailing spaces next", 1),
         ("ends with a break\n", "ends with a break\n", 0),

@@ -43,7 +43,8 @@ def test_split_handles_abbreviations_and_paragraphs(splitter):
         ("It rained.", " He left\nat noon. The", ("He left at noon.", True)),  # hard wrap
         ("It rained.", " Key points\n\n", ("", True)),  # closed, but no sentence end
         ("It rained.", " He met Mr.\n\n", ("", True)),
-        ("It rained.", " Key points\n- one", ("", True)),  # a list item stays a break
+        ("It rained.", " Key points:\n- one", ("", True)),  # a list item stays a break
+        ("It rained.", " He won by\n2. Then", ("He won by 2.", True)),  # a wrap, not an item
         ("It rained.", "\n\nHe left.", ("He left.", False)),  # leading breaks are separators
         ("It rained.", "\n\n", ("", False)),
         ("", "He left.\n\n", ("He left.", True)),

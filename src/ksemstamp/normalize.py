@@ -52,7 +52,8 @@ _INVISIBLE_EXTRA = frozenset(
     "\u115f\u1160\u3164\uffa0"  # Hangul fillers (render as nothing)
     "\u180e"  # Mongolian vowel separator
 )
-_BLOCK_START = re.compile(r"\s*([-*+\u2022\u2023\u25e6]|\d{1,3}[.)])\s|\s*#")
+_LIST_ITEM = re.compile(r"\s*([-*+\u2022\u2023\u25e6]|\d{1,3}[.)])\s")
+_CLOSED = re.compile(r"[.!?:;\u2026][\"'\u201d\u2019)\]]*\s*$")
 _LINE_BREAKS = re.compile(r"\r\n|[\r\x85\u2028]")
 _WORD = re.compile(r"[^\W\d_]+")
 
@@ -130,8 +131,9 @@ def join_lines(text: str) -> tuple[str, int]:
         if (
             not before.strip()
             or not line.strip()
-            or _BLOCK_START.match(line)
+            or line.lstrip().startswith("#")
             or before.lstrip().startswith("#")
+            or (_LIST_ITEM.match(line) and (_CLOSED.search(before) or _LIST_ITEM.match(before)))
         ):
             out.append("\n" + line)
         else:
