@@ -1,0 +1,98 @@
+"""Windowed detection: the null law it samples is the scores' law over keys, and its p-values
+are calibrated under it."""
+
+import numpy as np
+import pytest
+
+from ksemstamp.scan import (
+    ALL_SPANS_UP_TO,
+    _spread,
+    combine,
+    null_maxima,
+    scan,
+    score_covariance,
+    spans,
+)
+
+
+def _text(rng, units=12, k=6, dim=16):
+    weights = np.abs(rng.standard_normal((units, k))) ** 4
+    weights /= np.linalg.norm(weights, axis=1, keepdims=True)
+    vectors = rng.standard_normal((units, dim)) + 0.8  # sentences on one topic point alike
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return weights, vectors
+
+
+def _scores(weights, vectors, directions):
+    """Scores under keys ``directions`` ``(R, K, D)``: ``s_t = sum_c a_tc n_c . u_t``."""
+    return np.einsum("tk,rkd,td->rt", weights, directions, vectors)
+
+
+def test_covariance_is_the_scores_law_over_random_keys():
+    rng = np.random.default_rng(0)
+    weights, vectors = _text(rng)
+    keys = rng.standard_normal((40_000, weights.shape[1], vectors.shape[1]))
+    empirical = np.cov(_scores(weights, vectors, keys), rowvar=False)
+    # 40,000 draws: each entry's sampling error is about sqrt(2 / 40,000) ~ 0.007
+    assert np.abs(empirical - score_covariance(weights, vectors)).max() < 0.05
+
+
+def test_spans():
+    small = spans(6, min_units=3)
+    assert {tuple(s) for s in small} == {(i, j) for i in range(6) for j in range(i + 3, 7)}
+    assert len(spans(2, min_units=3)) == 0
+    big = spans(500, min_units=3)
+    assert (0, 500) in {tuple(s) for s in big}
+    assert (big[:, 1] - big[:, 0] >= 3).all() and (big[:, 1] <= 500).all()
+    assert len(big) < 500 * 40  # a grid, not all ~125,000 spans
+    assert len(spans(ALL_SPANS_UP_TO + 1)) < len(spans(ALL_SPANS_UP_TO))
+
+
+def test_spread_is_each_span_sums_standard_deviation():
+    rng = np.random.default_rng(1)
+    cov = score_covariance(*_text(rng, units=9))
+    windows = spans(9, 2)
+    direct = [np.sqrt(cov[a:b, a:b].sum()) for a, b in windows]
+    assert np.allclose(_spread(cov, windows), direct)
+
+
+def test_p_values_are_calibrated_for_text_that_does_not_depend_on_the_key():
+    rng = np.random.default_rng(2)
+    weights, vectors = _text(rng, units=10)
+    cov = score_covariance(weights, vectors)
+    null = null_maxima(cov, spans(10), 1999, b"text")
+    keys = rng.standard_normal((3000, weights.shape[1], vectors.shape[1]))
+    p = np.array(
+        [scan(s, cov, b"text", null=null).p_value for s in _scores(weights, vectors, keys)]
+    )
+    for alpha in (0.01, 0.05, 0.2):
+        # binomial sd over 3,000 keys at 0.05 is 0.004; the draws add a little more
+        assert abs((p <= alpha).mean() - alpha) < 4 * np.sqrt(alpha / 3000) + 0.005
+
+
+def test_a_marked_passage_in_human_text_is_found():
+    rng = np.random.default_rng(3)
+    weights, vectors = _text(rng, units=30, k=12, dim=32)
+    cov = score_covariance(weights, vectors)
+    scores = rng.multivariate_normal(np.zeros(30), cov)
+    scores[10:18] += 2.0  # eight marked sentences among human ones
+    result = scan(scores, cov, b"seed")
+    assert (result.start, result.stop) == pytest.approx((10, 18), abs=2)
+    whole = scores.sum() / np.sqrt(cov.sum())
+    assert result.z > whole and result.p_value < 0.01
+    assert scan(scores[:2], cov[:2, :2], b"seed") is None
+
+
+def test_the_null_draws_are_seeded_by_the_plan():
+    rng = np.random.default_rng(4)
+    cov = score_covariance(*_text(rng))
+    a, b = (null_maxima(cov, spans(12), 99, s) for s in (b"one", b"one"))
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, null_maxima(cov, spans(12), 99, b"two"))
+
+
+def test_combine_is_bonferroni():
+    assert combine(0.001, 0.5) == 0.002
+    assert combine(0.4, 0.003) == 0.006
+    assert combine(0.7, 0.9) == 1.0
+    assert combine(0.03, None) == 0.03
