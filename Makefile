@@ -28,8 +28,11 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not slow"
 
+LINTED := src tests research benchmarks docs/img train.py watermark.py
+
 lint: setup
-	$(VENV)/bin/ruff check src tests train.py watermark.py
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -15,7 +15,7 @@ Run from the repository root (see ``benchmarks/README.md``, "Levers")::
   file, scored by the Gemma-3-270M oracle (perplexity, as the evaluation computes it) and by
   the detector (exact p-values, valid share of scored transitions).
 * ``early``: how well a candidate's first ``n`` tokens predict its whole sentence's region, on
-  the design study's candidate pool (``docs/study/data/pool.jsonl``): the share of candidates
+  the design study's candidate pool (``research/study/data/pool.jsonl``): the share of candidates
   an early-rejection rule would drop although the whole sentence would have been accepted,
   against the share of decoded tokens it would save.
 
