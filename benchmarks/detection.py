@@ -19,18 +19,7 @@ from ksemstamp.config import WatermarkConfig, build_detector, build_scheme
 from ksemstamp.corpora import news_windows
 from ksemstamp.scheme import WatermarkScheme
 
-from .harness import (
-    BENCH_KEY,
-    REPO,
-    apply_threads,
-    fmt,
-    header_markdown,
-    measure,
-    new_report,
-    parser,
-    targets_markdown,
-    write_report,
-)
+from .harness import BENCH_KEY, REPO, Section, fmt, measure, section_main
 
 
 def bench_detection(args: Namespace, scheme: WatermarkScheme, skip: int) -> dict[str, Any]:
@@ -132,21 +121,18 @@ def default_scheme(args: Namespace) -> WatermarkScheme:
     return build_scheme(WatermarkConfig.from_yaml(args.default_config, key=BENCH_KEY))
 
 
-def render(report: dict[str, Any]) -> str:
-    lines = header_markdown(report, "Detection benchmark") + detection_markdown(report["detection"])
-    return "\n".join(lines + targets_markdown(report["targets"])) + "\n"
+SECTION = Section(
+    name="detection",
+    title="Detection benchmark",
+    add_arguments=add_arguments,
+    measure=lambda args: bench_detection(args, default_scheme(args), args.skip),
+    targets=detection_targets,
+    markdown=detection_markdown,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = parser(__doc__.split("\n\n")[0])
-    add_arguments(p)
-    args = p.parse_args(argv)
-    apply_threads(args)
-    report = new_report("detection", args, argv)
-    report["detection"] = bench_detection(args, default_scheme(args), args.skip)
-    report["targets"] = detection_targets(report["detection"])
-    print(write_report(report, args.output_dir, "detection", render, final=True))
-    return 0
+    return section_main(SECTION, __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":

@@ -223,6 +223,45 @@ def targets_markdown(targets: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class Section:
+    """A benchmark whose report is one section: its flags, its measurement, its targets and its
+    table (``detection``, ``training``; ``bench`` runs several in one report)."""
+
+    name: str
+    """Key of the section in the report, and the results files' name."""
+    title: str
+    add_arguments: Callable[[ArgumentParser], None]
+    measure: Callable[[Namespace], dict[str, Any]]
+    targets: Callable[[dict[str, Any]], list[dict[str, Any]]]
+    markdown: Callable[[dict[str, Any]], list[str]]
+    check: Callable[[Namespace], None] | None = None
+    """Raises ``ValueError`` on flags the measurement cannot use."""
+
+
+def section_main(section: Section, description: str, argv: Sequence[str] | None) -> int:
+    """Parse the flags, measure, and print and write the section's report."""
+    p = parser(description)
+    section.add_arguments(p)
+    args = p.parse_args(argv)
+    if section.check:
+        try:
+            section.check(args)
+        except ValueError as err:
+            p.error(str(err))
+    apply_threads(args)
+    report = new_report(section.name, args, argv)
+    report[section.name] = section.measure(args)
+    report["targets"] = section.targets(report[section.name])
+
+    def render(r: dict[str, Any]) -> str:
+        lines = header_markdown(r, section.title) + section.markdown(r[section.name])
+        return "\n".join(lines + targets_markdown(r["targets"])) + "\n"
+
+    print(write_report(report, args.output_dir, section.name, render, final=True))
+    return 0
+
+
 def write_report(
     report: dict[str, Any],
     out: str | Path,

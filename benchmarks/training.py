@@ -23,16 +23,7 @@ from ksemstamp.assets import load_encoder
 from ksemstamp.corpora import news_articles
 from ksemstamp.splitter import get_splitter
 
-from .harness import (
-    apply_threads,
-    fmt,
-    header_markdown,
-    measure,
-    new_report,
-    parser,
-    targets_markdown,
-    write_report,
-)
+from .harness import Section, fmt, measure, section_main
 
 
 def training_pairs(count: int) -> list[tuple[str, str]]:
@@ -250,25 +241,19 @@ def check_arguments(args: Namespace) -> None:
         raise ValueError("--train-warmup must be >= 1 (the first step pays one-off costs)")
 
 
-def render(report: dict[str, Any]) -> str:
-    lines = header_markdown(report, "Training benchmark") + training_markdown(report["training"])
-    return "\n".join(lines + targets_markdown(report["targets"])) + "\n"
+SECTION = Section(
+    name="training",
+    title="Training benchmark",
+    add_arguments=add_arguments,
+    measure=bench_training,
+    targets=training_targets,
+    markdown=training_markdown,
+    check=check_arguments,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = parser(__doc__.split("\n\n")[0])
-    add_arguments(p)
-    args = p.parse_args(argv)
-    try:
-        check_arguments(args)
-    except ValueError as err:
-        p.error(str(err))
-    apply_threads(args)
-    report = new_report("training", args, argv)
-    report["training"] = bench_training(args)
-    report["targets"] = training_targets(report["training"])
-    print(write_report(report, args.output_dir, "training", render, final=True))
-    return 0
+    return section_main(SECTION, __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":
