@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast lint clean-venv
+.PHONY: setup demo test test-fast lint clean-venv results
 
 $(VENV)/.installed: pyproject.toml requirements/assets.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +28,73 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not slow"
 
+LINTED := src tests research benchmarks docs/img train.py watermark.py
+
 lint: setup
-	$(VENV)/bin/ruff check src tests train.py watermark.py
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# ---------------------------------------------------------------------- results
+# `make results` regenerates every results table that takes minutes on 2 CPU cores; the long
+# runs (hours) have targets of their own, are run on purpose and committed with their outputs.
+# docs/results.md lists every results table, its target and the commit it was made on.
+COMMA := ,
+CALIBRATE := $(PY) watermark.py calibrate --max-texts 3000 --num-keys 50
+RESULTS := results-calibration results-calibration-hard results-calibration-region \
+	results-valid-table
+LONG_RESULTS := results-evaluation results-benchmarks results-study results-training
+.PHONY: $(RESULTS) $(LONG_RESULTS)
+
+results: $(RESULTS)
+
+results-calibration: setup
+	$(CALIBRATE) --output-dir docs/calibration
+
+results-calibration-hard: setup
+	$(CALIBRATE) --config configs/ksemstamp.yaml --config configs/ksemstamp-hard.yaml \
+		--output-dir docs/calibration/hard
+
+results-calibration-region: setup
+	$(CALIBRATE) --config configs/ksemstamp-region.yaml --output-dir docs/calibration/region
+
+results-valid-table: setup
+	$(PY) -m research.paper.valid_table --max-texts 3000
+
+# Long: the evaluation runs behind docs/evaluation (each writes runs/..., then its tables are
+# copied beside its settings file). Resumable: rerun the same target after an interruption.
+# $(call EVALUATE,key,settings file,output folder,run folder[,flags])
+EVALUATE = KSEMSTAMP_KEY=$(1) $(PY) watermark.py evaluate --config docs/evaluation/$(2).yaml $(5) \
+	&& mkdir -p docs/evaluation/$(3) \
+	&& cp $(4)/results.json $(4)/results.md $(4)/roc.png docs/evaluation/$(3)/
+
+results-evaluation: setup
+	$(call EVALUATE,confirm-run,confirm-run,confirm-run/default,runs/eval-confirm,--algorithms ksemstamp$(COMMA)none)
+	$(call EVALUATE,confirm-run,confirm-run,confirm-run/region,runs/eval-confirm,--algorithms ksemstamp-region)
+	$(call EVALUATE,confirm-run,confirm-run,confirm-run/paper,runs/eval-confirm,--algorithms ksemstamp-paper)
+	$(call EVALUATE,confirm-run,confirm-soft,confirm-run/soft,runs/eval-confirm-soft)
+	$(call EVALUATE,confirm-run,confirm-pruned,confirm-run/pruned,runs/eval-confirm-pruned)
+	$(call EVALUATE,design-confirm-1,design-run,design-run,runs/eval-design)
+	$(call EVALUATE,eval-cpu-run-key,cpu-run,cpu-run,runs/eval-news-cpu)
+	$(call EVALUATE,eval-cpu-run-key,cpu-run-ft,cpu-run-ft,runs/eval-news-cpu-ft)
+	$(call EVALUATE,eval-small-run-key,small-run,small-run,runs/eval-news-small)
+
+# Long: the benchmark of record (about an hour), benchmarks/results/latest.{json,md}.
+results-benchmarks: setup
+	$(PY) -m benchmarks.bench --prompts 20 --max-new-tokens 200 --time-budget 5400 \
+		--sequential-sentences 6 --sequential-budget 420 --sections generation,detection
+
+# Long: the design study's sweeps on its committed pool, pairs and centroids.
+STUDY_DATA := --pool research/study/data/pool.jsonl --pairs research/study/data/pairs.jsonl \
+	--centroids research/study/data/centroids
+results-study: setup
+	$(PY) -m research.study sweep $(STUDY_DATA) --output research/study/results.json --keys 20
+	$(PY) -m research.study prune $(STUDY_DATA) --output research/study/prune.json --keys 20
+	KSEMSTAMP_KEY=confirm-run $(PY) -m research.study attribution \
+		--eval-config docs/evaluation/confirm-run.yaml --output research/study/attribution.json
+
+# Long: fine-tuning runs and their held-out agreement (docs/training.md, "Reproduce" there).
+results-training: setup
+	@echo "docs/training.md lists the pair builds, fits and agreement commands of each run"

@@ -2,9 +2,9 @@
 
 Run from the repository root (see ``benchmarks/README.md``, "Levers")::
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/levers.py speed
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/levers.py quality
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/levers.py early
+    python -m benchmarks.levers speed
+    python -m benchmarks.levers quality
+    python -m benchmarks.levers early
 
 * ``speed``: one sampling round of ``R`` rows after a held-out news prefix, and plain
   ``generate``, for each LM weight format (``lm_dtype``), the formats alternated round by round;
@@ -15,56 +15,56 @@ Run from the repository root (see ``benchmarks/README.md``, "Levers")::
   file, scored by the Gemma-3-270M oracle (perplexity, as the evaluation computes it) and by
   the detector (exact p-values, valid share of scored transitions).
 * ``early``: how well a candidate's first ``n`` tokens predict its whole sentence's region, on
-  the design study's candidate pool (``docs/study/data/pool.jsonl``): the share of candidates
+  the design study's candidate pool (``research/study/data/pool.jsonl``): the share of candidates
   an early-rejection rule would drop although the whole sentence would have been accepted,
   against the share of decoded tokens it would save.
 
-Each writes ``benchmarks/results/levers-<name>.json`` and prints a markdown table.
-
-Length (~450 lines): three independent measurements that share only their command line and
-output; each is a function of its own.
+Each prints a Markdown table and writes ``results/levers-<name>.json`` and ``.md``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from jsonargparse import ArgumentParser, Namespace
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))  # run from a checkout without installing
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from ksemstamp.assets import ORACLE_LM, load_lm, resolve_lm_dtype
+from ksemstamp.config import WatermarkConfig, build_detector, build_scheme
+from ksemstamp.corpora import news_prompts, news_windows
+from ksemstamp.decoding import SamplingConfig
+from ksemstamp.sampler import CandidateSampler
+from ksemstamp.splitter import get_splitter
 
-from ksemstamp.assets import ORACLE_LM, load_lm, resolve_lm_dtype  # noqa: E402
-from ksemstamp.config import WatermarkConfig, build_detector, build_scheme  # noqa: E402
-from ksemstamp.corpora import news_prompts, news_windows  # noqa: E402
-from ksemstamp.decoding import SamplingConfig  # noqa: E402
-from ksemstamp.sampler import CandidateSampler  # noqa: E402
-from ksemstamp.splitter import get_splitter  # noqa: E402
+from .harness import BENCH_KEY, REPO, header_markdown, new_report, parser, repo_relative
+from .harness import write_report as _write_report
 
-RESULTS = REPO / "benchmarks" / "results"
-KEY = "ksemstamp-benchmark-key"  # public and fixed: repeatable, nothing here is secret
+KEY = BENCH_KEY
+STUDY_POOL = REPO / "research" / "study" / "data" / "pool.jsonl"
+"""The design study's candidate pool, which ``early`` replays."""
 
 
 def _median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
-def _write(name: str, report: dict[str, Any], table: str) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"levers-{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+def _write(name: str, args: Namespace, header: dict[str, Any], figures: dict, table: str) -> None:
+    """Print ``table`` and write ``levers-NAME.json`` and ``.md`` under ``--output-dir``: the
+    report ``header`` (command, settings, machine) with the command's ``figures``."""
+    report = {**header, **figures}
+
+    def render(r: dict[str, Any]) -> str:
+        return "\n".join(header_markdown(r, f"Levers: {name}")) + table + "\n"
+
+    _write_report(report, args.output_dir, f"levers-{name}", render, final=True)
     print(table)
-    print(f"wrote {RESULTS / f'levers-{name}.json'}")
+    print(f"wrote {Path(args.output_dir) / f'levers-{name}.json'}")
 
 
 def _models(formats: Sequence[str]) -> dict[str, tuple[Any, Any]]:
@@ -122,8 +122,7 @@ def _generate_cost(model, tokenizer, prefix: str, tokens: int, seed: int) -> tup
     return (time.process_time() - cpu) / tokens, (time.perf_counter() - wall) / tokens
 
 
-def run_speed(args: argparse.Namespace) -> None:
-    torch.set_num_threads(args.threads)
+def run_speed(args: Namespace, header: dict[str, Any]) -> None:
     formats = [resolve_lm_dtype(f) for f in args.formats.split(",")]
     models = _models(formats)
     splitter = get_splitter()
@@ -196,13 +195,11 @@ def run_speed(args: argparse.Namespace) -> None:
             f"| {r['wall_ms_per_token']:.2f} | {r['wall_ratio']:.2f} |"
         )
     report = {
-        "command": " ".join(sys.argv),
         "prefix_tokens": len(models[formats[0]][1](prefix)["input_ids"]),
         "threads": args.threads,
-        "load_average": os.getloadavg(),
         "rows": rows_out,
     }
-    _write("threads" if args.threads_compare else "speed", report, "\n".join(lines))
+    _write("threads" if args.threads_compare else "speed", args, header, report, "\n".join(lines))
 
 
 # ---------------------------------------------------------------------- quality
@@ -220,11 +217,10 @@ def _teacher_forced_perplexity(model, tokenizer, texts: Sequence[str]) -> float:
     return math.exp(nll / count)
 
 
-def run_quality(args: argparse.Namespace) -> None:
+def run_quality(args: Namespace, header: dict[str, Any]) -> None:
     from ksemstamp.config import build_watermarker
     from ksemstamp.evaluation.metrics import Oracle
 
-    torch.set_num_threads(args.threads)
     formats = [resolve_lm_dtype(f) for f in args.formats.split(",")]
     models = _models(formats)
     base = WatermarkConfig.from_yaml(args.config, key=KEY, max_new_tokens=args.max_new_tokens)
@@ -232,10 +228,10 @@ def run_quality(args: argparse.Namespace) -> None:
     detector = build_detector(base, scheme)
     prompts = news_prompts(args.prompts, 32)
     human = news_windows(args.human_texts, words=150, skip=args.prompts)
-    out: dict[str, Any] = {"command": " ".join(sys.argv), "config": args.config, "formats": {}}
+    out: dict[str, Any] = {"config": repo_relative(args.config), "formats": {}}
     # Every generation is appended to a JSONL file as it is made, and a rerun with the same
     # settings skips what is there: on a machine shared with other jobs this can take hours.
-    store = RESULTS / f"levers-{args.name}-generations.jsonl"
+    store = Path(args.output_dir) / f"levers-{args.name}-generations.jsonl"
     done = {}
     if store.exists():
         for line in store.read_text().splitlines():
@@ -334,7 +330,7 @@ def run_quality(args: argparse.Namespace) -> None:
             f"| {r['valid_share']:.3f} "
             f"| {r['candidates_per_sentence']:.1f} | {r['fallbacks']} |"
         )
-    _write(args.name, out, "\n".join(lines))
+    _write(args.name, args, header, out, "\n".join(lines))
 
 
 # ---------------------------------------------------------------------- early rejection
@@ -391,14 +387,13 @@ def _simulated_cost_ratio(ctx_of, lengths, accepted, drop, n, rows, args, seed) 
     return early_total / base_total
 
 
-def run_early(args: argparse.Namespace) -> None:
+def run_early(args: Namespace, header: dict[str, Any]) -> None:
     """Offline accuracy of early rejection on the study pool, for each configuration file."""
     from ksemstamp.centroids import CentroidFile
     from ksemstamp.encoding import embed
     from ksemstamp.keys import valid_table
     from ksemstamp.partition import kmeans_gap
 
-    torch.set_num_threads(args.threads)
     pool = [json.loads(line) for line in Path(args.pool).read_text().splitlines() if line]
     _, tokenizer = load_lm()
     lengths = [int(n) for n in args.tokens.split(",")]
@@ -417,8 +412,7 @@ def run_early(args: argparse.Namespace) -> None:
     token_counts = torch.tensor([len(ids) for _, _, ids in cands], dtype=torch.float64)
     ctx_of = torch.tensor([c for c, _, _ in cands])
     report: dict[str, Any] = {
-        "command": " ".join(sys.argv),
-        "pool": str(Path(args.pool).relative_to(REPO)),
+        "pool": repo_relative(args.pool),
         "contexts": len(contexts),
         "candidates": len(cands),
         "mean_candidate_tokens": float(token_counts.mean()),
@@ -435,7 +429,7 @@ def run_early(args: argparse.Namespace) -> None:
         part = {n: kmeans_gap(embed(enc, partial[n]), centroids) for n in lengths}
         k = centroids.shape[0]
         if cfg.valid_mode == "keyed":
-            tables = [valid_table(k, cfg.gamma, f"early-{i}") for i in range(args.keys)]
+            tables = [valid_table(k, cfg.gamma, f"early-{i}") for i in range(args.num_keys)]
         else:
             tables = [valid_table(k, cfg.gamma, None, "paper")]
         simulated = {tuple(float(x) for x in r.split(":")) for r in args.simulate.split(",")}
@@ -500,71 +494,96 @@ def run_early(args: argparse.Namespace) -> None:
                 f"| {_fmt(r.get('round_cost_ratio_32'))} |"
             )
         lines.append("")
-    _write("early", report, "\n".join(lines))
+    _write("early", args, header, report, "\n".join(lines))
 
 
 # ---------------------------------------------------------------------- command line
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    speed = sub.add_parser("speed", help="cost per decoded token by lm_dtype (or threads)")
-    speed.add_argument("--formats", default="fp32,bf16,int8")
-    speed.add_argument("--rows", default="1,8,32", help="rows per round")
-    speed.add_argument("--repeats", type=int, default=6)
-    speed.add_argument("--prefix-words", type=int, default=120)
-    speed.add_argument("--generate-tokens", type=int, default=32)
-    speed.add_argument("--threads", type=int, default=1)
-    speed.add_argument(
+def _speed_options(p: ArgumentParser) -> None:
+    p.add_argument("--formats", type=str, default="fp32,bf16,int8")
+    p.add_argument("--rows", type=str, default="1,8,32", help="rows per round")
+    p.add_argument("--repeats", type=int, default=6)
+    p.add_argument("--prefix-words", type=int, default=120)
+    p.add_argument("--generate-tokens", type=int, default=32)
+    p.add_argument(
         "--threads-compare",
         type=int,
         default=0,
         help="alternate 1 thread and this many (first format only), wall-clock",
     )
-    quality = sub.add_parser("quality", help="perplexity and detection by lm_dtype")
-    quality.add_argument("--formats", default="fp32,bf16,int8")
-    quality.add_argument("--config", default=str(REPO / "configs" / "ksemstamp.yaml"))
-    quality.add_argument("--prompts", type=int, default=8)
-    quality.add_argument("--max-new-tokens", type=int, default=200)
-    quality.add_argument("--human-texts", type=int, default=40)
-    quality.add_argument("--threads", type=int, default=1)
-    quality.add_argument(
+
+
+def _quality_options(p: ArgumentParser) -> None:
+    p.add_argument("--formats", type=str, default="fp32,bf16,int8")
+    p.add_argument("--config", type=str, default=str(REPO / "configs" / "ksemstamp.yaml"))
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument("--human-texts", type=int, default=40)
+    p.add_argument(
         "--name",
+        type=str,
         default="quality",
         help="results/levers-NAME.json and its generations file; a rerun with the same name "
         "reuses the stored generations",
     )
-    early = sub.add_parser("early", help="early rejection accuracy on the study pool")
-    early.add_argument("--pool", default=str(REPO / "docs" / "study" / "data" / "pool.jsonl"))
-    early.add_argument("--tokens", default="4,6,8,12,16", help="prefix lengths n to test")
-    early.add_argument("--keys", type=int, default=20, help="valid tables (keys) to average")
-    early.add_argument("--depths", default="0,0.02,0.05,0.1", help="gap thresholds to test")
-    early.add_argument(
+
+
+def _early_options(p: ArgumentParser) -> None:
+    p.add_argument("--pool", type=str, default=str(STUDY_POOL))
+    p.add_argument("--tokens", type=str, default="4,6,8,12,16", help="prefix lengths n to test")
+    p.add_argument(
+        "--keys", dest="num_keys", type=int, default=20, help="valid tables (keys) to average"
+    )
+    p.add_argument("--depths", type=str, default="0,0.02,0.05,0.1", help="gap thresholds to test")
+    p.add_argument(
         "--configs",
+        type=str,
         default=",".join(
             str(REPO / "configs" / c) for c in ("ksemstamp.yaml", "ksemstamp-paper.yaml")
         ),
     )
-    early.add_argument("--threads", type=int, default=1)
-    early.add_argument(
+    p.add_argument(
         "--simulate",
+        type=str,
         default="8:0.05,12:0.05,12:0.1,16:0.05,16:0.1",
         help="n:depth rules whose cost per sentence is simulated",
     )
-    early.add_argument(
+    p.add_argument(
         "--step-cost",
+        type=str,
         default="66,4.3",
-        help="ms per decoding step: fixed, per live row (from `levers.py speed`)",
+        help="ms per decoding step: fixed, per live row (from `levers speed`)",
     )
-    early.add_argument("--sentences-per-context", type=int, default=5)
-    early.add_argument("--max-candidates", type=int, default=100)
-    return p.parse_args(argv)
+    p.add_argument("--sentences-per-context", type=int, default=5)
+    p.add_argument("--max-candidates", type=int, default=100)
+
+
+COMMANDS = {
+    "speed": ("cost per decoded token by lm_dtype (or threads)", _speed_options, run_speed),
+    "quality": ("perplexity and detection by lm_dtype", _quality_options, run_quality),
+    "early": ("early rejection accuracy on the study pool", _early_options, run_early),
+}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[str, Namespace]:
+    """The command and its flags (each command takes the harness's ``--threads``, default 1,
+    and ``--output-dir``)."""
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], env_prefix=False)
+    sub = p.add_subcommands(required=True, dest="command")
+    for name, (help_text, options, _) in COMMANDS.items():
+        command = parser(help_text, threads=1)
+        options(command)
+        sub.add_subcommand(name, command, help=help_text)
+    args = p.parse_args(argv)
+    return args.command, args[args.command]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    {"speed": run_speed, "quality": run_quality, "early": run_early}[args.command](args)
+    command, args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    header = new_report("levers", args, argv)
+    COMMANDS[command][2](args, header)
     return 0
 
 

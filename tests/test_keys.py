@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from ksemstamp.cudarand import cuda_randperm, curand_words, philox4x32_10, randperm_key_bits
 from ksemstamp.keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key, valid_table
 
 
@@ -21,13 +22,85 @@ def test_keyed_table_deterministic_and_key_dependent():
     assert all(not torch.equal(a, o) for o in others)
 
 
-def test_paper_table_is_the_seeded_permutation():
+# The reference code's table: row q = the first gamma*K of torch.randperm(K) on a CUDA generator
+# seeded with q * 15485863. For K = 8, recomputed by ksemstamp.cudarand; no sort key repeats in
+# these rows, so they rest on the Philox stream and the sort by the keys' low 9 bits alone.
+PAPER_K8_ROWS = [[5, 2], [6, 2], [5, 2], [6, 0], [7, 2], [1, 4], [0, 3], [6, 3]]
+
+
+def test_paper_table_is_the_reference_codes_cuda_table():
     table = valid_table(8, 0.25, None, "paper")
-    for q in range(8):
-        gen = torch.Generator().manual_seed(q * 15485863)
-        assert set(torch.randperm(8, generator=gen)[:2].tolist()) == set(
-            torch.nonzero(table[q]).flatten().tolist()
-        )
+    for q, row in enumerate(PAPER_K8_ROWS):
+        assert set(torch.nonzero(table[q]).flatten().tolist()) == set(row)
+        assert cuda_randperm(8, q * 15485863)[:2] == row
+    # One region of eight is valid after itself (region 2); a CPU generator seeded the same
+    # way gives another table, with five.
+    assert int(table.diagonal().sum()) == 1
+
+
+def test_philox_matches_random123_known_answers():
+    # Random123's kat_vectors for philox4x32 with 10 rounds: counter, key, expected output.
+    m = 0xFFFFFFFF
+    assert philox4x32_10((0, 0, 0, 0), (0, 0)) == (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)
+    assert philox4x32_10((m, m, m, m), (m, m)) == (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)
+    assert philox4x32_10(
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0)
+    ) == (
+        0xD16CFE09,
+        0x94FDCCEB,
+        0x5001E420,
+        0x24126EA1,
+    )
+
+
+def _box_muller(x: int, y: int) -> float:
+    # cuRAND's curand_normal: the first value of _curand_box_muller.
+    u = x * 2.0**-32 + 2.0**-33
+    v = y * 2.0**-32 * 2 * math.pi + 2.0**-32 * math.pi
+    return math.sqrt(-2 * math.log(u)) * math.sin(v)
+
+
+def test_curand_stream_matches_values_printed_from_real_gpus():
+    """Element i of a small CUDA tensor takes thread i's first Philox block at offset 0; values
+    printed from GPUs in PyTorch's issue tracker pin that layout."""
+    # torch.manual_seed(0); uniform on cuda (pytorch/pytorch#47347).
+    uniform = [curand_words(0, i, 0, 1)[0] * 2.0**-32 + 2.0**-33 for i in range(5)]
+    assert [round(u, 4) for u in uniform] == [0.3990, 0.5167, 0.0249, 0.9401, 0.9459]
+    # torch.manual_seed(10); torch.randn(3, device="cuda") (pytorch/pytorch#79496).
+    normal = [_box_muller(*curand_words(10, i, 0, 2)) for i in range(3)]
+    assert [round(z, 4) for z in normal] == [-0.1029, 1.6810, -0.2708]
+    # torch.randn(..., generator=torch.Generator("cuda").manual_seed(42)) (pytorch/pytorch#158398).
+    normal = [_box_muller(*curand_words(42, i, 0, 2)) for i in range(3)]
+    assert [round(z, 4) for z in normal] == [0.1940, 2.1614, -0.1721]
+
+
+def test_curand_offset_counts_words_within_and_across_blocks():
+    block0 = philox4x32_10((0, 0, 7, 0), (123, 0))
+    block1 = philox4x32_10((1, 0, 7, 0), (123, 0))
+    assert curand_words(123, 7, 0, 8) == [*block0, *block1]
+    assert curand_words(123, 7, 4, 2) == list(block1[:2])
+    assert curand_words(123, 7, 2, 3) == [block0[2], block0[3], block1[0]]
+
+
+def test_cuda_randperm_shuffles_runs_of_equal_sort_keys():
+    """Rows whose sort keys repeat (an island) are reshuffled by Fisher-Yates from the island's
+    start with the words at offset 4; n = 16, seed 15485863 has one island of two."""
+    n, seed = 16, 15485863
+    mask = (1 << randperm_key_bits(n)) - 1
+    keys = [(curand_words(seed, i, 0, 1)[0] % 0xFFFFFFFF) & mask for i in range(n)]
+    plain = sorted(range(n), key=keys.__getitem__)
+    low = [keys[i] for i in plain]
+    start = next(i for i in range(n - 1) if low[i] == low[i + 1])
+    assert low.count(low[start]) == 2
+    expected = list(plain)
+    if curand_words(seed, start, 4, 1)[0] % 2 == 0:
+        expected[start], expected[start + 1] = expected[start + 1], expected[start]
+    assert cuda_randperm(n, seed) == expected
+    for k in (8, 16, 64):
+        assert sorted(cuda_randperm(k, 3 * 15485863)) == list(range(k))
+    assert randperm_key_bits(8) == 9 and randperm_key_bits(64) == 15
+    with pytest.raises(ValueError):
+        cuda_randperm(4096, 0)
 
 
 def test_keyed_rows_look_uniform():

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from ksemstamp.stats import exact_p_value, subset_sum_pmf
-from ksemstamp.study.design import Design, DesignView, margin_for_pass_rate
-from ksemstamp.study.ingredients import Ingredients, displaced
-from ksemstamp.study.simulate import (
+from research.study.design import Design, DesignView, margin_for_pass_rate
+from research.study.ingredients import Ingredients, displaced
+from research.study.simulate import (
     _choose,
     exact_p,
     key_tables,
@@ -198,7 +198,7 @@ def test_one_region_text_is_flagged_at_gamma_over_keys():
 
 
 def test_frontier_keeps_only_undominated_points():
-    from ksemstamp.study.sweep import frontier
+    from research.study.sweep import frontier
 
     pts = [(10, 0.5), (5, 0.2), (20, 0.4), (7, 0.6), (30, 0.9), (7, 0.1)]
     assert frontier(pts) == [1, 3, 4]
@@ -237,7 +237,7 @@ def test_direction_best_of_n_keeps_the_best_scoring_draw():
     assert share == pytest.approx(1 - 0.75**6, abs=3 * np.sqrt(0.82 * 0.18 / 200))
     # One row per round costs one single-row step per token; four rows of one token cost
     # 1 + 3 * ROW_COST for that token.
-    from ksemstamp.study.simulate import ROW_COST
+    from research.study.simulate import ROW_COST
 
     assert text.step_cost[0] == pytest.approx(1 + 5 * ROW_COST) and text.decoded[0] == 6
 
@@ -246,7 +246,7 @@ def test_pruned_rounds_rank_running_rows_by_their_first_tokens():
     # Four candidates of 16 tokens; after 8 tokens only 2 go on. When the first tokens point
     # where the whole sentence does, pruning keeps the best; when they point the other way, it
     # loses it: the simulator ranks rows by their partial vectors, as the sampler does.
-    from ksemstamp.study.simulate import ROW_COST
+    from research.study.simulate import ROW_COST
 
     angles = np.radians([170, 90, 10, 45])
     ctx = [[float(np.cos(a)), float(np.sin(a))] for a in angles]
@@ -284,7 +284,7 @@ def test_direction_threshold_accepts_the_first_draw_reaching_it():
 
 def test_direction_human_p_values_are_uniform_over_keys():
     # The simulator's human texts under 400 random keys: their exact p-values are uniform.
-    from ksemstamp.study.simulate import human_p_values, key_material
+    from research.study.simulate import human_p_values, key_material
 
     rng = np.random.default_rng(5)
     u = 12
@@ -306,7 +306,7 @@ def test_direction_human_p_values_are_uniform_over_keys():
 
 def test_attribution_normaliser_and_tables():
     from ksemstamp.stats import direction_z
-    from ksemstamp.study.attribution import _z, markdown
+    from research.study.attribution import _z, markdown
 
     rng = np.random.default_rng(5)
     vectors = rng.normal(size=(6, 8))

@@ -9,10 +9,11 @@ Keyed directions (the ``direction`` mark): for each context region ``c``, a vect
 with SHAKE-256 and mapped to normals by the Box-Muller transform in float64 (numpy), so every
 platform rebuilds the same directions and nothing depends on a framework's random generator.
 
-Compatibility: ``mode="paper"`` seeds a CPU ``torch.Generator`` with ``q * 15485863`` and keeps the
-first ``gamma * K`` of ``randperm(K)``, the construction of the SemStamp/k-SemStamp papers. That
-table is public (anyone holding the partition can rebuild it); the reference code drew it on the
-GPU, so its exact table differs from this deterministic CPU one.
+Compatibility: ``mode="paper"`` is the reference code's table: row ``q`` keeps the first
+``gamma * K`` of ``torch.randperm(K)`` drawn on the GPU by a CUDA generator seeded with
+``q * 15485863``, recomputed on the CPU (``cudarand.cuda_randperm``), so the same table comes out
+on every machine. It is public: anyone holding the partition can rebuild it and forge or strip
+the mark.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import warnings
 import numpy as np
 import torch
 from torch import Tensor
+
+from .cudarand import cuda_randperm
 
 PAPER_PRIME = 15485863
 KEY_ENV = "KSEMSTAMP_KEY"
@@ -98,8 +101,7 @@ def valid_table(num_regions: int, gamma: float, key: str | None, mode: str = "ke
             chosen = sorted(range(num_regions), key=lambda j: scores[j])[:n_valid]
             table[q, chosen] = True
         elif mode == "paper":
-            gen = torch.Generator().manual_seed(q * PAPER_PRIME)
-            table[q, torch.randperm(num_regions, generator=gen)[:n_valid]] = True
+            table[q, cuda_randperm(num_regions, q * PAPER_PRIME)[:n_valid]] = True
         else:
             raise ValueError(f"valid-table mode must be 'keyed' or 'paper', not {mode!r}")
     return table

@@ -90,7 +90,7 @@ def markdown_table(results: dict) -> str:
     ]
     if exact_rows:
         lines += [
-            "The same texts ranked by the exact key-randomisation p-value instead of the paper's z:",
+            "The same texts ranked by the exact key-randomisation p-value instead of the z-score:",
             "",
             "| Algorithm | Attack | AUC | AUC 95% CI | TPR@1% | TPR@5% |",
             "|---|---|---|---|---|---|",

@@ -16,8 +16,9 @@ Run folder layout::
 
 Positives are the (attacked) watermarked texts, negatives the human continuations of the same
 articles, cut at a sentence end once they reach ``max_new_tokens`` generator tokens (the
-generations stop the same way). Both are scored with their prompt. The ROC score is the paper's
-z-score; a text with no score (too short) gets ``MISSING_SCORE``, below every real z. For the
+generations stop the same way). Both are scored with their prompt. The ROC score is the
+detector's ``z_score`` (the paper's z under the region mark, the exact z under the direction
+mark, KGW's z for KGW); a text with no score (too short) gets ``MISSING_SCORE``, below every z. For the
 sentence-level schemes with the ``exact`` statistic, the same texts are also ranked by their
 key-randomisation p-value (``exact`` in each detection entry), which is calibrated and finer
 grained than z at a few sentences per text.
@@ -409,7 +410,8 @@ def run_evaluation(settings: EvalSettings) -> dict:
         "prompts": len(prompts),
         "similarity": f"cosine of {settings.similarity_encoder} sentence embeddings "
         "(an embedding stand-in for BERTScore)",
-        "score": "paper z-score; texts too short to score get " + str(MISSING_SCORE),
+        "score": "each detector's z_score (region mark: the paper's z; direction mark: its "
+        "exact z; KGW: its z); texts too short to score get " + str(MISSING_SCORE),
         "detection": {},
         "quality": {},
     }

@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..io import ResumableWriter, read_jsonl
+from ksemstamp.io import ResumableWriter, read_jsonl
+
 from .pool import read_pool
 
 ATTACKS = ("lm-paraphrase", "lm-bigram", "wordnet")
@@ -69,9 +70,9 @@ def select_sentences(pool: list[dict], count: int, seed: int = 0) -> list[str]:
 
 def build_pairs(settings: PairSettings, pool_path: str | Path, path: str | Path) -> Path:
     """Attack the selected pool sentences into ``path`` (JSONL), resuming a partial file."""
-    from ..assets import load_encoder, load_lm
-    from ..evaluation.attacks import WordNetCandidates, select_best, select_bigram
-    from ..paraphrase import LMParaphraser
+    from ksemstamp.assets import load_encoder, load_lm
+    from ksemstamp.evaluation.attacks import WordNetCandidates, select_best, select_bigram
+    from ksemstamp.paraphrase import LMParaphraser
 
     sentences = select_sentences(read_pool(pool_path), settings.sentences, settings.seed)
     lm = LMParaphraser(lm=load_lm(settings.lm), num_candidates=8, seed=settings.seed)

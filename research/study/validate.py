@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import read_jsonl
+from ksemstamp.io import read_jsonl
+
 from .design import Design
-from .sweep import Sweep
+from .runner import Sweep
 
 
 def real_summary(generated: str | Path, detected: str | Path) -> dict:

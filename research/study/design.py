@@ -16,7 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..partition import kmeans_gap
+from ksemstamp.partition import kmeans_gap
+
 from .ingredients import Ingredients
 
 MARKS = ("region", "direction")
@@ -103,7 +104,7 @@ class Design:
 
     def prune_rule(self):
         """The design's ``pruning.PruneRule``, or ``None``."""
-        from ..pruning import PruneRule
+        from ksemstamp.pruning import PruneRule
 
         if self.prune_tokens is None:
             return None
@@ -111,7 +112,7 @@ class Design:
 
     @property
     def num_valid(self) -> int:
-        from ..keys import num_valid
+        from ksemstamp.keys import num_valid
 
         return num_valid(self.k, self.gamma)
 
@@ -172,7 +173,7 @@ def centroid_path(folder: str | Path, encoder: str, k: int) -> Path:
     name = f"centroids-{encoder.replace('/', '_')}-k{k}.pt"
     path = Path(folder) / name
     if not path.exists():
-        from ..config import PAPER_CENTROIDS
+        from ksemstamp.config import PAPER_CENTROIDS
 
         shipped = PAPER_CENTROIDS.parent / name
         if shipped.exists():
@@ -217,9 +218,9 @@ def fit_study_centroids(
 ) -> list[Path]:
     """Fit ``K``-centroid files for each ``K`` in ``ks`` on the ``fit`` split, as the shipped
     centroids are fitted (``centroids.fit_centroid_file``), embedding the sentences once."""
-    from ..assets import encoder_fingerprint, load_encoder
-    from ..calibration import CachedEncoder, embedding_store
-    from ..centroids import CentroidFile, domain_sentences, fit_kmeans, transition_counts
+    from ksemstamp.assets import encoder_fingerprint, load_encoder
+    from ksemstamp.calibration import CachedEncoder, embedding_store
+    from ksemstamp.centroids import CentroidFile, domain_sentences, fit_kmeans, transition_counts
 
     encoder = load_encoder(encoder_spec)
     docs = domain_sentences(max_sentences=max_sentences)

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..io import ResumableWriter, read_jsonl
+from ksemstamp.io import ResumableWriter, read_jsonl
 
 
 @dataclass
@@ -56,9 +56,9 @@ class PoolSettings:
 def study_prompts(split: str, count: int, words: int, min_rest: int = 5) -> list[dict]:
     """The first ``count`` articles of ``split`` with at least ``min_rest`` sentences after a
     prompt of about ``words`` words: ``{"id", "prompt", "human"}`` (``human`` = the rest)."""
-    from ..corpora import news_articles
-    from ..evaluation.run import split_article
-    from ..splitter import get_splitter
+    from ksemstamp.corpora import news_articles
+    from ksemstamp.evaluation.run import split_article
+    from ksemstamp.splitter import get_splitter
 
     splitter = get_splitter()
     out = []
@@ -78,9 +78,9 @@ def _generator(seed: int, doc_id: str) -> torch.Generator:
 
 def build_pool(settings: PoolSettings, path: str | Path, progress: bool = True) -> Path:
     """Draw the pool into ``path`` (JSONL), resuming a partial file."""
-    from ..assets import load_lm
-    from ..sampler import CandidateSampler, SamplingConfig
-    from ..splitter import get_splitter
+    from ksemstamp.assets import load_lm
+    from ksemstamp.sampler import CandidateSampler, SamplingConfig
+    from ksemstamp.splitter import get_splitter
 
     path = Path(path)
     prompts = study_prompts(settings.split, settings.documents, settings.prompt_words)

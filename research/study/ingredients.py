@@ -66,8 +66,8 @@ class Ingredients:
 
 
 def _embed_all(encoder_spec: str, sentences: Sequence[str]) -> torch.Tensor:
-    from ..assets import load_encoder
-    from ..calibration import CachedEncoder, embedding_store
+    from ksemstamp.assets import load_encoder
+    from ksemstamp.calibration import CachedEncoder, embedding_store
 
     encoder = load_encoder(encoder_spec)
     cached = CachedEncoder(encoder, store=embedding_store(encoder))
@@ -197,7 +197,7 @@ def partial_texts(sentences: Sequence[str], tokens: int, lm: str | None = None) 
     tokenizer reads the sentence after a space, as the sampler decodes a row."""
     from transformers import AutoTokenizer
 
-    from ..assets import DEFAULT_LM, resolve_lm_path
+    from ksemstamp.assets import DEFAULT_LM, resolve_lm_path
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_lm_path(lm or DEFAULT_LM))
     out = []

@@ -1,17 +1,17 @@
-"""``python -m ksemstamp.study {pool,pairs,centroids,sweep,prune,plot,attribution}``: the design
+"""``python -m research.study {pool,pairs,centroids,sweep,prune,plot,attribution}``: the design
 study's commands.
 
 Each step writes a file the next one reads, and each resumes a partial file::
 
-    python -m ksemstamp.study pool --output study/pool.jsonl
-    python -m ksemstamp.study pairs --pool study/pool.jsonl --output study/pairs.jsonl
-    python -m ksemstamp.study centroids --output study/centroids
-    python -m ksemstamp.study sweep --pool study/pool.jsonl --pairs study/pairs.jsonl \
-        --centroids study/centroids --output docs/study/results.json
-    python -m ksemstamp.study prune --pool study/pool.jsonl --pairs study/pairs.jsonl \
-        --centroids study/centroids --output docs/study/prune.json
-    python -m ksemstamp.study attribution --eval-config docs/evaluation/confirm-run.yaml \
-        --output docs/study/attribution.json
+    python -m research.study pool --output study/pool.jsonl
+    python -m research.study pairs --pool study/pool.jsonl --output study/pairs.jsonl
+    python -m research.study centroids --output study/centroids
+    python -m research.study sweep --pool study/pool.jsonl --pairs study/pairs.jsonl \
+        --centroids study/centroids --output research/study/results.json
+    python -m research.study prune --pool study/pool.jsonl --pairs study/pairs.jsonl \
+        --centroids study/centroids --output research/study/prune.json
+    python -m research.study attribution --eval-config docs/evaluation/confirm-run.yaml \
+        --output research/study/attribution.json
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .pool import PoolSettings
 
     parser = argparse.ArgumentParser(
-        prog="python -m ksemstamp.study",
+        prog="python -m research.study",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -11,6 +11,11 @@ The study has three layers, each its own module:
   rejection sampling on the measured candidates, applies the measured paraphrase behaviour to
   the accepted sentences, and scores clean and attacked region sequences with the detector's
   exact test.
-* ``sweep`` runs the simulator over a grid of design points and writes the table and the
-  frontier plot; ``validate`` compares its predictions with real generations.
+* ``runner`` drives the simulator for one design point at a time and summarises it; ``sweep``
+  runs it over a grid of design points and writes the table and the frontier plot
+  (``diagnostics`` and ``prune`` report beside it); ``validate`` compares its predictions with
+  real generations.
+
+It imports the installed ``ksemstamp`` package and its own modules; nothing imports it. Run its
+commands from the repository root: ``python -m research.study --help``.
 """

@@ -17,8 +17,8 @@ attacked score on the clean context is scaled by ``a . a'``, and both sums are d
 exact statistic's own normaliser under that temperature. The estimate ignores the noise of the
 part of the context a paraphrase does not keep; a generation under that temperature is the test.
 
-    python -m ksemstamp.study attribution --eval-config docs/evaluation/confirm-run.yaml \\
-        --algorithm ksemstamp --output docs/study/attribution.json
+    python -m research.study attribution --eval-config docs/evaluation/confirm-run.yaml \\
+        --algorithm ksemstamp --output research/study/attribution.json
 
 ``region_agreement`` adds, for every watermarked algorithm of the run, how often an attacked
 sentence keeps its region and its transition: the quantities the region mark lives on.
@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import build_scheme, load_settings_file
-from ..evaluation.settings import EvalSettings
-from ..io import read_jsonl_objects
-from ..scheme import soft_context_weights
-from ..stats import context_sums, direction_z
+from ksemstamp.config import build_scheme, load_settings_file
+from ksemstamp.evaluation.settings import EvalSettings
+from ksemstamp.io import read_jsonl_objects
+from ksemstamp.scheme import soft_context_weights
+from ksemstamp.stats import context_sums, direction_z
 
 TEMPERATURES = (0.0, 0.02, 0.03, 0.05, 0.07, 0.1)
 Z_AT_1_PERCENT = 2.3263478740408408

@@ -6,15 +6,12 @@ and how well the displacement model predicts real paraphrases.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .design import Design, centroid_path
-
-if TYPE_CHECKING:
-    from .sweep import Sweep
+from .runner import Sweep
 
 
 def direction_ingredients(sweep: Sweep, k: int = 64, draws: int = 200, seed: int = 0) -> dict:
@@ -122,7 +119,7 @@ def displacement_check(sweep: Sweep, ks: Sequence[int]) -> dict:
         moved = displaced(emb[src], emb[src], emb[dst] - emb[src], exclude_self=True)
         out[name] = {}
         for k in ks:
-            from ..partition import kmeans_gap
+            from ksemstamp.partition import kmeans_gap
 
             dv = sweep.view(Design(k=k))
             centroids = _centroids(sweep, k)
@@ -138,6 +135,6 @@ def displacement_check(sweep: Sweep, ks: Sequence[int]) -> dict:
 
 
 def _centroids(sweep: Sweep, k: int) -> torch.Tensor:
-    from ..centroids import CentroidFile
+    from ksemstamp.centroids import CentroidFile
 
     return CentroidFile.load(centroid_path(sweep.folder, sweep.ing.encoder, k)).centroids

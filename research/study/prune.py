@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from .design import Design
-from .sweep import Sweep, frontier, write_results
+from .runner import Sweep, write_results
+from .sweep import frontier
 
 TAU = 0.05
 """The shipped context temperature."""

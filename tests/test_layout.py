@@ -1,0 +1,118 @@
+"""The repository's layout: what the installed package ships and how its modules import each other."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools.config.pyprojecttoml import read_configuration
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(roots: list[tuple[Path, str]]) -> dict[str, set[str]]:
+    """Module -> the modules of ``roots`` it imports (anywhere in the file, type-checking and
+    function-level imports included: a circle through those is still a circle to a reader)."""
+    modules = {}
+    for root, package in roots:
+        for path in (root / package).rglob("*.py"):
+            modules[_module_name(path, root)] = path
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package_parts = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package_parts[: len(package_parts) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                targets = [target] + [f"{target}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges[name].add(target)
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_import_graph_has_no_circle():
+    edges = import_graph([(ROOT / "src", "ksemstamp"), (ROOT, "research")])
+    assert "research.study.sweep" in edges and "ksemstamp.detector" in edges
+    assert circles(edges) == []
+
+
+def test_circle_finder_finds_a_circle():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(edges) == [["a", "b", "c"]]
+
+
+def test_package_never_imports_research_code():
+    edges = import_graph([(ROOT / "src", "ksemstamp"), (ROOT, "research")])
+    for name, targets in edges.items():
+        if name.startswith("ksemstamp"):
+            assert not any(t.startswith("research") for t in targets), name
+
+
+def test_installed_package_ships_no_research_code():
+    """What ``pip install`` builds: the packages setuptools finds from pyproject.toml's
+    ``packages.find``, expanded as a build expands it."""
+    packages = read_configuration(ROOT / "pyproject.toml")["tool"]["setuptools"]["packages"]
+    assert "ksemstamp" in packages and "ksemstamp.calibration" in packages
+    assert not any("study" in p or p.startswith("research") for p in packages), packages
+    assert not (ROOT / "src" / "ksemstamp" / "study").exists()
+
+
+def test_study_commands_run_from_the_repository_root():
+    out = subprocess.run(
+        [sys.executable, "-m", "research.study", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for command in ("pool", "pairs", "centroids", "sweep", "prune", "plot", "attribution"):
+        assert command in out
