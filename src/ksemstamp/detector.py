@@ -33,7 +33,10 @@ sentence's region gives each scored sentence a score (``scores``), positive scor
 
 ``z_score``: under the ``region`` mark always the paper's z (comparable with published numbers);
 under the ``direction`` mark the exact z of ``stats.direction_z``. ``p_value`` comes from the
-configured statistic (``exact`` by default) and alone decides ``watermarked``.
+configured statistic (``exact`` by default) and alone decides ``watermarked``. With ``scan``
+(the direction mark's windowed detection, ``ksemstamp.scan``) the best span of consecutive
+scored sentences is reported too (``span``), and ``p_value`` combines the whole text's
+(``text_p_value``) and the span's by Bonferroni.
 """
 
 from __future__ import annotations
@@ -42,9 +45,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
-from .normalize import normalize_text, tampered
+from .normalize import normalize_text
+from .results import DetectionResult, too_short
+from .scan import combine, score_covariance
+from .scan import scan as scan_spans
 from .scheme import WatermarkScheme
 from .splitter import PunktSplitter
 from .stats import (
@@ -95,58 +102,6 @@ def continuation_sentences(
 
 
 @dataclass
-class DetectionResult:
-    """The verdict on one text."""
-
-    status: str  # "ok", "too_short", "unsupported" or "error"
-    z_score: float | None = None
-    p_value: float | None = None
-    num_scored: int = 0
-    num_valid: int = 0
-    watermarked: bool | None = None
-    statistic: str = "exact"
-    sentences: list[str] = field(default_factory=list)
-    regions: list[int] = field(default_factory=list)
-    verdicts: list[str] = field(default_factory=list)  # seed / valid / invalid / repeat
-    error: str | None = None
-    seed_region: int | None = None  # region of the prompt sentence that seeded the first one
-    seed: str | None = None  # that sentence (the straddling one when the prompt ended mid-way)
-    completion: str | None = None  # the start of the text that completed the prompt's sentence
-    scores: list[float | None] | None = None  # direction mark: each scored sentence's score
-    normalized: dict[str, int] = field(default_factory=dict)
-    """What normalising text and prompt took, per kind (see ``normalize.NormalizedText``)."""
-
-    @property
-    def tampered(self) -> bool:
-        """Whether the input held invisible characters or look-alike letters (``normalize``)."""
-        return tampered(self.normalized)
-
-    def to_record(self) -> dict:
-        """Fields added to a JSONL record."""
-        out = {
-            "z_score": self.z_score,
-            "p_value": self.p_value,
-            "num_scored": self.num_scored,
-            "num_valid": self.num_valid,
-            "watermarked": self.watermarked,
-            "statistic": self.statistic,
-            "regions": self.regions,
-            "verdicts": self.verdicts,
-            "status": self.status,
-        }
-        if self.scores is not None:
-            out["scores"] = [None if x is None else round(x, 6) for x in self.scores]
-        if self.error:
-            out["error"] = self.error
-        if self.completion is not None:
-            out["completion"] = self.completion
-        if self.normalized:
-            out["normalized"] = dict(self.normalized)
-            out["tampered"] = self.tampered
-        return out
-
-
-@dataclass
 class ScoringPlan:
     """What the detector scores in one text, before any key is applied.
 
@@ -158,8 +113,10 @@ class ScoringPlan:
         vectors: ``(N, D)`` what the ``direction`` mark scores (``WatermarkScheme.vectors``) of
             each sentence; ``None`` under the ``region`` mark.
         weights: ``(N + 1, K)`` ``direction`` mark: the context weights
-            (``WatermarkScheme.context_weights``) that the seed (row 0; zeros without a seed)
-            and each sentence give the sentence after it; ``None`` under the ``region`` mark.
+            (``WatermarkScheme.context_weights``) of the seed (row 0; zeros without a seed)
+            and of each sentence; ``None`` under the ``region`` mark.
+        own: ``direction`` mark with ``context: own``: each sentence is scored on its own
+            context weights, not those of the sentence (or seed) before it.
         error: why the text could not be planned (then everything else is empty).
         status: ``ok``, or for a text that could not be planned ``error`` (bad input) or
             ``unsupported`` (a script the splitter and encoder do not read).
@@ -179,6 +136,7 @@ class ScoringPlan:
     seed: str | None = None
     completion: str | None = None
     normalized: dict[str, int] = field(default_factory=dict)
+    own: bool = False
 
     @classmethod
     def refused(cls, error: str, status: str = "error") -> ScoringPlan:
@@ -200,15 +158,16 @@ class ScoringPlan:
         return [role == SCORED for role in self.roles]
 
     def scored_contexts(self) -> tuple[list[int], list[int]]:
-        """Indices of the scored sentences and the region before each (their contexts)."""
+        """Indices of the scored sentences and the region of each one's context (its own
+        under ``own``, else the region before it)."""
         rows = [t for t, role in enumerate(self.roles) if role == SCORED]
-        previous = self.previous
-        return rows, [int(previous[t]) for t in rows]
+        regions = self.regions if self.own else self.previous
+        return rows, [int(regions[t]) for t in rows]
 
     def context_weights(self, rows: Sequence[int]) -> torch.Tensor:
-        """``(len(rows), K)`` the context weights of sentences ``rows`` (those of the sentence,
-        or seed, before each)."""
-        return self.weights[list(rows)]
+        """``(len(rows), K)`` the contexts sentences ``rows`` are scored on: their own weights
+        (``own``), else those of the sentence, or seed, before each."""
+        return self.weights[[r + self.own for r in rows]]
 
     def transition_counts(self, num_regions: int):
         """``(K, K)`` counts of the scored transitions ``(previous region, region)``."""
@@ -249,6 +208,9 @@ class Detector:
         alpha: texts with ``p_value <= alpha`` are called watermarked.
         max_chars: longest text (with its prompt) to score, in characters; a longer one gets
             status ``error`` without being split or embedded. ``None``: no limit.
+        scan: ``direction`` mark: also scan spans of consecutive sentences for the one that
+            carries the mark (``scan``); ``p_value`` is then the Bonferroni combination of the
+            whole text's and the best span's.
     """
 
     def __init__(
@@ -257,6 +219,7 @@ class Detector:
         statistic: str = "exact",
         alpha: float = 0.01,
         max_chars: int | None = None,
+        scan: bool = False,
     ):
         if statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {STATISTICS}, not {statistic!r}")
@@ -270,6 +233,7 @@ class Detector:
         self.statistic = statistic
         self.alpha = alpha
         self.max_chars = max_chars
+        self.scan = scan and scheme.mark == "direction"
 
     def detect(
         self, text: str, prompt: str | None = None, progress: bool = False
@@ -354,7 +318,9 @@ class Detector:
             has_seed = plan.seed is not None
             plan.seed_region = next(regions) if has_seed else None
             plan.regions = [next(regions) for _ in plan.sentences]
-            plan.roles = _roles(plan.sentences, has_seed)
+            plan.own = direction and self.scheme.context == "own"
+            # Under own contexts every sentence is scored: the first needs nothing before it.
+            plan.roles = _roles(plan.sentences, has_seed or plan.own)
             if vectors is not None:
                 first = weights[row : row + 1] if has_seed else torch.zeros_like(weights[:1])
                 own = weights[row + has_seed : row + has_seed + len(plan.sentences)]
@@ -393,7 +359,7 @@ class Detector:
             normalized=plan.normalized,
         )
         if num_scored == 0:
-            return _too_short(result)
+            return too_short(result)
         z = paper_z(num_valid, num_scored, self.scheme.gamma)
         if self.statistic == "paper":
             p = normal_sf(z)
@@ -432,14 +398,23 @@ class Detector:
             normalized=plan.normalized,
         )
         if not rows:
-            return _too_short(result)
+            return too_short(result)
         z = direction_z(
             plan.vectors[rows].double().numpy(),
             contexts.numpy(),
             self.scheme.directions.double().numpy(),
         )
         result.z_score = float(z)
-        result.p_value = float(normal_sf(z))
+        result.text_p_value = float(normal_sf(z))
+        result.p_value = result.text_p_value
+        if self.scan:
+            cov = score_covariance(contexts.double().numpy(), plan.vectors[rows].double().numpy())
+            seed = "\n".join(plan.sentences[t] for t in rows).encode("utf-8", "surrogatepass")
+            best = scan_spans(np.array([scores[t] for t in rows]), cov, seed)
+            if best is not None:
+                result.span = [rows[best.start], rows[best.stop - 1] + 1]
+                result.span_z, result.span_p_value = best.z, best.p_value
+                result.p_value = combine(result.text_p_value, best.p_value)
         result.watermarked = result.p_value <= self.alpha
         return result
 
@@ -454,9 +429,3 @@ def _normalized(text: str, prompt: str | None) -> tuple[str, str | None, dict[st
         for kind, n in norm_prompt.counts.items():
             counts[kind] = counts.get(kind, 0) + n
     return out.text, prompt, counts
-
-
-def _too_short(result: DetectionResult) -> DetectionResult:
-    result.status = "too_short"
-    result.error = "no sentence to score: a text needs two sentences, or one sentence and a prompt"
-    return result

@@ -1,6 +1,7 @@
-"""What ``Watermarker.generate`` returns: per document a ``GenerationResult`` with one
+"""What generation and detection return: per document a ``GenerationResult`` with one
 ``SentenceRecord`` per kept sentence, the judge's ``Judgement`` of a candidate, the
-``GenerationProgress`` reported after each round, and ``summarize`` for totals over documents.
+``GenerationProgress`` reported after each round, ``summarize`` for totals over documents, and
+per detected text a ``DetectionResult``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
+
+from .normalize import tampered
 
 
 class Judgement(NamedTuple):
@@ -172,3 +175,74 @@ def summarize(results: Sequence[GenerationResult]) -> dict:
         "wasted_token_share": sum(r.wasted_tokens for r in ok) / decoded if decoded else None,
         "seconds": sum(r.seconds for r in ok),
     }
+
+
+@dataclass
+class DetectionResult:
+    """The verdict on one text."""
+
+    status: str  # "ok", "too_short", "unsupported" or "error"
+    z_score: float | None = None
+    p_value: float | None = None
+    num_scored: int = 0
+    num_valid: int = 0
+    watermarked: bool | None = None
+    statistic: str = "exact"
+    sentences: list[str] = field(default_factory=list)
+    regions: list[int] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)  # seed / valid / invalid / repeat
+    error: str | None = None
+    seed_region: int | None = None  # region of the prompt sentence that seeded the first one
+    seed: str | None = None  # that sentence (the straddling one when the prompt ended mid-way)
+    completion: str | None = None  # the start of the text that completed the prompt's sentence
+    scores: list[float | None] | None = None  # direction mark: each scored sentence's score
+    normalized: dict[str, int] = field(default_factory=dict)
+    """What normalising text and prompt took, per kind (see ``normalize.NormalizedText``)."""
+    text_p_value: float | None = None
+    """``direction`` mark: the whole text's p-value (``p_value`` itself unless a scan ran)."""
+    span: list[int] | None = None
+    """Windowed detection: ``[start, stop)`` of the sentences of the best span."""
+    span_z: float | None = None
+    span_p_value: float | None = None
+    """Windowed detection: the best span's z and its p-value under the scan's null law."""
+
+    @property
+    def tampered(self) -> bool:
+        """Whether the input held invisible characters or look-alike letters (``normalize``)."""
+        return tampered(self.normalized)
+
+    def to_record(self) -> dict:
+        """Fields added to a JSONL record."""
+        out = {
+            "z_score": self.z_score,
+            "p_value": self.p_value,
+            "num_scored": self.num_scored,
+            "num_valid": self.num_valid,
+            "watermarked": self.watermarked,
+            "statistic": self.statistic,
+            "regions": self.regions,
+            "verdicts": self.verdicts,
+            "status": self.status,
+        }
+        if self.scores is not None:
+            out["scores"] = [None if x is None else round(x, 6) for x in self.scores]
+        if self.error:
+            out["error"] = self.error
+        if self.completion is not None:
+            out["completion"] = self.completion
+        if self.span is not None:
+            out["text_p_value"] = self.text_p_value
+            out["span"] = self.span
+            out["span_z"] = self.span_z
+            out["span_p_value"] = self.span_p_value
+        if self.normalized:
+            out["normalized"] = dict(self.normalized)
+            out["tampered"] = self.tampered
+        return out
+
+
+def too_short(result: DetectionResult) -> DetectionResult:
+    """``result`` marked as having nothing to score."""
+    result.status = "too_short"
+    result.error = "no sentence to score: a text needs two sentences, or one sentence and a prompt"
+    return result

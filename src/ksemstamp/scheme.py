@@ -20,6 +20,16 @@ region then hands the sentence a direction independent of the one it was chosen 
 evidence is lost. With a temperature ``tau > 0`` the weights are a softmax of the previous
 sentence's cosine similarities to the centroids (divided by ``tau``, weights under 1% of the
 largest dropped, unit length): a paraphrase moves them a little, and the direction with them.
+
+Whose context: ``previous`` scores a sentence on the context of the sentence before it (the
+text's order then carries the evidence: moving, merging or interleaving sentences scores them on
+unrelated directions); ``own`` on its own context, so a sentence's score depends on the
+sentence alone and survives any reordering, cropping or mixing of the text.
+
+Whitening: the vectors scored are the embeddings minus the domain mean, with the domain's top
+principal components (``components``, what sentences on one topic share) projected out, unit
+length. Sentences of one text then point alike less often, so the scores of a text vary more
+independently and the same selection among candidates yields a larger z.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from .normalize import normalize_text
 from .splitter import PunktSplitter
 
 MARKS = ("region", "direction")
+CONTEXTS = ("previous", "own")
 WEIGHT_FLOOR = 0.01
 """Soft context weights below this share of a context's largest weight are dropped."""
 
@@ -70,6 +81,10 @@ class WatermarkScheme:
         context_temperature: ``direction`` mark: ``0`` scores a sentence on the direction of
             the previous sentence's region; ``tau > 0`` on a softmax-weighted sum of the
             regions' directions (k-means partitions only; see the module docstring).
+        context: ``direction`` mark: ``previous`` (a sentence is scored on the context of the
+            sentence before it) or ``own`` (on its own; see the module docstring).
+        components: ``(M, D)`` the domain's top principal components, projected out of the
+            ``direction`` mark's vectors (``None``: none).
     """
 
     def __init__(
@@ -85,6 +100,8 @@ class WatermarkScheme:
         mark: str = "region",
         center: Tensor | None = None,
         context_temperature: float = 0.0,
+        context: str = "previous",
+        components: Tensor | None = None,
     ) -> None:
         if mark not in MARKS:
             raise ValueError(f"mark must be one of {MARKS}, not {mark!r}")
@@ -94,6 +111,10 @@ class WatermarkScheme:
             raise ValueError("a context temperature needs a k-means partition (centroids)")
         if mark == "direction" and valid_mode != "keyed":
             raise ValueError("the direction mark needs valid_mode='keyed' (a secret key)")
+        if context not in CONTEXTS:
+            raise ValueError(f"context must be one of {CONTEXTS}, not {context!r}")
+        if context == "own" and mark != "direction":
+            raise ValueError("context 'own' is defined for the direction mark only")
         self.encoder = encoder
         self.partition = partition
         self.gamma = float(gamma)
@@ -109,6 +130,11 @@ class WatermarkScheme:
             dim = int(encoder.get_embedding_dimension())
             self.directions = keyed_directions(partition.num_regions, dim, key)
         self.center = None if center is None else center.float().reshape(-1).cpu()
+        self.context = context
+        self.components = None
+        if components is not None and len(components):
+            # Orthonormal rows, so the projection is v - (v C^T) C.
+            self.components = torch.linalg.qr(components.float().cpu().T).Q.T.contiguous()
         # Seeds the first sentence of a text that continues none (empty prompt, chat answer);
         # generation only: never shown, as it is derived from the key.
         self.start_region = start_region(partition.num_regions, key, valid_mode)
@@ -117,8 +143,9 @@ class WatermarkScheme:
         self.transition = transition
 
     def __repr__(self) -> str:  # never show the key
+        whiten = 0 if self.components is None else len(self.components)
         return (
-            f"WatermarkScheme(mark={self.mark}, "
+            f"WatermarkScheme(mark={self.mark}, context={self.context}, whiten={whiten}, "
             f"context_temperature={self.context_temperature:g}, partition={type(self.partition).__name__}, "
             f"K={self.num_regions}, gamma={self.gamma}, mode={self.valid_mode}, "
             f"key_fingerprint={self.key_fingerprint})"
@@ -148,13 +175,16 @@ class WatermarkScheme:
         return regions.cpu(), margin_ok.cpu()
 
     def vectors(self, emb: Tensor) -> Tensor:
-        """``(N, D)`` what the ``direction`` mark scores: embeddings minus ``center``, unit norm.
+        """``(N, D)`` what the ``direction`` mark scores: embeddings minus ``center``, with the
+        ``components`` projected out, unit norm.
 
         Key-free: the detector's scoring plans keep these, and any key's scores follow from them.
         """
         emb = emb.float().cpu()
         if self.center is not None:
             emb = emb - self.center
+        if self.components is not None:
+            emb = emb - (emb @ self.components.T) @ self.components
         return torch.nn.functional.normalize(emb, dim=-1)
 
     def context_weights(self, emb: Tensor, regions: Tensor | None = None) -> Tensor:

@@ -396,10 +396,7 @@ class Watermarker:
         own: list[torch.Tensor | None] = [None] * len(texts)
         if self.scheme.mark == "direction":
             own = list(self.scheme.context_weights(emb, regions))
-            none = torch.zeros(self.scheme.num_regions, dtype=torch.float64)
-            contexts = torch.stack(
-                [none if active[g].weights is None else active[g].weights for g, _ in rows]
-            )
+            contexts = self._contexts(active, rows, own)
             scores = self.scheme.scores(self.scheme.vectors(emb), contexts).tolist()
             valid = [score >= self.threshold for score in scores]
         else:
@@ -433,6 +430,22 @@ class Watermarker:
             out.append((verdict.valid and verdict.margin_ok and novel, verdict))
         return out
 
+    def _contexts(
+        self,
+        active: list[_Doc],
+        rows: list[tuple[int, int]],
+        own: list[torch.Tensor] | None,
+    ) -> torch.Tensor:
+        """``(R, K)`` the contexts candidates ``rows`` are scored on: their ``own`` weights
+        under ``context: own``, else their documents' previous sentence's (zeros while a
+        document has none)."""
+        if self.scheme.context == "own":
+            return torch.stack(own)
+        none = torch.zeros(self.scheme.num_regions, dtype=torch.float64)
+        return torch.stack(
+            [none if active[g].weights is None else active[g].weights for g, _ in rows]
+        )
+
     def _pruner(self, active: list[_Doc], watermark: bool) -> Pruner | None:
         """The sampler's pruner for a round, or ``None`` when no row is to be stopped early."""
         if (
@@ -465,7 +478,8 @@ class Watermarker:
         if not order:
             return flags
         emb = self.scheme.embed([texts[i] for i in order])
-        contexts = torch.stack([active[rows[i][0]].weights for i in order])
+        own = list(self.scheme.context_weights(emb)) if self.scheme.context == "own" else None
+        contexts = self._contexts(active, [rows[i] for i in order], own)
         values = self.scheme.scores(self.scheme.vectors(emb), contexts).tolist()
         scores = dict(zip(order, values, strict=True))
         assert self.prune is not None  # _pruner checked it
