@@ -17,8 +17,9 @@ Scoring rules (``ScoringPlan``; none of them depends on the key):
   not scored: it still sets the previous region, but copying one valid sentence many times
   cannot raise the count.
 * A text with no scored sentence has no statistic: status ``too_short``.
-* Input that is not text (mostly control or undecodable characters) or longer than
-  ``max_chars`` is refused (status ``error``); text in a script the splitter and encoder do not
+* Code points no model can read (lone surrogates, noncharacters) are removed first
+  (``textcheck.readable``). Input that is not text (mostly control or undecodable characters)
+  or longer than ``max_chars`` is refused (status ``error``); text in a script the splitter and encoder do not
   read, or with no letters, gets status ``unsupported`` (see ``textcheck``).
 * The margin is not applied at detection.
 
@@ -50,7 +51,7 @@ from .stats import (
     paper_z,
     transition_matrix,
 )
-from .textcheck import not_text, unsupported_script
+from .textcheck import not_text, readable, unsupported_script
 
 _SPACE = re.compile(r"\s+")
 
@@ -313,6 +314,9 @@ class Detector:
             if refusal is not None:
                 plans.append(refusal)
                 continue
+            # What no model can read (a lone surrogate) is dropped, never raised on.
+            text = readable(text)[0]
+            prompt = readable(prompt)[0] if prompt else prompt
             seed, sentences, completion = continuation_sentences(splitter, prompt, text)
             plans.append(ScoringPlan(sentences=sentences, seed=seed, completion=completion))
             seeded.append(plans[-1])
