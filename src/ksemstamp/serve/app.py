@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import WatermarkConfig, build_detector, build_scheme, build_watermarker
 from ..detector import DetectionResult, Detector
+from ..io import json_line, parse_jsonl
 from ..keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key
 from ..prompts import plan_prompt
 from .jobs import GenerationQueue, JobFailed, QueueFull
@@ -40,7 +41,6 @@ from .present import (
     check_record,
     decision,
     detection_view,
-    parse_jsonl,
 )
 
 log = logging.getLogger("ksemstamp.serve")
@@ -385,7 +385,7 @@ def create_app(
             "summary": counts,
             "seconds": round(time.perf_counter() - start, 3),
             "key_fingerprint": fingerprint,
-            "jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+            "jsonl": "".join(json_line(r) + "\n" for r in rows),
         }
 
     # ------------------------------------------------------------------ generate
