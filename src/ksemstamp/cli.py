@@ -1,4 +1,5 @@
-"""Command handlers of ``python watermark.py {generate,detect,demo,calibrate,serve,evaluate}``.
+"""Command handlers of ``python watermark.py {generate,detect,demo,calibrate,serve,evaluate,
+keygen}``.
 
 Each handler takes the subcommand's values (``args``) and its settings, built by
 ``ksemstamp.cli_args`` from the settings dataclasses: defaults, then ``--config`` YAML files
@@ -342,6 +343,14 @@ def cmd_serve(args, cfg: WatermarkConfig) -> int:
     return 0
 
 
+def cmd_keygen(args, _settings: None) -> int:
+    """Print a new random key: ``export KSEMSTAMP_KEY="$(python watermark.py keygen)"``."""
+    from .keys import new_key
+
+    print(new_key())
+    return 0
+
+
 def cmd_evaluate(args, settings) -> int:
     """``settings`` is an ``EvalSettings``; ``--quiet`` and ``--only-attacks`` narrow it."""
     from .evaluation.run import main_from_settings
@@ -366,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "calibrate": cmd_calibrate,
         "evaluate": cmd_evaluate,
         "serve": cmd_serve,
+        "keygen": cmd_keygen,
     }[invocation.command]
     try:
         return handler(invocation.args, invocation.settings)
