@@ -41,9 +41,12 @@ class Limits:
     """Most lines in one batch upload."""
     max_waiting: int = 8
     """Most generations waiting behind the running one."""
+    max_streams: int = 1_000
+    """Most progress streams open at once (each costs the server a little memory, no thread);
+    a watcher beyond them can still poll ``/api/jobs/{id}``."""
 
     def __post_init__(self) -> None:
-        for name in ("max_chars", "max_upload_bytes", "max_records"):
+        for name in ("max_chars", "max_upload_bytes", "max_records", "max_streams"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_waiting < 0:
