@@ -83,7 +83,10 @@ class GenerationQueue:
         self._counter = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        # job id -> the event loops' waiters on it (see ``wait_async``)
+        self._async_waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = (
+            collections.defaultdict(set)
+        )
 
     # ------------------------------------------------------------------ public
     def submit(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -131,14 +134,17 @@ class GenerationQueue:
                 return None
             if job.version > version or self._closed:
                 return self._snapshot(job)
-            self._async_waiters.add(waiter)
+            self._async_waiters[job_id].add(waiter)
         try:
             await asyncio.wait_for(waiter[1].wait(), timeout)
         except TimeoutError:
             pass
         finally:
             with self._changed:
-                self._async_waiters.discard(waiter)
+                waiters = self._async_waiters[job_id]
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._async_waiters[job_id]
         return self.snapshot(job_id)
 
     def cancel(self, job_id: str) -> dict[str, Any] | None:
@@ -171,12 +177,15 @@ class GenerationQueue:
             self._notify()
 
     # ------------------------------------------------------------------ internals
-    def _notify(self) -> None:
-        """Wake every watcher, threads and event loops alike (``self._changed`` held)."""
+    def _notify(self, job: Job | None = None) -> None:
+        """Wake the watchers of ``job`` (of every job when ``None``): threads and event loops
+        alike (``self._changed`` held)."""
         self._changed.notify_all()
-        for loop, event in self._async_waiters:
-            with contextlib.suppress(RuntimeError):  # a loop that has closed
-                loop.call_soon_threadsafe(event.set)
+        ids = list(self._async_waiters) if job is None else [job.id]
+        for waiter_id in ids:
+            for loop, event in self._async_waiters.get(waiter_id, ()):
+                with contextlib.suppress(RuntimeError):  # a loop that has closed
+                    loop.call_soon_threadsafe(event.set)
 
     def _report(self, job: Job, progress: dict[str, Any]) -> None:
         if job.cancel_requested:
@@ -210,7 +219,7 @@ class GenerationQueue:
             for name, value in changes.items():
                 setattr(job, name, value)
             job.version += 1
-            self._notify()
+            self._notify(job)
 
     def _work(self) -> None:
         while True:
