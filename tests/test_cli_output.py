@@ -142,3 +142,22 @@ def test_detect_writes_one_strict_record_per_input_line(tmp_path_factory, stand_
     assert len(written) == expected
     for row in written:
         assert row["status"] in ("ok", "too_short", "unsupported", "error")
+
+
+def test_control_characters_of_a_text_never_reach_the_terminal(stand_in, capsys):
+    text = "Clear \x1b[2Jthe screen. Ring\x07 the bell.\rAnd \x9b more."
+    assert cli.main(["detect", "--text", text, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\x9b" not in out
+    assert "Clear \\x1b[2Jthe screen." in out and "\\x07" in out
+
+
+def test_quiet_silences_the_model_loading_bars(stand_in, monkeypatch):
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()
+    try:
+        assert cli.main(["detect", "--text", "One. Two.", "--quiet"]) == 0
+        assert not hf_logging.is_progress_bar_enabled()
+    finally:
+        hf_logging.enable_progress_bar()

@@ -15,8 +15,8 @@ import time
 import httpx
 import pytest
 import uvicorn
-
 from conftest import HashEncoder
+
 from ksemstamp.config import WatermarkConfig
 from ksemstamp.serve import Limits, create_app, free_port
 from ksemstamp.serve.jobs import GenerationQueue
@@ -47,7 +47,9 @@ def _generation(stop: threading.Event):
 async def _load(base: str) -> dict:
     limits = httpx.Limits(max_connections=STREAMS + DETECTIONS + 20)
     async with httpx.AsyncClient(base_url=base, limits=limits, timeout=120) as client:
-        jobs = [(await client.post("/api/generate", json={"prompt": "A."})).json() for _ in range(5)]
+        jobs = [
+            (await client.post("/api/generate", json={"prompt": "A."})).json() for _ in range(5)
+        ]
         opened, streams, events = asyncio.Event(), [], []
 
         async def watch(job_id):

@@ -23,6 +23,7 @@ from .cli_args import parse
 from .config import WatermarkConfig, build_detector, build_scheme, build_watermarker
 from .corpora import news_prompt
 from .io import ResumableWriter, earlier_output_problem, read_jsonl, same_file
+from .textcheck import printable
 
 # ---------------------------------------------------------------------- generate
 
@@ -145,7 +146,7 @@ def cmd_generate(args, cfg: WatermarkConfig) -> int:
     if res.status != "ok":
         print(f"error: {res.error}", file=sys.stderr)
         return 1
-    print(res.text)
+    print(printable(res.text))  # a text's control characters never act on the terminal
     notes = []
     if res.prompt_dropped_chars:
         notes.append(f"the LM saw the prompt without its first {res.prompt_dropped_chars:,} chars")
@@ -166,14 +167,14 @@ def format_detection(result) -> str:
     """A readable report of one ``DetectionResult``."""
     lines = []
     if result.seed is not None:
-        short = result.seed if len(result.seed) <= 70 else result.seed[:67] + "..."
+        short = printable(result.seed if len(result.seed) <= 70 else result.seed[:67] + "...")
         pad = "" if result.scores is None else "        "
         lines.append(f"  {'':>3}  region {result.seed_region:>2}  {pad}{'seed':<8} {short}")
     scores = result.scores or [None] * len(result.sentences)
     for i, (sentence, region, verdict, score) in enumerate(
         zip(result.sentences, result.regions, result.verdicts, scores, strict=True), start=1
     ):
-        short = sentence if len(sentence) <= 70 else sentence[:67] + "..."
+        short = printable(sentence if len(sentence) <= 70 else sentence[:67] + "...")
         shown = (
             "" if result.scores is None else ("        " if score is None else f"{score:+7.2f} ")
         )
@@ -262,13 +263,14 @@ def cmd_demo(args, cfg: WatermarkConfig) -> int:
     scheme = build_scheme(cfg)
     watermarker = build_watermarker(cfg, scheme)
     detector = build_detector(cfg, scheme)
-    print(f"prompt (held-out news article {args.article}):\n  {prompt}\n")
+    print(f"prompt (held-out news article {args.article}):\n  {printable(prompt)}\n")
     res = watermarker.generate([prompt], progress=not args.quiet)[0]
     if res.status != "ok":
         print(f"error: {res.error}", file=sys.stderr)
         return 1
     print(
-        f"watermarked continuation ({res.num_tokens} tokens, {res.seconds:.1f} s):\n  {res.text}\n"
+        f"watermarked continuation ({res.num_tokens} tokens, {res.seconds:.1f} s):\n"
+        f"  {printable(res.text)}\n"
     )
     per = res.candidates / max(res.num_sentences, 1)
     print(
@@ -362,12 +364,21 @@ def cmd_evaluate(args, settings) -> int:
     return main_from_settings(settings)
 
 
+def quiet_model_loading() -> None:
+    """No progress bars while models load (transformers' and the Hugging Face Hub's)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``watermark.py``; returns the exit status (bad settings exit with 2)."""
     invocation = parse(sys.argv[1:] if argv is None else argv)
     if invocation.args.print_config:
         print(invocation.printed_config(), end="")
         return 0
+    if invocation.args.quiet and invocation.command != "keygen":
+        quiet_model_loading()
     handler = {
         "generate": cmd_generate,
         "detect": cmd_detect,
