@@ -9,7 +9,7 @@ import threading
 import pytest
 from conftest import HashEncoder
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_io_input import LINES, _cut, _strict
 
@@ -102,8 +102,12 @@ def test_odd_characters_and_numbers_get_answers_not_500():
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ANY_TEXT, st.one_of(st.none(), ANY_TEXT))
+@example("One \ud800here. Two.", "\ud800")
 def test_detect_never_answers_500(text, prompt):
-    response = TestClient(APP).post("/api/detect", json={"text": text, "prompt": prompt})
+    body = json.dumps({"text": text, "prompt": prompt})  # a lone surrogate as its escape
+    response = TestClient(APP).post(
+        "/api/detect", content=body, headers={"Content-Type": "application/json"}
+    )
     assert response.status_code in (200, 413, 422)
     _strict(response.text)
 
