@@ -21,6 +21,8 @@ import torch  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("KSEMSTAMP_KEY", "test-suite-key")
+# The suite's keys are short on purpose; tests of the key-strength rule unset this.
+os.environ.setdefault("KSEMSTAMP_ALLOW_WEAK_KEY", "1")
 
 
 # Fixtures that load the real offline models: a test using one is an ``e2e`` test whether or not

@@ -12,9 +12,10 @@ from fastapi.testclient import TestClient
 
 from ksemstamp.config import WatermarkConfig
 from ksemstamp.detector import DetectionResult
+from ksemstamp.io import parse_jsonl
 from ksemstamp.serve import Limits, create_app
 from ksemstamp.serve.jobs import GenerationQueue, JobFailed, QueueFull
-from ksemstamp.serve.present import _segments, check_record, null_chart, parse_jsonl
+from ksemstamp.serve.present import _segments, check_record, null_chart
 
 SECRET = "fast-serve-secret-key-7f3a91"
 SENTENCES = [f"Sentence number {i} talks about topic {i * 7 % 13}." for i in range(40)]

@@ -354,3 +354,18 @@ def test_bad_prompts_cost_nothing(hash_encoder):
     assert "51 characters; the limit is 50" in results[1].error
     assert "not text" in results[2].error
     assert sampler.rounds == []  # nothing was sampled
+
+
+def test_a_lone_surrogate_in_a_prompt_is_dropped_not_raised_on(hash_encoder):
+    # JSON's "\ud800" gives a string no tokenizer can read; the prompt is cleaned instead.
+    scheme = _scheme(hash_encoder)
+    scheme.partition.margin = 0.0
+    prompt = "The storm hit\ud800 the coast."
+    seed = int(scheme.regions(["The storm hit the coast."])[0][0])
+    good = _valid_after(scheme, seed, True)
+    sampler = ScriptedSampler([[good]])
+    wm = Watermarker(scheme, sampler, candidate_batch=1, adaptive_batch=False, max_new_tokens=5)
+    res = wm.generate([prompt])[0]
+    assert res.status == "ok" and res.text == good
+    assert sampler.calls[0]["contexts"] == ["The storm hit the coast."]
+    assert "\ud800" not in res.prompt_for_detection

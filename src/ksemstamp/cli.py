@@ -1,4 +1,5 @@
-"""Command handlers of ``python watermark.py {generate,detect,demo,calibrate,serve,evaluate}``.
+"""Command handlers of ``python watermark.py {generate,detect,demo,calibrate,serve,evaluate,
+keygen}``.
 
 Each handler takes the subcommand's values (``args``) and its settings, built by
 ``ksemstamp.cli_args`` from the settings dataclasses: defaults, then ``--config`` YAML files
@@ -21,7 +22,8 @@ from .assets import AssetError
 from .cli_args import parse
 from .config import WatermarkConfig, build_detector, build_scheme, build_watermarker
 from .corpora import news_prompt
-from .io import ResumableWriter, read_jsonl
+from .io import ResumableWriter, earlier_output_problem, read_jsonl, same_file
+from .textcheck import printable
 
 # ---------------------------------------------------------------------- generate
 
@@ -32,26 +34,46 @@ def _process_jsonl(
     name: str,
     unit: str,
     batch_size: int,
-    check: Callable[[dict], str | None],
-    process: Callable[[list[dict]], list[dict]],
+    build: Callable[[], tuple[Callable[[dict], str | None], Callable[[list[dict]], list[dict]]]],
+    content_field: str,
     error_fields: dict[str, Any],
     counted_as_ok: str,
 ) -> int:
     """The JSONL loop shared by ``generate`` and ``detect``, resumable through ``ResumableWriter``.
 
-    Records already in ``args.output`` are skipped; the rest go in input order, in chunks of
-    ``batch_size``. ``check(data)`` returns why a record cannot be processed (or ``None``);
-    ``process(datas)`` returns one output dict per valid record. Every input line yields one
-    output line: the input fields, ``line``, and the result or ``status: error`` with ``error``.
-    Returns the exit code: 1 when nothing succeeded and something failed, else 0.
+    Before any work (``build`` loads the models): the output must not be the input, nor an
+    existing file other than an earlier output of this command on this input
+    (``earlier_output_problem``), nor locked by another run. Records already in
+    ``args.output`` are skipped; the rest go in input order, in chunks of ``batch_size``.
+    ``build()`` returns ``(check, process)``: ``check(data)`` says why a record cannot be
+    processed (or ``None``); ``process(datas)`` returns one output dict per valid record. Every
+    input line yields one output line: the input fields, ``line``, and the result or
+    ``status: error`` with ``error``. Returns the exit code: 1 when nothing succeeded and
+    something failed, else 0.
     """
+    if same_file(args.input, args.output):
+        raise ValueError(
+            f"--output {args.output} is the --input file: the results would be written into "
+            "the input. Give another file for --output"
+        )
+    records = list(read_jsonl(args.input))
+
+    def accept(rows: list) -> None:
+        problem = earlier_output_problem(rows, records, content_field, error_fields)
+        if problem:
+            raise ValueError(
+                f"--output {args.output} exists and is not an earlier output of `{name}` on "
+                f"{args.input}: {problem}. Give a new --output, or move that file away to start "
+                "over (rerunning with the same input and output resumes a run)"
+            )
+
     failures = successes = 0
-    with ResumableWriter(args.output) as out:
-        records = list(read_jsonl(args.input))
+    with ResumableWriter(args.output, accept=accept) as out:
         pending = [r for r in records if not out.is_done(r)]
         skipped = len(records) - len(pending)
         if skipped:
             print(f"resuming: {skipped} records already in {args.output}", file=sys.stderr)
+        check, process = build() if pending else (None, None)
         bar = tqdm(total=len(pending), unit=unit, desc=name, disable=args.quiet)
         for start in range(0, len(pending), batch_size):
             chunk = pending[start : start + batch_size]
@@ -78,30 +100,33 @@ def _process_jsonl(
 
 
 def _generate_records(args, cfg: WatermarkConfig) -> int:
-    watermarker = build_watermarker(cfg)
-    fingerprint = None if args.no_watermark else watermarker.scheme.key_fingerprint
+    def build():
+        watermarker = build_watermarker(cfg)
+        fingerprint = None if args.no_watermark else watermarker.scheme.key_fingerprint
 
-    def check(data: dict) -> str | None:
-        prompt = data.get("prompt")
-        if prompt is None:
-            return "missing field 'prompt'"
-        if not isinstance(prompt, str):
-            return f"'prompt' must be a string, got {type(prompt).__name__}"
-        return None
+        def check(data: dict) -> str | None:
+            prompt = data.get("prompt")
+            if prompt is None:
+                return "missing field 'prompt'"
+            if not isinstance(prompt, str):
+                return f"'prompt' must be a string, got {type(prompt).__name__}"
+            return None
 
-    def process(datas: list[dict]) -> list[dict]:
-        results = watermarker.generate(
-            [d["prompt"] for d in datas], watermark=not args.no_watermark
-        )
-        return [{**res.to_record(), "key_fingerprint": fingerprint} for res in results]
+        def process(datas: list[dict]) -> list[dict]:
+            results = watermarker.generate(
+                [d["prompt"] for d in datas], watermark=not args.no_watermark
+            )
+            return [{**res.to_record(), "key_fingerprint": fingerprint} for res in results]
+
+        return check, process
 
     return _process_jsonl(
         args,
         name="generate",
         unit="prompt",
         batch_size=cfg.prompt_batch,
-        check=check,
-        process=process,
+        build=build,
+        content_field="prompt",
         error_fields={},
         counted_as_ok="ok",
     )
@@ -121,7 +146,7 @@ def cmd_generate(args, cfg: WatermarkConfig) -> int:
     if res.status != "ok":
         print(f"error: {res.error}", file=sys.stderr)
         return 1
-    print(res.text)
+    print(printable(res.text))  # a text's control characters never act on the terminal
     notes = []
     if res.prompt_dropped_chars:
         notes.append(f"the LM saw the prompt without its first {res.prompt_dropped_chars:,} chars")
@@ -142,14 +167,14 @@ def format_detection(result) -> str:
     """A readable report of one ``DetectionResult``."""
     lines = []
     if result.seed is not None:
-        short = result.seed if len(result.seed) <= 70 else result.seed[:67] + "..."
+        short = printable(result.seed if len(result.seed) <= 70 else result.seed[:67] + "...")
         pad = "" if result.scores is None else "        "
         lines.append(f"  {'':>3}  region {result.seed_region:>2}  {pad}{'seed':<8} {short}")
     scores = result.scores or [None] * len(result.sentences)
     for i, (sentence, region, verdict, score) in enumerate(
         zip(result.sentences, result.regions, result.verdicts, scores, strict=True), start=1
     ):
-        short = sentence if len(sentence) <= 70 else sentence[:67] + "..."
+        short = printable(sentence if len(sentence) <= 70 else sentence[:67] + "...")
         shown = (
             "" if result.scores is None else ("        " if score is None else f"{score:+7.2f} ")
         )
@@ -169,37 +194,42 @@ def format_detection(result) -> str:
 
 
 def _detect_records(args, cfg: WatermarkConfig) -> int:
-    detector = build_detector(cfg)
-    fingerprint = detector.scheme.key_fingerprint
+    def build():
+        detector = build_detector(cfg)
+        fingerprint = detector.scheme.key_fingerprint
 
-    def check(data: dict) -> str | None:
-        if "text" not in data:
-            return "missing field 'text'"
-        if not isinstance(data["text"], str):
-            return f"'text' must be a string, got {type(data['text']).__name__}"
-        if data.get("key_fingerprint") not in (None, fingerprint):
-            return (
-                "this text was generated with a different key (fingerprint "
-                f"{data['key_fingerprint']}, detector {fingerprint})"
+        def check(data: dict) -> str | None:
+            if "text" not in data:
+                return "missing field 'text'"
+            if not isinstance(data["text"], str):
+                return f"'text' must be a string, got {type(data['text']).__name__}"
+            if data.get("key_fingerprint") not in (None, fingerprint):
+                return (
+                    "this text was generated with a different key (fingerprint "
+                    f"{data['key_fingerprint']}, detector {fingerprint})"
+                )
+            return None
+
+        def process(datas: list[dict]) -> list[dict]:
+            # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
+            # not seeded by its instruction.
+            prompts = [
+                None if cfg.chat or d.get("chat") is True else d.get("prompt") for d in datas
+            ]
+            results = detector.detect_batch(
+                [d["text"] for d in datas], prompts, progress=not args.quiet
             )
-        return None
+            return [res.to_record() for res in results]
 
-    def process(datas: list[dict]) -> list[dict]:
-        # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
-        # not seeded by its instruction.
-        prompts = [None if cfg.chat or d.get("chat") is True else d.get("prompt") for d in datas]
-        results = detector.detect_batch(
-            [d["text"] for d in datas], prompts, progress=not args.quiet
-        )
-        return [res.to_record() for res in results]
+        return check, process
 
     return _process_jsonl(
         args,
         name="detect",
         unit="text",
         batch_size=args.batch_size,
-        check=check,
-        process=process,
+        build=build,
+        content_field="text",
         error_fields={"z_score": None, "p_value": None, "num_scored": 0, "num_valid": 0},
         counted_as_ok="scored",
     )
@@ -233,13 +263,14 @@ def cmd_demo(args, cfg: WatermarkConfig) -> int:
     scheme = build_scheme(cfg)
     watermarker = build_watermarker(cfg, scheme)
     detector = build_detector(cfg, scheme)
-    print(f"prompt (held-out news article {args.article}):\n  {prompt}\n")
+    print(f"prompt (held-out news article {args.article}):\n  {printable(prompt)}\n")
     res = watermarker.generate([prompt], progress=not args.quiet)[0]
     if res.status != "ok":
         print(f"error: {res.error}", file=sys.stderr)
         return 1
     print(
-        f"watermarked continuation ({res.num_tokens} tokens, {res.seconds:.1f} s):\n  {res.text}\n"
+        f"watermarked continuation ({res.num_tokens} tokens, {res.seconds:.1f} s):\n"
+        f"  {printable(res.text)}\n"
     )
     per = res.candidates / max(res.num_sentences, 1)
     print(
@@ -314,6 +345,14 @@ def cmd_serve(args, cfg: WatermarkConfig) -> int:
     return 0
 
 
+def cmd_keygen(args, _settings: None) -> int:
+    """Print a new random key: ``export KSEMSTAMP_KEY="$(python watermark.py keygen)"``."""
+    from .keys import new_key
+
+    print(new_key())
+    return 0
+
+
 def cmd_evaluate(args, settings) -> int:
     """``settings`` is an ``EvalSettings``; ``--quiet`` and ``--only-attacks`` narrow it."""
     from .evaluation.run import main_from_settings
@@ -325,12 +364,21 @@ def cmd_evaluate(args, settings) -> int:
     return main_from_settings(settings)
 
 
+def quiet_model_loading() -> None:
+    """No progress bars while models load (transformers' and the Hugging Face Hub's)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``watermark.py``; returns the exit status (bad settings exit with 2)."""
     invocation = parse(sys.argv[1:] if argv is None else argv)
     if invocation.args.print_config:
         print(invocation.printed_config(), end="")
         return 0
+    if invocation.args.quiet and invocation.command != "keygen":
+        quiet_model_loading()
     handler = {
         "generate": cmd_generate,
         "detect": cmd_detect,
@@ -338,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "calibrate": cmd_calibrate,
         "evaluate": cmd_evaluate,
         "serve": cmd_serve,
+        "keygen": cmd_keygen,
     }[invocation.command]
     try:
         return handler(invocation.args, invocation.settings)
@@ -345,6 +394,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Settings that only fail once objects are built (gamma * K, centroid files, encoders):
         # one line naming the problem, not a traceback. Messages never hold the key.
         print("error: " + " ".join(str(err).split()), file=sys.stderr)
+        return 2
+    except OSError as err:
+        # An output that is read-only, a folder, or on a full disk: what and where, one line.
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
 
 

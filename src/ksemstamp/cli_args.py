@@ -57,13 +57,14 @@ class Command:
 
     help: str
     options: Callable[[ArgumentParser], None]
-    settings: SettingsGroup = WATERMARK
+    settings: SettingsGroup | None = WATERMARK
+    """``None``: the command takes no settings (``keygen``); its handler gets ``None``."""
     extra: Mapping[str, SettingsGroup] = field(default_factory=dict)
     list_options: Mapping[str, type] = field(default_factory=dict)
     """List-valued ``options`` (flag -> item type), read as the list settings are."""
 
     def groups(self) -> list[SettingsGroup]:
-        return [self.settings, *self.extra.values()]
+        return [g for g in (self.settings, *self.extra.values()) if g is not None]
 
     def list_flags(self) -> dict[str, type]:
         flags = {k: v for g in self.groups() for k, v in g.list_flags().items()}
@@ -140,6 +141,10 @@ def _evaluate_options(parser: ArgumentParser) -> None:
     )
 
 
+def _no_options(parser: ArgumentParser) -> None:
+    """A command with no options of its own."""
+
+
 COMMANDS: dict[str, Command] = {
     "generate": Command("generate watermarked continuations", _generate_options),
     "detect": Command("detect the watermark in texts", _detect_options),
@@ -150,6 +155,9 @@ COMMANDS: dict[str, Command] = {
         extra={"calibration": CALIBRATION},
     ),
     "serve": Command("a local web page: detect, batch and generate", _serve_options),
+    "keygen": Command(
+        "print a new random key (256 bits) for KSEMSTAMP_KEY", _no_options, settings=None
+    ),
     "evaluate": Command(
         "paper evaluation: generate, attack, detect; AUC, TPR, quality",
         _evaluate_options,
@@ -203,7 +211,7 @@ class Invocation:
     def printed_config(self) -> str:
         """The merged settings as YAML, in the form ``--config`` reads; never the key."""
         spec = COMMANDS[self.command]
-        data = spec.settings.dump(self.settings)
+        data = spec.settings.dump(self.settings) if spec.settings else {}
         for name, group in spec.extra.items():
             data |= group.dump(self.args[name])
         return yaml.safe_dump(data, sort_keys=False)
@@ -225,7 +233,7 @@ def parse(argv: Sequence[str]) -> Invocation:
         args = parsed[command]
         for name, group in spec.extra.items():
             args[name] = group.build(args)
-        settings = spec.settings.build(args)
+        settings = spec.settings.build(args) if spec.settings else None
     except (argparse.ArgumentError, ValueError, TypeError, OSError) as err:
         usage_error(command, err)
     args.argv = argv

@@ -84,7 +84,12 @@ class WatermarkConfig:
     ``max_candidates`` draws keep the best-scoring one. ``None``: always the best of
     ``max_candidates`` (the candidates of a sentence are then drawn in one batched round)."""
     key: str | None = None
-    """Secret key; falls back to ``$KSEMSTAMP_KEY``, then to a public demo key (with a warning)."""
+    """Secret key; falls back to ``$KSEMSTAMP_KEY``, then to a public demo key (with a warning).
+    Make one with ``python watermark.py keygen``."""
+    allow_weak_key: bool = False
+    """Accept a key under 128 bits of estimated entropy (a test key); otherwise such a key is
+    refused, as its fingerprint in every record lets anyone recover it by brute force.
+    ``KSEMSTAMP_ALLOW_WEAK_KEY=1`` allows it too."""
     max_candidates: int = 32
     """Candidates per sentence before giving up on the rule: the ``region`` mark then keeps the
     last one drawn (paper: 100), the ``direction`` mark the best-scoring one (of those that
@@ -282,11 +287,15 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
     """Encoder + partition + keyed table, checked for consistency (no LM needed)."""
     from .assets import encoder_fingerprint, load_encoder
     from .centroids import CentroidFile
-    from .keys import resolve_key
+    from .keys import check_key, resolve_key
     from .partition import KMeansPartition, LSHPartition
     from .scheme import WatermarkScheme
     from .splitter import get_splitter
 
+    # The key first: a weak one is refused before any model is loaded.
+    key = resolve_key(cfg.key) if cfg.valid_mode == "keyed" else None
+    if key is not None:
+        check_key(key, cfg.allow_weak_key)
     encoder = encoder if encoder is not None else load_encoder(cfg.encoder, cfg.device)
     transition = center = None
     if cfg.partition == "kmeans":
@@ -299,7 +308,6 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
         partition = LSHPartition(
             encoder.get_embedding_dimension(), cfg.lsh_bits, cfg.margin, cfg.lsh_seed
         )
-    key = resolve_key(cfg.key) if cfg.valid_mode == "keyed" else None
     return WatermarkScheme(
         encoder,
         partition.to(cfg.device),

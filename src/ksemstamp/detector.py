@@ -17,8 +17,9 @@ Scoring rules (``ScoringPlan``; none of them depends on the key):
   not scored: it still sets the previous region, but copying one valid sentence many times
   cannot raise the count.
 * A text with no scored sentence has no statistic: status ``too_short``.
-* Input that is not text (mostly control or undecodable characters) or longer than
-  ``max_chars`` is refused (status ``error``); text in a script the splitter and encoder do not
+* Code points no model can read (lone surrogates, noncharacters) are removed first
+  (``textcheck.readable``). Input that is not text (mostly control or undecodable characters)
+  or longer than ``max_chars`` is refused (status ``error``); text in a script the splitter and encoder do not
   read, or with no letters, gets status ``unsupported`` (see ``textcheck``).
 * The margin is not applied at detection.
 * Text and prompt are read in their normalised form (``normalize``): invisible characters

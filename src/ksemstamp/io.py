@@ -1,27 +1,49 @@
 """File input and output shared by every command: JSONL records and atomic writes.
 
-* ``read_jsonl`` parses a user's input file; lines that are not JSON objects become error
-  records instead of stopping the run.
+* ``read_jsonl`` parses a user's input file, and ``parse_jsonl`` an upload (the web page's
+  batch), with one rule: lines are cut at ``\n``, ``\r\n`` or ``\r`` only (never at U+2028 or
+  U+0085, which JSON strings may hold), and a line that is not a JSON object of at most
+  ``MAX_DEPTH`` levels, with finite numbers of at most ``MAX_INT_DIGITS`` digits, becomes an
+  error record instead of stopping the run.
+* ``json_line`` is the one way records are written: strict JSON (no ``NaN``), with lone
+  surrogates escaped so that any string read can be written back.
 * ``read_jsonl_objects`` reads a file this package wrote: a last line cut short by a killed
   writer is ignored (its record is redone), any other broken line is an error.
 * ``ResumableWriter`` appends one record at a time and flushes, so a killed run loses at most the
   record it was working on; rerunning with the same output skips every input line already
   written. Records are keyed on their input line, not their ``id``: two lines may share an id
   and each is still done exactly once. A line whose stored ``id`` differs from the input's is
-  refused (the input changed since the output was written).
+  refused (the input changed since the output was written); ``earlier_output_problem`` checks
+  a whole existing output against the input before any work. The writer holds an exclusive
+  lock on the file, so a second run on the same output stops at once.
 * ``atomic_target`` and the ``write_*_atomic`` helpers write through a temporary file and a
   rename, so a reader never sees a half-written file and an interrupted write leaves the old one.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; outputs are not locked there
+    fcntl = None  # type: ignore[assignment]
+
+MAX_DEPTH = 64
+"""Most levels of nested arrays and objects in an input line; deeper lines are error records
+(Python's JSON reader would otherwise run out of stack on them)."""
+MAX_INT_DIGITS = 4300
+"""Longest integer an input line may hold, in digits (Python's own limit for reading one)."""
+_ESCAPED = re.compile("[\ud800-\udfff\x85\u2028\u2029]")
 
 
 @dataclass
@@ -37,24 +59,97 @@ class InputRecord:
         return None if self.data is None else self.data.get("id")
 
 
+def jsonl_lines(stream: TextIO) -> Iterator[tuple[int, str]]:
+    """``(1-based number, line)`` of a text stream opened with ``newline=None``: lines end at
+    ``\n``, ``\r\n`` or ``\r`` only. The command line and the web page read input with it."""
+    yield from enumerate(stream, start=1)
+
+
+def parse_jsonl_lines(lines: Iterable[tuple[int, str]]) -> Iterator[InputRecord]:
+    """One ``InputRecord`` per non-blank line; a line that cannot be a record gets its error."""
+    for number, raw in lines:
+        if raw.strip():
+            yield _parse_line(number, raw)
+
+
 def read_jsonl(path: str | Path) -> Iterator[InputRecord]:
     """Parse a JSONL file line by line; blank lines are skipped, bad lines yield errors.
 
-    A UTF-8 byte-order mark (what some editors put at the start of a file) is skipped.
+    A UTF-8 byte-order mark (what some editors put at the start of a file) is skipped; bytes
+    that are not UTF-8 read as U+FFFD.
     """
-    with open(path, encoding="utf-8-sig", errors="replace") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                data = json.loads(raw)
-            except json.JSONDecodeError as err:
-                yield InputRecord(number, None, f"line {number} is not valid JSON: {err.msg}")
-                continue
-            if not isinstance(data, dict):
-                yield InputRecord(number, None, f"line {number} is not a JSON object")
-                continue
-            yield InputRecord(number, data)
+    with open(path, encoding="utf-8-sig", errors="replace", newline=None) as handle:
+        yield from parse_jsonl_lines(jsonl_lines(handle))
+
+
+def parse_jsonl(text: str) -> list[InputRecord]:
+    """The records of JSONL ``text`` (an upload), read exactly as ``read_jsonl`` reads a file."""
+    stream = io.StringIO(text.removeprefix("\ufeff"), newline=None)
+    return list(parse_jsonl_lines(jsonl_lines(stream)))
+
+
+class _Refused(ValueError):
+    """An input value this reader does not take (the message says which)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"the number {text[:20]}{'...' if len(text) > 20 else ''} is out of range")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise _Refused(f"it holds an integer of {digits:,} digits (at most {MAX_INT_DIGITS:,})")
+    return int(text)
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests arrays and objects more than ``limit`` levels deep."""
+    level, depth = [value], 0
+    while level:
+        containers = [item for item in level if isinstance(item, dict | list)]
+        if not containers:
+            return False
+        depth += 1
+        if depth > limit:
+            return True
+        level = [
+            child
+            for item in containers
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+    return False
+
+
+def _parse_line(number: int, raw: str) -> InputRecord:
+    def refuse(reason: str) -> InputRecord:
+        return InputRecord(number, None, f"line {number} {reason}")
+
+    try:
+        data = json.loads(
+            raw,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
+    except json.JSONDecodeError as err:
+        return refuse(f"is not valid JSON: {err.msg}")
+    except _Refused as err:
+        return refuse(f"is not usable JSON: {err}")
+    except RecursionError:
+        return refuse(f"nests arrays or objects more than {MAX_DEPTH} levels deep")
+    if not isinstance(data, dict):
+        return refuse("is not a JSON object")
+    if _depth_over(data, MAX_DEPTH):
+        return refuse(f"nests arrays or objects more than {MAX_DEPTH} levels deep")
+    return InputRecord(number, data)
 
 
 def iter_jsonl_objects(
@@ -106,36 +201,74 @@ def drop_cut_last_line(path: str | Path) -> bytes:
     return data
 
 
+class OutputLocked(ValueError):
+    """Another run holds the output file's lock."""
+
+
+def _lock(handle: TextIO, path: Path) -> None:
+    if fcntl is None:
+        return
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise OutputLocked(
+            f"{path} is being written by another run right now (it holds the file's lock); "
+            "wait for that run to end, or write to another file"
+        ) from None
+
+
 class ResumableWriter:
     """Appends records to a JSONL file, flushing each; knows which records are already there.
 
     Records written for input lines carry ``line`` (the input line number) and, when the input
     had one, ``id``; ``is_done`` matches on the line and checks the id. Records without a line
     (the evaluation's stage files) are found by ``has_id``.
+
+    Opening takes an exclusive lock on the file (released on ``close`` or when the process
+    ends, however it ends): a second writer on the same file raises ``OutputLocked`` at once.
+    ``accept(rows)``, when given, sees the existing complete lines (each parsed object, or
+    ``None`` for a line that is not one) before anything in the file changes, and may raise to
+    refuse the file; only then is a line cut off by a crash dropped.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, accept: Callable[[list[Any]], None] | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.done_ids: set[str] = set()
         self.done_lines: dict[int, str] = {}  # input line -> its record's id, as JSON
-        if self.path.exists():
-            self._repair_and_scan()
         self._handle: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        try:
+            _lock(self._handle, self.path)
+            # A device or a pipe (/dev/stdout) holds no earlier records and cannot be cut.
+            if self.path.is_file():
+                rows = self._scan()
+                if accept is not None:
+                    accept(rows)
+                # A run killed mid-write leaves a partial last line: drop it, it is redone.
+                drop_cut_last_line(self.path)
+        except BaseException:
+            self._handle.close()
+            raise
 
-    def _repair_and_scan(self) -> None:
-        # A run killed mid-write leaves a partial last line: drop it, it is redone.
-        data = drop_cut_last_line(self.path)
-        for raw in data.decode("utf-8", errors="replace").splitlines():
+    def _scan(self) -> list[Any]:
+        data = self.path.read_bytes()
+        complete = data[: data.rfind(b"\n") + 1]
+        rows: list[Any] = []
+        for raw in complete.decode("utf-8", errors="replace").split("\n")[:-1]:
+            if not raw.strip():
+                continue
             try:
                 rec = json.loads(raw)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
+                rows.append(None)
                 continue
+            rows.append(rec)
             if isinstance(rec, dict):
                 if rec.get("id") is not None:
                     self.done_ids.add(json.dumps(rec["id"]))
                 if isinstance(rec.get("line"), int):
                     self.done_lines[rec["line"]] = json.dumps(rec.get("id"))
+        return rows
 
     def is_done(self, record: InputRecord) -> bool:
         """Whether the output already holds the record of this input line.
@@ -160,18 +293,91 @@ class ResumableWriter:
         return json.dumps(record_id) in self.done_ids
 
     def write(self, record: dict[str, Any]) -> None:
-        self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        try:
+            self._handle.write(json_line(record) + "\n")
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except OSError as err:  # a full disk: say which file
+            raise OSError(err.errno, err.strerror, str(self.path)) from err
 
     def close(self) -> None:
-        self._handle.close()
+        try:
+            self._handle.close()
+        except OSError as err:  # what a failed write left in the buffer cannot go either
+            raise OSError(err.errno, err.strerror, str(self.path)) from err
 
     def __enter__(self) -> ResumableWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def json_line(record: Any) -> str:
+    """``record`` as one line of strict JSON (RFC 8259): a ``NaN`` or infinite float is written
+    as ``null``, and a lone surrogate (a string read from ``"\\ud800"``) as its ``\\u`` escape,
+    so that whatever was read can be written back, and read again as it was. U+0085, U+2028
+    and U+2029 are escaped too, so that readers that cut lines at them still see one record a
+    line."""
+    try:
+        text = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(record), ensure_ascii=False, allow_nan=False)
+    return _ESCAPED.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file (through links too); a missing path is no file."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def earlier_output_problem(
+    rows: Sequence[Any],
+    inputs: Sequence[InputRecord],
+    content_field: str,
+    required: Iterable[str],
+) -> str | None:
+    """Why ``rows`` (an existing output's lines, see ``ResumableWriter``) are not an earlier
+    output of the command on ``inputs``, or ``None`` when resuming it is safe.
+
+    Every line must be a record of an input line (an int ``line`` and a ``status``), carry the
+    fields ``required`` of every record of this command, and agree with that input line on
+    ``id`` and on ``content_field`` (the ``text`` or ``prompt`` the command reads, which it
+    never writes)."""
+    by_line = {r.line: r for r in inputs}
+    need = set(required) | {"line", "status"}
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            return f"its line {number} is not a JSON object"
+        if not isinstance(row.get("line"), int) or not need <= row.keys():
+            missing = ", ".join(sorted(need - row.keys())) or "line"
+            return (
+                f"its record {number} has no {missing}, which every record this command writes has"
+            )
+        source = by_line.get(row["line"])
+        if source is None:
+            return f"it holds a record of input line {row['line']}, which the input does not have"
+        data = source.data or {}
+        for name in ("id", content_field):
+            if row.get(name) != data.get(name):
+                return (
+                    f"its record of input line {row['line']} has another {name!r} than that line "
+                    "of the input (the input changed since, or the output is of another file)"
+                )
+    return None
 
 
 # ---------------------------------------------------------------------- atomic writes
@@ -205,4 +411,4 @@ def write_json_atomic(path: str | Path, payload: object) -> None:
 
 def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
     """Write ``rows`` as JSONL (one object a line), atomically."""
-    write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    write_text_atomic(path, "".join(json_line(r) + "\n" for r in rows))

@@ -9,6 +9,11 @@ Keyed directions (the ``direction`` mark): for each context region ``c``, a vect
 with SHAKE-256 and mapped to normals by the Box-Muller transform in float64 (numpy), so every
 platform rebuilds the same directions and nothing depends on a framework's random generator.
 
+Strength: every output record carries the key's fingerprint, a hash of the key, so a key that
+can be guessed can be recovered from any record by trying guesses against it. ``check_key``
+refuses keys under ``MIN_KEY_BITS`` bits of estimated entropy unless weak keys are allowed
+(``allow_weak_key`` setting, or ``KSEMSTAMP_ALLOW_WEAK_KEY=1``); ``new_key`` makes a strong one.
+
 Compatibility: ``mode="paper"`` is the reference code's table: row ``q`` keeps the first
 ``gamma * K`` of ``torch.randperm(K)`` drawn on the GPU by a CUDA generator seeded with
 ``q * 15485863``, recomputed on the CPU (``cudarand.cuda_randperm``), so the same table comes out
@@ -20,7 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import os
+import secrets
+import string
 import warnings
 
 import numpy as np
@@ -33,6 +41,67 @@ PAPER_PRIME = 15485863
 KEY_ENV = "KSEMSTAMP_KEY"
 # Public and therefore forgeable: only for demos and tests. Real use sets KSEMSTAMP_KEY.
 DEMO_KEY = "ksemstamp-public-demo-key"
+WEAK_KEY_ENV = "KSEMSTAMP_ALLOW_WEAK_KEY"
+MIN_KEY_BITS = 128
+"""Least estimated entropy of a key (``key_entropy_bits``) accepted without allowing weak keys."""
+
+
+def new_key() -> str:
+    """A new random key: 256 bits from the operating system's generator, as 64 hex digits."""
+    return secrets.token_hex(32)
+
+
+def key_entropy_bits(key: str) -> float:
+    """An estimate of the bits of entropy in ``key``, from its length and characters.
+
+    A key that repeats a shorter string counts as that string; each character then counts
+    ``log2`` of the alphabet the key draws from: 16 for hex digits (10 for decimal ones), else
+    the sum of the classes it uses (26 lowercase, 26 uppercase, 10 digits, 33 ASCII symbols
+    and space, 256 for anything else). It is an upper bound: it cannot see that a sentence of
+    words or a name is guessable; ``new_key`` gives a key whose bits are real."""
+    for size in range(1, len(key) // 2 + 1):
+        if len(key) % size == 0 and key == key[:size] * (len(key) // size):
+            key = key[:size]
+            break
+    if not key:
+        return 0.0
+    if all(c in string.digits for c in key):
+        alphabet = 10
+    elif all(c in string.hexdigits for c in key) and (key.islower() or key.isupper()):
+        alphabet = 16
+    else:
+        classes = (
+            (string.ascii_lowercase, 26),
+            (string.ascii_uppercase, 26),
+            (string.digits, 10),
+            (string.punctuation + " ", 33),
+        )
+        alphabet = sum(size for chars, size in classes if any(c in chars for c in key))
+        alphabet += 256 * any(not c.isascii() for c in key)
+    return len(key) * math.log2(alphabet)
+
+
+def weak_keys_allowed(setting: bool = False) -> bool:
+    """Whether weak keys are allowed: by the setting, or by ``KSEMSTAMP_ALLOW_WEAK_KEY``."""
+    return setting or os.environ.get(WEAK_KEY_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def check_key(key: str, allow_weak: bool = False) -> None:
+    """Raise ``ValueError`` (never quoting the key) when ``key`` has under ``MIN_KEY_BITS``
+    bits of estimated entropy and weak keys are not allowed (``weak_keys_allowed``). The
+    public demo key is always allowed: it is public anyway, and says so when used."""
+    if key == DEMO_KEY or weak_keys_allowed(allow_weak):
+        return
+    bits = key_entropy_bits(key)
+    if bits >= MIN_KEY_BITS:
+        return
+    raise ValueError(
+        f"the watermark key is too weak: about {bits:.0f} bits of entropy by its length and "
+        f"characters, under the {MIN_KEY_BITS} required. Every output record carries the "
+        "key's fingerprint, from which a short key can be recovered by trying guesses. Make a "
+        "strong key with `python watermark.py keygen`; to use this one anyway (a test key), "
+        f"set allow_weak_key: true (--allow-weak-key) or {WEAK_KEY_ENV}=1"
+    )
 
 
 def num_valid(num_regions: int, gamma: float) -> int:

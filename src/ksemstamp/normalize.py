@@ -5,7 +5,8 @@ that leave a text looking the same change what the splitter and encoder see:
 
 * **invisible characters** (zero-width spaces and joiners, soft hyphens, bidirectional
   controls, variation selectors, tag characters): they cut words into pieces the encoder reads
-  as other words. They are removed. So are lone surrogates, which no model can read.
+  as other words. They are removed. So is what no model can read (``textcheck.readable``: lone
+  surrogates, noncharacters).
 * **compatibility forms** (ligatures, full-width letters, mathematical letters, exotic spaces,
   the one-character ellipsis): Unicode NFKC maps them to their plain forms.
 * **look-alike letters** from other scripts (Cyrillic ``а`` for Latin ``a``, Greek ``Ο`` for
@@ -28,6 +29,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
+
+from .textcheck import readable
 
 LOOK_ALIKES = {
     # Cyrillic
@@ -65,7 +68,7 @@ class NormalizedText:
     Attributes:
         text: the normalised text.
         counts: characters changed per kind: ``invisible`` (removed), ``invalid`` (lone
-            surrogates, removed), ``compatibility`` (characters NFKC changed), ``look_alike``
+            surrogates and noncharacters, removed), ``compatibility`` (characters NFKC changed), ``look_alike``
             (letters read as the Latin letter they imitate), ``line_breaks`` (single line
             breaks read as spaces). Kinds with nothing to report are left out.
     """
@@ -153,14 +156,10 @@ def normalize_text(text: str, lines: bool = True) -> NormalizedText:
             counts[kind] = counts.get(kind, 0) + n
 
     if not text.isascii():
-        kept = []
-        for char in text:
-            if unicodedata.category(char) == "Cs":
-                note("invalid", 1)
-            elif _invisible(char):
-                note("invisible", 1)
-            else:
-                kept.append(char)
+        text, n = readable(text)
+        note("invalid", n)
+        kept = [char for char in text if not _invisible(char)]
+        note("invisible", len(text) - len(kept))
         text = "".join(kept)
         text = text.replace("\u2029", "\n\n")
         nfkc = unicodedata.normalize("NFKC", text)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .normalize import normalize_text
 from .splitter import PunktSplitter
-from .textcheck import not_text
+from .textcheck import not_text, readable
 
 CONTINUE, COMPLETE, EMPTY, CHAT = "continue", "complete", "empty", "chat"
 
@@ -144,6 +144,7 @@ def plan_prompt(
     ``PromptStart`` with ``error`` and costs nothing more."""
     if not isinstance(prompt, str):
         return PromptStart(error=f"prompt must be a string, got {type(prompt).__name__}")
+    prompt = readable(prompt)[0]  # a lone surrogate would make the tokenizer raise
     if max_chars is not None and len(prompt) > max_chars:
         return PromptStart(
             error=f"the prompt has {len(prompt):,} characters; the limit is {max_chars:,} "

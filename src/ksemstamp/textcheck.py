@@ -1,6 +1,9 @@
 """Checks that an input is text the watermark can be read from, before any model sees it.
 
-Two cheap tests, pure functions of the string:
+``readable`` cleans a string of code points no model can read (lone surrogates, which have
+no UTF-8 form and make a tokenizer raise, and Unicode noncharacters); ``printable`` shows a
+string on a terminal without letting its control characters act. Two cheap tests, pure
+functions of the string, refuse what cleaning cannot mend:
 
 * ``not_text``: a file of random or binary bytes, read as UTF-8 with replacement, is mostly
   control characters and U+FFFD; split into "sentences" and scored, it gives a number that means
@@ -16,6 +19,7 @@ Both thresholds are shares of characters, so the verdict does not depend on a te
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections import Counter
 
@@ -26,6 +30,38 @@ characters; random bytes read as UTF-8 have over half, executables about two thi
 LATIN_SHARE = 0.5
 """Share of a text's letters that must be Latin-script for the splitter and encoder to read it."""
 _WHITESPACE_CONTROLS = frozenset("\t\n\r\f\v")
+_SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+_UNREADABLE = re.compile(
+    "[\ud800-\udfff\ufdd0-\ufdef"
+    + "".join(f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(17))
+    + "]"
+)
+_TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def readable(text: str) -> tuple[str, int]:
+    """``text`` without the code points no model can read, and how many were removed.
+
+    A surrogate pair held as two code points (as some decoders leave it) is joined into the
+    character it stands for. What is removed: lone surrogates (U+D800 to U+DFFF, which JSON's
+    ``"\\ud800"`` can produce and which have no UTF-8 form, so tokenizers raise on them) and the
+    66 Unicode noncharacters (U+FDD0 to U+FDEF, and the last two code points of every plane, such
+    as U+FFFE), which are never text. Everything else, controls and unassigned code points
+    included, is kept: ``not_text`` judges those. Pure and cheap: an ASCII string is returned as
+    it is."""
+    if text.isascii():
+        return text, 0
+    text = _SURROGATE_PAIR.sub(
+        lambda m: m[0].encode("utf-16-le", "surrogatepass").decode("utf-16-le"), text
+    )
+    return _UNREADABLE.subn("", text)
+
+
+def printable(text: str) -> str:
+    """``text`` as it may be written to a terminal: control characters other than line breaks
+    and tabs (escape sequences, carriage returns, backspaces, C1 controls) are shown as
+    ``\\x1b``-style escapes instead of acting on the terminal."""
+    return _TERMINAL_CONTROLS.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
 
 
 def _bad(char: str) -> bool:

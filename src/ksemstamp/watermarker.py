@@ -76,6 +76,7 @@ from .results import GenerationProgress, GenerationResult, Judgement, SentenceRe
 from .sampler import Candidate, CandidateSampler, GroupResult, Pruner
 from .scheme import WatermarkScheme
 from .stats import normal_sf
+from .textcheck import readable
 
 __all__ = [
     "GenerationProgress",
@@ -339,6 +340,8 @@ class Watermarker:
         docs: list[_Doc] = []
         seeds: list[tuple[_Doc, str]] = []
         for prompt in prompts:
+            # What no model can read (a lone surrogate) is dropped, never raised on.
+            prompt = readable(prompt)[0] if isinstance(prompt, str) else prompt
             start = plan_prompt(
                 prompt,
                 self.scheme.splitter,

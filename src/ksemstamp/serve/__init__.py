@@ -11,7 +11,8 @@ import socket
 import sys
 
 from ..config import WatermarkConfig
-from .app import create_app, install_redaction
+from .app import create_app
+from .guard import install_redaction
 from .present import Limits
 
 __all__ = ["Limits", "create_app", "free_port", "serve"]
@@ -36,7 +37,7 @@ def serve(
     import uvicorn
 
     print("loading models ...", file=sys.stderr, flush=True)
-    app = create_app(settings, limits=limits, generation=generation)
+    app = create_app(settings, limits=limits, generation=generation, host=host)
     port = port or free_port(host)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
     # uvicorn sets up its loggers in Config: blank the key in them too.

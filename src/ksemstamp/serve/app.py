@@ -4,24 +4,29 @@
 ``WatermarkScheme`` (as its table) and in a log filter that blanks it out: responses, error
 pages and log lines carry only its fingerprint.
 
-Length (~450 lines): one route per API endpoint with its request model and checks; the
-presentation of results is in ``present.py``, the generation queue in ``jobs.py``.
+One route per API endpoint with its request model and checks; what every request passes
+through (host and origin checks, security headers, errors, key redaction) is in ``guard.py``,
+the presentation of results in ``present.py``, the generation queue in ``jobs.py``. Routes
+never hold a thread while they wait: detections and batches run on a small pool of their own,
+and progress streams wait on the event loop, so the page's other requests are answered however
+many detections and streams are open.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-import json
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from functools import partial
 from importlib import resources
 from pathlib import PurePath
 from typing import Any
 
-import anyio
 from fastapi import FastAPI, File, HTTPException, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
@@ -31,16 +36,24 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import WatermarkConfig, build_detector, build_scheme, build_watermarker
 from ..detector import DetectionResult, Detector
+from ..io import json_line, parse_jsonl
 from ..keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key
 from ..prompts import plan_prompt
-from .jobs import GenerationQueue, JobFailed, QueueFull
+from .guard import (
+    RedactKey,
+    StrictJSONResponse,
+    describe_validation,
+    install_guards,
+    install_redaction,
+    problem,
+)
+from .jobs import FINISHED, GenerationQueue, JobFailed, QueueFull
 from .present import (
     ERROR_FIELDS,
     Limits,
     check_record,
     decision,
     detection_view,
-    parse_jsonl,
 )
 
 log = logging.getLogger("ksemstamp.serve")
@@ -63,58 +76,6 @@ class GenerateRequest(BaseModel):
     max_new_tokens: int | None = None
 
 
-class RedactKey(logging.Filter):
-    """Replaces the key by ``***`` in a record's message and traceback, wherever it came from."""
-
-    def __init__(self, secret: str | None) -> None:
-        super().__init__()
-        self.secret = secret
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self.secret:
-            return True
-        message = record.getMessage()
-        if self.secret in message:
-            record.msg, record.args = message.replace(self.secret, "***"), None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text and self.secret in record.exc_text:
-            record.exc_text = record.exc_text.replace(self.secret, "***")
-        return True
-
-
-def install_redaction(redact: RedactKey, logger_names: tuple[str, ...] = ()) -> None:
-    """Put ``redact`` on the named loggers and on every handler they and the root logger have
-    (handler filters also see records propagated from other loggers)."""
-    names = ("ksemstamp.serve", "uvicorn", "uvicorn.error", "uvicorn.access", *logger_names)
-    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in names)]
-    for logger in loggers:
-        if redact not in logger.filters:
-            logger.addFilter(redact)
-        for handler in logger.handlers:
-            if redact not in handler.filters:
-                handler.addFilter(redact)
-
-
-def _problem(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
-def _describe_validation(err: RequestValidationError) -> str:
-    # Pydantic's own messages quote the input back; name the field and the problem only.
-    parts = []
-    for item in err.errors():
-        where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
-        kind = item.get("type", "")
-        if kind == "json_invalid":
-            parts.append("the request body is not valid JSON")
-        elif kind == "missing":
-            parts.append(f"'{where}' is required")
-        else:
-            parts.append(f"'{where}': {item.get('msg', 'invalid value')}")
-    return "; ".join(parts) or "invalid request"
-
-
 def create_app(
     settings: WatermarkConfig,
     *,
@@ -122,6 +83,8 @@ def create_app(
     encoder: Any = None,
     lm: Any = None,
     generation: bool = True,
+    host: str | None = None,
+    jobs: GenerationQueue | None = None,
 ) -> FastAPI:
     """The web app for ``settings``, with the models loaded now, once.
 
@@ -134,6 +97,9 @@ def create_app(
         encoder: an already loaded sentence encoder to reuse (tests share one).
         lm: an already loaded ``(model, tokenizer)`` to reuse.
         generation: load the LM and offer the Generate tab.
+        host: the address the server is bound to: requests naming another host are refused
+            (``guard``). ``None``: no check (a test client's host).
+        jobs: a generation queue to use instead of one running the watermarker (tests).
     """
     if limits is None:
         limits = Limits(max_chars=settings.max_text_chars)
@@ -216,12 +182,21 @@ def create_app(
             "detection": view(result, res.text, time.perf_counter() - start),
         }
 
-    jobs = GenerationQueue(run_generation, max_waiting=limits.max_waiting)
+    generates = watermarker is not None or jobs is not None
+    jobs = jobs or GenerationQueue(run_generation, max_waiting=limits.max_waiting)
+    # Detections and batches wait here, not in the server's thread pool, which stays free
+    # for everything else; the encoder lock lets one pass run at a time anyway.
+    work = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ksemstamp-detect")
+    streams = {"open": 0}
+
+    async def in_pool(function: Callable, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(work, partial(function, *args))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         jobs.close()
+        work.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
         title="ksemstamp",
@@ -230,6 +205,7 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
         lifespan=lifespan,
+        default_response_class=StrictJSONResponse,
     )
     app.state.jobs = jobs
     app.state.detector = detector
@@ -238,26 +214,15 @@ def create_app(
     app.state.redact = redact
 
     # ------------------------------------------------------------------ errors
-    @app.middleware("http")
-    async def catch_everything(request: Request, call_next):
-        # Refuse an oversized body before reading it (the limits below apply once it is read).
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limits.max_upload_bytes + 4 * limits.max_chars:
-            return _problem(413, "the request is larger than this server accepts")
-        # A bare 500 with no detail: an exception's message might hold anything.
-        try:
-            return await call_next(request)
-        except Exception:
-            log.exception("request %s %s failed", request.method, request.url.path)
-            return _problem(500, "internal error; the server log has the details")
+    install_guards(app, limits, host)
 
     @app.exception_handler(RequestValidationError)
     async def on_validation(_: Request, err: RequestValidationError) -> JSONResponse:
-        return _problem(422, _describe_validation(err))
+        return problem(422, describe_validation(err))
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(_: Request, err: StarletteHTTPException) -> JSONResponse:
-        return _problem(err.status_code, str(err.detail))
+        return problem(err.status_code, str(err.detail))
 
     def check_size(name: str, value: str | None) -> None:
         if value is not None and len(value) > limits.max_chars:
@@ -267,14 +232,14 @@ def create_app(
             )
 
     # ------------------------------------------------------------------ page
-    @app.get("/", include_in_schema=False)
-    def index() -> FileResponse:
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
+    async def index() -> FileResponse:
         return FileResponse(str(STATIC / "index.html"), media_type="text/html")
 
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
 
     @app.get("/api/info")
-    def info() -> dict[str, Any]:
+    async def info() -> dict[str, Any]:
         """Settings in force (never the key), limits and what the server offers."""
         return {
             "key_fingerprint": fingerprint,
@@ -293,20 +258,24 @@ def create_app(
             "max_new_tokens": settings.max_new_tokens,
             "max_chars": limits.max_chars,
             "max_upload_bytes": limits.max_upload_bytes,
+            "max_streams": limits.max_streams,
         }
 
     # ------------------------------------------------------------------ detect
     @app.post("/api/detect")
-    def detect(body: DetectRequest) -> dict[str, Any]:
+    async def detect(body: DetectRequest) -> dict[str, Any]:
         """Score one text; the answer says which sentences carry the mark and what p means."""
         check_size("text", body.text)
         check_size("prompt", body.prompt)
         if not body.text.strip():
             raise HTTPException(422, "the text is empty: paste the text to check")
+        return await in_pool(detect_one, body.text, body.prompt)
+
+    def detect_one(text: str, prompt: str | None) -> dict[str, Any]:
         start = time.perf_counter()
         # Under chat settings a prompt is an instruction: it seeds no sentence of the answer.
-        result = detector.detect(body.text, None if settings.chat else body.prompt or None)
-        return view(result, body.text, time.perf_counter() - start)
+        result = detector.detect(text, None if settings.chat else prompt or None)
+        return view(result, text, time.perf_counter() - start)
 
     @app.post("/api/batch")
     async def batch(file: UploadFile = File(...)) -> dict[str, Any]:  # noqa: B008
@@ -345,7 +314,7 @@ def create_app(
                     '`watermark.py detect --input`: one {"text": ...} object per line',
                 )
             lines = [(p.line, p.data, p.error) for p in parsed]
-        return await anyio.to_thread.run_sync(score_batch, name, lines)
+        return await in_pool(score_batch, name, lines)
 
     def score_batch(name: str, lines: list) -> dict[str, Any]:
         errors = {
@@ -385,41 +354,55 @@ def create_app(
             "summary": counts,
             "seconds": round(time.perf_counter() - start, 3),
             "key_fingerprint": fingerprint,
-            "jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+            "jsonl": "".join(json_line(r) + "\n" for r in rows),
         }
 
     # ------------------------------------------------------------------ generate
     @app.post("/api/generate", status_code=202)
-    def generate(body: GenerateRequest) -> dict[str, Any]:
-        """Queue a watermarked continuation of ``prompt``; follow it at ``/api/jobs/{id}``."""
-        if watermarker is None:
+    async def generate(body: GenerateRequest) -> dict[str, Any]:
+        """Queue a watermarked continuation of ``prompt``; follow it at ``/api/jobs/{id}``.
+        ``max_new_tokens`` must be between 1 and the setting (``null``: the setting)."""
+        if not generates:
             raise HTTPException(503, "this server was started without a language model")
         check_size("prompt", body.prompt)
-        # The generator's own rules for a prompt, checked now rather than after the queue.
-        start = plan_prompt(
-            body.prompt,
-            scheme.splitter,
-            watermarker.tokenizer,
-            chat=watermarker.chat,
-            budget=watermarker.prompt_budget,
-            max_chars=watermarker.max_prompt_chars,
-        )
-        if start.error is not None:
-            raise HTTPException(422, start.error)
-        tokens = body.max_new_tokens or settings.max_new_tokens
+        tokens = settings.max_new_tokens if body.max_new_tokens is None else body.max_new_tokens
         if not 1 <= tokens <= settings.max_new_tokens:
             raise HTTPException(
                 422, f"max_new_tokens must be between 1 and {settings.max_new_tokens}"
             )
+        if watermarker is not None:
+            # The generator's own rules for a prompt, checked now rather than after the queue.
+            start = await in_pool(
+                partial(
+                    plan_prompt,
+                    body.prompt,
+                    scheme.splitter,
+                    watermarker.tokenizer,
+                    chat=watermarker.chat,
+                    budget=watermarker.prompt_budget,
+                    max_chars=watermarker.max_prompt_chars,
+                )
+            )
+            if start.error is not None:
+                raise HTTPException(422, start.error)
         try:
             return jobs.submit({"prompt": body.prompt, "max_new_tokens": tokens})
         except QueueFull as err:
             raise HTTPException(429, str(err)) from None
 
     @app.get("/api/jobs/{job_id}")
-    def job(job_id: str) -> dict[str, Any]:
-        """A generation's state: queued (with its place in line), running, done or error."""
+    async def job(job_id: str) -> dict[str, Any]:
+        """A generation's state: queued (with its place in line), running, done, error or
+        cancelled."""
         snap = jobs.snapshot(job_id)
+        if snap is None:
+            raise HTTPException(404, "no such generation (finished ones are kept for a while)")
+        return snap
+
+    @app.delete("/api/jobs/{job_id}")
+    async def cancel(job_id: str) -> dict[str, Any]:
+        """Cancel a generation: a queued one at once, a running one at its next progress."""
+        snap = jobs.cancel(job_id)
         if snap is None:
             raise HTTPException(404, "no such generation (finished ones are kept for a while)")
         return snap
@@ -429,22 +412,30 @@ def create_app(
         """Server-sent events: a snapshot each time the generation moves, until it ends."""
         if jobs.snapshot(job_id) is None:
             raise HTTPException(404, "no such generation")
+        if streams["open"] >= limits.max_streams:
+            raise HTTPException(
+                503, f"{limits.max_streams} progress streams are open; follow /api/jobs/{{id}}"
+            )
 
         async def stream() -> AsyncIterator[str]:
-            version = -1
-            while True:
-                snap = await anyio.to_thread.run_sync(jobs.wait, job_id, version, 10.0)
-                if snap is None:
-                    return
-                if snap["version"] == version:
-                    if jobs.closed:
+            streams["open"] += 1
+            try:
+                version = -1
+                while True:
+                    snap = await jobs.wait_async(job_id, version, 10.0)
+                    if snap is None:
                         return
-                    yield ": still waiting\n\n"
-                else:
-                    version = snap["version"]
-                    yield f"data: {json.dumps(snap)}\n\n"
-                if snap["state"] in ("done", "error") or await request.is_disconnected():
-                    return
+                    if snap["version"] == version:
+                        if jobs.closed:
+                            return
+                        yield ": still waiting\n\n"
+                    else:
+                        version = snap["version"]
+                        yield f"data: {json_line(snap)}\n\n"
+                    if snap["state"] in FINISHED or await request.is_disconnected():
+                        return
+            finally:
+                streams["open"] -= 1
 
         return StreamingResponse(
             stream(),

@@ -6,7 +6,6 @@ dicts, so they are tested without a server.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,9 +42,12 @@ class Limits:
     """Most lines in one batch upload."""
     max_waiting: int = 8
     """Most generations waiting behind the running one."""
+    max_streams: int = 1_000
+    """Most progress streams open at once (each costs the server a little memory, no thread);
+    a watcher beyond them can still poll ``/api/jobs/{id}``."""
 
     def __post_init__(self) -> None:
-        for name in ("max_chars", "max_upload_bytes", "max_records"):
+        for name in ("max_chars", "max_upload_bytes", "max_records", "max_streams"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_waiting < 0:
@@ -258,34 +260,6 @@ def detection_view(
 
 
 # ---------------------------------------------------------------------- batch
-
-
-@dataclass
-class BatchLine:
-    """One record of an upload: its 1-based line, the parsed object, or why it is unusable."""
-
-    line: int
-    data: dict[str, Any] | None
-    error: str | None = None
-
-
-def parse_jsonl(text: str) -> list[BatchLine]:
-    """Lines of a JSONL upload, as ``watermark.py detect --input`` reads them: blank lines are
-    skipped, a line that is not a JSON object becomes an error record."""
-    out = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as err:
-            out.append(BatchLine(number, None, f"line {number} is not valid JSON: {err.msg}"))
-            continue
-        if not isinstance(data, dict):
-            out.append(BatchLine(number, None, f"line {number} is not a JSON object"))
-            continue
-        out.append(BatchLine(number, data))
-    return out
 
 
 def check_record(data: dict[str, Any], fingerprint: str, max_chars: int) -> str | None:

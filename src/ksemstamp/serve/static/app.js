@@ -217,9 +217,19 @@ $("detect-form").addEventListener("submit", async (event) => {
 });
 
 // ---------------------------------------------------------------- generate
+let currentJob = null;
 function showJob(snap) {
   const status = $("generate-status");
   const box = $("generate-progress");
+  const live = snap.state === "queued" || snap.state === "running";
+  $("generate-cancel").hidden = !live;
+  $("generate-cancel").disabled = Boolean(snap.cancel_requested);
+  if (snap.state === "cancelled") {
+    box.hidden = true;
+    $("generate-button").disabled = false;
+    setStatus(status, snap.error);
+    return true;
+  }
   if (snap.state === "queued") {
     box.hidden = false;
     setStatus(status, snap.position === 1 && snap.ahead === 0
@@ -255,7 +265,16 @@ function showJob(snap) {
   return true;
 }
 
+$("generate-cancel").addEventListener("click", async () => {
+  if (!currentJob) return;
+  $("generate-cancel").disabled = true;
+  try { showJob(await api(`/api/jobs/${currentJob}`, { method: "DELETE" })); } catch (err) {
+    setStatus($("generate-status"), err.message, true);
+  }
+});
+
 function follow(id) {
+  currentJob = id;
   let finished = false;
   const poll = async () => {
     while (!finished) {

@@ -1,0 +1,163 @@
+"""``detect --input/--output`` on a stand-in detector (fast): what an output may be, and how a
+run that cannot write says so. The same loop serves ``generate``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from conftest import HashEncoder
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_io_input import LINES, _cut, _strict
+
+import ksemstamp.cli as cli
+from ksemstamp.detector import Detector
+from ksemstamp.io import ResumableWriter
+from ksemstamp.partition import LSHPartition
+from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.splitter import get_splitter
+
+ROWS = [{"id": i, "text": f"Sentence {i} is here. And another {i} follows."} for i in range(3)]
+
+
+def _detector(cfg=None):
+    scheme = WatermarkScheme(HashEncoder(), LSHPartition(32, bits=3), 0.25, "k", get_splitter())
+    return Detector(scheme, max_chars=10_000)
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """The stand-in detector, and how often one was built (a model load, in real use)."""
+    built = []
+    monkeypatch.setattr(cli, "build_detector", lambda cfg: built.append(1) or _detector())
+    return built
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _detect(src, out):
+    return cli.main(["detect", "--input", str(src), "--output", str(out), "--quiet"])
+
+
+def test_output_equal_to_input_is_refused_before_any_work(tmp_path, stand_in, capsys):
+    src = tmp_path / "in.jsonl"
+    _write(src, ROWS)
+    before = src.read_bytes()
+    assert _detect(src, src) == 2
+    assert _detect(src, tmp_path / "." / "in.jsonl") == 2
+    os.link(src, tmp_path / "same.jsonl")
+    assert _detect(src, tmp_path / "same.jsonl") == 2
+    err = capsys.readouterr().err
+    assert err.count("is the --input file") == 3 and "Give another file for --output" in err
+    assert src.read_bytes() == before and stand_in == []
+
+
+def test_a_file_that_is_no_earlier_output_is_refused_and_left_alone(tmp_path, stand_in, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "notes.txt"
+    _write(src, ROWS)
+    out.write_text("My notes.\nA last line without its line end")
+    before = out.read_bytes()
+    assert _detect(src, out) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --output ") and "is not an earlier output of `detect`" in err
+    assert "Give a new --output" in err and len(err.splitlines()) == 1
+    assert out.read_bytes() == before and stand_in == []
+    # a generate output (no detection fields) is not a detect output either
+    _write(out, [{**ROWS[0], "line": 1, "status": "ok", "num_sentences": 2}])
+    assert _detect(src, out) == 2
+    assert "has no num_scored, num_valid, p_value, z_score" in capsys.readouterr().err
+    # nor is the output of another input
+    _write(out, [{**ROWS[0], "text": "Other.", "line": 1, "status": "ok", "z_score": None,
+                  "p_value": None, "num_scored": 0, "num_valid": 0}])  # fmt: skip
+    assert _detect(src, out) == 2
+    assert "another 'text'" in capsys.readouterr().err and stand_in == []
+
+
+def test_a_real_earlier_run_resumes(tmp_path, stand_in, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, ROWS[:2])
+    assert _detect(src, out) == 0
+    first = out.read_text()
+    out.write_text(first + first.splitlines()[0][:20])  # a record cut by a crash
+    _write(src, ROWS)  # and a line appended since
+    assert _detect(src, out) == 0
+    assert "2 records already in" in capsys.readouterr().err
+    lines = out.read_text().splitlines()
+    assert out.read_text().startswith(first) and [json.loads(x)["line"] for x in lines] == [1, 2, 3]
+    assert _detect(src, out) == 0 and stand_in == [1, 1]  # nothing left: no model loaded
+
+
+def test_a_second_run_on_the_same_output_stops_at_once(tmp_path, stand_in, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, ROWS)
+    with ResumableWriter(out):
+        assert _detect(src, out) == 2
+    err = capsys.readouterr().err
+    assert "is being written by another run right now" in err and stand_in == []
+    assert out.read_text() == ""
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path, stand_in, capsys):
+    src = tmp_path / "in.jsonl"
+    _write(src, ROWS)
+    assert _detect(src, tmp_path) == 2  # a folder
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path}: Is a directory"
+    if os.path.exists("/dev/full"):  # a full disk: every write fails with ENOSPC
+        assert _detect(src, "/dev/full") == 2
+        assert capsys.readouterr().err.strip().endswith("/dev/full: No space left on device")
+    locked = tmp_path / "read-only.jsonl"
+    locked.write_text("")
+    locked.chmod(0o444)
+    # root writes anyway, unless the file is immutable
+    if os.geteuid() == 0 and subprocess.run(["chattr", "+i", str(locked)]).returncode:
+        pytest.skip("cannot make a file read-only for root here (chattr +i failed)")
+    try:
+        assert _detect(src, locked) == 2
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(locked)], check=True)
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {locked}: ") and len(err.splitlines()) == 1
+    assert "Permission denied" in err or "Operation not permitted" in err
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(LINES, min_size=1, max_size=6))
+def test_detect_writes_one_strict_record_per_input_line(tmp_path_factory, stand_in, lines):
+    folder = tmp_path_factory.mktemp("run")
+    src, out = folder / "in.jsonl", folder / "out.jsonl"
+    content = "\n".join(lines) + "\n"
+    src.write_bytes(content.encode("utf-8", "surrogatepass"))
+    assert cli.main(["detect", "--input", str(src), "--output", str(out), "--quiet"]) in (0, 1)
+    written = [_strict(line) for line in out.read_text(encoding="utf-8").split("\n")[:-1]]
+    expected = sum(bool(x.strip()) for x in _cut(content.replace("\ufeff", "")))
+    assert [r["line"] for r in written] == sorted({r["line"] for r in written})
+    assert len(written) == expected
+    for row in written:
+        assert row["status"] in ("ok", "too_short", "unsupported", "error")
+
+
+def test_control_characters_of_a_text_never_reach_the_terminal(stand_in, capsys):
+    text = "Clear \x1b[2Jthe screen. Ring\x07 the bell.\rAnd \x9b more."
+    assert cli.main(["detect", "--text", text, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\x9b" not in out
+    assert "Clear \\x1b[2Jthe screen." in out and "\\x07" in out
+
+
+def test_quiet_silences_the_model_loading_bars(stand_in, monkeypatch):
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()
+    try:
+        assert cli.main(["detect", "--text", "One. Two.", "--quiet"]) == 0
+        assert not hf_logging.is_progress_bar_enabled()
+    finally:
+        hf_logging.enable_progress_bar()
