@@ -104,6 +104,11 @@ def test_markdown_table_starts_with_the_decisions():
     table = markdown_table(RESULTS)
     assert table.index("| Algorithm | Text | n | p <= 0.01") < table.index("| Algorithm | Attack")
     assert "Decided by each algorithm's own p-value" in table
+    # The direction mark's z is not the paper's: the tables never call it so.
+    none = RESULTS["detection"]["ksemstamp"]["none"]
+    exact = {**none, "exact": {k: none[k] for k in ("auroc", "tpr_at_fpr_1", "tpr_at_fpr_5")}}
+    with_exact = {**RESULTS, "detection": {"ksemstamp": {"none": exact}}}
+    assert "paper's z" not in markdown_table(with_exact)
 
 
 @pytest.mark.parametrize("size", [None, {"texts": 0, "never": 0, "median_tokens": None}])

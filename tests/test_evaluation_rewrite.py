@@ -148,3 +148,25 @@ def test_build_attack_by_kind_and_summary():
         [{"similarity": 0.9, "sentence_similarity": 0.95, "changed": 1, "sentences": 4}]
     )
     assert per_sentence["changed_sentence_share"] == 0.25 and "fallbacks" not in per_sentence
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_gemma_rewrites_a_window_of_news(encoder):
+    from ksemstamp.assets import load_lm
+
+    rewrite = build_attack(
+        {"name": "r", "paraphraser": "lm-rewrite", "num_candidates": 2, "similarity_bound": 0.5},
+        load_lm("gemma3-270m"),
+        encoder,
+        get_splitter(),
+    )
+    text = (
+        "The city council voted on Monday to close the old library. The building will be sold "
+        "next year. Officials said the money would fund a new school."
+    )
+    (res,) = rewrite([text])
+    assert (res.windows, res.sentences) == (1, 3)
+    assert res.rewritten == 1 and res.fallbacks == 0
+    assert res.text != text and res.rewritten_similarity >= 0.5
+    assert get_splitter().ends_sentence(get_splitter().split(res.text)[-1])

@@ -171,7 +171,7 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     exact = results["detection"]["ksemstamp"]["none"]["exact"]
     assert 0.0 <= exact["auroc"] <= 1.0 and exact["positives"] == 2
     assert "exact" not in results["detection"].get("kgw", {}).get("none", {})
-    assert "exact key-randomisation p-value" in table
+    assert "ranked by their exact p-value" in table
     assert "| interleave-50 (edit) |" in table and "human (FPR)" in table
     assert "KGW's z-test" in results["statistics"]["kgw"]
     # The interleaved text holds the other prompt's human sentences, never its own article's.

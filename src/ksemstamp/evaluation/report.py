@@ -180,7 +180,8 @@ def markdown_table(results: dict) -> str:
     ]
     if exact_rows:
         lines += [
-            "The same texts ranked by the exact key-randomisation p-value instead of the paper's z:",
+            "The same texts ranked by their exact p-value instead of z (region mark: the exact "
+            "key-randomisation p-value; direction mark: z's exact normal tail, the same ranking):",
             "",
             "| Algorithm | Attack | AUC | AUC 95% CI | TPR@1% | TPR@5% |",
             "|---|---|---|---|---|---|",
