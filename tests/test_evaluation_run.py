@@ -13,12 +13,12 @@ from ksemstamp.evaluation.predict import (
 )
 from ksemstamp.evaluation.run import (
     EvalSettings,
-    _exact_score,
     build_prompts,
     cut_at_token,
     cut_to_tokens,
     split_article,
 )
+from ksemstamp.evaluation.scoring import exact_score
 
 TINY = {
     "max_candidates": 4,
@@ -28,14 +28,14 @@ TINY = {
 
 
 def test_exact_score_ranks_smaller_p_values_higher_and_missing_last():
-    assert _exact_score({"p_value": 1.0}) == 0.0
-    assert _exact_score({"p_value": 0.001}) == pytest.approx(3.0)
-    assert _exact_score({"p_value": 0.001}) > _exact_score({"p_value": 0.3}) > 0.0
+    assert exact_score({"p_value": 1.0}) == 0.0
+    assert exact_score({"p_value": 0.001}) == pytest.approx(3.0)
+    assert exact_score({"p_value": 0.001}) > exact_score({"p_value": 0.3}) > 0.0
     # Too short to score: below every real p-value, including p = 1.
-    assert _exact_score({"p_value": None}) < _exact_score({"p_value": 1.0})
-    assert _exact_score({"p_value": 0.0}) == pytest.approx(300.0)
+    assert exact_score({"p_value": None}) < exact_score({"p_value": 1.0})
+    assert exact_score({"p_value": 0.0}) == pytest.approx(300.0)
     # The same p-value reached through a different sum ties instead of ranking at random.
-    assert _exact_score({"p_value": 0.36862244897959173}) == _exact_score(
+    assert exact_score({"p_value": 0.36862244897959173}) == exact_score(
         {"p_value": 0.3686224489795918}
     )
 
@@ -134,6 +134,7 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
                 "similarity_bound": 0.5,
             },
         ],
+        "edits": ["swap", "interleave-50"],
         # The small generator as oracle keeps the test fast; the run's default is Gemma.
         "oracle": "smollm2-135m-instruct",
         "sem_ent_k": 50,
@@ -150,7 +151,11 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     assert set(results["detection"]) == {"ksemstamp", "kgw"}
     for algorithm in ("ksemstamp", "kgw"):
         rows = results["detection"][algorithm]
-        assert set(rows) == {"none", "wordnet", "wordnet-bigram"}
+        assert set(rows) == {"none", "wordnet", "wordnet-bigram", "swap", "interleave-50"}
+        assert rows["swap"]["kind"] == "edit" and rows["wordnet"]["kind"] == "attack"
+        assert set(rows["swap"]["at_alpha"]) == {"0.01", "0.05"}
+        size = results["size"][algorithm]
+        assert size["texts"] == 2 and 0 <= size["never"] <= 2
         for m in rows.values():
             assert 0.0 <= m["auroc"] <= 1.0 and m["positives"] == 2 and m["negatives"] == 2
         assert 0.0 < rows["wordnet"]["similarity"] <= 1.0
@@ -166,7 +171,20 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     exact = results["detection"]["ksemstamp"]["none"]["exact"]
     assert 0.0 <= exact["auroc"] <= 1.0 and exact["positives"] == 2
     assert "exact" not in results["detection"].get("kgw", {}).get("none", {})
-    assert "exact key-randomisation p-value" in table
+    assert "ranked by their exact p-value" in table
+    assert "| interleave-50 (edit) |" in table and "human (FPR)" in table
+    assert "KGW's z-test" in results["statistics"]["kgw"]
+    # The interleaved text holds the other prompt's human sentences, never its own article's.
+    from ksemstamp.splitter import get_splitter
+
+    human = {p["id"]: p["human"] for p in read_records(out / "prompts.jsonl")}
+    for mixed in read_records(out / "edits" / "ksemstamp.interleave-50.jsonl"):
+        assert mixed["human_sentences"] >= 1
+        other = next(h for i, h in human.items() if i != mixed["id"])
+        assert get_splitter().split(other)[0] in mixed["text"]
+        assert not any(s in mixed["text"] for s in get_splitter().split(human[mixed["id"]]))
+    sizes = read_records(out / "sizes" / "kgw.jsonl")
+    assert [len(r["p_values"]) for r in sizes] == [len(r["prefix_tokens"]) for r in sizes]
     gens = read_records(out / "generations" / "ksemstamp.jsonl")
     assert [g["id"] for g in gens] == [p["id"] for p in read_records(out / "prompts.jsonl")]
     # A second run resumes: nothing is generated, attacked or scored again; same results.

@@ -37,3 +37,19 @@ def test_prompt_styles_by_name():
     assert LMParaphraser(lm=(None, None)).prompts is FEW_SHOT
     with pytest.raises(ValueError, match="prompts must be one of"):
         LMParaphraser(lm=(None, None), prompts="dialogue")
+
+
+def test_reword_and_rewrite_prompts_share_the_few_shot_form():
+    from ksemstamp.paraphrase import REWORD, REWRITE
+
+    assert REWORD.shared().startswith(FEW_SHOT.shared())  # the three examples, then two more
+    assert REWORD.shared().count("Paraphrase: ") == 5
+    assert REWORD.query("A b.") == FEW_SHOT.query("A b.")
+    shared = REWRITE.shared()
+    assert shared.count("Original: ") == 3 and shared.count("Rewrite: ") == 3
+    # Each example is one passage of several sentences on one line, and so is its rewrite.
+    for block in shared.split("\n\n"):
+        original, rewrite = block.split("\n")
+        assert original.count(". ") >= 1 and rewrite.startswith("Rewrite: ")
+    assert REWRITE.query(" One. Two. ") == "\n\nOriginal: One. Two.\nRewrite:"
+    assert LMParaphraser(lm=(None, None), prompts="rewrite").prompts is REWRITE

@@ -5,13 +5,19 @@ A small causal LM is shown a few example rewrites, then a sentence; each sentenc
 filter the candidates (by similarity, by overlap): a 135M-parameter model often copies its
 input or drifts.
 
-Two prompt styles, as the jobs were built and their outputs recorded:
+The prompt styles (``PROMPTS``), as the jobs were built and their outputs recorded:
 
-* ``FEW_SHOT`` (attacks, study): plain ``Original: ... Paraphrase: ...`` text, for base and
-  instruct models alike. Its examples are the same for every sentence, and on a CPU running
-  them through the LM for every row cost about three quarters of an attack: their key/value
-  cache is computed once and copied to each batch's rows, and only the sentence part
-  (left-padded after the shared examples) is new input.
+* ``FEW_SHOT`` (``few-shot``; the study, attacks with the generator): plain ``Original: ...
+  Paraphrase: ...`` text, for base and instruct models alike. Its examples are the same for
+  every sentence, and on a CPU running them through the LM for every row cost about three
+  quarters of an attack: their key/value cache is computed once and copied to each batch's
+  rows, and only the sentence part (left-padded after the shared examples) is new input.
+* ``REWORD`` (``reword``; the evaluation's sentence attacks with Gemma-3-270M base): the same
+  form with five examples that change more words; with the three of ``few-shot`` the base
+  model copied its input more often.
+* ``REWRITE`` (``rewrite``; the evaluation's document-level rewrite): ``Original: ...
+  Rewrite: ...`` over passages of two to four sentences, whose examples merge, split and
+  reorder sentences; the passage and its rewrite are each one line.
 * ``CHAT`` (training pairs, ``ksemstamp.training.pairs``): the model's chat template with a
   system instruction and example turns; the reply is also stripped of quotes.
 
@@ -40,6 +46,44 @@ _FEW_SHOT_EXAMPLES = (
     (
         "Police are still searching for the driver who fled the scene.",
         "The driver who ran from the scene has not yet been found by police.",
+    ),
+)
+
+# Written for this project: news-style rewordings that change most words and the order.
+_REWORD_EXAMPLES = (
+    *_FEW_SHOT_EXAMPLES,
+    (
+        "Officials said the new rules would take effect at the start of next year.",
+        "According to officials, the regulations kick in when next year begins.",
+    ),
+    (
+        "The team lost three of its last four games despite a strong start to the season.",
+        "After opening the season well, the side has dropped three of its past four matches.",
+    ),
+)
+
+# Written for this project: passages of two to four sentences rewritten as a whole, so that
+# sentences merge (3 -> 1, 4 -> 2), split and change places (2 -> 3), every fact kept.
+_REWRITE_EXAMPLES = (
+    (
+        "The city council voted on Tuesday to raise parking fees. The increase will take effect "
+        "in March. Council members said the money would pay for road repairs.",
+        "Parking will cost more from March after a Tuesday vote by the city council, whose "
+        "members said the extra revenue is meant for fixing roads.",
+    ),
+    (
+        "Heavy snow closed schools across the region on Monday, leaving thousands of homes "
+        "without power. Crews worked through the night to clear the main roads.",
+        "Road crews spent the night clearing the main routes. The storm had shut schools "
+        "throughout the region on Monday. Thousands of households also lost electricity.",
+    ),
+    (
+        "The company reported a loss of $2 billion for the quarter. Its chief executive blamed "
+        "weak demand in Asia. Analysts had expected a smaller loss. The shares fell 6 percent "
+        "in early trading.",
+        "Weak Asian demand was behind a quarterly loss of $2 billion, the company's chief "
+        "executive said, and the result was worse than analysts had forecast. Investors sent "
+        "the stock down 6 percent soon after the market opened.",
     ),
 )
 
@@ -86,15 +130,28 @@ def _first_line(reply: str) -> str:
 
 
 class FewShotPrompts:
-    """``Original: ... Paraphrase: ...`` text prompts after three shared examples."""
+    """``Original: ... <label>: ...`` text prompts after shared examples.
+
+    Args:
+        examples: ``(original, rewrite)`` pairs, each on one line.
+        label: the word that introduces a rewrite (``Paraphrase``, ``Rewrite``).
+    """
+
+    def __init__(
+        self,
+        examples: tuple[tuple[str, str], ...] = _FEW_SHOT_EXAMPLES,
+        label: str = "Paraphrase",
+    ) -> None:
+        self.examples = examples
+        self.label = label
 
     def shared(self, tokenizer=None) -> str:
-        return "\n\n".join(f"Original: {a}\nParaphrase: {b}" for a, b in _FEW_SHOT_EXAMPLES)
+        return "\n\n".join(f"Original: {a}\n{self.label}: {b}" for a, b in self.examples)
 
     def query(self, sentence: str, tokenizer=None) -> str:
         # It starts on a line break, a boundary BPE tokenizers do not merge across, so the two
         # parts tokenize apart as the whole prompt does (checked before the cache is used).
-        return f"\n\nOriginal: {sentence.strip()}\nParaphrase:"
+        return f"\n\nOriginal: {sentence.strip()}\n{self.label}:"
 
     def read(self, reply: str) -> str:
         return _first_line(reply)
@@ -124,8 +181,15 @@ class ChatPrompts:
 
 
 FEW_SHOT = FewShotPrompts()
+REWORD = FewShotPrompts(_REWORD_EXAMPLES)
+REWRITE = FewShotPrompts(_REWRITE_EXAMPLES, label="Rewrite")
 CHAT = ChatPrompts()
-PROMPTS: dict[str, Prompts] = {"few-shot": FEW_SHOT, "chat": CHAT}
+PROMPTS: dict[str, Prompts] = {
+    "few-shot": FEW_SHOT,
+    "reword": REWORD,
+    "rewrite": REWRITE,
+    "chat": CHAT,
+}
 
 
 class FirstLineDone(StoppingCriteria):
@@ -157,7 +221,7 @@ class LMParaphraser:
             same candidates on a rerun; ``None`` leaves torch's global stream as it is.
         lm: ``(model, tokenizer)`` already loaded.
         cache_shots: run the shared examples once (``False``: the full prompt for every row).
-        prompts: ``"few-shot"`` or ``"chat"`` (see the module), or a ``Prompts``.
+        prompts: a name of ``PROMPTS`` (see the module), or a ``Prompts``.
     """
 
     def __init__(

@@ -15,8 +15,11 @@ The paraphrasers: a seq2seq model, the causal LM of ``ksemstamp.paraphrase`` (fe
 prompts with cached examples) and WordNet substitution (``training.paraphrase``).
 
 Similarity is the cosine of sentence-encoder embeddings (``similarity_encoder``), an
-embedding-based stand-in for BERTScore. An encoder other than the watermark's is preferable;
-the offline default is the same all-MiniLM-L6-v2 because no second encoder ships offline.
+embedding-based stand-in for BERTScore, from an encoder other than the watermark's (offline
+default all-mpnet-base-v2; the watermark reads all-MiniLM-L6-v2), so that the attacker does not
+choose its candidates with the detector's own eyes.
+
+The document-level rewrite (windows of several sentences rewritten at once) is in ``rewrite``.
 """
 
 from __future__ import annotations
@@ -184,6 +187,14 @@ def select_bigram(
     return min(within, key=lambda i: (bigram_overlap(original, candidates[i]), -similarities[i]))
 
 
+def embed_unit(encoder, texts: list[str]) -> torch.Tensor:
+    """``(len(texts), D)`` unit embeddings of ``texts`` on the CPU (``(0, 1)`` for none)."""
+    if not texts:
+        return torch.zeros(0, 1)
+    emb = encoder.encode(texts, convert_to_tensor=True, show_progress_bar=False)
+    return torch.nn.functional.normalize(emb.float().cpu(), dim=-1)
+
+
 @dataclass
 class AttackedText:
     """A text after the attack, with its similarity to the original."""
@@ -226,10 +237,7 @@ class Attack:
         self.similarity_bound = similarity_bound
 
     def _embed(self, texts: list[str]) -> torch.Tensor:
-        if not texts:
-            return torch.zeros(0, 1)
-        emb = self.encoder.encode(texts, convert_to_tensor=True, show_progress_bar=False)
-        return torch.nn.functional.normalize(emb.float().cpu(), dim=-1)
+        return embed_unit(self.encoder, texts)
 
     def __call__(self, texts: Sequence[str]) -> list[AttackedText]:
         split = [self.splitter.split(t) for t in texts]

@@ -9,142 +9,59 @@ Run folder layout::
     settings.json                    the settings that fix the stored records
     prompts.jsonl                    id, article_id, prompt, human (the negative)
     generations/<algorithm>.jsonl    via Trainer.predict (shards merged)
-    attacks/<algorithm>.<attack>.jsonl
-    detections/<algorithm>.<text>.jsonl   text = human, none (no attack) or an attack
+    attacks/<algorithm>.<attack>.jsonl    sentence attacks and the document-level rewrite
+    edits/<algorithm>.<edit>.jsonl        edits without a language model (``edit_stage``)
+    detections/<algorithm>.<text>.jsonl   text = human, none (no attack), an attack or an edit
+    sizes/<algorithm>.jsonl          p-value of each sentence-end prefix (``size``)
     quality/<algorithm>.jsonl        oracle perplexity and pooled hidden state per text
     results.json, results.md, roc.png
 
 Positives are the (attacked) watermarked texts, negatives the human continuations of the same
 articles, cut at a sentence end once they reach ``max_new_tokens`` generator tokens (the
-generations stop the same way). Both are scored with their prompt. The ROC score is the
-detector's ``z_score`` (the paper's z under the region mark, the exact z under the direction
-mark, KGW's z for KGW); a text with no score (too short) gets ``MISSING_SCORE``, below every z. For the
-sentence-level schemes with the ``exact`` statistic, the same texts are also ranked by their
-key-randomisation p-value (``exact`` in each detection entry), which is calibrated and finer
-grained than z at a few sentences per text.
+generations stop the same way). Both are scored with their prompt. The ROC score is each
+detector's z-score (the paper's z under the region mark, the direction statistic's z under the
+direction mark, KGW's z); a text with no score (too short) gets ``MISSING_SCORE``, below every
+real z. For the sentence-level schemes with the ``exact`` statistic, the same texts are also
+ranked by their exact p-value (``exact`` in each detection entry), which is calibrated and
+finer grained than z at a few sentences per text. Every algorithm's texts are also decided at
+a stated alpha by their p-value (``at_alpha``), and the size of each mark is measured
+(``size``).
 
-Length (~450 lines): the ``Run`` stages share the run folder's state and resume rules, and
-``run_evaluation`` assembles their records; settings are in ``settings``, the report in
-``report``.
+The ``Run`` stages share the run folder's state and resume rules, and ``run_evaluation``
+assembles their records; prompts are built in ``prompt_set``, settings are in ``settings``,
+the edits, the rewrite and the size in ``edit_stage``, ``rewrite`` and ``size``, the report
+in ``report``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..corpora import leading_sentences, news_articles
 from ..io import (
     ResumableWriter,
     write_json_atomic,
     write_jsonl_atomic,
     write_text_atomic,
 )
-from .report import LABELS, markdown_table, plot_roc
+from .prompt_set import (  # noqa: F401  (re-exported: the prompt rules' former home)
+    build_prompts,
+    cut_at_token,
+    cut_to_tokens,
+    human_continuation,
+    split_article,
+)
+from .report import LABELS, markdown_table, plot_roc, statistic_label
+from .scoring import MISSING_SCORE, exact_score, flagged_at_alpha, generation_stats, roc_score
 from .settings import FIXED_SETTINGS, EvalSettings
 
-MISSING_SCORE = -1000.0
 WATERMARKED = tuple(name for name in LABELS if name != "none")
-# ---------------------------------------------------------------------- prompts
-
-
-# The prompt rule of every command; other modules import it under this name.
-split_article = leading_sentences
-
-
-def cut_to_tokens(sentences: Sequence[str], count_tokens, max_tokens: int) -> str:
-    """Whole sentences from the start until they reach ``max_tokens`` tokens."""
-    kept: list[str] = []
-    total = 0
-    for sentence in sentences:
-        kept.append(sentence)
-        total += count_tokens(sentence)
-        if total >= max_tokens:
-            break
-    return " ".join(kept)
-
-
-def cut_at_token(text: str, token_starts, tokens: int) -> tuple[str, str] | None:
-    """``text`` cut after its first ``tokens`` tokens, as ``(prompt, rest)`` (``rest`` keeps
-    the space before its first word), or ``None`` when the text is not longer than that.
-    ``token_starts(text)`` gives the character offset where each token starts."""
-    starts = token_starts(text)
-    if len(starts) <= tokens:
-        return None
-    return text[: starts[tokens]], text[starts[tokens] :]
-
-
-def human_continuation(
-    splitter, prompt: str, rest: str, count_tokens, max_tokens: int
-) -> tuple[str, int]:
-    """The article after ``prompt`` (``rest``, verbatim) as a human negative, cut at a sentence
-    end once it holds ``max_tokens`` tokens and at least one sentence after the prompt's own,
-    and how many sentences of ``rest`` start after the prompt's end. When the prompt ends
-    mid-sentence the negative starts with the rest of that sentence, as a generation starts with
-    its completion (and then always has a watermarked sentence); sentences are cut as detection
-    cuts prompt and text (``detector.continuation_sentences``)."""
-    head = prompt.rstrip()
-    spans = splitter.spans(head + rest)
-    inside = [at + len(s) for at, s in spans if at < len(head)]
-    end = max([len(head), *inside[-1:]])
-    total = count_tokens((head + rest)[len(head) : end])
-    after = [(at, s) for at, s in spans if at >= len(head)]
-    for k, (at, sentence) in enumerate(after):
-        if total >= max_tokens and k:
-            break
-        end = at + len(sentence)
-        total += count_tokens(sentence)
-    return (head + rest)[len(head) : end], len(after)
-
-
-def build_prompts(settings: EvalSettings, count_tokens, token_starts=None) -> list[dict]:
-    """The first ``num_prompts`` usable test-split articles as prompts with human negatives.
-
-    Prompts are whole sentences of about ``prompt_words`` words, or, with ``prompt_tokens``,
-    the article's first tokens cut wherever they end (``token_starts`` is then required).
-    """
-    from ..splitter import get_splitter
-
-    splitter = get_splitter()
-    out = []
-    for index, article in enumerate(news_articles("test")):
-        if settings.prompt_tokens is None:
-            prompt_sentences, rest = split_article(
-                splitter.split(article.text), settings.prompt_words
-            )
-            prompt = " ".join(prompt_sentences)
-            human = cut_to_tokens(rest, count_tokens, settings.max_new_tokens)
-            following = len(rest)
-        else:
-            cut = cut_at_token(article.text.strip(), token_starts, settings.prompt_tokens)
-            if cut is None:
-                continue
-            prompt = cut[0]
-            human, following = human_continuation(
-                splitter, prompt, cut[1], count_tokens, settings.max_new_tokens
-            )
-        if following < settings.min_human_sentences:
-            continue
-        out.append(
-            {
-                "id": f"news-test-{index}",
-                "article_id": article.article_id,
-                "prompt": prompt,
-                "human": human,
-            }
-        )
-        if len(out) == settings.num_prompts:
-            break
-    return out
-
 
 # ---------------------------------------------------------------------- stages
 
@@ -270,7 +187,7 @@ class Run:
     # -- attacks
     def attack(self, algorithm: str, spec: dict, generations: dict[str, dict]) -> dict[str, dict]:
         from ..splitter import get_splitter
-        from .attacks import Attack, build_paraphraser
+        from .rewrite import build_attack
 
         path = self.root / "attacks" / f"{algorithm}.{spec['name']}.jsonl"
         ids = [i for i, g in generations.items() if g.get("status") == "ok"]
@@ -278,14 +195,10 @@ class Run:
             pending = [i for i in ids if not out.has_id(i)]
             if pending:
                 lm = None
-                if spec.get("paraphraser", "lm") == "lm":
-                    lm = self.lm(spec.get("model", "smollm2-135m-instruct"))
-                attack = Attack(
-                    build_paraphraser(spec, lm=lm),
-                    self.encoder(self.settings.similarity_encoder),
-                    get_splitter(),
-                    select=spec.get("select", "best"),
-                    similarity_bound=spec.get("similarity_bound", 0.8),
+                if spec.get("paraphraser", "lm") in ("lm", "lm-rewrite"):
+                    lm = self.lm(spec.get("model", "gemma3-270m"))
+                attack = build_attack(
+                    spec, lm, self.encoder(self.settings.similarity_encoder), get_splitter()
                 )
                 bar = self._progress(total=len(pending), desc=f"attack {algorithm}/{spec['name']}")
                 step = self.settings.attack_batch
@@ -381,25 +294,13 @@ class Run:
 # ---------------------------------------------------------------------- whole pipeline
 
 
-def _score(det: dict) -> float:
-    z = det.get("z_score")
-    return MISSING_SCORE if z is None else float(z)
-
-
-def _exact_score(det: dict) -> float:
-    """``-log10 p`` of the key-randomisation p-value; a text without one ranks below all."""
-    p = det.get("p_value")
-    if p is None:
-        return -1.0
-    # Equal p-values reached by different sums differ in the last bits (0.3686224489795918
-    # against 0.36862244897959173); rounding makes them tie, as equal evidence should.
-    return -math.log10(max(float(f"{float(p):.12g}"), 1e-300))
-
-
 def run_evaluation(settings: EvalSettings) -> dict:
     """Run (or resume) every stage and write ``results.json``, ``results.md`` and ``roc.png``."""
 
+    from .edit_stage import edit_stage
     from .metrics import detection_metrics, ngram_entropy, semantic_entropy
+    from .rewrite import attack_summary
+    from .size import size_stage
 
     run = Run(settings)
     prompts = run.prompts()
@@ -410,10 +311,12 @@ def run_evaluation(settings: EvalSettings) -> dict:
         "prompts": len(prompts),
         "similarity": f"cosine of {settings.similarity_encoder} sentence embeddings "
         "(an embedding stand-in for BERTScore)",
-        "score": "each detector's z_score (region mark: the paper's z; direction mark: its "
-        "exact z; KGW: its z); texts too short to score get " + str(MISSING_SCORE),
+        "score": "each detector's z-score (see statistics); texts too short to score get "
+        + str(MISSING_SCORE),
         "detection": {},
         "quality": {},
+        "statistics": {},
+        "size": {},
     }
     generations = {a: run.generate(a, prompts) for a in settings.algorithms}
 
@@ -437,7 +340,7 @@ def run_evaluation(settings: EvalSettings) -> dict:
         gens = {i: g for i, g in generations[algorithm].items() if g.get("status") == "ok"}
         texts = {i: g["text"] for i, g in gens.items()}
         results["quality"][algorithm] = quality_of(
-            algorithm, texts, _generation_stats(gens.values())
+            algorithm, texts, generation_stats(gens.values())
         )
         if algorithm not in WATERMARKED:
             continue
@@ -451,11 +354,14 @@ def run_evaluation(settings: EvalSettings) -> dict:
         for spec in settings.attacks:
             attacked = run.attack(algorithm, spec, gens)
             variants[spec["name"]] = ({i: a["text"] for i, a in attacked.items()}, attacked)
+        # Edits without a language model (edit_stage): detected like the attacked texts.
+        for name, edited in edit_stage(run, algorithm, texts, prompts).items():
+            variants[name] = ({i: e["text"] for i, e in edited.items()}, None)
         for name, (variant, attacked) in variants.items():
             positives = run.detect(algorithm, name, variant, prompt_of)
             ids = sorted(positives)
-            scores = [_score(positives[i]) for i in ids] + [
-                _score(negatives[i]) for i in sorted(negatives)
+            scores = [roc_score(positives[i]) for i in ids] + [
+                roc_score(negatives[i]) for i in sorted(negatives)
             ]
             labels = [1] * len(ids) + [0] * len(negatives)
             if not ids or not negatives:
@@ -463,83 +369,31 @@ def run_evaluation(settings: EvalSettings) -> dict:
                 print(f"{algorithm}/{name}: no positives or no negatives", file=sys.stderr)
                 continue
             entry = detection_metrics(scores, labels)
+            entry["kind"] = "none" if name == "none" else "edit" if attacked is None else "attack"
             if rank_by_exact:
-                exact = [_exact_score(positives[i]) for i in ids] + [
-                    _exact_score(negatives[i]) for i in sorted(negatives)
+                exact = [exact_score(positives[i]) for i in ids] + [
+                    exact_score(negatives[i]) for i in sorted(negatives)
                 ]
                 entry["exact"] = {
                     k: v for k, v in detection_metrics(exact, labels).items() if k != "roc"
                 }
-                entry["at_alpha"] = flagged_at_alpha(
-                    [positives[i] for i in ids], [negatives[i] for i in sorted(negatives)]
-                )
+            # Every algorithm decided by its own p-value (labelled in results["statistics"]).
+            entry["at_alpha"] = flagged_at_alpha(
+                [positives[i] for i in ids], [negatives[i] for i in sorted(negatives)]
+            )
             if attacked is not None:
-                entry["similarity"] = float(np.mean([a["similarity"] for a in attacked.values()]))
-                entry["sentence_similarity"] = float(
-                    np.mean([a["sentence_similarity"] for a in attacked.values()])
-                )
-                changed = sum(a["changed"] for a in attacked.values())
-                entry["changed_sentence_share"] = changed / max(
-                    1, sum(a["sentences"] for a in attacked.values())
-                )
+                entry.update(attack_summary(list(attacked.values())))
             per_attack[name] = entry
         results["detection"][algorithm] = per_attack
+        cfg = settings.watermark_config(algorithm)
+        results["statistics"][algorithm] = statistic_label(algorithm, cfg.mark, cfg.statistic)
+        results["size"][algorithm] = size_stage(run, algorithm, texts, prompt_of)
     results["quality"]["human"] = quality_of("human", human, {})
 
     write_json_atomic(run.root / "results.json", results)
     write_text_atomic(run.root / "results.md", markdown_table(results))
     plot_roc(results, run.root / "roc.png")
     return results
-
-
-ALPHAS = (0.01, 0.05)
-
-
-def flagged_at_alpha(positives: list[dict], negatives: list[dict]) -> dict:
-    """The decision a user makes: the share of texts with ``p_value <= alpha``, watermarked
-    (TPR) and human (FPR), at each of ``ALPHAS``; a text without a p-value is not flagged. With
-    several evaluation keys, also per key (each key's own texts) with the mean and the worst key.
-    """
-
-    def share(records: list[dict], alpha: float) -> float | None:
-        if not records:
-            return None
-        hits = [r.get("p_value") is not None and r["p_value"] <= alpha for r in records]
-        return float(np.mean(hits))
-
-    keys = sorted({r.get("key_index", 0) for r in positives + negatives})
-    out: dict[str, Any] = {}
-    for alpha in ALPHAS:
-        entry: dict[str, Any] = {"tpr": share(positives, alpha), "fpr": share(negatives, alpha)}
-        if len(keys) > 1:
-            per_key = [
-                share([r for r in positives if r.get("key_index", 0) == k], alpha) for k in keys
-            ]
-            per_key_fpr = [
-                share([r for r in negatives if r.get("key_index", 0) == k], alpha) for k in keys
-            ]
-            entry["tpr_per_key"] = per_key
-            entry["fpr_per_key"] = per_key_fpr
-            entry["tpr_mean_over_keys"] = float(np.mean([x for x in per_key if x is not None]))
-            entry["tpr_worst_key"] = float(min(x for x in per_key if x is not None))
-            entry["fpr_mean_over_keys"] = float(np.mean([x for x in per_key_fpr if x is not None]))
-        out[str(alpha)] = entry
-    return out
-
-
-def _generation_stats(records) -> dict:
-    records = list(records)
-    sentences = sum(r.get("num_sentences", 0) for r in records)
-    candidates = sum(r.get("candidates", 0) for r in records)
-    return {
-        "candidates_per_sentence": candidates / sentences if sentences else None,
-        "margin_rejection_share": (
-            sum(r.get("rejected_margin", 0) for r in records) / candidates if candidates else None
-        ),
-        "fallbacks": sum(r.get("fallbacks", 0) for r in records),
-        "ended_by_model": sum(bool(r.get("ended_by_model")) for r in records),
-        "mean_tokens": float(sum(r.get("num_tokens", 0) for r in records) / max(1, len(records))),
-    }
 
 
 # ---------------------------------------------------------------------- command line

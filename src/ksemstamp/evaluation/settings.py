@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import REPO_ROOT, WatermarkConfig, load_settings_file
+from .edits import EDITS
 from .report import LABELS
 
 # Settings that change what the stored records mean: a run folder refuses a change to them.
@@ -28,15 +29,38 @@ FIXED_SETTINGS = (
 )
 
 
+PARAPHRASER = "gemma3-270m"
+"""The strongest paraphraser offline (Gemma-3-270M base, few-shot); never the generator, whose
+rewrites would lean towards its own (watermarked) choices."""
+
+
 def _default_attacks() -> list[dict]:
     return [
-        {"name": "lm-paraphrase", "paraphraser": "lm", "num_candidates": 4, "select": "best"},
+        {
+            "name": "lm-paraphrase",
+            "paraphraser": "lm",
+            "model": PARAPHRASER,
+            "prompts": "reword",
+            "num_candidates": 4,
+            "select": "best",
+        },
         {
             "name": "lm-bigram",
             "paraphraser": "lm",
+            "model": PARAPHRASER,
+            "prompts": "reword",
             "num_candidates": 8,
             "select": "bigram",
             "similarity_bound": 0.75,
+        },
+        {
+            "name": "lm-rewrite",
+            "paraphraser": "lm-rewrite",
+            "model": PARAPHRASER,
+            "num_candidates": 4,
+            "window": [2, 4],
+            "similarity_bound": 0.75,
+            "max_overlap": 0.8,
         },
     ]
 
@@ -59,19 +83,25 @@ class EvalSettings:
     """Skip articles whose text after the prompt has fewer sentences than this."""
     max_new_tokens: int = 200
     """Generation length, and the length human negatives are cut to (paper: ~200)."""
-    algorithms: list[str] = field(default_factory=lambda: ["ksemstamp", "semstamp", "kgw", "none"])
-    """Of ksemstamp, ksemstamp-paper, semstamp, kgw and none (no watermark)."""
+    algorithms: list[str] = field(
+        default_factory=lambda: ["ksemstamp", "ksemstamp-paper", "semstamp", "kgw", "none"]
+    )
+    """Of the names in ``watermark_configs`` known to the report (ksemstamp, ksemstamp-paper,
+    ksemstamp-region, ksemstamp-soft, ksemstamp-pruned, semstamp, kgw, none = no watermark)."""
     watermark_configs: dict[str, list[str]] = field(
         default_factory=lambda: {
             "ksemstamp": ["configs/ksemstamp.yaml"],
+            "ksemstamp-paper": ["configs/ksemstamp.yaml", "configs/ksemstamp-paper.yaml"],
             "semstamp": ["configs/ksemstamp.yaml", "configs/semstamp.yaml"],
             "kgw": ["configs/ksemstamp.yaml"],
             "none": ["configs/ksemstamp.yaml"],
         }
     )
     """Watermark settings files per algorithm (later files win)."""
-    watermark_overrides: dict[str, Any] = field(default_factory=dict)
-    """Applied on top of every algorithm's settings (e.g. a smaller ``max_candidates``)."""
+    watermark_overrides: dict[str, Any] = field(default_factory=lambda: {"statistic": "exact"})
+    """Applied on top of every algorithm's settings (e.g. a smaller ``max_candidates``). The
+    default ``statistic: exact`` decides the paper's configuration too by its exact p-value
+    (its z for the ROC stays the paper's); generation does not depend on it."""
     num_keys: int = 1
     """Watermark keys, taken by the prompts in turn: prompt ``i`` is generated and detected
     (with its human negative) under key ``i mod num_keys``, derived from the configured key
@@ -80,10 +110,24 @@ class EvalSettings:
     kgw: dict[str, Any] = field(default_factory=dict)
     """``KGWSettings`` fields (defaults: gamma 0.25, delta 2.0, lefthash, context 1)."""
     attacks: list[dict] = field(default_factory=_default_attacks)
-    """Attacks by ``name``: ``paraphraser`` (lm, wordnet, seq2seq), ``select`` (best, bigram) and
-    the paraphraser's options, as in ``configs/eval/news.yaml``."""
-    similarity_encoder: str = "all-minilm-l6-v2"
-    """Sentence encoder of the attacks' similarity (a stand-in for BERTScore)."""
+    """Attacks by ``name``. Sentence by sentence: ``paraphraser`` (lm, wordnet, seq2seq),
+    ``select`` (best, bigram) and the paraphraser's options (``model``, ``prompts``,
+    ``num_candidates``, ...). The document-level rewrite: ``paraphraser: lm-rewrite``, with
+    ``window`` (smallest and largest window in sentences, default [2, 4]), ``similarity_bound``
+    (0.75), ``max_overlap`` (share of the window's word bigrams a rewrite may keep, 0.8),
+    ``max_length_ratio`` (1.5) and the LM's options (``evaluation.rewrite``). Defaults: the
+    paraphrase and the bigram attack with Gemma-3-270M (``reword`` prompt) and the rewrite, as
+    in ``configs/eval/news.yaml``."""
+    edits: list[str] = field(default_factory=lambda: list(EDITS))
+    """Edits without a language model applied to every watermarked text (``evaluation.edits``:
+    reorder, swap, merge, split, drop, crop, interleave-50, interleave-75, hard-wrap,
+    homoglyphs, zero-width), each seeded by the prompt, the same for every algorithm; the
+    interleavings take human sentences from the articles of the run's other prompts.
+    Default: all of them; ``[]``: none."""
+    similarity_encoder: str = "all-mpnet-base-v2"
+    """Sentence encoder of the attacks' similarity filter and reported similarity (a stand-in
+    for BERTScore): an encoder other than the watermark's (all-MiniLM-L6-v2), so the attacker
+    does not pick its candidates with the detector's eyes."""
     oracle: str = "gemma3-270m"
     """Perplexity / Sem-Ent oracle LM (paper: OPT-2.7B)."""
     oracle_batch: int = 4
@@ -116,6 +160,14 @@ class EvalSettings:
         names = [a.get("name") for a in self.attacks]
         if None in names or len(set(names)) != len(names) or "none" in names or "human" in names:
             problems.append("every attack needs a unique name other than 'none' and 'human'")
+        unknown_edits = sorted(set(self.edits) - set(EDITS))
+        if unknown_edits:
+            problems.append(f"unknown edits {unknown_edits}; known: {list(EDITS)}")
+        if len(set(self.edits)) != len(self.edits):
+            problems.append(f"edits are named twice: {self.edits}")
+        clash = sorted(set(names) & set(self.edits))
+        if clash:
+            problems.append(f"attacks and edits share the names {clash}")
         for name in (
             "num_prompts",
             "max_new_tokens",

@@ -1,0 +1,119 @@
+"""The evaluation report's decision table and the decisions behind it (no models)."""
+
+import pytest
+
+from ksemstamp.evaluation.report import decision_table, markdown_table, statistic_label
+from ksemstamp.evaluation.scoring import flagged_at_alpha
+
+
+def test_flagged_at_alpha_shares_per_key_and_worst_key():
+    positives = [
+        {"p_value": 0.001, "key_index": 0},
+        {"p_value": 0.03, "key_index": 0},
+        {"p_value": 0.2, "key_index": 1},
+        {"p_value": None, "key_index": 1},  # too short: never flagged
+    ]
+    negatives = [{"p_value": 0.004, "key_index": 0}, {"p_value": 0.5, "key_index": 1}]
+    out = flagged_at_alpha(positives, negatives)
+    assert out["0.01"]["tpr"] == 0.25 and out["0.05"]["tpr"] == 0.5
+    assert out["0.01"]["tpr_per_key"] == [0.5, 0.0] and out["0.01"]["tpr_worst_key"] == 0.0
+    assert out["0.01"]["fpr"] == 0.5 and out["0.01"]["fpr_worst_key"] == 1.0
+    single = flagged_at_alpha(positives[:2], negatives[:1])
+    assert "tpr_worst_key" not in single["0.01"]
+
+
+def _entry(tpr1, tpr5, kind, **extra):
+    alpha = {
+        "0.01": {"tpr": tpr1, "fpr": 0.0, "tpr_worst_key": tpr1 / 2, "fpr_worst_key": 0.1},
+        "0.05": {"tpr": tpr5, "fpr": 0.05},
+    }
+    return {
+        "auroc": 0.9,
+        "auroc_ci95": [0.8, 1.0],
+        "tpr_at_fpr_1": 0.5,
+        "tpr_at_fpr_5": 0.7,
+        "positives": 12,
+        "negatives": 12,
+        "kind": kind,
+        "at_alpha": alpha,
+        "roc": {"fpr": [0, 1], "tpr": [0, 1]},
+        **extra,
+    }
+
+
+RESULTS = {
+    "prompts": 12,
+    "similarity": "cosine",
+    "score": "z",
+    "settings": {"oracle": "gemma3-270m"},
+    "detection": {
+        "ksemstamp": {
+            "none": _entry(0.92, 1.0, "none"),
+            "lm-rewrite": _entry(
+                0.5,
+                0.75,
+                "attack",
+                similarity=0.81,
+                window_similarity=0.88,
+                rewritten_window_similarity=0.79,
+                fallbacks=3,
+                fallback_share=0.25,
+            ),
+            "reorder": _entry(0.42, 0.58, "edit"),
+        },
+        "kgw": {"none": _entry(1.0, 1.0, "none")},
+    },
+    "quality": {
+        name: {"perplexity": 10.0, "perplexity_median": 9.0, "ent3": 5.0, "sem_ent": 2.0}
+        for name in ("ksemstamp", "kgw", "human")
+    },
+    "statistics": {
+        "ksemstamp": statistic_label("ksemstamp", "direction", "exact"),
+        "kgw": statistic_label("kgw", "region", "exact"),
+    },
+    "size": {
+        "ksemstamp": {"texts": 12, "never": 1, "median_tokens": 87.0, "alpha": 0.01},
+        "kgw": {"texts": 12, "never": 7, "median_tokens": None, "alpha": 0.01},
+    },
+}
+
+
+def test_decision_table_rows_per_algorithm_and_text():
+    lines = decision_table(RESULTS)
+    rows = [line for line in lines if line.startswith("| ")]
+    assert rows[1] == (
+        "| k-SemStamp | clean | 12 | 0.92 | 1.00 | 0.46 | 0.900 | 0.50 | - | 87 (1 of 12 never) |"
+    )
+    assert rows[2].startswith("|  | lm-rewrite | 12 | 0.50 | 0.75 | 0.25 |")
+    assert "0.81 (rewritten windows 0.79; 25% of windows kept)" in rows[2]
+    assert rows[3].startswith("|  | reorder (edit) | 12 | 0.42 | 0.58 |")
+    assert rows[4] == "| | human (FPR) | 12 | 0.000 | 0.050 | 0.100 | - | - | - | - |"
+    assert rows[5].startswith("| KGW | clean |") and "never (7 of 12 never)" in rows[5]
+    assert len({row.count("|") for row in rows}) == 1  # not ragged
+    text = "\n".join(lines)
+    assert "KGW's z-test" in text and "direction statistic" in text
+    assert "paper" not in statistic_label("ksemstamp", "direction", "exact")
+
+
+def test_statistic_labels_say_which_test_each_p_value_is():
+    assert "paper" in statistic_label("ksemstamp-paper", "region", "paper")
+    assert "exact key-randomisation" in statistic_label("ksemstamp-paper", "region", "exact")
+
+
+def test_markdown_table_starts_with_the_decisions():
+    table = markdown_table(RESULTS)
+    assert table.index("| Algorithm | Text | n | p <= 0.01") < table.index("| Algorithm | Attack")
+    assert "Decided by each algorithm's own p-value" in table
+    # The direction mark's z is not the paper's: the tables never call it so.
+    none = RESULTS["detection"]["ksemstamp"]["none"]
+    exact = {**none, "exact": {k: none[k] for k in ("auroc", "tpr_at_fpr_1", "tpr_at_fpr_5")}}
+    with_exact = {**RESULTS, "detection": {"ksemstamp": {"none": exact}}}
+    assert "paper's z" not in markdown_table(with_exact)
+
+
+@pytest.mark.parametrize("size", [None, {"texts": 0, "never": 0, "median_tokens": None}])
+def test_decision_table_without_a_size(size):
+    results = {**RESULTS, "size": {"ksemstamp": size} if size else {}}
+    assert "| k-SemStamp | clean | 12 | 0.92 | 1.00 | 0.46 | 0.900 | 0.50 | - | - |" in (
+        decision_table(results)
+    )
