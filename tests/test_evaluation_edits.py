@@ -93,3 +93,13 @@ def test_retyping_edits_are_undone_by_normalisation():
 def test_unknown_edit():
     with pytest.raises(ValueError, match="unknown edit"):
         apply_edit("nope", TEXT)
+
+
+def test_kgw_reads_retyped_text_as_the_sentence_detectors_do(lm):
+    from ksemstamp.evaluation.baselines import KGWDetector
+    from ksemstamp.evaluation.edits import homoglyphs
+
+    model, tokenizer = lm
+    detector = KGWDetector(model.config, tokenizer)
+    retyped = zero_width(homoglyphs(TEXT, random.Random(1)), random.Random(2))
+    assert detector.detect_batch([retyped]) == detector.detect_batch([TEXT])

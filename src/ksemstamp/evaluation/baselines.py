@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..normalize import normalize_text
+
 
 @dataclass
 class KGWSettings:
@@ -92,7 +94,10 @@ class KGWDetector:
     """Scores texts with ``transformers.WatermarkDetector`` built from the generating config.
 
     The text is re-tokenized without special tokens (detection sees text, not the generator's
-    ids). A text too short to score gets ``z_score=None``.
+    ids), after the same Unicode normalisation the sentence-level detectors apply (invisible
+    characters, compatibility forms, look-alike letters; line breaks are kept, as they are
+    tokens of their own), so edits that re-type a text are compared like for like. A text too
+    short to score gets ``z_score=None``.
     """
 
     def __init__(self, model_config, tokenizer, settings: KGWSettings | None = None) -> None:
@@ -108,6 +113,7 @@ class KGWDetector:
     def detect_batch(self, texts: Sequence[str]) -> list[dict]:
         out = []
         for text in texts:
+            text = normalize_text(text, lines=False).text
             ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
             if ids.shape[1] < 2:
                 out.append(
