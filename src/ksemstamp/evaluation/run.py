@@ -47,6 +47,7 @@ from ..io import (
     write_jsonl_atomic,
     write_text_atomic,
 )
+from .metrics import flagged_at_alpha
 from .report import LABELS, markdown_table, plot_roc
 from .settings import FIXED_SETTINGS, EvalSettings
 
@@ -241,28 +242,31 @@ class Run:
         order = [p["id"] for p in prompts]
         # Shards left by an interrupted run hold finished prompts: fold them in first.
         done = {r["id"] for r in merge_shards(shard_paths(folder, algorithm), target, order)}
-        pending = [{"id": p["id"], "prompt": p["prompt"]} for p in prompts if p["id"] not in done]
+        pending = [
+            {"id": p["id"], "prompt": p["prompt"], "key_index": self.key_index.get(p["id"], 0)}
+            for p in prompts
+            if p["id"] not in done
+        ]
         if pending:
             print(f"generate {algorithm}: {len(pending)} prompts", file=sys.stderr)
-        for key_index in range(self.settings.num_keys):
-            group = [p for p in pending if self.key_index.get(p["id"], 0) == key_index]
-            if not group:
-                continue
-            cfg = self.settings.watermark_config(algorithm, key_index)
-            factory = GeneratorFactory(
-                algorithm, {**cfg.to_dict(), "key": cfg.key}, dict(self.settings.kgw)
-            )
-            predict_to_shards(
-                factory,
-                group,
-                folder,
-                algorithm,
-                devices=self.settings.devices,
-                accelerator=self.settings.accelerator,
-                strategy=self.settings.strategy,
-                batch_size=self.settings.prompt_batch,
-                progress=self.settings.progress,
-            )
+        configs = [
+            self.settings.watermark_config(algorithm, k) for k in range(self.settings.num_keys)
+        ]
+        factory = GeneratorFactory(
+            algorithm, [{**c.to_dict(), "key": c.key} for c in configs], dict(self.settings.kgw)
+        )
+        # One predict call for every key: under `ddp` each call starts the other processes.
+        predict_to_shards(
+            factory,
+            pending,
+            folder,
+            algorithm,
+            devices=self.settings.devices,
+            accelerator=self.settings.accelerator,
+            strategy=self.settings.strategy,
+            batch_size=self.settings.prompt_batch,
+            progress=self.settings.progress,
+        )
         records = merge_shards(shard_paths(folder, algorithm), target, order)
         return {r["id"]: r for r in records if r["id"] in set(order)}
 
@@ -336,7 +340,7 @@ class Run:
 
         key = (algorithm, "detector", key_index)
         if key not in self._encoders:
-            scheme = build_scheme(cfg, encoder=self.encoder(cfg.encoder))
+            scheme = build_scheme(cfg, None if cfg.checkpoint else self.encoder(cfg.encoder))
             self._encoders[key] = build_detector(cfg, scheme)
         detector = self._encoders[key]
 
@@ -488,41 +492,6 @@ def run_evaluation(settings: EvalSettings) -> dict:
     write_text_atomic(run.root / "results.md", markdown_table(results))
     plot_roc(results, run.root / "roc.png")
     return results
-
-
-ALPHAS = (0.01, 0.05)
-
-
-def flagged_at_alpha(positives: list[dict], negatives: list[dict]) -> dict:
-    """The decision a user makes: the share of texts with ``p_value <= alpha``, watermarked
-    (TPR) and human (FPR), at each of ``ALPHAS``; a text without a p-value is not flagged. With
-    several evaluation keys, also per key (each key's own texts) with the mean and the worst key.
-    """
-
-    def share(records: list[dict], alpha: float) -> float | None:
-        if not records:
-            return None
-        hits = [r.get("p_value") is not None and r["p_value"] <= alpha for r in records]
-        return float(np.mean(hits))
-
-    keys = sorted({r.get("key_index", 0) for r in positives + negatives})
-    out: dict[str, Any] = {}
-    for alpha in ALPHAS:
-        entry: dict[str, Any] = {"tpr": share(positives, alpha), "fpr": share(negatives, alpha)}
-        if len(keys) > 1:
-            per_key = [
-                share([r for r in positives if r.get("key_index", 0) == k], alpha) for k in keys
-            ]
-            per_key_fpr = [
-                share([r for r in negatives if r.get("key_index", 0) == k], alpha) for k in keys
-            ]
-            entry["tpr_per_key"] = per_key
-            entry["fpr_per_key"] = per_key_fpr
-            entry["tpr_mean_over_keys"] = float(np.mean([x for x in per_key if x is not None]))
-            entry["tpr_worst_key"] = float(min(x for x in per_key if x is not None))
-            entry["fpr_mean_over_keys"] = float(np.mean([x for x in per_key_fpr if x is not None]))
-        out[str(alpha)] = entry
-    return out
 
 
 def _generation_stats(records) -> dict:

@@ -90,8 +90,9 @@ class EvalSettings:
     """Texts per oracle pass."""
     sem_ent_k: int = 50
     """k-means clusters for Sem-Ent (paper: 50)."""
-    devices: int = 1
-    """Processes for generation (DDP)."""
+    devices: int | str = 1
+    """Devices generation spreads over, one process each (Lightning's ``devices``: a number,
+    ``0,2``, ``auto`` or ``-1`` for all); each builds its models on its own device."""
     accelerator: str = "cpu"
     """Lightning accelerator: cpu, gpu, auto."""
     strategy: str = "auto"
@@ -119,13 +120,14 @@ class EvalSettings:
         for name in (
             "num_prompts",
             "max_new_tokens",
-            "devices",
             "prompt_batch",
             "attack_batch",
             "num_keys",
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if isinstance(self.devices, int) and (self.devices == 0 or self.devices < -1):
+            problems.append(f"devices must be >= 1, -1 (all) or a string, got {self.devices}")
         if self.prompt_tokens is not None and self.prompt_tokens < 1:
             problems.append(f"prompt_tokens must be >= 1 or null, got {self.prompt_tokens}")
         if problems:
