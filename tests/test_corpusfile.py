@@ -178,3 +178,22 @@ def test_centroids_command_fits_a_complete_file_on_a_corpus(tmp_path, capsys):
     assert fitted.settings["source"].startswith(str(corpus))
     assert fitted.settings["num_documents"] == 10 and fitted.transition.sum() == 30
     assert fitted.encoder == "all-minilm-l6-v2" and fitted.mean.shape == (384,)
+
+
+def test_pair_sources_come_from_the_corpus_split(tmp_path):
+    from ksemstamp.training.pairs import main as pairs_main
+    from ksemstamp.training.pairs import source_sentences
+
+    path = tmp_path / "c.txt"
+    docs = _documents(50)
+    path.write_text("\n".join(docs))
+    sources = source_sentences("val", seed=0, min_words=8, corpus=str(path))
+    val = split_documents(docs, "val")
+    assert sources and {i.split(":")[0] for i, _ in sources} <= {
+        f"val-{d}" for d in range(len(val))
+    }
+    assert all(s in "".join(val) and len(s.split()) >= 8 for _, s in sources)
+    assert source_sentences("val", seed=0, min_words=8, corpus=str(path)) == sources  # fixed
+    with pytest.raises(SystemExit, match="error: corpus .* is empty"):
+        (tmp_path / "empty.txt").write_text("")
+        pairs_main(["--corpus", str(tmp_path / "empty.txt"), "--num", "2", "--output", "x"])
