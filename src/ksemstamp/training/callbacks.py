@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_info
 
 from ..assets import encoder_fingerprint, load_encoder
 from ..centroids import centroid_file_from
@@ -123,6 +124,10 @@ class KMeansCallback(L.Callback):
         # state too), like the ones ModelCheckpoint writes.
         trainer.save_checkpoint(path, weights_only=False)
         self.final_checkpoint_path = str(path)
+        rank_zero_info(
+            f"k-means: K = {pl_module.hparams.num_regions} centroids on {len(emb)} sentences of "
+            f"{domain.source}; written to {path}"
+        )
 
         if trainer.is_global_zero and self.export_dir:
             self._export(pl_module, str(path))
