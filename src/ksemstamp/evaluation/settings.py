@@ -21,6 +21,7 @@ FIXED_SETTINGS = (
     "max_new_tokens",
     "watermark_configs",
     "watermark_overrides",
+    "checkpoint",
     "num_keys",
     "kgw",
     "similarity_encoder",
@@ -72,6 +73,10 @@ class EvalSettings:
     """Watermark settings files per algorithm (later files win)."""
     watermark_overrides: dict[str, Any] = field(default_factory=dict)
     """Applied on top of every algorithm's settings (e.g. a smaller ``max_candidates``)."""
+    checkpoint: str | None = None
+    """A ``final.ckpt`` that ``train.py`` wrote: the sentence-level algorithms (and ``none``)
+    take its fine-tuned encoder, centroids and mean (``WatermarkConfig.checkpoint``); KGW has
+    no encoder."""
     num_keys: int = 1
     """Watermark keys, taken by the prompts in turn: prompt ``i`` is generated and detected
     (with its human negative) under key ``i mod num_keys``, derived from the configured key
@@ -149,6 +154,8 @@ class EvalSettings:
             path = Path(name)
             data.update(load_settings_file(path if path.exists() else REPO_ROOT / path))
         data.update(self.watermark_overrides)
+        if self.checkpoint and algorithm != "kgw":
+            data["checkpoint"] = self.checkpoint
         data["max_new_tokens"] = self.max_new_tokens
         data["seed"] = self.seed
         cfg = WatermarkConfig.from_dict(data)
