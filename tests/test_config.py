@@ -56,7 +56,9 @@ def test_centroid_file_roundtrip_and_mismatch(tmp_path, encoder):
     back.check_encoder(fp)
     with pytest.raises(CentroidMismatchError, match="refit"):
         back.check_encoder("0000000000000000")
-    other = CentroidFile(torch.randn(8, 384), "some-other-encoder", "deadbeefdeadbeef")
+    other = CentroidFile(
+        torch.randn(8, 384), "some-other-encoder", "deadbeefdeadbeef", mean=torch.zeros(384)
+    )
     other.save(tmp_path / "other.pt")
     with pytest.raises(CentroidMismatchError):
         build_scheme(

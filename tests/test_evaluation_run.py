@@ -203,7 +203,9 @@ def test_ddp_spawn_predict_shards_merge_without_loss_or_duplicates(tmp_path):
         {"id": f"p{i}", "prompt": f"Story {i} begins here. The town council met on Monday."}
         for i in range(5)
     ]
-    factory = GeneratorFactory("ksemstamp", {**TINY, "max_new_tokens": 8, "key": "test-suite-key"})
+    factory = GeneratorFactory(
+        "ksemstamp", [{**TINY, "max_new_tokens": 8, "key": "test-suite-key"}]
+    )
     shards = predict_to_shards(
         factory,
         prompts,
@@ -227,15 +229,14 @@ def test_ddp_spawn_predict_shards_merge_without_loss_or_duplicates(tmp_path):
 SLOW_PREDICT = """
 import sys, time
 from ksemstamp.evaluation.predict import predict_to_shards
+from ksemstamp.parallel import Job
 
 class SlowFactory:
-    algorithm = "slow"
-
-    def __call__(self):
-        def generate(prompts):
+    def __call__(self, device):
+        def generate(rows):
             time.sleep(0.3)
-            return [{"text": p, "status": "ok"} for p in prompts]
-        return generate
+            return [{"id": r["id"], "text": r["prompt"], "status": "ok"} for r in rows]
+        return Job(generate)
 
 prompts = [{"id": f"p{i}", "prompt": f"prompt {i}"} for i in range(200)]
 predict_to_shards(SlowFactory(), prompts, sys.argv[1], "slow", batch_size=1, progress=False)

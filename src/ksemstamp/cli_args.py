@@ -3,7 +3,8 @@
 Each subcommand takes ``--config FILE`` (YAML, repeatable), ``--print-config``, ``--quiet``, its
 own options (``--prompt``, ``--input``, ...) and one flag per field of its settings dataclasses
 (``ksemstamp.settings_flags``): ``WatermarkConfig`` for every command but ``evaluate``,
-``CalibrationSettings`` as well for ``calibrate``, ``EvalSettings`` for ``evaluate``. A field
+``CalibrationSettings`` as well for ``calibrate``, ``DeviceSettings`` as well for ``generate``
+and ``detect``, ``EvalSettings`` for ``evaluate``. A field
 added to one of them is a flag and a file key with no edit here.
 
 Settings are merged in this order: the defaults of the dataclasses, then the ``--config`` files
@@ -31,6 +32,7 @@ from jsonargparse.typing import PositiveInt
 from .calibration.run import CalibrationSettings
 from .config import WatermarkConfig
 from .evaluation.settings import EvalSettings
+from .parallel import DeviceSettings
 from .settings_flags import SettingsFile, SettingsGroup, normalise_argv, one_line
 
 PROG = "watermark.py"
@@ -42,6 +44,7 @@ CALIBRATION = SettingsGroup(
     rename={"seed": "calibration_seed", "reuse_embeddings": "embedding_cache"},
 )
 EVALUATION = SettingsGroup(EvalSettings, "evaluation settings (EvalSettings)")
+PARALLEL = SettingsGroup(DeviceSettings, "devices for --input files (Trainer.predict)")
 
 
 # ---------------------------------------------------------------------- commands
@@ -146,8 +149,12 @@ def _no_options(parser: ArgumentParser) -> None:
 
 
 COMMANDS: dict[str, Command] = {
-    "generate": Command("generate watermarked continuations", _generate_options),
-    "detect": Command("detect the watermark in texts", _detect_options),
+    "generate": Command(
+        "generate watermarked continuations", _generate_options, extra={"parallel": PARALLEL}
+    ),
+    "detect": Command(
+        "detect the watermark in texts", _detect_options, extra={"parallel": PARALLEL}
+    ),
     "demo": Command("watermark a held-out news prompt, then detect it", _demo_options),
     "calibrate": Command(
         "measure false-positive rates on held-out human text over many keys, with power",

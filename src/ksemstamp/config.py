@@ -55,6 +55,10 @@ class WatermarkConfig:
     """``kmeans`` (k-SemStamp) or ``lsh`` (SemStamp)."""
     centroids: str | None = None
     """Centroid file for ``kmeans``; ``None`` picks the shipped file of the default encoder."""
+    checkpoint: str | None = None
+    """A ``final.ckpt`` that ``train.py`` wrote: its fine-tuned encoder, centroids and mean are
+    used instead of ``encoder`` and ``centroids`` (leave ``centroids`` unset). See
+    ``ksemstamp.checkpoint``."""
     lsh_bits: int = 3
     """SemStamp hyperplanes ``d`` (``2**d`` regions; paper: 3)."""
     lsh_seed: int = 0
@@ -153,6 +157,8 @@ class WatermarkConfig:
     a longer one gets an error record at once. About 40 s of detection on 2 CPU cores. The web
     page (``serve``) takes the same limit unless given ``--max-chars``."""
     device: str = "cpu"
+    """Where the models of one process are built (``cpu``, ``cuda``, ``cuda:1``). Commands that
+    spread work over devices (``--devices``) build each process's models on its own device."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -160,6 +166,10 @@ class WatermarkConfig:
             problems.append(f"lm_dtype must be one of {list(LM_DTYPES)}, not {self.lm_dtype!r}")
         if self.threads is not None and self.threads < 1:
             problems.append(f"threads must be >= 1 or null, got {self.threads}")
+        if self.checkpoint is not None and self.centroids is not None:
+            problems.append(
+                "checkpoint holds the centroids: give either checkpoint or centroids, not both"
+            )
         if self.partition not in ("kmeans", "lsh"):
             problems.append(f"partition must be 'kmeans' or 'lsh', not {self.partition!r}")
         if not 0 < self.gamma < 1:
@@ -283,24 +293,50 @@ def load_settings_file(path: str | Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------- builders
 
 
+def load_scheme_encoder(cfg: WatermarkConfig):
+    """The sentence encoder of ``cfg`` on ``cfg.device``: the checkpoint's, or ``cfg.encoder``."""
+    from .assets import load_encoder
+    from .checkpoint import load_checkpoint_encoder
+
+    if cfg.checkpoint:
+        return load_checkpoint_encoder(cfg.checkpoint, cfg.device)
+    return load_encoder(cfg.encoder, cfg.device)
+
+
+def load_centroids(cfg: WatermarkConfig):
+    """The ``CentroidFile`` of ``cfg`` (its checkpoint's or its file), checked to hold what
+    ``cfg.mark`` needs."""
+    from .centroids import CentroidFile
+    from .checkpoint import REFIT, checkpoint_centroids
+
+    if cfg.checkpoint:
+        fitted = checkpoint_centroids(cfg.checkpoint)
+        fitted.require(cfg.mark, f"checkpoint {cfg.checkpoint}", refit=REFIT)
+    else:
+        path = cfg.centroid_path()
+        fitted = CentroidFile.load(path)
+        fitted.require(cfg.mark, f"centroid file {path}")
+    return fitted
+
+
 def build_scheme(cfg: WatermarkConfig, encoder=None):
     """Encoder + partition + keyed table, checked for consistency (no LM needed)."""
-    from .assets import encoder_fingerprint, load_encoder
-    from .centroids import CentroidFile
+    from .assets import encoder_fingerprint
     from .keys import check_key, resolve_key
     from .partition import KMeansPartition, LSHPartition
     from .scheme import WatermarkScheme
     from .splitter import get_splitter
 
-    # The key first: a weak one is refused before any model is loaded.
+    # The key first, then the centroids: a weak key or a centroid file the mark cannot use is
+    # refused before any model is loaded.
     key = resolve_key(cfg.key) if cfg.valid_mode == "keyed" else None
     if key is not None:
         check_key(key, cfg.allow_weak_key)
-    encoder = encoder if encoder is not None else load_encoder(cfg.encoder, cfg.device)
+    fitted = load_centroids(cfg) if cfg.partition == "kmeans" else None
+    encoder = encoder if encoder is not None else load_scheme_encoder(cfg)
     transition = center = None
-    if cfg.partition == "kmeans":
-        fitted = CentroidFile.load(cfg.centroid_path())
-        fitted.check_encoder(encoder_fingerprint(encoder), cfg.encoder)
+    if fitted is not None:
+        fitted.check_encoder(encoder_fingerprint(encoder), cfg.checkpoint or cfg.encoder)
         partition = KMeansPartition(fitted.centroids, cfg.margin)
         transition = fitted.transition
         center = fitted.mean

@@ -159,28 +159,31 @@ class Run:
         order = [p["id"] for p in prompts]
         # Shards left by an interrupted run hold finished prompts: fold them in first.
         done = {r["id"] for r in merge_shards(shard_paths(folder, algorithm), target, order)}
-        pending = [{"id": p["id"], "prompt": p["prompt"]} for p in prompts if p["id"] not in done]
+        pending = [
+            {"id": p["id"], "prompt": p["prompt"], "key_index": self.key_index.get(p["id"], 0)}
+            for p in prompts
+            if p["id"] not in done
+        ]
         if pending:
             print(f"generate {algorithm}: {len(pending)} prompts", file=sys.stderr)
-        for key_index in range(self.settings.num_keys):
-            group = [p for p in pending if self.key_index.get(p["id"], 0) == key_index]
-            if not group:
-                continue
-            cfg = self.settings.watermark_config(algorithm, key_index)
-            factory = GeneratorFactory(
-                algorithm, {**cfg.to_dict(), "key": cfg.key}, dict(self.settings.kgw)
-            )
-            predict_to_shards(
-                factory,
-                group,
-                folder,
-                algorithm,
-                devices=self.settings.devices,
-                accelerator=self.settings.accelerator,
-                strategy=self.settings.strategy,
-                batch_size=self.settings.prompt_batch,
-                progress=self.settings.progress,
-            )
+        configs = [
+            self.settings.watermark_config(algorithm, k) for k in range(self.settings.num_keys)
+        ]
+        factory = GeneratorFactory(
+            algorithm, [{**c.to_dict(), "key": c.key} for c in configs], dict(self.settings.kgw)
+        )
+        # One predict call for every key: under `ddp` each call starts the other processes.
+        predict_to_shards(
+            factory,
+            pending,
+            folder,
+            algorithm,
+            devices=self.settings.devices,
+            accelerator=self.settings.accelerator,
+            strategy=self.settings.strategy,
+            batch_size=self.settings.prompt_batch,
+            progress=self.settings.progress,
+        )
         records = merge_shards(shard_paths(folder, algorithm), target, order)
         return {r["id"]: r for r in records if r["id"] in set(order)}
 
@@ -250,7 +253,7 @@ class Run:
 
         key = (algorithm, "detector", key_index)
         if key not in self._encoders:
-            scheme = build_scheme(cfg, encoder=self.encoder(cfg.encoder))
+            scheme = build_scheme(cfg, None if cfg.checkpoint else self.encoder(cfg.encoder))
             self._encoders[key] = build_detector(cfg, scheme)
         detector = self._encoders[key]
 

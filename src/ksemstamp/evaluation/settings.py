@@ -22,6 +22,7 @@ FIXED_SETTINGS = (
     "max_new_tokens",
     "watermark_configs",
     "watermark_overrides",
+    "checkpoint",
     "num_keys",
     "kgw",
     "similarity_encoder",
@@ -102,6 +103,10 @@ class EvalSettings:
     """Applied on top of every algorithm's settings (e.g. a smaller ``max_candidates``). The
     default ``statistic: exact`` decides the paper's configuration too by its exact p-value
     (its z for the ROC stays the paper's); generation does not depend on it."""
+    checkpoint: str | None = None
+    """A ``final.ckpt`` that ``train.py`` wrote: the sentence-level algorithms (and ``none``)
+    take its fine-tuned encoder, centroids and mean (``WatermarkConfig.checkpoint``); KGW has
+    no encoder."""
     num_keys: int = 1
     """Watermark keys, taken by the prompts in turn: prompt ``i`` is generated and detected
     (with its human negative) under key ``i mod num_keys``, derived from the configured key
@@ -134,8 +139,9 @@ class EvalSettings:
     """Texts per oracle pass."""
     sem_ent_k: int = 50
     """k-means clusters for Sem-Ent (paper: 50)."""
-    devices: int = 1
-    """Processes for generation (DDP)."""
+    devices: int | str = 1
+    """Devices generation spreads over, one process each (Lightning's ``devices``: a number,
+    ``0,2``, ``auto`` or ``-1`` for all); each builds its models on its own device."""
     accelerator: str = "cpu"
     """Lightning accelerator: cpu, gpu, auto."""
     strategy: str = "auto"
@@ -171,13 +177,14 @@ class EvalSettings:
         for name in (
             "num_prompts",
             "max_new_tokens",
-            "devices",
             "prompt_batch",
             "attack_batch",
             "num_keys",
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if isinstance(self.devices, int) and (self.devices == 0 or self.devices < -1):
+            problems.append(f"devices must be >= 1, -1 (all) or a string, got {self.devices}")
         if self.prompt_tokens is not None and self.prompt_tokens < 1:
             problems.append(f"prompt_tokens must be >= 1 or null, got {self.prompt_tokens}")
         if problems:
@@ -199,6 +206,8 @@ class EvalSettings:
             path = Path(name)
             data.update(load_settings_file(path if path.exists() else REPO_ROOT / path))
         data.update(self.watermark_overrides)
+        if self.checkpoint and algorithm != "kgw":
+            data["checkpoint"] = self.checkpoint
         data["max_new_tokens"] = self.max_new_tokens
         data["seed"] = self.seed
         cfg = WatermarkConfig.from_dict(data)

@@ -252,7 +252,7 @@ def create_app(
             "gamma": scheme.gamma,
             "num_regions": scheme.num_regions,
             "partition": settings.partition,
-            "encoder": settings.encoder,
+            "encoder": settings.checkpoint or settings.encoder,
             "lm": settings.lm if generation else None,
             "generation": generation,
             "max_new_tokens": settings.max_new_tokens,

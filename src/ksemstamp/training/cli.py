@@ -9,9 +9,12 @@ See docs/training.md.
 
 from __future__ import annotations
 
+import sys
+
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
+from ..corpusfile import CorpusError
 from .callbacks import KMeansCallback
 from .data import PairDataModule
 from .module import EncoderModule
@@ -22,7 +25,9 @@ class TrainCLI(LightningCLI):
 
     ``checkpoint:`` is a ``ModelCheckpoint`` (one file per epoch plus ``last.ckpt`` for
     ``--ckpt_path``); ``kmeans:`` is the ``KMeansCallback`` that fits the centroids at the end
-    and writes ``final.ckpt`` beside the other checkpoints.
+    and writes ``final.ckpt`` beside the other checkpoints. Two settings are linked, so each is
+    given once: the callback fits ``model.num_regions`` regions, and ``kmeans.corpus`` is also
+    the domain of the model's provisional validation centroids.
     """
 
     def add_arguments_to_parser(self, parser) -> None:
@@ -36,16 +41,26 @@ class TrainCLI(LightningCLI):
             }
         )
         parser.add_lightning_class_args(KMeansCallback, "kmeans")
+        parser.link_arguments("model.num_regions", "kmeans.num_regions")
+        parser.link_arguments("kmeans.corpus", "model.corpus")
 
 
 def cli_main(args: list[str] | None = None) -> TrainCLI:
-    """Run the CLI; ``args`` replaces ``sys.argv[1:]`` so tests can call it in-process."""
-    return TrainCLI(
-        EncoderModule,
-        PairDataModule,
-        args=args,
-        save_config_kwargs={"overwrite": True},
-    )
+    """Run the CLI; ``args`` replaces ``sys.argv[1:]`` so tests can call it in-process.
+
+    A corpus that cannot be used (``kmeans.corpus``: missing, not text, too small for K) ends
+    the run before training with one line on stderr and exit status 2.
+    """
+    try:
+        return TrainCLI(
+            EncoderModule,
+            PairDataModule,
+            args=args,
+            save_config_kwargs={"overwrite": True},
+        )
+    except CorpusError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..assets import DEFAULT_ENCODER, encoder_fingerprint, load_encoder
-from ..centroids import fit_kmeans
-from ..corpora import domain_sentences
+from ..centroids import CentroidFile, fit_kmeans
+from ..corpusfile import domain_documents
 from ..partition import kmeans_regions
 from .loss import cosine_gap, margin_contrastive_loss, region_consistency_loss
 
@@ -59,7 +59,7 @@ class EncoderModule(L.LightningModule):
         lr: float = 4e-5,
         warmup_ratio: float = 0.1,
         weight_decay: float = 0.01,
-        num_regions: int = 8,
+        num_regions: int = 64,
         max_seq_length: int | None = 128,
         loss_reduction: str = "mean",
         gather_negatives: bool = True,
@@ -69,6 +69,7 @@ class EncoderModule(L.LightningModule):
         fused_adamw: bool = True,
         region_weight: float = 0.0,
         region_temperature: float = 0.05,
+        corpus: str | None = None,
     ) -> None:
         """
         Args:
@@ -78,7 +79,7 @@ class EncoderModule(L.LightningModule):
             warmup_ratio: share of all optimizer steps spent warming the learning rate up
                 linearly; it then decays linearly to zero.
             weight_decay: AdamW weight decay, not applied to biases and LayerNorm weights.
-            num_regions: ``K``, the number of k-means regions (paper: 8).
+            num_regions: ``K``, the number of k-means regions: 64, the default mark's (paper: 8).
             max_seq_length: truncate sentences to this many tokens (``None``: the encoder's own).
             loss_reduction: ``"mean"`` over pairs (default) or ``"sum"`` (the paper's formula).
                 With AdamW the two differ by a constant factor that Adam's normalisation all but
@@ -98,6 +99,10 @@ class EncoderModule(L.LightningModule):
                 provisional ones (``val_kmeans_sentences`` domain sentences, refitted with the
                 current encoder at the start of training and of every validation epoch).
             region_temperature: softmax temperature of that term, on cosines.
+            corpus: corpus file whose sentences the provisional centroids are fitted on
+                (``ksemstamp.corpusfile``; ``None``: the bundled news corpus). ``train.py``
+                sets it from ``kmeans.corpus``, so that validation sees the final centroids'
+                domain.
         """
         super().__init__()
         if delta <= 0:
@@ -131,6 +136,9 @@ class EncoderModule(L.LightningModule):
         # Centroids of validation and of the region term: the fitted buffer once it exists,
         # else provisional ones refitted with the current encoder.
         self._current_centroids: Tensor | None = None
+        # The complete centroid file (mean, transitions, source) once KMeansCallback has fitted
+        # the buffer; saved in, and restored from, the checkpoint's "ksemstamp" section.
+        self.centroid_file: CentroidFile | None = None
         self._domain_cache: dict[int, list[str]] = {}
 
     # ------------------------------------------------------------------ model
@@ -188,10 +196,11 @@ class EncoderModule(L.LightningModule):
         self.centroids_fitted.fill_(True)
 
     def domain_sentence_list(self, num_sentences: int) -> list[str]:
-        """The first ``num_sentences`` domain sentences (news ``fit`` split), cached."""
+        """The first ``num_sentences`` domain sentences (the ``fit`` split of ``corpus``, or of
+        the news corpus), cached."""
         if num_sentences not in self._domain_cache:
-            docs = domain_sentences(max_sentences=num_sentences)
-            self._domain_cache[num_sentences] = [s for doc in docs for s in doc]
+            domain = domain_documents(self.hparams.corpus, max_sentences=num_sentences)
+            self._domain_cache[num_sentences] = domain.sentences
         return self._domain_cache[num_sentences]
 
     # ------------------------------------------------------------------ steps
@@ -243,6 +252,7 @@ class EncoderModule(L.LightningModule):
         # Training moves the encoder, so centroids from an earlier run (a resumed final
         # checkpoint) no longer describe it; KMeansCallback refits them at the end.
         self.centroids_fitted.fill_(False)
+        self.centroid_file = None
         if self.hparams.region_weight > 0 and (
             self._current_centroids is None or self._current_centroids is self.centroids
         ):
@@ -311,11 +321,19 @@ class EncoderModule(L.LightningModule):
     # ------------------------------------------------------------------ checkpoints
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        # Plain types only, so the checkpoint still loads with weights_only=True.
+        # Tensors and plain types only, so the checkpoint still loads with weights_only=True.
         checkpoint["ksemstamp"] = {
             "encoder_fingerprint": encoder_fingerprint(self.encoder),
             "centroids_fitted": bool(self.centroids_fitted),
         }
+        if self.centroid_file is not None:
+            checkpoint["ksemstamp"]["centroid_file"] = self.centroid_file.to_payload()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        payload = checkpoint.get("ksemstamp", {}).get("centroid_file")
+        self.centroid_file = (
+            None if payload is None else CentroidFile.from_payload(payload, "checkpoint")
+        )
 
 
 def freeze_unused_pooler(encoder: torch.nn.Module) -> list[str]:

@@ -1,10 +1,12 @@
-"""Build paraphrase pairs from news sentences, offline and resumably.
+"""Build paraphrase pairs from news sentences or your corpus, offline and resumably.
 
     python -m ksemstamp.training.pairs --split fit --num 4000 --output data/pairs/news-train.jsonl
     python -m ksemstamp.training.pairs --split val --num 500 --output data/pairs/news-val.jsonl
+    python -m ksemstamp.training.pairs --corpus data/domain.txt --num 2000 --output data/pairs/domain-train.jsonl
 
-Sources are sentences of the news corpus's ``fit`` split (training) or ``val`` split (held-out
-pairs), shuffled with a seed. Each source gets a paraphrase from the small chat LM (a share
+Sources are sentences of the ``fit`` split (training) or ``val`` split (held-out pairs) of the
+news corpus or of a corpus file (``--corpus``, see ``ksemstamp.corpusfile``), shuffled with a
+seed. Each source gets a paraphrase from the small chat LM (a share
 ``--lm-share`` of sources, chosen by a hash of their id) or from WordNet substitution, and a
 paraphrase is kept only when it is semantically close to its source (cosine under
 ``--filter-encoder`` of at least ``--min-similarity``) and different enough (word-set overlap of
@@ -43,15 +45,29 @@ def _unit_hash(text: str) -> float:
 
 
 def source_sentences(
-    split: str, seed: int = 0, min_words: int = 8, max_words: int = 40
+    split: str, seed: int = 0, min_words: int = 8, max_words: int = 40, corpus: str | None = None
 ) -> list[tuple[str, str]]:
-    """Shuffled ``(id, sentence)`` of a news split; ids are ``<article_id>:<sentence index>``."""
+    """Shuffled ``(id, sentence)`` of a split of the news corpus, ids
+    ``<article_id>:<sentence index>``, or of a corpus file, ids ``<split>-<document index>:<sentence
+    index>`` (documents counted within the split)."""
     from ..corpora import article_sentences
 
-    out = [
-        (f"{article.article_id}:{index}", sentence)
-        for article, index, sentence in article_sentences(split, min_words, max_words)
-    ]
+    if corpus is None:
+        out = [
+            (f"{article.article_id}:{index}", sentence)
+            for article, index, sentence in article_sentences(split, min_words, max_words)
+        ]
+    else:
+        from ..corpusfile import read_documents, split_documents
+        from ..splitter import get_splitter
+
+        splitter = get_splitter()
+        out = [
+            (f"{split}-{d}:{index}", sentence)
+            for d, document in enumerate(split_documents(read_documents(corpus), split))
+            for index, sentence in enumerate(splitter.split(document))
+            if min_words <= len(sentence.split()) <= max_words
+        ]
     random.Random(seed).shuffle(out)
     return out
 
@@ -84,8 +100,10 @@ def build_pairs(
     min_words: int = 8,
     max_words: int = 40,
     progress: bool = True,
+    corpus: str | None = None,
 ) -> int:
-    """Append pairs to ``output`` until it holds ``num``; returns the number written now."""
+    """Append pairs to ``output`` until it holds ``num``; returns the number written now.
+    Sources come from ``split`` of ``corpus`` (a corpus file) or of the news corpus."""
     from tqdm import tqdm
 
     from ..assets import load_encoder
@@ -101,7 +119,9 @@ def build_pairs(
     if len(done) >= num:
         return 0
     sources = [
-        (i, s) for i, s in source_sentences(split, seed, min_words, max_words) if i not in done
+        (i, s)
+        for i, s in source_sentences(split, seed, min_words, max_words, corpus)
+        if i not in done
     ]
     wordnet = WordNetParaphraser(rate=wordnet_rate)
     lm_model = None
@@ -186,6 +206,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--output", required=True, help="JSONL file to append pairs to")
     parser.add_argument("--num", type=int, required=True, help="pairs the file should hold")
     parser.add_argument("--split", default="fit", choices=["fit", "val", "test"])
+    parser.add_argument(
+        "--corpus",
+        help="your corpus: plain text, one document per line, or JSONL with a 'text' field "
+        "(default: the bundled news corpus)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--lm-share", type=float, default=0.0, help="share of sources paraphrased by the LM"
@@ -211,22 +236,28 @@ def main(argv: Sequence[str] | None = None) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-    written = build_pairs(
-        args.output,
-        args.num,
-        split=args.split,
-        seed=args.seed,
-        lm_share=args.lm_share,
-        lm=args.lm,
-        lm_candidates=args.lm_candidates,
-        filter_encoder=args.filter_encoder,
-        min_similarity=args.min_similarity,
-        max_similarity=args.max_similarity,
-        max_overlap=args.max_overlap,
-        wordnet_rate=args.wordnet_rate,
-        chunk_size=args.chunk_size,
-        progress=not args.no_progress,
-    )
+    from ..corpusfile import CorpusError
+
+    try:
+        written = build_pairs(
+            args.output,
+            args.num,
+            split=args.split,
+            seed=args.seed,
+            lm_share=args.lm_share,
+            lm=args.lm,
+            lm_candidates=args.lm_candidates,
+            filter_encoder=args.filter_encoder,
+            min_similarity=args.min_similarity,
+            max_similarity=args.max_similarity,
+            max_overlap=args.max_overlap,
+            wordnet_rate=args.wordnet_rate,
+            chunk_size=args.chunk_size,
+            progress=not args.no_progress,
+            corpus=args.corpus,
+        )
+    except CorpusError as err:
+        raise SystemExit(f"error: {err}") from None
     print(f"wrote {written} pairs to {args.output}")
 
 

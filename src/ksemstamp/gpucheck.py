@@ -1,0 +1,207 @@
+"""Check the whole path on this machine's GPUs: train on one, generate and detect on all.
+
+    python -m ksemstamp.gpucheck                 # every visible GPU
+    python -m ksemstamp.gpucheck --devices 2     # the first two
+    python -m ksemstamp.gpucheck --cpu           # the same logic on 2 CPU processes (gloo)
+
+In a scratch folder (``--workdir``, default a temporary one) it takes a small corpus (the
+bundled House of Commons speeches, or ``--corpus``), builds WordNet paraphrase pairs from it,
+trains the encoder for a few steps on one device and fits K = 64 centroids on the corpus
+(``train.py``'s CLI in this process), then runs ``watermark.py generate`` and ``detect`` from the
+checkpoint on all devices with ``--strategy ddp`` (as a user would, in subprocesses). It fails
+loudly, exit status 1 and a line starting with ``FAILED``, when a step fails, when training did
+not run on the accelerator, when a generating or detecting process reports its models on any
+device but its own (each process checks this itself, and this command checks that every device
+was used once), or when the watermark is not found in most generated texts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from unittest import mock
+
+LINE = re.compile(r"^rank (\d+)/(\d+): models on (\S+): (.*)$", re.MULTILINE)
+"""``parallel.DEVICE_LINE`` as printed by each process."""
+
+
+class CheckFailed(RuntimeError):
+    """The path does not work on this machine: the message says where."""
+
+
+def expected_devices(cpu: bool, devices: int | None) -> list[str]:
+    """The device each process should report: ``cuda:0`` .. ``cuda:N-1``, or ``cpu`` twice."""
+    if cpu:
+        return ["cpu"] * (devices or 2)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise CheckFailed(
+            "no CUDA GPU is visible to torch (a CPU-only torch, or no driver); "
+            "`--cpu` checks the same logic on this CPU"
+        )
+    count = devices or torch.cuda.device_count()
+    if count > torch.cuda.device_count():
+        raise CheckFailed(f"--devices {count}, but torch sees {torch.cuda.device_count()} GPUs")
+    return [f"cuda:{i}" for i in range(count)]
+
+
+def check_ranks(stderr: str, expected: list[str], step: str) -> list[str]:
+    """The per-process lines of a step's ``stderr``, checked: one per rank, each on its own
+    expected device. Returns them."""
+    found = {int(m[1]): (int(m[2]), m[3], m[4]) for m in LINE.finditer(stderr)}
+    if sorted(found) != list(range(len(expected))):
+        raise CheckFailed(
+            f"{step}: expected one process per device ({len(expected)}), saw ranks {sorted(found)}"
+        )
+    for rank, (world, device, _) in found.items():
+        if world != len(expected) or device != expected[rank]:
+            raise CheckFailed(
+                f"{step}: rank {rank} of {world} has its models on {device}, expected "
+                f"{expected[rank]} of {len(expected)}"
+            )
+    return [f"rank {r}/{found[r][0]}: {found[r][1]}: {found[r][2]}" for r in sorted(found)]
+
+
+def _run(argv: list[str], step: str, env: dict[str, str]) -> str:
+    """Run ``python -m ksemstamp ...``; its stderr, or ``CheckFailed`` with its last lines."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "ksemstamp", *argv], capture_output=True, text=True, env=env
+    )
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise CheckFailed(f"{step} exited with status {proc.returncode}:\n{tail}")
+    return proc.stderr
+
+
+def train(work: Path, corpus: Path, accelerator: str, steps: int) -> tuple[Path, str]:
+    """Pairs from the corpus and a short fit on one device; the final checkpoint and the
+    device training ran on."""
+    from .training.cli import cli_main
+    from .training.pairs import build_pairs
+
+    pairs = work / "pairs.jsonl"
+    build_pairs(pairs, num=8 * steps, corpus=str(corpus), progress=False)
+    args = [
+        "fit",
+        f"--data.train_file={pairs}",
+        "--data.val_file=null",
+        "--data.batch_size=8",
+        f"--trainer.max_steps={steps}",
+        f"--trainer.accelerator={accelerator}",
+        "--trainer.devices=1",
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
+        f"--trainer.default_root_dir={work}",
+        "--model.val_kmeans_sentences=0",
+        f"--kmeans.corpus={corpus}",
+        "--kmeans.split=all",
+        "--kmeans.num_sentences=640",
+        f"--kmeans.export_dir={work / 'encoder'}",
+        f"--kmeans.centroid_file={work / 'centroids.pt'}",
+        f"--checkpoint.dirpath={work / 'run'}",
+    ]
+    with mock.patch.object(sys, "argv", [sys.argv[0]]):  # our flags are not the CLI's
+        cli = cli_main(args)
+    device = str(cli.trainer.strategy.root_device)
+    model_device = str(next(cli.model.parameters()).device)
+    if model_device != device:
+        raise CheckFailed(f"train: the model sits on {model_device}, the trainer on {device}")
+    return work / "run" / "final.ckpt", device
+
+
+def run_check(
+    work: Path,
+    cpu: bool = False,
+    devices: int | None = None,
+    steps: int = 4,
+    prompts: int = 4,
+    corpus: Path | None = None,
+    max_new_tokens: int = 96,
+) -> list[str]:
+    """Every step of the check; returns the report lines (raises ``CheckFailed``)."""
+    from .corpusfile import corpus_prompts, export_source
+    from .io import read_jsonl_objects, write_jsonl_atomic, write_text_atomic
+
+    expected = expected_devices(cpu, devices)
+    accelerator = "cpu" if cpu else "gpu"
+    work.mkdir(parents=True, exist_ok=True)
+    if corpus is None:
+        corpus = work / "corpus.txt"
+        write_text_atomic(corpus, "".join(d + "\n" for d in export_source("parliament")))
+    checkpoint, trained_on = train(work, corpus, accelerator, steps)
+    if not trained_on.startswith("cpu" if cpu else "cuda"):
+        raise CheckFailed(f"train: ran on {trained_on}, not on the {accelerator}")
+    report = [f"train: {steps} steps and K = 64 centroids on {trained_on} -> {checkpoint}"]
+
+    rows = corpus_prompts(corpus, prompts * len(expected), split="all")
+    write_jsonl_atomic(work / "prompts.jsonl", rows)
+    env = {**os.environ, "KSEMSTAMP_KEY": os.environ.get("KSEMSTAMP_KEY", "ksemstamp-gpucheck")}
+    flags = [
+        f"--checkpoint={checkpoint}",
+        f"--accelerator={accelerator}",
+        f"--devices={len(expected)}",
+        "--strategy=ddp",
+        "--quiet",
+    ]
+    for step, source, target in (
+        ("generate", "prompts.jsonl", "generations.jsonl"),
+        ("detect", "generations.jsonl", "detections.jsonl"),
+    ):
+        more = [f"--max-new-tokens={max_new_tokens}"] if step == "generate" else []
+        stderr = _run(
+            [step, "--input", str(work / source), "--output", str(work / target), *flags, *more],
+            step,
+            env,
+        )
+        report += [f"{step}: {line}" for line in check_ranks(stderr, expected, step)]
+        records = read_jsonl_objects(work / target)
+        bad = [r for r in records if r.get("status") not in ("ok", "too_short")]
+        if len(records) != len(rows) or bad:
+            raise CheckFailed(f"{step}: {len(records)} records of {len(rows)}, {len(bad)} failed")
+    detected = sum(bool(r.get("watermarked")) for r in records)
+    report.append(f"detect: {detected} of {len(records)} generated texts watermarked at p <= 0.01")
+    if detected * 2 < len(records):
+        raise CheckFailed(f"detect: the mark was found in only {detected} of {len(records)} texts")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m ksemstamp.gpucheck``: train, generate and detect on this machine's GPUs."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--devices", type=int, help="GPUs to use (default: every visible one)")
+    parser.add_argument("--cpu", action="store_true", help="check the logic on 2 CPU processes")
+    parser.add_argument("--workdir", help="scratch folder (default: a temporary one, removed)")
+    parser.add_argument("--corpus", help="a corpus file instead of the bundled speeches")
+    parser.add_argument("--steps", type=int, default=4, help="training steps")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per device")
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens per text")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="ksemstamp-gpucheck-") as scratch:
+        work = Path(args.workdir or scratch)
+        try:
+            report = run_check(
+                work,
+                cpu=args.cpu,
+                devices=args.devices,
+                steps=args.steps,
+                prompts=args.prompts,
+                corpus=Path(args.corpus) if args.corpus else None,
+                max_new_tokens=args.max_new_tokens,
+            )
+        except CheckFailed as err:
+            print(f"FAILED: {err}", file=sys.stderr)
+            return 1
+    print("\n".join(report))
+    print("ok: training, generation and detection ran on the expected devices")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

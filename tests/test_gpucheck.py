@@ -1,0 +1,51 @@
+"""The GPU check: its device bookkeeping, and (slow) the whole check on 2 CPU processes."""
+
+import pytest
+
+from ksemstamp.gpucheck import CheckFailed, check_ranks, expected_devices, main
+from ksemstamp.parallel import DEVICE_LINE
+
+
+def _lines(*ranks):
+    return "\n".join(
+        DEVICE_LINE.format(rank=r, world=w, device=d, models="lm bfloat16") for r, w, d in ranks
+    )
+
+
+def test_every_rank_must_report_its_own_device():
+    expected = ["cuda:0", "cuda:1"]
+    ok = "noise\n" + _lines((1, 2, "cuda:1"), (0, 2, "cuda:0")) + "\nmore noise"
+    assert check_ranks(ok, expected, "generate") == [
+        "rank 0/2: cuda:0: lm bfloat16",
+        "rank 1/2: cuda:1: lm bfloat16",
+    ]
+    with pytest.raises(CheckFailed, match="rank 1 of 2 has its models on cuda:0"):
+        check_ranks(_lines((0, 2, "cuda:0"), (1, 2, "cuda:0")), expected, "generate")
+    with pytest.raises(CheckFailed, match="one process per device \\(2\\), saw ranks \\[0\\]"):
+        check_ranks(_lines((0, 1, "cuda:0")), expected, "detect")
+    with pytest.raises(CheckFailed, match="rank 0 of 2 has its models on cpu"):
+        check_ranks(_lines((0, 2, "cpu"), (1, 2, "cuda:1")), expected, "detect")
+
+
+def test_without_a_gpu_the_check_says_so_and_points_to_cpu(monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(CheckFailed, match="--cpu"):
+        expected_devices(cpu=False, devices=None)
+    assert expected_devices(cpu=True, devices=None) == ["cpu", "cpu"]
+    assert main(["--workdir", "unused"]) == 1
+    assert capsys.readouterr().err.startswith("FAILED: no CUDA GPU")
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_whole_check_passes_on_two_cpu_processes(tmp_path, capsys):
+    argv = ["--cpu", "--workdir", str(tmp_path), "--prompts", "1", "--steps", "2"]
+    assert main([*argv, "--max-new-tokens", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "train: 2 steps and K = 64 centroids on cpu" in out
+    for step in ("generate", "detect"):
+        assert f"{step}: rank 0/2: cpu: encoder float32, partition float32" in out
+        assert f"{step}: rank 1/2: cpu:" in out
+    assert out.strip().endswith("ran on the expected devices")
