@@ -308,13 +308,37 @@ def test_direction_sums_give_the_detectors_z(hash_encoder):
         assert p["exact"] == pytest.approx([normal_sf(z) for z in want], rel=1e-5)
 
 
+@pytest.mark.parametrize("context", ["previous", "own"])
+def test_scanned_p_values_are_the_detectors_under_every_key(hash_encoder, context):
+    # With the scan, a key's p-value is the detector's combination of the whole-text test and
+    # the scan, whose null draws the calibration makes once per text.
+    from ksemstamp.calibration.scoring import calibration_keys
+
+    scheme = _direction_scheme(hash_encoder)
+    scheme.context = context
+    texts = [
+        "Gamma rose. Delta fell. Epsilon stayed. Zeta left. Eta returned. Theta slept.",
+        "Alpha came first. Beta came next.",
+        "Iota sang. Kappa danced. Lambda listened. Mu clapped.",
+    ]
+    scored = score_texts(scheme, texts, ["x"] * len(texts), scan=True)
+    assert scored.scans[1] is None  # two sentences: no span of three to scan
+    for directions in calibration_keys(scheme, 3, seed=1):
+        scheme.directions = torch.from_numpy(directions).float()
+        results = Detector(scheme, scan=True).detect_batch(texts)
+        assert results[1].span is None and results[0].span is not None
+        p = p_values(scored, directions, 0.25)
+        assert p["exact"] == pytest.approx([r.p_value for r in results], rel=1e-6)
+
+
 def test_direction_calibration_runs_without_models(hash_encoder, tmp_path):
     from ksemstamp.calibration import run_calibration, write_outputs
 
     scheme = _direction_scheme(hash_encoder)
     settings = CalibrationSettings(sources=("parliament",), max_texts=20, num_keys=4)
-    result = run_calibration(scheme, settings, {"command": "x"}, progress=False)
-    assert result["calibration"]["statistics"] == ["exact"]
+    result = run_calibration(scheme, settings, {"command": "x"}, progress=False, scan=True)
+    assert result["calibration"]["statistics"] == ["exact"] and result["calibration"]["scan"]
     assert "paper" not in result["null"]["overall"] and "simulated" not in result["power"]
     paths = write_outputs(result, tmp_path)
     assert "direction" in paths["report"].read_text()
+    assert "windowed scan" in paths["report"].read_text()

@@ -58,7 +58,12 @@ def test_the_centroid_file_inside_a_checkpoint_is_used_whole(tmp_path):
     inside = CentroidFile(
         torch.randn(4, 8), "ignored", "abc", torch.ones(4, 4), {"k": 4}, torch.zeros(8)
     )
+    inside.components = torch.linalg.qr(torch.randn(8, 8)).Q[:, :4].T.contiguous()
     path = _ckpt(tmp_path, centroids_fitted=True, centroid_file=inside.to_payload())
-    fitted = load_centroids(WatermarkConfig(checkpoint=str(path), key="k"))
+    fitted = load_centroids(WatermarkConfig(checkpoint=str(path), key="k", whiten=4))
     assert fitted.encoder == str(path) and torch.equal(fitted.mean, inside.mean)
     assert torch.equal(fitted.transition, inside.transition)
+    assert torch.equal(fitted.components, inside.components)
+    # More components than the file holds: refused with the way to a complete file.
+    with pytest.raises(IncompleteCentroidsError, match="5 principal components.*holds 4"):
+        load_centroids(WatermarkConfig(checkpoint=str(path), key="k", whiten=5))

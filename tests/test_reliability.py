@@ -267,7 +267,9 @@ def test_fewer_than_two_regions_is_refused(tmp_path):
         torch.randn(1, 16), "tiny", encoder_fingerprint(encoder), mean=torch.zeros(16)
     ).save(one)
     with pytest.raises(ValueError, match=r"centroids must be \(K >= 2"):
-        build_scheme(WatermarkConfig(centroids=str(one), gamma=0.5, key="k"), encoder=encoder)
+        build_scheme(
+            WatermarkConfig(centroids=str(one), gamma=0.5, key="k", whiten=0), encoder=encoder
+        )
     with pytest.raises(FileNotFoundError, match="centroid file not found"):
         build_scheme(WatermarkConfig(centroids=str(tmp_path / "no.pt"), key="k"), encoder=encoder)
 

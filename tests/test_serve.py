@@ -304,7 +304,9 @@ def test_null_chart_uses_the_prompt_seed():
 
 
 def test_direction_mark_view_scores_and_normal_chart(hash_encoder):
-    cfg = WatermarkConfig(partition="lsh", key=SECRET, mark="direction")
+    cfg = WatermarkConfig(
+        partition="lsh", key=SECRET, mark="direction", context="previous", scan=False
+    )
     app = create_app(cfg, encoder=hash_encoder, generation=False)
     client = TestClient(app)
     assert client.get("/api/info").json()["mark"] == "direction"
@@ -328,8 +330,31 @@ def test_direction_mark_view_scores_and_normal_chart(hash_encoder):
     assert len(scored) == 7 and all(s["score"] > 0 for s in scored)
     assert view["sentences"][0]["score"] is None
     assert "exactly normal" in view["explanation"]
-    assert "previous sentence's region" in view["explanation"]
+    assert "region of the previous sentence" in view["explanation"]
     assert SECRET not in json.dumps(view)
+
+
+def test_own_context_view_names_the_sentence_itself_and_the_marked_span(hash_encoder):
+    cfg = WatermarkConfig(partition="lsh", key=SECRET, mark="direction", context="own")
+    app = create_app(cfg, encoder=hash_encoder, generation=False)
+    client = TestClient(app)
+    info = client.get("/api/info").json()
+    assert info["context"] == "own" and info["scan"] is True
+    scheme = app.state.detector.scheme
+    # The sentences that lean the key's way on their own context, in any order.
+    emb = scheme.embed(SENTENCES)
+    scores = scheme.scores(scheme.vectors(emb), scheme.locate(emb)[0]).tolist()
+    marked = sorted(range(len(SENTENCES)), key=lambda i: -scores[i])[:8]
+    view = client.post("/api/detect", json={"text": " ".join(SENTENCES[i] for i in marked)})
+    view = view.json()
+    assert "region of the sentence itself" in view["explanation"]
+    assert all(s["previous_region"] is None for s in view["sentences"])
+    assert view["span"] is not None and 0 < view["span_p_value"] <= 1
+    assert "most strongly marked run of sentences" in view["explanation"]
+    # The chart shades the whole-text test's tail; the verdict's p is both tests' combination.
+    from ksemstamp.scan import combine
+
+    assert view["p_value"] == pytest.approx(combine(view["null"]["tail"], view["span_p_value"]))
 
 
 def test_soft_context_explanation():

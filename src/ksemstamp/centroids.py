@@ -10,6 +10,9 @@ A centroid file is a ``torch.save`` dict of tensors and plain types (loadable wi
                          domain sentences (used to size candidate batches)
     mean                 (D,) float32 mean of the unit embeddings the centroids were fitted on
                          (the ``direction`` mark scores embeddings minus this)
+    components           (M, D) float32, the top M = min(128, D) principal directions of those
+                         centred embeddings, largest first (the ``direction`` mark projects the
+                         first ``whiten`` of them out of what it scores)
     settings             dict: k, seed, num_sentences, num_documents, source (where the
                          sentences came from)
 
@@ -33,6 +36,8 @@ from torch import Tensor
 from .io import atomic_target
 
 FORMAT_VERSION = 1
+NUM_COMPONENTS = 128
+"""Principal components a centroid file stores (the default mark uses the first 64)."""
 
 
 class CentroidMismatchError(ValueError):
@@ -53,6 +58,7 @@ class CentroidFile:
     transition: Tensor | None = None
     settings: dict = field(default_factory=dict)
     mean: Tensor | None = None
+    components: Tensor | None = None
 
     @property
     def num_regions(self) -> int:
@@ -70,6 +76,8 @@ class CentroidFile:
         }
         if self.mean is not None:
             payload["mean"] = self.mean.float().cpu()
+        if self.components is not None:
+            payload["components"] = self.components.float().cpu()
         return payload
 
     @classmethod
@@ -84,6 +92,7 @@ class CentroidFile:
             transition=payload.get("transition"),
             settings=payload.get("settings", {}),
             mean=payload.get("mean"),
+            components=payload.get("components"),
         )
 
     def save(self, path: str | Path) -> None:
@@ -104,11 +113,12 @@ class CentroidFile:
             raise ValueError(f"{path} is a training checkpoint: pass it as `checkpoint`")
         return cls.from_payload(payload, str(path))
 
-    def require(self, mark: str, origin: str, refit: str | None = None) -> None:
+    def require(self, mark: str, origin: str, refit: str | None = None, whiten: int = 0) -> None:
         """Raise ``IncompleteCentroidsError`` unless this file has what ``mark`` needs.
 
         ``origin`` names the file; ``refit`` is the command that makes a complete one (by
-        default ``python -m ksemstamp.centroids`` for this file's encoder and K).
+        default ``python -m ksemstamp.centroids`` for this file's encoder and K); ``whiten``
+        is the number of principal components the mark projects out.
         """
         missing = []
         if not self.encoder_fingerprint:
@@ -121,6 +131,11 @@ class CentroidFile:
         dim = self.centroids.shape[-1]
         if self.mean is not None and self.mean.numel() != dim:
             missing.append(f"a mean of the centroids' dimension {dim}")
+        have = 0 if self.components is None else len(self.components)
+        if whiten > have:
+            missing.append(f"{whiten} principal components of its sentences (it holds {have})")
+        elif self.components is not None and self.components.shape[-1] != dim:
+            missing.append(f"principal components of the centroids' dimension {dim}")
         if not missing:
             return
         refit = refit or (
@@ -169,6 +184,15 @@ def transition_counts(regions_per_doc: Sequence[Tensor], k: int) -> Tensor:
     return counts
 
 
+def principal_components(embeddings: Tensor, mean: Tensor, m: int = NUM_COMPONENTS) -> Tensor:
+    """``(min(m, D), D)`` the top principal directions of ``(N, D)`` embeddings centred on
+    ``mean`` (eigenvectors of their covariance, largest eigenvalue first)."""
+    centred = embeddings.double() - mean.double()
+    cov = centred.T @ centred / max(1, len(centred))
+    _, vectors = torch.linalg.eigh(cov)
+    return vectors.flip(1)[:, : min(m, cov.shape[0])].T.float().contiguous()
+
+
 def centroid_file_from(
     embeddings: Tensor,
     doc_lengths: Sequence[int],
@@ -179,8 +203,8 @@ def centroid_file_from(
 ) -> CentroidFile:
     """A complete ``CentroidFile`` for ``centroids`` fitted on ``(N, D)`` domain ``embeddings``
     (documents of ``doc_lengths`` sentences, in order): with their transition counts, their
-    mean, K and the number of sentences and documents added to ``settings`` (which should name
-    the ``source`` and the ``seed``)."""
+    mean, principal components, K and the number of sentences and documents added to
+    ``settings`` (which should name the ``source`` and the ``seed``)."""
     from .partition import kmeans_regions
 
     emb = F.normalize(embeddings.float().cpu(), dim=-1)
@@ -193,6 +217,7 @@ def centroid_file_from(
         encoder_fingerprint=fingerprint,
         transition=transition_counts(per_doc, centroids.shape[0]),
         mean=emb.mean(dim=0),
+        components=principal_components(emb, emb.mean(dim=0)),
         settings={
             **settings,
             "k": int(centroids.shape[0]),
@@ -268,6 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
+    if args.quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     try:
         fitted = fit_centroid_file(
             args.encoder,

@@ -384,7 +384,7 @@ def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
         )
     if scheme.key_fingerprint == key_fingerprint(DEMO_KEY):
         describe["key"] = "the public demo key (KSEMSTAMP_KEY unset)"
-    result = run_calibration(scheme, settings, describe, progress=not args.quiet)
+    result = run_calibration(scheme, settings, describe, progress=not args.quiet, scan=cfg.scan)
     paths = write_outputs(result, args.output_dir)
     overall = result["null"]["overall"]
     for stat in result["calibration"]["statistics"]:

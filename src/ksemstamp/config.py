@@ -75,14 +75,30 @@ class WatermarkConfig:
     detector sums the scores into an exact z (docs/study). ``region`` (k-SemStamp, SemStamp):
     its region should be in the key's valid set for the previous sentence's region, with the
     margin; ``gamma``, ``margin``, ``novelty_patience`` and ``margin_patience`` apply to it."""
-    context_temperature: float = 0.05
-    """``direction`` mark: ``0`` scores a sentence on the key's direction for the previous
-    sentence's region; ``tau > 0`` on the sum of every region's direction weighted by a
-    softmax of the previous sentence's cosine similarity to the centroids over ``tau``, so that
-    a paraphrase which moves the previous sentence across a border changes the direction a
-    little instead of entirely (see ``scheme``). 0.05 kept the most evidence after the LM
-    paraphrase on the confirmation run's texts (docs/study). Soft weights need centroids: with
-    ``partition: lsh`` sentences are scored on the previous sentence's region (``0``)."""
+    context: str = "own"
+    """``direction`` mark: whose context gives a sentence its direction. ``own``: the sentence's
+    own, so its score does not depend on the sentences around it and survives reordering,
+    merging and mixing with human text; ``previous``: the sentence before it (the chained
+    design, ``configs/ksemstamp-chained.yaml``), which the paper's region rule uses too. The
+    ``region`` mark always uses ``previous``."""
+    context_temperature: float = 0.1
+    """``direction`` mark: ``0`` takes the context region's direction alone; ``tau > 0`` the sum
+    of every region's direction weighted by a softmax of the context sentence's cosine
+    similarity to the centroids over ``tau``, so that a paraphrase which moves that sentence
+    across a border changes the direction a little instead of entirely (see ``scheme``). 0.1
+    with ``context: own`` kept the most evidence over the design study's edits and paraphrases
+    (``research/order``); 0.05 with ``previous``. Soft weights need centroids: with
+    ``partition: lsh`` sentences are scored on the context's region (``0``)."""
+    whiten: int = 64
+    """``direction`` mark with centroids: project this many of the domain's top principal
+    components (stored in the centroid file) out of what is scored. Sentences on one topic
+    share those components, so without them a text's scores under one key move together; 64
+    raised the clean z by 0.5 and cut the share of human texts above alpha over keys in the
+    design study (``research/order``). ``0``: none."""
+    scan: bool = True
+    """``direction`` mark: detection also scans spans of consecutive sentences for the one that
+    carries the mark (a watermarked passage inside human text), with its own exact p-value,
+    combined with the whole text's by Bonferroni (``ksemstamp.scan``)."""
     threshold: float | None = None
     """``direction`` mark: accept the first candidate scoring at least this; after
     ``max_candidates`` draws keep the best-scoring one. ``None``: always the best of
@@ -182,6 +198,10 @@ class WatermarkConfig:
             problems.append(f"valid_mode must be 'keyed' or 'paper', not {self.valid_mode!r}")
         if self.mark not in ("region", "direction"):
             problems.append(f"mark must be 'region' or 'direction', not {self.mark!r}")
+        if self.context not in ("own", "previous"):
+            problems.append(f"context must be 'own' or 'previous', not {self.context!r}")
+        if self.whiten < 0:
+            problems.append(f"whiten must be >= 0, got {self.whiten}")
         if self.context_temperature < 0:
             problems.append(f"context_temperature must be >= 0, got {self.context_temperature}")
         elif self.mark == "direction":
@@ -305,17 +325,18 @@ def load_scheme_encoder(cfg: WatermarkConfig):
 
 def load_centroids(cfg: WatermarkConfig):
     """The ``CentroidFile`` of ``cfg`` (its checkpoint's or its file), checked to hold what
-    ``cfg.mark`` needs."""
+    ``cfg.mark`` needs (for the direction mark, ``cfg.whiten`` principal components)."""
     from .centroids import CentroidFile
     from .checkpoint import REFIT, checkpoint_centroids
 
+    whiten = cfg.whiten if cfg.mark == "direction" else 0
     if cfg.checkpoint:
         fitted = checkpoint_centroids(cfg.checkpoint)
-        fitted.require(cfg.mark, f"checkpoint {cfg.checkpoint}", refit=REFIT)
+        fitted.require(cfg.mark, f"checkpoint {cfg.checkpoint}", refit=REFIT, whiten=whiten)
     else:
         path = cfg.centroid_path()
         fitted = CentroidFile.load(path)
-        fitted.require(cfg.mark, f"centroid file {path}")
+        fitted.require(cfg.mark, f"centroid file {path}", whiten=whiten)
     return fitted
 
 
@@ -334,12 +355,15 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
         check_key(key, cfg.allow_weak_key)
     fitted = load_centroids(cfg) if cfg.partition == "kmeans" else None
     encoder = encoder if encoder is not None else load_scheme_encoder(cfg)
-    transition = center = None
+    transition = center = components = None
+    direction = cfg.mark == "direction"
     if fitted is not None:
         fitted.check_encoder(encoder_fingerprint(encoder), cfg.checkpoint or cfg.encoder)
         partition = KMeansPartition(fitted.centroids, cfg.margin)
         transition = fitted.transition
         center = fitted.mean
+        if direction and cfg.whiten:
+            components = fitted.components[: cfg.whiten]
     else:
         partition = LSHPartition(
             encoder.get_embedding_dimension(), cfg.lsh_bits, cfg.margin, cfg.lsh_seed
@@ -355,10 +379,10 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
         mark=cfg.mark,
         center=center,
         context_temperature=(
-            cfg.context_temperature
-            if cfg.mark == "direction" and cfg.partition == "kmeans"
-            else 0.0
+            cfg.context_temperature if direction and cfg.partition == "kmeans" else 0.0
         ),
+        context=cfg.context if direction else "previous",
+        components=components,
     )
 
 
@@ -426,4 +450,5 @@ def build_detector(cfg: WatermarkConfig, scheme=None):
         statistic=cfg.statistic,
         alpha=cfg.alpha,
         max_chars=cfg.max_text_chars,
+        scan=cfg.scan,
     )

@@ -51,7 +51,7 @@ import torch
 
 from .normalize import normalize_text
 from .results import DetectionResult, too_short
-from .scan import combine, score_covariance
+from .scan import combine, scan_seed, score_covariance
 from .scan import scan as scan_spans
 from .scheme import WatermarkScheme
 from .splitter import PunktSplitter
@@ -410,7 +410,7 @@ class Detector:
         result.p_value = result.text_p_value
         if self.scan:
             cov = score_covariance(contexts.double().numpy(), plan.vectors[rows].double().numpy())
-            seed = "\n".join(plan.sentences[t] for t in rows).encode("utf-8", "surrogatepass")
+            seed = scan_seed([plan.sentences[t] for t in rows])
             best = scan_spans(np.array([scores[t] for t in rows]), cov, seed)
             if best is not None:
                 result.span = [rows[best.start], rows[best.stop - 1] + 1]

@@ -101,6 +101,23 @@ def null_maxima(cov: np.ndarray, windows: np.ndarray, draws: int, seed: bytes) -
     return _span_z(samples, windows, _spread(cov, windows)).max(axis=1)
 
 
+def null_law(
+    cov: np.ndarray, seed: bytes, min_units: int = MIN_UNITS, draws: int = DRAWS
+) -> np.ndarray | None:
+    """The null draws of the largest span z for scores of covariance ``cov`` (``draws``, fewer
+    for long texts under ``DRAW_BUDGET``), or ``None`` when there is no span to scan."""
+    windows = spans(len(cov), min_units)
+    if not len(windows):
+        return None
+    draws = max(MIN_DRAWS, min(draws, int(DRAW_BUDGET / len(cov) ** 2)))
+    return null_maxima(cov, windows, draws, seed)
+
+
+def scan_seed(sentences: list[str]) -> bytes:
+    """The key-free bytes that seed a text's null draws: its scored sentences."""
+    return "\n".join(sentences).encode("utf-8", "surrogatepass")
+
+
 def _spread(cov: np.ndarray, windows: np.ndarray) -> np.ndarray:
     """Standard deviation of each span's sum of scores."""
     cumulative = np.zeros((len(cov) + 1, len(cov) + 1))
@@ -132,8 +149,7 @@ def scan(
     z = _span_z(scores, windows, _spread(cov, windows))
     best = int(np.argmax(z))
     if null is None:
-        draws = max(MIN_DRAWS, min(draws, int(DRAW_BUDGET / len(scores) ** 2)))
-        null = null_maxima(cov, windows, draws, seed)
+        null = null_law(cov, seed, min_units, draws)
     p = (1 + int((null >= z[best] - 1e-12).sum())) / (len(null) + 1)
     return ScanResult(float(z[best]), int(windows[best, 0]), int(windows[best, 1]), p)
 

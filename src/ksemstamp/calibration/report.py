@@ -11,6 +11,10 @@ from ..io import atomic_target, write_json_atomic, write_text_atomic
 from .scoring import DIAGNOSTIC, STATS
 
 
+def _whose(cal: dict[str, Any]) -> str:
+    return "its own" if cal.get("context") == "own" else "the previous sentence"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.2f}%" if x < 0.1 else f"{100 * x:.1f}%"
 
@@ -37,11 +41,14 @@ def render_report(result: dict[str, Any]) -> str:
         "",
         (
             "Mark: direction (the key draws a direction per region; "
+            + f"each sentence on the context of {_whose(cal)}, "
             + (
                 f"soft contexts, temperature {cal['context_temperature']:g}"
                 if cal.get("context_temperature")
-                else "hard contexts: the previous sentence's region"
+                else "hard contexts (the context's region)"
             )
+            + (f", {cal['whiten']} principal components projected out" if cal.get("whiten") else "")
+            + ("; p-values include the windowed scan" if cal.get("scan") else "")
             + f"), K = {cal['num_regions']} regions; "
             if direction
             else f"Partition: K = {cal['num_regions']} regions, gamma = {cal['gamma']}; "

@@ -95,6 +95,7 @@ def run_calibration(
     settings: CalibrationSettings,
     describe: dict[str, Any] | None = None,
     progress: bool = True,
+    scan: bool = False,
 ) -> dict[str, Any]:
     """Measure false-positive rates on human text over many keys, and power beside them.
 
@@ -103,6 +104,8 @@ def run_calibration(
         settings: what to measure.
         describe: extra fields recorded as they are (command line, watermark settings).
         progress: show progress bars.
+        scan: direction mark: the p-values include the detector's windowed detection
+            (``WatermarkConfig.scan``), as ``detect`` reports them.
 
     Returns:
         A JSON-ready dict of numbers (see ``write_outputs`` for the files made from it).
@@ -114,8 +117,9 @@ def run_calibration(
     )
     store = embedding_store(scheme.encoder) if settings.reuse_embeddings else None
     scheme = with_cached_encoder(scheme, store)
+    scan = scan and scheme.mark == "direction"
     human = score_texts(
-        scheme, [t.text for t in texts], [t.source for t in texts], progress=progress
+        scheme, [t.text for t in texts], [t.source for t in texts], progress=progress, scan=scan
     )
     if len(human) == 0:
         raise ValueError("no human text could be scored; check the sources")
@@ -153,7 +157,7 @@ def run_calibration(
     own_news = {s: own[s][news] for s in stats} if len(news) else own
     for path in settings.watermarked:
         power[f"generated: {Path(path).name}"] = _generated_power(
-            scheme, path, own_news, reference, settings, progress
+            scheme, path, own_news, reference, settings, progress, scan
         )
     return {
         **(describe or {}),
@@ -162,7 +166,10 @@ def run_calibration(
             "keys": f"keyed {'tables' if scheme.mark == 'region' else 'directions'} of the "
             f"keys 'calibration|{settings.seed}|i', i < num_keys",
             "mark": scheme.mark,
+            "context": scheme.context,
             "context_temperature": scheme.context_temperature,
+            "whiten": 0 if scheme.components is None else len(scheme.components),
+            "scan": scan,
             "statistics": list(stats),
             "alphas": list(settings.alphas),
             "window_words": settings.window_words,
@@ -251,6 +258,7 @@ def _generated_power(
     reference: str,
     settings: CalibrationSettings,
     progress: bool,
+    scan: bool = False,
 ) -> dict[str, Any]:
     """Power on the real generations of ``path`` under the configured key."""
     wm_texts, wm_prompts, info = _read_watermarked(path, scheme.key_fingerprint)
@@ -261,7 +269,12 @@ def _generated_power(
             "have status ok and the key fingerprint of the configured key"
         )
     real = score_texts(
-        scheme, wm_texts, ["watermarked"] * len(wm_texts), wm_prompts, progress=progress
+        scheme,
+        wm_texts,
+        ["watermarked"] * len(wm_texts),
+        wm_prompts,
+        progress=progress,
+        scan=scan,
     )
     real_p = p_values(real, own_key(scheme), scheme.gamma)
     distinct = (real.counts > 0).sum(axis=(1, 2))

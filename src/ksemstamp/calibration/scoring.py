@@ -6,7 +6,10 @@ so both p-values of every text come from one table look-up: the paper's normal t
 z-score, and the exact key-randomisation p-value, whose null law (``stats.null_count_pmf``,
 computed once per text) does not depend on the table at all. Direction mark: each text keeps
 the sums of its scored sentences' vectors per context and their squared norm; under a key's
-directions the exact z is one dot product per context (``stats.direction_z``).
+directions the exact z is one dot product per context (``stats.direction_z``). With the
+scan (``ksemstamp.scan``), each text also keeps its scored sentences' vectors and context
+weights and the null law of its largest span z, drawn once (it does not depend on the key);
+a key's p-value is then the detector's Bonferroni combination of both tests.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from tqdm.auto import tqdm
 
 from ..detector import Detector
 from ..keys import keyed_directions, valid_table
+from ..scan import combine, null_law, scan_seed, score_covariance
+from ..scan import scan as scan_spans
 from ..scheme import WatermarkScheme
 from ..stats import context_sums, normal_sf, null_count_pmf, paper_z
 from .embeddings import with_cached_encoder
@@ -54,6 +59,8 @@ class ScoredTexts:
     pmf: np.ndarray
     too_short: dict[str, int]
     direction: DirectionSums | None = None
+    scans: list[TextScan | None] | None = None
+    """Direction mark with the scan: per text, what its scan needs (``None``: too short)."""
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -84,6 +91,23 @@ class DirectionSums:
         return total / np.sqrt(self.variance)
 
 
+@dataclass
+class TextScan:
+    """One text's key-free part of the scan: its scored sentences' ``vectors`` ``(T, D)``,
+    their context ``weights`` ``(T, K)``, the scores' null covariance and the null draws of
+    the largest span z."""
+
+    vectors: np.ndarray
+    weights: np.ndarray
+    cov: np.ndarray
+    null: np.ndarray
+
+    def p_value(self, directions: np.ndarray) -> float:
+        """The scan's p-value under a key's ``(K, D)`` directions."""
+        scores = np.einsum("td,td->t", self.weights @ directions, self.vectors)
+        return scan_spans(scores, self.cov, b"", null=self.null).p_value
+
+
 def stats_of(scored: ScoredTexts) -> tuple[str, ...]:
     """The statistics ``p_values`` gives for these texts."""
     return ("exact",) if scored.direction is not None else STATS
@@ -96,11 +120,13 @@ def score_texts(
     prompts: Sequence[str | None] | None = None,
     progress: bool = False,
     batch: int = 256,
+    scan: bool = False,
 ) -> ScoredTexts:
     """Run the detector's scoring rules once and keep each text's key-free transition counts.
 
     Regions, seeding by the prompt and the repeat rule are the detector's own scoring plans
-    (``Detector.plan_batch``), which do not depend on the key.
+    (``Detector.plan_batch``), which do not depend on the key. ``scan`` (direction mark): keep
+    what the detector's windowed detection needs too (``TextScan``).
     """
     scheme = with_cached_encoder(scheme)
     prompts = list(prompts) if prompts is not None else [None] * len(texts)
@@ -115,6 +141,7 @@ def score_texts(
     size = 0 if direction else int(scheme.table[0].sum())
     kept_labels, counts, num_scored, laws = [], [], [], []
     rows_text, rows_context, rows_sum, variance = [], [], [], []
+    scans: list[TextScan | None] = []
     too_short: dict[str, int] = {}
     bar = tqdm(total=len(texts), unit="text", desc="score", disable=not progress)
     for start in range(0, len(texts), batch):
@@ -128,9 +155,11 @@ def score_texts(
             matrix = plan.transition_counts(k)
             if direction:
                 rows, _ = plan.scored_contexts()
-                distinct, sums = context_sums(
-                    plan.vectors[rows].double().numpy(), plan.context_weights(rows).numpy()
-                )
+                vectors = plan.vectors[rows].double().numpy()
+                weights = plan.context_weights(rows).numpy()
+                distinct, sums = context_sums(vectors, weights)
+                if scan:
+                    scans.append(_text_scan(vectors, weights, [plan.sentences[t] for t in rows]))
                 rows_text += [len(kept_labels)] * len(distinct)
                 rows_context += distinct.tolist()
                 rows_sum.append(sums)
@@ -159,7 +188,14 @@ def score_texts(
         pmf=pmf,
         too_short=too_short,
         direction=sums_of,
+        scans=scans if direction and scan else None,
     )
+
+
+def _text_scan(vectors: np.ndarray, weights: np.ndarray, sentences: list[str]) -> TextScan | None:
+    cov = score_covariance(weights, vectors)
+    null = null_law(cov, scan_seed(sentences))
+    return None if null is None else TextScan(vectors, weights, cov, null)
 
 
 def _tail_arrays(laws: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -180,10 +216,19 @@ def p_values(
     """Every text's p-values under one key: for the region mark, under its valid ``table``,
     ``paper``, ``exact`` and, with ``rng``, the tie-randomised exact p-value (a diagnostic that
     is exactly uniform under the null); for the direction mark, ``table`` holds the key's
-    ``(K, D)`` directions and the exact p-value is continuous (its diagnostic is itself)."""
+    ``(K, D)`` directions and the exact p-value is continuous (its diagnostic is itself),
+    combined with the scan's when the texts were scored with it."""
     if scored.direction is not None:
         z = scored.direction.z(table)
         exact = np.array([normal_sf(float(v)) for v in z])
+        if scored.scans is not None:
+            directions = np.asarray(table, np.float64)
+            exact = np.array(
+                [
+                    p if s is None else combine(p, s.p_value(directions))
+                    for p, s in zip(exact, scored.scans, strict=True)
+                ]
+            )
         return {"exact": exact, **({DIAGNOSTIC: exact} if rng is not None else {})}
     observed = np.einsum("nij,ij->n", scored.counts, np.asarray(table, dtype=np.int64))
     rows = np.arange(len(scored))

@@ -139,6 +139,7 @@ def create_app(
             num_regions=scheme.num_regions,
             mark=scheme.mark,
             soft_contexts=scheme.context_temperature > 0,
+            context=scheme.context,
         )
         out["seconds"] = round(seconds, 4)
         out["key_fingerprint"] = fingerprint
@@ -246,7 +247,10 @@ def create_app(
             "demo_key": demo_key,
             "valid_mode": scheme.valid_mode,
             "mark": scheme.mark,
+            "context": scheme.context,
             "context_temperature": scheme.context_temperature,
+            "whiten": 0 if scheme.components is None else len(scheme.components),
+            "scan": detector.scan,
             "statistic": detector.statistic,
             "alpha": detector.alpha,
             "gamma": scheme.gamma,

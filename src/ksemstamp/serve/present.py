@@ -126,10 +126,12 @@ def explanation(
     alpha: float,
     mark: str = "region",
     soft_contexts: bool = False,
+    context: str = "previous",
 ) -> str:
     """One plain paragraph on what this text's p-value promises and what it does not
-    (``soft_contexts``: the direction mark blends the directions of the regions near the
-    previous sentence)."""
+    (direction mark: ``context`` says whose region gives a sentence its direction, the
+    sentence's ``own`` or the ``previous`` one's, and ``soft_contexts`` that the directions of
+    the regions near it are blended)."""
     if result.status != "ok":
         return result.error or ""
     caveat = (
@@ -137,19 +139,30 @@ def explanation(
         f"someone holding the key. The text is called watermarked when p <= {alpha:g}."
     )
     if mark == "direction":
-        context = (
-            "a blend of the directions the key draws for the regions nearest the previous sentence"
+        whose = "the sentence itself" if context == "own" else "the previous sentence"
+        direction = (
+            f"a blend of the directions the key draws for the regions nearest {whose}"
             if soft_contexts
-            else "a direction the key draws for the previous sentence's region"
+            else f"the direction the key draws for the region of {whose}"
         )
+        span = ""
+        if result.span is not None and result.span_p_value is not None:
+            first, last = result.span[0] + 1, result.span[1]
+            span = (
+                f" The most strongly marked run of sentences, {first} to {last}, has z = "
+                f"{result.span_z:.2f}; the largest of all runs' z would be that high with "
+                f"probability {result.span_p_value:.3g} without our key, and the p-value above "
+                f"is the smaller of the two tests' p-values, doubled."
+            )
+        text_p = result.p_value if result.text_p_value is None else result.text_p_value
         return (
-            f"Each scored sentence's score is how far its meaning points along {context}. "
+            f"Each scored sentence's score is how far its meaning points along {direction}. "
             f"If this text had been written "
             f"without our key, a total score this high (z = {result.z_score:.2f}) would turn up "
-            f"with probability {result.p_value:.3g} (the shaded area of the chart), whatever its "
+            f"with probability {text_p:.3g} (the shaded area of the chart), whatever its "
             f"topic or style: over random keys the total is exactly normal, with a spread the "
             f"text's own sentences fix ({result.num_valid} of {result.num_scored} scored "
-            f"sentences lean the key's way; half would by chance).{caveat}"
+            f"sentences lean the key's way; half would by chance).{span}{caveat}"
         )
     one_step = ""
     transitions = _scored_transitions(result)
@@ -189,7 +202,8 @@ def null_chart(
     if result.status != "ok":
         return None
     if mark == "direction":
-        return {"kind": "normal", "z": result.z_score, "tail": result.p_value}
+        tail = result.p_value if result.text_p_value is None else result.text_p_value
+        return {"kind": "normal", "z": result.z_score, "tail": tail}
     regions = list(result.regions)
     scored = [v in ("valid", "invalid") for v in result.verdicts]
     if result.seed_region is not None:
@@ -215,9 +229,12 @@ def detection_view(
     num_regions: int,
     mark: str = "region",
     soft_contexts: bool = False,
+    context: str = "previous",
 ) -> dict[str, Any]:
-    """Everything the page needs to show one detection."""
-    previous = result.seed_region
+    """Everything the page needs to show one detection (``context``: see ``explanation``;
+    under ``own`` no sentence's direction comes from the one before it)."""
+    own = mark == "direction" and context == "own"
+    previous = None if own else result.seed_region
     sentences = []
     scores = result.scores or [None] * len(result.sentences)
     for i, (sentence, region, verdict, score) in enumerate(
@@ -227,7 +244,7 @@ def detection_view(
             {
                 "text": sentence,
                 "region": region,
-                "previous_region": previous,
+                "previous_region": None if own else previous,
                 "verdict": verdict,
                 "label": LABELS.get(verdict, verdict),
                 "scored": verdict in ("valid", "invalid"),
@@ -255,7 +272,9 @@ def detection_view(
         "segments": _segments(normalize_text(text).text, result.sentences),
         "normalization": normalization_note(result.normalized),
         "null": null_chart(result, valid_per_row, num_regions, mark),
-        "explanation": explanation(result, gamma, alpha, mark, soft_contexts),
+        "span": result.span,
+        "span_p_value": result.span_p_value,
+        "explanation": explanation(result, gamma, alpha, mark, soft_contexts, context),
     }
 
 
