@@ -5,9 +5,11 @@ fixed seed. A refactoring that changes none of the algorithms must reproduce the
 means to alter the outputs re-records them with ``KSEMSTAMP_RECORD_GOLDEN=1 pytest
 tests/test_golden.py`` and says why in its commit.
 
-What is pinned: three short watermarked generations (text, regions, candidate counts), the
-detection of 50 texts (the three generations with their prompts, and 47 human news windows) under
-both statistics, and a two-key calibration on 100 human texts with simulated and real power.
+What is pinned, for the paper's region mark: three short watermarked generations (text, regions,
+candidate counts), the detection of 50 texts (the three generations with their prompts, and 47
+human news windows) under both statistics, and a two-key calibration on 100 human texts with
+simulated and real power. For the default direction mark: two short generations and the
+detection of them and of 20 human windows (scores, span and p-values).
 Floats are compared to 1e-9 relative (they come from the same arithmetic; the tolerance only
 absorbs printing), everything else exactly.
 """
@@ -166,3 +168,25 @@ def test_calibration_is_unchanged(scheme, generations, tmp_path):
     result["seconds"] = 0.0
     report = render_report(result)
     _check("calibrate", {"result": result, "report": report})
+
+
+@pytest.fixture(scope="module")
+def default_cfg():
+    # The default mark, with the settings that shape outputs named where a test needs them
+    # small; the rest are the defaults (context, temperature, components, scan, pruning).
+    return WatermarkConfig(key=KEY, lm_dtype="fp32", max_new_tokens=40, seed=7)
+
+
+def test_default_mark_is_unchanged(default_cfg, encoder, lm):
+    scheme = build_scheme(default_cfg, encoder=encoder)
+    prompts = _prompts()[:2]
+    records = [
+        r.to_record() for r in build_watermarker(default_cfg, scheme, lm=lm).generate(prompts)
+    ]
+    human = _human_windows(scheme.splitter, 20)
+    texts = [r["text"] for r in records] + human
+    detected = build_detector(default_cfg, scheme).detect_batch(texts, prompts + [None] * 20)
+    _check(
+        "default",
+        {"prompts": prompts, "records": records, "detect": [r.to_record() for r in detected]},
+    )
