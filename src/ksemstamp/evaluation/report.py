@@ -12,6 +12,7 @@ from ..io import atomic_target
 
 LABELS = {
     "ksemstamp": "k-SemStamp",
+    "ksemstamp-chained": "k-SemStamp (direction, chained contexts)",
     "ksemstamp-paper": "k-SemStamp (paper)",
     "ksemstamp-region": "k-SemStamp (region, K=64)",
     "ksemstamp-soft": "k-SemStamp (direction, soft contexts)",
@@ -22,7 +23,7 @@ LABELS = {
 }
 
 
-def statistic_label(algorithm: str, mark: str, statistic: str) -> str:
+def statistic_label(algorithm: str, mark: str, statistic: str, scan: bool = False) -> str:
     """What an algorithm's p-value is, in words (the decision table names it)."""
     if algorithm == "kgw":
         return (
@@ -32,6 +33,11 @@ def statistic_label(algorithm: str, mark: str, statistic: str) -> str:
         return (
             "direction statistic: z of the summed projections on the key's directions, exactly "
             "standard normal over random keys; p is its normal tail"
+            + (
+                ", combined by Bonferroni with the scan for the most marked span (exact)"
+                if scan
+                else ""
+            )
         )
     if statistic == "exact":
         return "exact key-randomisation p-value of the count of sentences in valid regions"

@@ -389,7 +389,9 @@ def run_evaluation(settings: EvalSettings) -> dict:
             per_attack[name] = entry
         results["detection"][algorithm] = per_attack
         cfg = settings.watermark_config(algorithm)
-        results["statistics"][algorithm] = statistic_label(algorithm, cfg.mark, cfg.statistic)
+        results["statistics"][algorithm] = statistic_label(
+            algorithm, cfg.mark, cfg.statistic, cfg.scan
+        )
         results["size"][algorithm] = size_stage(run, algorithm, texts, prompt_of)
     results["quality"]["human"] = quality_of("human", human, {})
 

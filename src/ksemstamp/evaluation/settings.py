@@ -87,11 +87,13 @@ class EvalSettings:
     algorithms: list[str] = field(
         default_factory=lambda: ["ksemstamp", "ksemstamp-paper", "semstamp", "kgw", "none"]
     )
-    """Of the names in ``watermark_configs`` known to the report (ksemstamp, ksemstamp-paper,
-    ksemstamp-region, ksemstamp-soft, ksemstamp-pruned, semstamp, kgw, none = no watermark)."""
+    """Of the names in ``watermark_configs`` known to the report (ksemstamp, ksemstamp-chained,
+    ksemstamp-paper, ksemstamp-region, ksemstamp-soft, ksemstamp-pruned, semstamp, kgw, none =
+    no watermark)."""
     watermark_configs: dict[str, list[str]] = field(
         default_factory=lambda: {
             "ksemstamp": ["configs/ksemstamp.yaml"],
+            "ksemstamp-chained": ["configs/ksemstamp.yaml", "configs/ksemstamp-chained.yaml"],
             "ksemstamp-paper": ["configs/ksemstamp.yaml", "configs/ksemstamp-paper.yaml"],
             "semstamp": ["configs/ksemstamp.yaml", "configs/semstamp.yaml"],
             "kgw": ["configs/ksemstamp.yaml"],
