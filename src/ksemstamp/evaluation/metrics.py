@@ -9,10 +9,7 @@ score as a threshold (exact, no binning).
 
 Quality: perplexity of a continuation given its prompt under an oracle LM, trigram entropy
 (Ent-3) and semantic entropy (Sem-Ent: k-means over the oracle's last hidden states). Entropies
-use the natural logarithm.
-
-Decisions: the share of watermarked and human texts flagged at each alpha
-(``flagged_at_alpha``), overall and per evaluation key.
+use the natural logarithm. (The decisions at a stated alpha are in ``evaluation.scoring``.)
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -252,37 +248,3 @@ class Oracle:
             scores.append(OracleScore(float(torch.exp(nll)), n, embedding.tolist()))
         return scores
 
-
-ALPHAS = (0.01, 0.05)
-
-
-def flagged_at_alpha(positives: list[dict], negatives: list[dict]) -> dict:
-    """The decision a user makes: the share of texts with ``p_value <= alpha``, watermarked
-    (TPR) and human (FPR), at each of ``ALPHAS``; a text without a p-value is not flagged. With
-    several evaluation keys, also per key (each key's own texts) with the mean and the worst key.
-    """
-
-    def share(records: list[dict], alpha: float) -> float | None:
-        if not records:
-            return None
-        hits = [r.get("p_value") is not None and r["p_value"] <= alpha for r in records]
-        return float(np.mean(hits))
-
-    keys = sorted({r.get("key_index", 0) for r in positives + negatives})
-    out: dict[str, Any] = {}
-    for alpha in ALPHAS:
-        entry: dict[str, Any] = {"tpr": share(positives, alpha), "fpr": share(negatives, alpha)}
-        if len(keys) > 1:
-            per_key = [
-                share([r for r in positives if r.get("key_index", 0) == k], alpha) for k in keys
-            ]
-            per_key_fpr = [
-                share([r for r in negatives if r.get("key_index", 0) == k], alpha) for k in keys
-            ]
-            entry["tpr_per_key"] = per_key
-            entry["fpr_per_key"] = per_key_fpr
-            entry["tpr_mean_over_keys"] = float(np.mean([x for x in per_key if x is not None]))
-            entry["tpr_worst_key"] = float(min(x for x in per_key if x is not None))
-            entry["fpr_mean_over_keys"] = float(np.mean([x for x in per_key_fpr if x is not None]))
-        out[str(alpha)] = entry
-    return out
