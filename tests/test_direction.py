@@ -337,6 +337,13 @@ def test_cli_report_shows_scores_and_the_exact_z():
     )
     text = format_detection(result)
     assert "+1.25" in text and "+2.50" in text and "(exact)" in text and "positive 2" in text
+    assert "span" not in text and "normalised" not in text
+    # The scan's span and what normalisation changed are reported when there are any.
+    result.span, result.span_z, result.span_p_value, result.text_p_value = [1, 3], 2.9, 0.002, 0.01
+    result.normalized = {"look_alike": 3}
+    text = format_detection(result)
+    assert "most marked span: sentences 2-3, z = 2.90, p = 0.002" in text
+    assert "3 look-alike" in text
     result.scores = None  # the region mark: the paper's z, no score column
     assert "(paper)" in format_detection(result) and "+1.25" not in format_detection(result)
 

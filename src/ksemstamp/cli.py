@@ -238,6 +238,17 @@ def format_detection(result) -> str:
     # The region mark's z is the paper's; the direction mark's is its exact statistic.
     kind = "exact" if result.scores is not None else "paper"
     counted = "positive" if result.scores is not None else "valid"
+    if result.span is not None and result.span_p_value is not None:
+        lines.append(
+            f"most marked span: sentences {result.span[0] + 1}-{result.span[1]}, "
+            f"z = {result.span_z:.2f}, p = {result.span_p_value:.3g}; whole text p = "
+            f"{result.text_p_value:.3g}; p below is both tests' (Bonferroni)"
+        )
+    if result.normalized:
+        changed = ", ".join(
+            f"{n} {kind.replace('_', '-')}" for kind, n in sorted(result.normalized.items())
+        )
+        lines.append(f"normalised before scoring (characters): {changed}")
     lines.append(
         f"scored {result.num_scored}, {counted} {result.num_valid}  |  z = {result.z_score:.2f} "
         f"({kind})  p = {result.p_value:.3g} ({result.statistic})  ->  {verdict}"
