@@ -173,13 +173,16 @@ def test_exact_test_flags_at_most_alpha_of_key_independent_human_text(default_sc
 
 @pytest.mark.e2e
 def test_direction_test_flags_at_most_alpha_of_key_independent_human_text(default_scheme):
-    # The same binomial check for the default direction mark: every (text, key) pair is an
-    # independent draw, each text scored under its own keys' directions.
+    # The same binomial check for the default direction mark (own contexts, components
+    # projected out) and its detector's p-value, the whole-text test combined with the scan:
+    # every (text, key) pair is an independent draw, each text scored under its own keys.
     from ksemstamp.keys import keyed_directions
+    from ksemstamp.scan import combine
 
-    assert default_scheme.mark == "direction"
+    assert default_scheme.mark == "direction" and default_scheme.context == "own"
+    assert default_scheme.components is not None
     texts, _ = human_texts(default_scheme.splitter, ("news",), max_texts=50, seed=3)
-    scored = score_texts(default_scheme, [t.text for t in texts], ["news"] * len(texts))
+    scored = score_texts(default_scheme, [t.text for t in texts], ["news"] * len(texts), scan=True)
     assert len(scored) >= 45
     sums, (k, dim) = scored.direction, default_scheme.directions.shape
     flags, keys_per_text = {0.01: 0, 0.05: 0}, 40
@@ -189,6 +192,8 @@ def test_direction_test_flags_at_most_alpha_of_key_independent_human_text(defaul
             directions = keyed_directions(k, dim, f"independent|{i}|{j}").double().numpy()
             dots = (sums.sums[rows] * directions[sums.context[rows]]).sum()
             p = normal_sf(float(dots / math.sqrt(sums.variance[i])))
+            if scored.scans[i] is not None:
+                p = combine(p, scored.scans[i].p_value(directions))
             for alpha in flags:
                 flags[alpha] += p <= alpha
     draws = len(scored) * keys_per_text
