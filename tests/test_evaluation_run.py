@@ -116,6 +116,29 @@ def test_merge_shards_keeps_first_record_per_id_in_prompt_order(tmp_path):
     assert not list(tmp_path.glob("g.shard*"))
 
 
+def test_generation_batches_hold_one_key_and_records_keep_prompt_order(tmp_path, monkeypatch):
+    # A batch is generated in one call under one key: prompts reach the devices grouped by key
+    # (input order within a key), and the merged records come back in prompt order.
+    from ksemstamp.evaluation import predict
+    from ksemstamp.evaluation.run import Run
+
+    seen = []
+
+    def fake_predict(factory, rows, folder, name, **kwargs):
+        seen.extend(rows)
+        shard = folder / f"{name}.shard0.jsonl"
+        shard.write_text("".join(json.dumps({"id": r["id"]}) + "\n" for r in rows))
+
+    monkeypatch.setattr(predict, "predict_to_shards", fake_predict)
+    run = Run(EvalSettings(output_dir=str(tmp_path), num_keys=3))
+    prompts = [{"id": f"p{i}", "prompt": "A."} for i in range(7)]
+    run.key_index = {p["id"]: i % 3 for i, p in enumerate(prompts)}
+    records = run.generate("none", prompts)
+    assert [r["id"] for r in seen] == ["p0", "p3", "p6", "p1", "p4", "p2", "p5"]
+    assert [r["key_index"] for r in seen] == [0, 0, 0, 1, 1, 2, 2]
+    assert list(records) == [p["id"] for p in prompts]
+
+
 @pytest.mark.e2e
 def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     config = tmp_path / "eval.yaml"

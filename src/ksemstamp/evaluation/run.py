@@ -159,11 +159,16 @@ class Run:
         order = [p["id"] for p in prompts]
         # Shards left by an interrupted run hold finished prompts: fold them in first.
         done = {r["id"] for r in merge_shards(shard_paths(folder, algorithm), target, order)}
-        pending = [
-            {"id": p["id"], "prompt": p["prompt"], "key_index": self.key_index.get(p["id"], 0)}
-            for p in prompts
-            if p["id"] not in done
-        ]
+        # Grouped by key (stable: input order within a key), so that a batch of prompts is
+        # generated in one call under one key; the merge restores the input order.
+        pending = sorted(
+            (
+                {"id": p["id"], "prompt": p["prompt"], "key_index": self.key_index.get(p["id"], 0)}
+                for p in prompts
+                if p["id"] not in done
+            ),
+            key=lambda row: row["key_index"],
+        )
         if pending:
             print(f"generate {algorithm}: {len(pending)} prompts", file=sys.stderr)
         configs = [
