@@ -83,9 +83,13 @@ def render_report(result: dict[str, Any]) -> str:
         "## Human texts",
         "",
         f"{result['texts_total']} texts, each a run of consecutive sentences of one document "
-        f"cut at about {cal['window_words']} words (~200 tokens, a generation's length). No",
-        "prompt: each text's first sentence only seeds. None of these texts was used to fit the",
-        "centroids (fitted on the news `fit` split).",
+        f"cut at about {cal['window_words']} words (~200 tokens, a generation's length). No "
+        + (
+            "prompt; every sentence is scored on its own context."
+            if cal.get("context") == "own"
+            else "prompt: each text's first sentence only seeds."
+        ),
+        "None of these texts was used to fit the centroids (fitted on the news `fit` split).",
         "",
         "| source | what | texts | too short | mean scored sentences | same region as previous |",
         "|---|---|---|---|---|---|",
