@@ -1,40 +1,17 @@
-"""Watermarked generation: the sentence loop of k-SemStamp's Algorithm 1, batched.
+"""Watermarked generation: the sentence loop of k-SemStamp's Algorithm 1, batched, for any mark.
 
-For each new sentence of each document: draw candidate sentences, accept the first whose region
-is valid after the previous sentence's region and whose margin holds; after ``max_candidates``
-draws accept the last one drawn (a *fallback*). Under the ``direction`` mark (see ``scheme``)
-the rule is a score instead: accept the first candidate whose score reaches ``threshold``;
-after ``max_candidates`` draws keep the best-scoring one (a fallback that still carries most
-of the evidence a sentence can, since it is the best of its draws). Candidates are drawn in rounds of several rows
-per document (see ``sampler``), several documents per round. The first generated sentence is
+For each new sentence of each document the loop draws rounds of candidate sentences and asks
+the document's mark (``marks``: ``region``, k-SemStamp's valid regions; ``direction``, keyed
+scores) to judge them. The sampler keeps the first accepted candidate of a round in draw order.
+After ``max_candidates`` draws without one, the loop keeps the best-scoring candidate when the
+mark scores them (the ``direction`` mark: by rule without a threshold, else a fallback), and
+otherwise the last one drawn (a *fallback*). Candidates are drawn in rounds of several rows per
+document (see ``sampler``), several documents per round. The first generated sentence is
 seeded by the region of the prompt's last sentence. A prompt that ends mid-sentence is first
 completed (one unwatermarked candidate at a time, judged only on whether detection will cut the
 completed sentence where generation did), and the completed sentence seeds; an empty prompt or
 an instruction (``chat``) seeds the first sentence with the scheme's keyed start value. See
 ``prompts`` for the kinds of prompt.
-
-Novelty (an extension, ``novelty_patience > 0``; ``0`` is the paper's rule): a valid candidate
-whose transition ``(previous region, region)`` already occurs in the document is only accepted
-once ``novelty_patience`` candidates have been drawn for the sentence. A repeated transition
-adds nothing to the evidence of a key-randomisation test (its valid count moves with the one
-already there), so texts that circle in one self-valid region are hard to tell from human text
-on the same topic. In a simulation over 300 keys with the news transition matrix, 8 scored
-sentences, m = 0.035, a patience of 10 raised the share of watermarked texts with exact
-p <= 0.01 from 0.76 to 0.93 for 10.0 instead of 6.7 candidates per sentence.
-
-Margin patience (an extension, ``margin_patience``; ``None`` is the paper's rule): after that
-many candidates for a sentence, a candidate in a valid region is accepted even when it lies
-closer than the margin to its region's border. The margin makes a sentence's region survive a
-paraphrase more often, but where the LM's next sentences rarely reach a valid region far from a
-border, insisting on it to ``max_candidates`` costs many draws and ends in a fallback that is not
-valid at all; a valid sentence near a border still counts when the text is not attacked.
-
-Pruning (an option, ``prune``; the direction mark's default, see ``pruning``): under the
-direction mark without a threshold, a round draws ``max_candidates`` rows and every
-``prune.every`` tokens the rows still running are scored on their text so far; the rule stops
-the ones unlikely to become the best. A stopped row counts as a drawn candidate (``pruned``)
-but not against ``max_candidates``: a round whose finished rows hold no usable sentence is
-followed by another for the rest of the budget, as an unpruned one would be.
 
 Sentence time budget (an option, ``sentence_time_budget``; ``None`` is the paper's rule): a
 sentence whose search has run that many seconds ends as at ``max_candidates`` (the region mark
@@ -43,18 +20,15 @@ rounds. It bounds the stall of a sentence whose valid
 regions the LM rarely reaches, at the price of a text that depends on the machine's speed.
 
 Round size: with acceptance probability ``p`` for the current valid set and a round of ``n``
-rows costing about ``1 + row_cost * (n - 1)`` single-row decodes (measured on 2 CPU cores with
-SmolLM2-135M: 8 rows 1.9x, 16 rows 2.2x, 32 rows 2.9x one row, so ``row_cost ~ 0.065``), the
-expected cost per accepted sentence is
-``(1 + row_cost (n - 1)) / (1 - (1 - p)^n)``; we take the ``n <= candidate_batch`` minimising it.
-``p`` is a running acceptance rate per previous region, started from a prior: the domain
-transition estimate of landing in a valid region times the margin pass rate measured on news
-sentences (0.74 at m = 0.035), worth ``prior_weight`` observations. The generator's own text
-soon overrides the prior where it differs from the domain's.
+rows costing about ``1 + row_cost * (n - 1)`` single-row decodes (``ROW_COST``), the expected
+cost per accepted sentence is ``(1 + row_cost (n - 1)) / (1 - (1 - p)^n)``; we take the
+``n <= candidate_batch`` minimising it. ``p`` is a running acceptance rate per previous region,
+started from the mark's prior (``Mark.prior``) worth ``PRIOR_WEIGHT`` observations. The
+generator's own text soon overrides the prior where it differs from the domain's.
 
 What ``generate`` returns (``GenerationResult`` and the rest) is defined in ``results`` and
 re-exported here. The loop itself is the named steps below (``_start``, ``_judge``, ``_tally``,
-``_choose``, ``_append``, ``_complete``), for both marks and every kind of prompt.
+``_choose``, ``_append``, ``_complete``), for every mark and every kind of prompt.
 """
 
 from __future__ import annotations
@@ -70,12 +44,12 @@ import torch
 from tqdm.auto import tqdm
 
 from .detector import continuation_sentences
+from .marks import Mark, make_mark
 from .prompts import CHAT, COMPLETE, CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
-from .pruning import PruneRule, rows_to_keep
+from .pruning import PruneRule
 from .results import GenerationProgress, GenerationResult, Judgement, SentenceRecord, summarize
-from .sampler import Candidate, CandidateSampler, GroupResult, Pruner
+from .sampler import Candidate, CandidateSampler, GroupResult
 from .scheme import WatermarkScheme
-from .stats import normal_sf
 from .textcheck import readable
 
 __all__ = [
@@ -87,10 +61,22 @@ __all__ = [
     "summarize",
 ]
 
+ROW_COST = 0.065
+"""Relative cost of one more row in a batched decode step: measured on 2 CPU cores with
+SmolLM2-135M, 8 rows cost 1.9x one row, 16 rows 2.2x, 32 rows 2.9x."""
+PRIOR_WEIGHT = 4.0
+"""Observations the mark's prior acceptance rate is worth in a previous region's running rate."""
+MIN_ACCEPTANCE = 1e-3
+"""Floor of the acceptance rate a round is sized for (a round never grows without bound)."""
+COST_TOLERANCE = 1e-12
+"""A larger round must cost less than this below a smaller one's expected cost to be chosen."""
+PLAIN = Judgement(-1, True, True, True)
+"""The verdict on a candidate drawn without a watermark: always kept."""
+
 
 @dataclass
 class _Doc:
-    """Mutable state of one document during generation."""
+    """Mutable state of one document during generation (a ``marks.SentenceState``)."""
 
     result: GenerationResult
     prefix: str
@@ -99,7 +85,7 @@ class _Doc:
     started: float
     generator: torch.Generator
     weights: torch.Tensor | None = None
-    """``direction`` mark: ``(K,)`` context weights of the previous sentence (or start value)."""
+    """What the previous sentence (or start value) hands on (``Mark.contexts``)."""
     sentence_started: float = 0.0
     timed_out: bool = False  # the kept sentence's search ended by ``sentence_time_budget``
     stats: dict[int, list[float]] = field(default_factory=dict)
@@ -109,7 +95,7 @@ class _Doc:
     rejected_region: int = 0
     rejected_margin: int = 0
     rejected_repeat: int = 0
-    best: Candidate | None = None  # direction mark: best-scoring usable candidate so far
+    best: Candidate | None = None  # best-scoring usable candidate so far (a scoring mark)
     done: bool = False
     open_sentence: str = ""
     """While the prompt's unfinished last sentence is being completed: that sentence."""
@@ -131,6 +117,13 @@ class _Doc:
         the ``max_candidates`` budget counts."""
         return self.drawn - self.pruned
 
+    def next_sentence(self) -> None:
+        """Start the search for the next sentence: nothing drawn, rejected or kept yet."""
+        self.drawn = self.rejected_region = self.rejected_margin = self.rejected_repeat = 0
+        self.pruned = 0
+        self.sentence_started, self.timed_out = time.perf_counter(), False
+        self.best = None
+
 
 class Watermarker:
     """Generates watermarked text with a ``WatermarkScheme`` and a ``CandidateSampler``.
@@ -144,11 +137,12 @@ class Watermarker:
         row_cost: relative cost of one extra row in a batched decode step.
         max_new_tokens: stop a document once its continuation has this many tokens.
         max_sentences: optional cap on sentences per document.
-        novelty_patience: candidates after which a repeated valid transition is accepted
-            (0: always, the paper's rule).
-        margin_patience: candidates after which the margin is no longer required: a candidate
-            in a valid region is then accepted whatever its distance to the region's border
-            (``None``: the margin holds until ``max_candidates``, the paper's rule).
+        novelty_patience: ``region`` mark: candidates after which a repeated valid transition
+            is accepted (0: always, the paper's rule; see ``marks.region``).
+        margin_patience: ``region`` mark: candidates after which the margin is no longer
+            required: a candidate in a valid region is then accepted whatever its distance to
+            the region's border (``None``: the margin holds until ``max_candidates``, the
+            paper's rule).
         threshold: ``direction`` mark: the score that accepts a candidate at once (``None``:
             none does; the best of ``max_candidates`` is kept).
         prune: ``direction`` mark without a threshold: when running candidate rows stop early
@@ -160,6 +154,8 @@ class Watermarker:
         max_prompt_tokens: most prompt tokens the LM sees (the left part of a longer prompt is
             dropped); also bounded by the LM's context less the continuation.
         max_prompt_chars: longest prompt accepted, in characters (longer: an error record).
+        mark: the ``marks.Mark`` to generate with, instead of the one ``scheme.mark`` names
+            (built from ``novelty_patience``, ``margin_patience``, ``threshold`` and ``prune``).
     """
 
     def __init__(
@@ -169,7 +165,7 @@ class Watermarker:
         max_candidates: int = 100,
         candidate_batch: int = 32,
         adaptive_batch: bool = True,
-        row_cost: float = 0.065,
+        row_cost: float = ROW_COST,
         max_new_tokens: int = 200,
         max_sentences: int | None = None,
         novelty_patience: int = 0,
@@ -181,36 +177,37 @@ class Watermarker:
         chat: bool = False,
         max_prompt_tokens: int | None = None,
         max_prompt_chars: int | None = None,
+        mark: Mark | None = None,
     ) -> None:
-        if max_candidates < 1:
-            raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
-        if candidate_batch < 1:
-            raise ValueError(f"candidate_batch must be >= 1, got {candidate_batch}")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        for name, value in (
+            ("max_candidates", max_candidates),
+            ("candidate_batch", candidate_batch),
+            ("max_new_tokens", max_new_tokens),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if sentence_time_budget is not None and sentence_time_budget <= 0:
+            raise ValueError(
+                f"sentence_time_budget must be > 0 or None, got {sentence_time_budget}"
+            )
         self.scheme = scheme
         self.sampler = sampler
+        self.mark = mark or make_mark(
+            scheme,
+            threshold=threshold,
+            prune=prune,
+            novelty_patience=novelty_patience,
+            margin_patience=margin_patience,
+        )
         self.max_candidates = max_candidates
         self.candidate_batch = candidate_batch
         self.adaptive_batch = adaptive_batch
         self.row_cost = row_cost
         self.max_new_tokens = max_new_tokens
         self.max_sentences = max_sentences
-        if novelty_patience < 0:
-            raise ValueError(f"novelty_patience must be >= 0, got {novelty_patience}")
-        self.novelty_patience = novelty_patience
-        if margin_patience is not None and margin_patience < 0:
-            raise ValueError(f"margin_patience must be >= 0 or None, got {margin_patience}")
-        self.margin_patience = margin_patience
-        self.threshold = math.inf if threshold is None else float(threshold)
-        self.prune = prune
         self.seed = seed
-        if sentence_time_budget is not None and sentence_time_budget <= 0:
-            raise ValueError(
-                f"sentence_time_budget must be > 0 or None, got {sentence_time_budget}"
-            )
         self.sentence_time_budget = sentence_time_budget
-        self.prior_weight = 4.0
+        self.prior_weight = PRIOR_WEIGHT
         self.chat = chat
         self.max_prompt_chars = max_prompt_chars
         # The sampler's tokenizer and LM decide how much of a prompt the LM can see; a sampler
@@ -242,22 +239,17 @@ class Watermarker:
         if not self.adaptive_batch:
             return max(1, min(self.candidate_batch, budget))
         accepted, drawn_all = self._acceptance(previous, stats)
-        p = min(max(accepted / drawn_all, 1e-3), 1.0)
+        p = min(max(accepted / drawn_all, MIN_ACCEPTANCE), 1.0)
         best, best_cost = 1, math.inf
         for n in range(1, self.candidate_batch + 1):
             cost = (1 + self.row_cost * (n - 1)) / (1 - (1 - p) ** n)
-            if cost < best_cost - 1e-12:
+            if cost < best_cost - COST_TOLERANCE:
                 best, best_cost = n, cost
         return max(1, min(best, budget))
 
     def _acceptance(self, previous: int, stats: dict[int, list[float]]) -> list[float]:
         if previous not in stats:
-            if self.scheme.mark == "direction":
-                # A unit vector's projection on a standard normal direction is N(0, 1).
-                prior = normal_sf(self.threshold)
-            else:
-                prior = self.scheme.acceptance_rate(previous) * 0.74
-            stats[previous] = [prior * self.prior_weight, self.prior_weight]
+            stats[previous] = [self.mark.prior(previous) * self.prior_weight, self.prior_weight]
         return stats[previous]
 
     # ------------------------------------------------------------------ generation
@@ -292,7 +284,9 @@ class Watermarker:
             # Heads only while a prompt is being completed: samplers written for the plain
             # interface keep working for prompts that end a sentence.
             heads = {"heads": [d.head for d in active]} if any(d.completing for d in active) else {}
-            pruner = self._pruner(active, watermark)
+            pruner = None
+            if watermark and not all(d.completing for d in active):
+                pruner = self.mark.pruner(active)
             results = self.sampler.sample_round(
                 [d.prefix for d in active],
                 rows,
@@ -371,131 +365,42 @@ class Watermarker:
                 doc.open_sentence, doc.head = start.open_sentence, start.head
             else:  # an empty prompt or chat: the keyed start value seeds the first sentence
                 doc.previous, doc.keyed_start = self.scheme.start_region, True
-                doc.weights = self.scheme.region_weights([self.scheme.start_region])[0]
+                doc.weights = self.mark.start_context()
             docs.append(doc)
         if seeds:
             emb = self.scheme.embed([sentence for _, sentence in seeds])
             located = self.scheme.locate(emb)[0]
-            weights = self.scheme.context_weights(emb, located)
-            for (doc, _), region, row in zip(seeds, located.tolist(), weights, strict=True):
-                doc.previous, doc.weights = region, row
+            contexts = self.mark.contexts(emb, located)
+            for (doc, _), region, context in zip(seeds, located.tolist(), contexts, strict=True):
+                doc.previous, doc.weights = region, context
         return docs
 
     def _judge(
         self, active: list[_Doc], watermark: bool, rows: list[tuple[int, int]], texts: list[str]
     ) -> list[tuple[bool, Judgement]]:
         """The sampler's judge: ``(accepted, Judgement)`` for candidate ``texts`` drawn for
-        ``rows`` (``(document index in active, candidate index in the round)``). A candidate
-        that completes a prompt's sentence is accepted when detection will cut that sentence
-        the same way; its region then seeds the first watermarked sentence."""
+        ``rows`` (``(document index in active, candidate index in the round)``), as the mark
+        judges them. A candidate that completes a prompt's sentence is accepted when detection
+        will cut that sentence the same way; its region then seeds the first watermarked one."""
         completing = [active[g].completing for g, _ in rows]
         if not watermark and not any(completing):
-            return [(True, Judgement(-1, True, True, True)) for _ in texts]
+            return [(True, PLAIN) for _ in texts]
         emb = self.scheme.embed(texts)
         regions, margin_ok = self.scheme.locate(emb)
-        # A completing document has no previous region yet (-1): what is computed for its rows
-        # here is not used.
-        previous = [active[g].previous for g, _ in rows]
-        own: list[torch.Tensor | None] = [None] * len(texts)
-        if self.scheme.mark == "direction":
-            own = list(self.scheme.context_weights(emb, regions))
-            contexts = self._contexts(active, rows, own)
-            scores = self.scheme.scores(self.scheme.vectors(emb), contexts).tolist()
-            valid = [score >= self.threshold for score in scores]
-        else:
-            scores = [math.nan] * len(texts)
-            valid = self.scheme.is_valid(torch.tensor(previous), regions).tolist()
+        verdicts = self.mark.judge(active, rows, emb, regions, margin_ok)
         out = []
-        for (g, i), text, r, v, m, score, context in zip(
-            rows, texts, regions.tolist(), valid, margin_ok.tolist(), scores, own, strict=True
-        ):
+        for (g, _), text, (accepted, verdict) in zip(rows, texts, verdicts, strict=True):
             doc = active[g]
             if doc.completing:
                 ok = self._completion(doc, text) is not None
-                out.append((ok, Judgement(int(r), True, True, True, context=context)))
-                continue
-            if not watermark:  # as in the plain path above, whatever else is in the round
-                out.append((True, Judgement(-1, True, True, True)))
-                continue
-            if self.scheme.mark == "direction":
-                # The direction mark: accepted when the score reaches the threshold.
-                verdict = Judgement(int(r), bool(v), True, True, float(score), context)
-                out.append((bool(v), verdict))
-                continue
-            draw = doc.drawn + i + 1
-            m = m or (self.margin_patience is not None and draw > self.margin_patience)
-            novel = (
-                self.novelty_patience == 0
-                or (doc.previous, r) not in doc.used
-                or draw >= self.novelty_patience
-            )
-            verdict = Judgement(int(r), bool(v), bool(m), novel)
-            out.append((verdict.valid and verdict.margin_ok and novel, verdict))
+                out.append(
+                    (ok, Judgement(verdict.region, True, True, True, context=verdict.context))
+                )
+            elif not watermark:  # as in the plain path above, whatever else is in the round
+                out.append((True, PLAIN))
+            else:
+                out.append((accepted, verdict))
         return out
-
-    def _contexts(
-        self,
-        active: list[_Doc],
-        rows: list[tuple[int, int]],
-        own: list[torch.Tensor] | None,
-    ) -> torch.Tensor:
-        """``(R, K)`` the contexts candidates ``rows`` are scored on: their ``own`` weights
-        under ``context: own``, else their documents' previous sentence's (zeros while a
-        document has none)."""
-        if self.scheme.context == "own":
-            return torch.stack(own)
-        none = torch.zeros(self.scheme.num_regions, dtype=torch.float64)
-        return torch.stack(
-            [none if active[g].weights is None else active[g].weights for g, _ in rows]
-        )
-
-    def _pruner(self, active: list[_Doc], watermark: bool) -> Pruner | None:
-        """The sampler's pruner for a round, or ``None`` when no row is to be stopped early."""
-        if (
-            self.prune is None
-            or not watermark
-            or self.scheme.mark != "direction"
-            or math.isfinite(self.threshold)
-            or all(d.completing for d in active)
-        ):
-            return None
-        return Pruner(self.prune.every, partial(self._prune_rows, active))
-
-    def _prune_rows(
-        self,
-        active: list[_Doc],
-        tokens: int,
-        rows: list[tuple[int, int]],
-        texts: list[str],
-        finished: list[list[Candidate]],
-    ) -> list[bool]:
-        """The pruner's decision: score the running rows' partial texts on their documents'
-        contexts (one encoder pass) and apply ``pruning.rows_to_keep`` per document. Rows
-        completing a prompt's sentence always go on."""
-        flags = [True] * len(rows)
-        groups: dict[int, list[int]] = {}
-        for i, (g, _) in enumerate(rows):
-            if not active[g].completing:
-                groups.setdefault(g, []).append(i)
-        order = [i for ids in groups.values() for i in ids]
-        if not order:
-            return flags
-        emb = self.scheme.embed([texts[i] for i in order])
-        own = list(self.scheme.context_weights(emb)) if self.scheme.context == "own" else None
-        contexts = self._contexts(active, [rows[i] for i in order], own)
-        values = self.scheme.scores(self.scheme.vectors(emb), contexts).tolist()
-        scores = dict(zip(order, values, strict=True))
-        assert self.prune is not None  # _pruner checked it
-        for g, ids in groups.items():
-            done = [
-                c.info.score
-                for c in finished[g]
-                if c.text and c.info is not None and not math.isnan(c.info.score)
-            ]
-            keep = rows_to_keep(self.prune, tokens, [scores[i] for i in ids], done)
-            for i, go_on in zip(ids, keep, strict=True):
-                flags[i] = go_on
-        return flags
 
     def _tally(self, doc: _Doc, res: GroupResult, watermark: bool) -> None:
         """Count a round's candidates: drawn, acceptance rate, and why each was rejected."""
@@ -513,8 +418,8 @@ class Watermarker:
             counts = self._acceptance(doc.previous, doc.stats)
             counts[0] += cand.accepted
             counts[1] += 1
-            if self.scheme.mark == "direction" and math.isinf(self.threshold):
-                continue  # best of max_candidates: no candidate is turned down by a rule
+            if not self.mark.turns_down:
+                continue  # a ranking: no candidate is turned down by a rule
             if not verdict.valid:
                 doc.rejected_region += 1
             elif not verdict.margin_ok:
@@ -544,8 +449,8 @@ class Watermarker:
             )
             return None
         if doc.best is not None:
-            # Without a threshold, the best of max_candidates is the rule, not a fallback.
-            return doc.best, math.isfinite(self.threshold)
+            # Under a ranking mark, the best of max_candidates is the rule, not a fallback.
+            return doc.best, self.mark.turns_down
         usable = [c for c in res.candidates if c.text]
         if usable:
             return usable[-1], True
@@ -594,10 +499,7 @@ class Watermarker:
         doc.previous = region
         if chosen.info is not None and chosen.info.context is not None:
             doc.weights = chosen.info.context
-        doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
-        doc.pruned = 0
-        doc.sentence_started, doc.timed_out = time.perf_counter(), False
-        doc.best = None
+        doc.next_sentence()
         if doc.result.num_tokens >= self.max_new_tokens or (
             self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences
         ):
