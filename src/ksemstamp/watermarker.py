@@ -16,38 +16,31 @@ an instruction (``chat``) seeds the first sentence with the scheme's keyed start
 Sentence time budget (an option, ``sentence_time_budget``; ``None`` is the paper's rule): a
 sentence whose search has run that many seconds ends as at ``max_candidates`` (the region mark
 keeps the last candidate drawn, a fallback; the direction mark its best so far), checked between
-rounds. It bounds the stall of a sentence whose valid
-regions the LM rarely reaches, at the price of a text that depends on the machine's speed.
-
-Round size: with acceptance probability ``p`` for the current valid set and a round of ``n``
-rows costing about ``1 + row_cost * (n - 1)`` single-row decodes (``ROW_COST``), the expected
-cost per accepted sentence is ``(1 + row_cost (n - 1)) / (1 - (1 - p)^n)``; we take the
-``n <= candidate_batch`` minimising it. ``p`` is a running acceptance rate per previous region,
-started from the mark's prior (``Mark.prior``) worth ``PRIOR_WEIGHT`` observations. The
-generator's own text soon overrides the prior where it differs from the domain's.
+rounds. It bounds the stall of a sentence whose valid regions the LM rarely reaches, at the
+price of a text that depends on the machine's speed. How many rows a round draws is ``rounds``'s.
 
 What ``generate`` returns (``GenerationResult`` and the rest) is defined in ``results`` and
 re-exported here. The loop itself is the named steps below (``_start``, ``_judge``, ``_tally``,
-``_choose``, ``_append``, ``_complete``), for every mark and every kind of prompt.
+``_choose``, ``_keep``; a document's own steps are in ``documents``), for every mark and every
+kind of prompt.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 from tqdm.auto import tqdm
 
-from .detector import continuation_sentences
+from .documents import Document, document_generator
 from .marks import Mark, make_mark
 from .prompts import CHAT, COMPLETE, CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
 from .pruning import PruneRule
 from .results import GenerationProgress, GenerationResult, Judgement, SentenceRecord, summarize
+from .rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
 from .sampler import Candidate, CandidateSampler, GroupResult
 from .scheme import WatermarkScheme
 from .textcheck import readable
@@ -61,68 +54,8 @@ __all__ = [
     "summarize",
 ]
 
-ROW_COST = 0.065
-"""Relative cost of one more row in a batched decode step: measured on 2 CPU cores with
-SmolLM2-135M, 8 rows cost 1.9x one row, 16 rows 2.2x, 32 rows 2.9x."""
-PRIOR_WEIGHT = 4.0
-"""Observations the mark's prior acceptance rate is worth in a previous region's running rate."""
-MIN_ACCEPTANCE = 1e-3
-"""Floor of the acceptance rate a round is sized for (a round never grows without bound)."""
-COST_TOLERANCE = 1e-12
-"""A larger round must cost less than this below a smaller one's expected cost to be chosen."""
 PLAIN = Judgement(-1, True, True, True)
 """The verdict on a candidate drawn without a watermark: always kept."""
-
-
-@dataclass
-class _Doc:
-    """Mutable state of one document during generation (a ``marks.SentenceState``)."""
-
-    result: GenerationResult
-    prefix: str
-    context: str
-    previous: int
-    started: float
-    generator: torch.Generator
-    weights: torch.Tensor | None = None
-    """What the previous sentence (or start value) hands on (``Mark.contexts``)."""
-    sentence_started: float = 0.0
-    timed_out: bool = False  # the kept sentence's search ended by ``sentence_time_budget``
-    stats: dict[int, list[float]] = field(default_factory=dict)
-    used: set[tuple[int, int]] = field(default_factory=set)
-    drawn: int = 0
-    pruned: int = 0
-    rejected_region: int = 0
-    rejected_margin: int = 0
-    rejected_repeat: int = 0
-    best: Candidate | None = None  # best-scoring usable candidate so far (a scoring mark)
-    done: bool = False
-    open_sentence: str = ""
-    """While the prompt's unfinished last sentence is being completed: that sentence."""
-    head: str = ""
-    """The open sentence with the whitespace before it, given to the sampler (see there)."""
-    verbatim: bool = False
-    """``text`` continues the prompt with no space added (after a completion): every
-    sentence keeps its separator, the first one too."""
-    keyed_start: bool = False
-    """The first sentence is seeded by the keyed start value, a transition no detector scores."""
-
-    @property
-    def completing(self) -> bool:
-        return bool(self.open_sentence)
-
-    @property
-    def finished(self) -> int:
-        """Candidates drawn for the current sentence that ran to their end (not pruned): what
-        the ``max_candidates`` budget counts."""
-        return self.drawn - self.pruned
-
-    def next_sentence(self) -> None:
-        """Start the search for the next sentence: nothing drawn, rejected or kept yet."""
-        self.drawn = self.rejected_region = self.rejected_margin = self.rejected_repeat = 0
-        self.pruned = 0
-        self.sentence_started, self.timed_out = time.perf_counter(), False
-        self.best = None
 
 
 class Watermarker:
@@ -239,18 +172,12 @@ class Watermarker:
         if not self.adaptive_batch:
             return max(1, min(self.candidate_batch, budget))
         accepted, drawn_all = self._acceptance(previous, stats)
-        p = min(max(accepted / drawn_all, MIN_ACCEPTANCE), 1.0)
-        best, best_cost = 1, math.inf
-        for n in range(1, self.candidate_batch + 1):
-            cost = (1 + self.row_cost * (n - 1)) / (1 - (1 - p) ** n)
-            if cost < best_cost - COST_TOLERANCE:
-                best, best_cost = n, cost
-        return max(1, min(best, budget))
+        return max(
+            1, min(round_size(accepted / drawn_all, self.candidate_batch, self.row_cost), budget)
+        )
 
     def _acceptance(self, previous: int, stats: dict[int, list[float]]) -> list[float]:
-        if previous not in stats:
-            stats[previous] = [self.mark.prior(previous) * self.prior_weight, self.prior_weight]
-        return stats[previous]
+        return acceptance(stats, previous, self.mark.prior, self.prior_weight)
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -297,11 +224,10 @@ class Watermarker:
                 **({"pruner": pruner} if pruner is not None else {}),
             )
             for doc, res in zip(active, results, strict=True):
-                completing = doc.completing
-                self._tally(doc, res, watermark and not completing)
+                self._tally(doc, res, watermark and not doc.completing)
                 chosen = self._choose(doc, res)
                 if chosen is not None:
-                    (self._complete if completing else self._append)(doc, *chosen)
+                    self._keep(doc, *chosen)
                     bar.update(chosen[0].num_tokens)
             for doc in active:
                 if doc.done:
@@ -326,13 +252,13 @@ class Watermarker:
         bar.close()
         return [d.result for d in docs]
 
-    def _start(self, prompts: Sequence[str], generator: torch.Generator | None) -> list[_Doc]:
+    def _start(self, prompts: Sequence[str], generator: torch.Generator | None) -> list[Document]:
         """One document per prompt, started as ``prompts.plan_prompt`` says: seeded by the region
         of the prompt's last sentence, set to complete an unfinished one first, or seeded by the
         keyed start value (empty prompt, chat); a prompt that cannot be used gives a finished
         document with an error."""
-        docs: list[_Doc] = []
-        seeds: list[tuple[_Doc, str]] = []
+        docs: list[Document] = []
+        seeds: list[tuple[Document, str]] = []
         for prompt in prompts:
             # What no model can read (a lone surrogate) is dropped, never raised on.
             prompt = readable(prompt)[0] if isinstance(prompt, str) else prompt
@@ -347,13 +273,13 @@ class Watermarker:
             result = GenerationResult(
                 prompt=prompt, prompt_dropped_chars=start.dropped_chars, chat=start.kind == CHAT
             )
-            doc = _Doc(
+            doc = Document(
                 result,
                 prefix=start.prefix,
                 context=start.context,
                 previous=-1,
                 started=time.perf_counter(),
-                generator=generator or _document_generator(self.seed, prompt),
+                generator=generator or document_generator(self.seed, prompt),
             )
             doc.sentence_started = doc.started
             if start.error is not None:
@@ -376,7 +302,7 @@ class Watermarker:
         return docs
 
     def _judge(
-        self, active: list[_Doc], watermark: bool, rows: list[tuple[int, int]], texts: list[str]
+        self, active: list[Document], watermark: bool, rows: list[tuple[int, int]], texts: list[str]
     ) -> list[tuple[bool, Judgement]]:
         """The sampler's judge: ``(accepted, Judgement)`` for candidate ``texts`` drawn for
         ``rows`` (``(document index in active, candidate index in the round)``), as the mark
@@ -392,7 +318,7 @@ class Watermarker:
         for (g, _), text, (accepted, verdict) in zip(rows, texts, verdicts, strict=True):
             doc = active[g]
             if doc.completing:
-                ok = self._completion(doc, text) is not None
+                ok = doc.completion(self.scheme.splitter, text) is not None
                 out.append(
                     (ok, Judgement(verdict.region, True, True, True, context=verdict.context))
                 )
@@ -402,7 +328,7 @@ class Watermarker:
                 out.append((accepted, verdict))
         return out
 
-    def _tally(self, doc: _Doc, res: GroupResult, watermark: bool) -> None:
+    def _tally(self, doc: Document, res: GroupResult, watermark: bool) -> None:
         """Count a round's candidates: drawn, acceptance rate, and why each was rejected."""
         doc.result.decoded_tokens += res.decoded_tokens
         doc.result.wasted_tokens += res.wasted_tokens
@@ -427,7 +353,7 @@ class Watermarker:
             elif not verdict.novel:
                 doc.rejected_repeat += 1
 
-    def _choose(self, doc: _Doc, res: GroupResult) -> tuple[Candidate, bool] | None:
+    def _choose(self, doc: Document, res: GroupResult) -> tuple[Candidate, bool] | None:
         """The sentence to keep after a round and whether it is a fallback, or ``None`` (draw
         again, or give up once the budget holds only empty candidates)."""
         if res.accepted_index is not None:
@@ -468,74 +394,16 @@ class Watermarker:
             doc.result.error = "the model produced no usable sentence"
         return None
 
-    def _append(self, doc: _Doc, chosen: Candidate, fallback: bool) -> None:
-        """Add the kept sentence to the document and move its state to the next sentence."""
-        region = chosen.info.region if chosen.info else -1
-        doc.result.sentences.append(
-            SentenceRecord(
-                text=chosen.text,
-                region=region,
-                candidates=doc.drawn,
-                rejected_region=doc.rejected_region,
-                rejected_margin=doc.rejected_margin,
-                rejected_repeat=doc.rejected_repeat,
-                fallback=fallback,
-                num_tokens=chosen.num_tokens,
-                pruned=doc.pruned,
-                timed_out=doc.timed_out,
-                score=_score_of(chosen),
-            )
-        )
-        first = not doc.result.text and not doc.verbatim
-        doc.result.text += ("" if first else chosen.separator) + chosen.text
-        if doc.keyed_start and len(doc.result.sentences) == 1:
-            # The first sentence of an answer or of an empty prompt starts the LM's text: no
-            # space the LM did not write. Its step from the start value is never scored.
-            doc.prefix += chosen.text
-        else:
-            doc.prefix += chosen.separator + chosen.text
-            doc.used.add((doc.previous, region))
-        doc.context = chosen.text
-        doc.previous = region
-        if chosen.info is not None and chosen.info.context is not None:
-            doc.weights = chosen.info.context
-        doc.next_sentence()
+    def _keep(self, doc: Document, chosen: Candidate, fallback: bool) -> None:
+        """Take the chosen candidate: the completion of the prompt's open sentence, or the
+        next sentence; a document that reached its length is done."""
+        if doc.completing:
+            completion = doc.completion(self.scheme.splitter, chosen.text)
+            assert completion is not None  # the judge accepted it
+            doc.take_completion(chosen, completion)
+            return
+        doc.append(chosen, fallback, time.perf_counter())
         if doc.result.num_tokens >= self.max_new_tokens or (
             self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences
         ):
             doc.done = True
-
-    def _completion(self, doc: _Doc, sentence: str) -> str | None:
-        """The completion in ``sentence`` (the prompt's open sentence, completed), or ``None``
-        when detection would not cut the prompt plus it into exactly that sentence."""
-        if not sentence.startswith(doc.open_sentence):
-            return None
-        completion = sentence[len(doc.open_sentence) :]
-        cut = continuation_sentences(self.scheme.splitter, doc.result.prompt, completion)
-        return completion if cut == (sentence, [], completion) else None
-
-    def _complete(self, doc: _Doc, chosen: Candidate, fallback: bool = False) -> None:
-        """Take the completion of the prompt's open sentence: it starts the text, and the
-        completed sentence seeds the first watermarked one."""
-        completion = self._completion(doc, chosen.text)
-        assert completion is not None  # the judge accepted it
-        doc.result.completion = completion
-        doc.result.completion_tokens = chosen.num_tokens
-        doc.result.text = completion
-        doc.prefix += completion
-        doc.context = chosen.text
-        doc.previous = chosen.info.region
-        doc.weights = chosen.info.context
-        doc.open_sentence = doc.head = ""
-        doc.verbatim = True
-        doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
-
-
-def _score_of(candidate: Candidate) -> float | None:
-    info = candidate.info
-    return None if info is None or math.isnan(info.score) else float(info.score)
-
-
-def _document_generator(seed: int, prompt: object) -> torch.Generator:
-    digest = hashlib.sha256(f"{seed}|{prompt}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
