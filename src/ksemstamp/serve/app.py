@@ -32,7 +32,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import WatermarkConfig, build_detector, build_scheme, build_watermarker
 from ..keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key
-from . import routes_detect, routes_generate
 from .guard import (
     RedactKey,
     StrictJSONResponse,
@@ -44,7 +43,9 @@ from .guard import (
 from .jobs import GenerationQueue
 from .present import Limits
 from .routes_detect import DetectRequest
+from .routes_detect import router as detect_routes
 from .routes_generate import GenerateRequest
+from .routes_generate import router as generate_routes
 from .state import ServeState, serve_state
 
 __all__ = ["DetectRequest", "GenerateRequest", "create_app"]
@@ -150,8 +151,8 @@ def create_app(
     app.add_api_route("/", index, methods=["GET", "HEAD"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
     app.add_api_route("/api/info", info, methods=["GET"])
-    app.include_router(routes_detect.router)
-    app.include_router(routes_generate.router)
+    app.include_router(detect_routes)
+    app.include_router(generate_routes)
     return app
 
 
