@@ -36,10 +36,10 @@ class FirstCoordinate(Mark):
     def prior(self, previous):
         return 0.5
 
-    def judge(self, docs, rows, emb, regions, margin_ok):
-        self.judged += len(rows)
+    def judge(self, drawn):
+        self.judged += len(drawn.rows)
         out = []
-        for r, score in zip(regions.tolist(), emb[:, 0].tolist(), strict=True):
+        for r, score in zip(drawn.regions.tolist(), drawn.emb[:, 0].tolist(), strict=True):
             ok = self.bar is not None and score > self.bar
             out.append((ok, Judgement(int(r), ok, True, True, float(score))))
         return out

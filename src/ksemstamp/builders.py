@@ -8,6 +8,28 @@ from __future__ import annotations
 
 from .settings import WatermarkConfig
 
+SAMPLING_SETTINGS = ("temperature", "repetition_penalty", "top_k", "top_p", "max_sentence_tokens")
+"""Settings that pass to ``SamplingConfig`` under their own names."""
+WATERMARKER_SETTINGS = (
+    "max_candidates",
+    "candidate_batch",
+    "adaptive_batch",
+    "max_new_tokens",
+    "novelty_patience",
+    "margin_patience",
+    "threshold",
+    "seed",
+    "sentence_time_budget",
+    "chat",
+    "max_prompt_tokens",
+)
+"""Settings that pass to ``Watermarker`` under their own names."""
+
+
+def _pick(cfg: WatermarkConfig, names: tuple[str, ...]) -> dict:
+    """``cfg``'s values of the settings ``names``, by name."""
+    return {name: getattr(cfg, name) for name in names}
+
 
 def load_scheme_encoder(cfg: WatermarkConfig):
     """The sentence encoder of ``cfg`` on ``cfg.device``: the checkpoint's, or ``cfg.encoder``."""
@@ -102,36 +124,19 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
     apply_threads(cfg)
     scheme = scheme or build_scheme(cfg)
     model, tokenizer = lm or load_lm(cfg.lm, cfg.device, cfg.lm_dtype)
-    sampling = SamplingConfig(
-        temperature=cfg.temperature,
-        repetition_penalty=cfg.repetition_penalty,
-        top_k=cfg.top_k,
-        top_p=cfg.top_p,
-        max_sentence_tokens=cfg.max_sentence_tokens,
-    )
+    sampling = SamplingConfig(**_pick(cfg, SAMPLING_SETTINGS))
     strategy = (
         SequentialCandidateSampler if cfg.sampler_strategy == "sequential" else CandidateSampler
     )
     sampler = strategy(model, tokenizer, scheme.splitter, sampling)
+    prune = None
+    if cfg.prune_tokens is not None:
+        prune = PruneRule(cfg.prune_tokens, cfg.prune_keep, cfg.prune_margin)
     return Watermarker(
         scheme,
         sampler,
-        max_candidates=cfg.max_candidates,
-        candidate_batch=cfg.candidate_batch,
-        adaptive_batch=cfg.adaptive_batch,
-        max_new_tokens=cfg.max_new_tokens,
-        novelty_patience=cfg.novelty_patience,
-        margin_patience=cfg.margin_patience,
-        threshold=cfg.threshold,
-        prune=(
-            None
-            if cfg.prune_tokens is None
-            else PruneRule(cfg.prune_tokens, cfg.prune_keep, cfg.prune_margin)
-        ),
-        seed=cfg.seed,
-        sentence_time_budget=cfg.sentence_time_budget,
-        chat=cfg.chat,
-        max_prompt_tokens=cfg.max_prompt_tokens,
+        **_pick(cfg, WATERMARKER_SETTINGS),
+        prune=prune,
         max_prompt_chars=cfg.max_text_chars,
     )
 

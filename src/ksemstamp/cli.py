@@ -22,7 +22,7 @@ from .cli_args import parse
 from .config import WatermarkConfig, build_detector, build_scheme, build_watermarker
 from .corpora import news_prompt
 from .parallel import Job
-from .records import ERROR_FIELDS, RecordProcessor, process_jsonl
+from .records import ERROR_FIELDS, RecordProcessor, key_problem, process_jsonl, text_problem
 from .textcheck import printable
 
 # ---------------------------------------------------------------------- generate
@@ -155,16 +155,7 @@ def _detect_processor(cfg: WatermarkConfig, progress: bool = False) -> RecordPro
     fingerprint = detector.scheme.key_fingerprint
 
     def check(data: dict) -> str | None:
-        if "text" not in data:
-            return "missing field 'text'"
-        if not isinstance(data["text"], str):
-            return f"'text' must be a string, got {type(data['text']).__name__}"
-        if data.get("key_fingerprint") not in (None, fingerprint):
-            return (
-                "this text was generated with a different key (fingerprint "
-                f"{data['key_fingerprint']}, detector {fingerprint})"
-            )
-        return None
+        return text_problem(data) or key_problem(data, fingerprint)
 
     def process(datas: list[dict]) -> list[dict]:
         # A chat answer (a record `generate --chat` wrote, or every record under --chat) is

@@ -60,6 +60,25 @@ ERROR_FIELDS: dict[str, dict[str, Any]] = {
 """The result fields an error record of each command carries (set to "no result")."""
 
 
+def text_problem(data: dict) -> str | None:
+    """Why a detection record has no text to score (a missing or non-string ``text``)."""
+    if "text" not in data:
+        return "missing field 'text'"
+    if not isinstance(data["text"], str):
+        return f"'text' must be a string, got {type(data['text']).__name__}"
+    return None
+
+
+def key_problem(data: dict, fingerprint: str) -> str | None:
+    """Why a record made under another key (its ``key_fingerprint``) cannot be scored here."""
+    if data.get("key_fingerprint") not in (None, fingerprint):
+        return (
+            "this text was generated with a different key (fingerprint "
+            f"{data['key_fingerprint']}, detector {fingerprint})"
+        )
+    return None
+
+
 def process_jsonl(
     args,
     cfg: WatermarkConfig,

@@ -36,7 +36,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .documents import Document, document_generator
-from .marks import Mark, make_mark
+from .marks import Mark, Round, make_mark
 from .prompts import CHAT, COMPLETE, CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
 from .pruning import PruneRule
 from .results import GenerationProgress, GenerationResult, Judgement, SentenceRecord, summarize
@@ -313,7 +313,7 @@ class Watermarker:
             return [(True, PLAIN) for _ in texts]
         emb = self.scheme.embed(texts)
         regions, margin_ok = self.scheme.locate(emb)
-        verdicts = self.mark.judge(active, rows, emb, regions, margin_ok)
+        verdicts = self.mark.judge(Round(active, rows, emb, regions, margin_ok))
         out = []
         for (g, _), text, (accepted, verdict) in zip(rows, texts, verdicts, strict=True):
             doc = active[g]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import Mark, SentenceState
+from .base import Mark, Round, SentenceState
 from .direction import DirectionMark
 from .region import RegionMark
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..pruning import PruneRule
     from ..scheme import WatermarkScheme
 
-__all__ = ["MARKS", "DirectionMark", "Mark", "RegionMark", "SentenceState", "make_mark"]
+__all__ = ["MARKS", "DirectionMark", "Mark", "RegionMark", "Round", "SentenceState", "make_mark"]
 
 MARKS: dict[str, type[Mark]] = {RegionMark.name: RegionMark, DirectionMark.name: DirectionMark}
 

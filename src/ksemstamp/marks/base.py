@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from torch import Tensor
 
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from ..sampler import Pruner
     from ..scheme import WatermarkScheme
 
+PLAN_FIELDS = ("sentences", "regions", "seed_region", "seed", "completion", "normalized")
+"""What a ``DetectionResult`` reports of its text's ``ScoringPlan`` as it is."""
 Verdict = tuple[bool, Judgement]
 """``(accepted, judgement)`` of one candidate, as the sampler's judge returns it."""
 
@@ -43,6 +45,20 @@ class SentenceState(Protocol):
 
     @property
     def completing(self) -> bool: ...
+
+
+class Round(NamedTuple):
+    """The finished candidates of a round, as a mark judges them."""
+
+    docs: Sequence[SentenceState]
+    rows: Sequence[tuple[int, int]]
+    """``(document index in docs, index in the round)`` of each candidate."""
+    emb: Tensor
+    """``(N, D)`` their embeddings."""
+    regions: Tensor
+    """``(N,)`` their regions."""
+    margin_ok: Tensor
+    """``(N,)`` whether each lies at least the margin from its region's border."""
 
 
 class Mark(ABC):
@@ -65,17 +81,9 @@ class Mark(ABC):
         """Chance that one candidate after region ``previous`` is accepted, before any is drawn."""
 
     @abstractmethod
-    def judge(
-        self,
-        docs: Sequence[SentenceState],
-        rows: Sequence[tuple[int, int]],
-        emb: Tensor,
-        regions: Tensor,
-        margin_ok: Tensor,
-    ) -> list[Verdict]:
-        """One verdict per candidate: ``rows[i] = (document index in docs, index in round)``,
-        ``emb`` their ``(N, D)`` embeddings, ``regions`` and ``margin_ok`` where they lie.
-        ``Judgement.context`` is what the candidate would hand the sentence after it."""
+    def judge(self, drawn: Round) -> list[Verdict]:
+        """One verdict per candidate of ``drawn``; ``Judgement.context`` is what the candidate
+        would hand the sentence after it."""
 
     def contexts(self, emb: Tensor, regions: Tensor) -> list[Tensor | None]:
         """What each of ``(N, D)`` sentence embeddings hands the sentence after it."""
@@ -109,12 +117,7 @@ def plan_result(
         num_scored=num_scored,
         num_valid=verdicts.count("valid"),
         statistic=statistic,
-        sentences=plan.sentences,
-        regions=plan.regions,
         verdicts=verdicts,
-        seed_region=plan.seed_region,
-        seed=plan.seed,
-        completion=plan.completion,
         scores=scores,
-        normalized=plan.normalized,
+        **{name: getattr(plan, name) for name in PLAN_FIELDS},
     )

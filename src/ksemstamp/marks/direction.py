@@ -32,7 +32,7 @@ from ..sampler import Candidate, Pruner
 from ..scan import combine, scan_seed, score_covariance
 from ..scan import scan as scan_spans
 from ..stats import direction_z, normal_sf
-from .base import Mark, SentenceState, Verdict, plan_result
+from .base import Mark, Round, SentenceState, Verdict, plan_result
 
 if TYPE_CHECKING:
     from ..plans import ScoringPlan
@@ -68,18 +68,11 @@ class DirectionMark(Mark):
     def start_context(self) -> Tensor | None:
         return self.scheme.region_weights([self.scheme.start_region])[0]
 
-    def judge(
-        self,
-        docs: Sequence[SentenceState],
-        rows: Sequence[tuple[int, int]],
-        emb: Tensor,
-        regions: Tensor,
-        margin_ok: Tensor,
-    ) -> list[Verdict]:
-        own = self.contexts(emb, regions)
-        scores = self._scores(docs, rows, emb, own).tolist()
+    def judge(self, drawn: Round) -> list[Verdict]:
+        own = self.contexts(drawn.emb, drawn.regions)
+        scores = self._scores(drawn.docs, drawn.rows, drawn.emb, own).tolist()
         out = []
-        for r, score, context in zip(regions.tolist(), scores, own, strict=True):
+        for r, score, context in zip(drawn.regions.tolist(), scores, own, strict=True):
             valid = score >= self.threshold
             out.append((valid, Judgement(int(r), valid, True, True, float(score), context)))
         return out

@@ -26,15 +26,13 @@ valid at all; a valid sentence near a border still counts when the text is not a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
-from torch import Tensor
 
 from ..results import DetectionResult, Judgement, too_short
 from ..stats import exact_p_value, normal_sf, paper_z
-from .base import Mark, SentenceState, Verdict, plan_result
+from .base import Mark, Round, Verdict, plan_result
 
 if TYPE_CHECKING:
     from ..plans import ScoringPlan
@@ -72,20 +70,15 @@ class RegionMark(Mark):
     def prior(self, previous: int) -> float:
         return self.scheme.acceptance_rate(previous) * MARGIN_PASS_RATE
 
-    def judge(
-        self,
-        docs: Sequence[SentenceState],
-        rows: Sequence[tuple[int, int]],
-        emb: Tensor,
-        regions: Tensor,
-        margin_ok: Tensor,
-    ) -> list[Verdict]:
+    def judge(self, drawn: Round) -> list[Verdict]:
         # A completing document has no previous region yet (-1): its verdicts are not used.
-        previous = [docs[g].previous for g, _ in rows]
-        valid = self.scheme.is_valid(torch.tensor(previous), regions).tolist()
+        previous = [drawn.docs[g].previous for g, _ in drawn.rows]
+        valid = self.scheme.is_valid(torch.tensor(previous), drawn.regions).tolist()
         out = []
-        for (g, i), r, v, m in zip(rows, regions.tolist(), valid, margin_ok.tolist(), strict=True):
-            doc = docs[g]
+        for (g, i), r, v, m in zip(
+            drawn.rows, drawn.regions.tolist(), valid, drawn.margin_ok.tolist(), strict=True
+        ):
+            doc = drawn.docs[g]
             draw = doc.drawn + i + 1
             m = m or (self.margin_patience is not None and draw > self.margin_patience)
             novel = (
