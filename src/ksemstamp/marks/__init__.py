@@ -1,5 +1,5 @@
 """The watermark marks: one module per key rule, behind the ``Mark`` interface of ``base``.
-May import: ksemstamp core modules; never cli, config, watermarker or another subpackage.
+May import: ksemstamp core modules; never cli, config, builders, watermarker, detector or documents.
 
 ``region`` is k-SemStamp's (and SemStamp's) valid-region rule, ``direction`` the keyed-direction
 score. The sentence loop (``watermarker``) and the ``Detector`` ask a mark; neither branches on
