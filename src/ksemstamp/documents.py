@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from .detector import continuation_sentences
-from .results import GenerationResult, SentenceRecord
+from .prompts import CHAT, COMPLETE, CONTINUE, PromptStart
+from .results import NO_REGION, GenerationResult, SentenceRecord
 from .sampler import Candidate
 from .splitter import PunktSplitter
 
@@ -54,6 +56,40 @@ class Document:
     keyed_start: bool = False
     """The first sentence is seeded by the keyed start value, a transition no detector scores."""
 
+    @classmethod
+    def start(
+        cls,
+        prompt: str,
+        start: PromptStart,
+        generator: torch.Generator,
+        now: float,
+        keyed: Callable[[], tuple[int, torch.Tensor | None]],
+    ) -> Document:
+        """The document of ``prompt`` as ``prompts.plan_prompt`` planned it (``start``), begun at
+        ``now``: finished with its error, set to complete the prompt's open sentence, or seeded
+        by the keyed start value (``keyed()``: its region and context) when it continues no
+        sentence. A prompt that ends a sentence is seeded by the caller (from its region)."""
+        result = GenerationResult(
+            prompt=prompt, prompt_dropped_chars=start.dropped_chars, chat=start.kind == CHAT
+        )
+        doc = cls(
+            result,
+            prefix=start.prefix,
+            context=start.context,
+            previous=NO_REGION,
+            started=now,
+            generator=generator,
+            sentence_started=now,
+        )
+        if start.error is not None:
+            result.status, result.error = "error", start.error
+            doc.done = True
+        elif start.kind == COMPLETE:
+            doc.open_sentence, doc.head = start.open_sentence, start.head
+        elif start.kind != CONTINUE:  # an empty prompt or chat
+            (doc.previous, doc.weights), doc.keyed_start = keyed(), True
+        return doc
+
     @property
     def completing(self) -> bool:
         return bool(self.open_sentence)
@@ -70,7 +106,7 @@ class Document:
     def append(self, chosen: Candidate, fallback: bool, now: float) -> None:
         """Add the kept sentence and move the state to the search for the next one, which
         starts at ``now``."""
-        region = chosen.info.region if chosen.info else -1
+        region = chosen.info.region if chosen.info else NO_REGION
         self.result.sentences.append(
             SentenceRecord(
                 text=chosen.text,

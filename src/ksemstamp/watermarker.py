@@ -37,9 +37,16 @@ from tqdm.auto import tqdm
 
 from .documents import Document, document_generator
 from .marks import Mark, Round, make_mark
-from .prompts import CHAT, COMPLETE, CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
+from .prompts import CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
 from .pruning import PruneRule
-from .results import GenerationProgress, GenerationResult, Judgement, SentenceRecord, summarize
+from .results import (
+    NO_REGION,
+    GenerationProgress,
+    GenerationResult,
+    Judgement,
+    SentenceRecord,
+    summarize,
+)
 from .rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
 from .sampler import Candidate, CandidateSampler, GroupResult
 from .scheme import WatermarkScheme
@@ -54,7 +61,7 @@ __all__ = [
     "summarize",
 ]
 
-PLAIN = Judgement(-1, True, True, True)
+PLAIN = Judgement(NO_REGION, True, True, True)
 """The verdict on a candidate drawn without a watermark: always kept."""
 
 
@@ -233,22 +240,12 @@ class Watermarker:
                 if doc.done:
                     doc.result.seconds = time.perf_counter() - doc.started
             # Long searches for one sentence should be visible, not look like a hang.
+            now = self._progress(docs, active)
             bar.set_postfix(
-                sentences=sum(d.result.num_sentences for d in docs),
-                drawn_for_current=max(d.drawn for d in active),
-                refresh=False,
+                sentences=now.sentences, drawn_for_current=now.drawn_for_current, refresh=False
             )
             if on_progress is not None:
-                on_progress(
-                    GenerationProgress(
-                        sentences=sum(d.result.num_sentences for d in docs),
-                        candidates=sum(d.result.candidates + d.drawn for d in docs),
-                        drawn_for_current=max(d.drawn for d in active),
-                        tokens=sum(d.result.num_tokens for d in docs),
-                        max_tokens=len(docs) * self.max_new_tokens,
-                        texts=[d.result.text for d in docs],
-                    )
-                )
+                on_progress(now)
         bar.close()
         return [d.result for d in docs]
 
@@ -270,28 +267,10 @@ class Watermarker:
                 budget=self.prompt_budget,
                 max_chars=self.max_prompt_chars,
             )
-            result = GenerationResult(
-                prompt=prompt, prompt_dropped_chars=start.dropped_chars, chat=start.kind == CHAT
-            )
-            doc = Document(
-                result,
-                prefix=start.prefix,
-                context=start.context,
-                previous=-1,
-                started=time.perf_counter(),
-                generator=generator or document_generator(self.seed, prompt),
-            )
-            doc.sentence_started = doc.started
-            if start.error is not None:
-                result.status, result.error = "error", start.error
-                doc.done = True
-            elif start.kind == CONTINUE:
+            own = generator or document_generator(self.seed, prompt)
+            doc = Document.start(prompt, start, own, time.perf_counter(), self._keyed_start)
+            if start.kind == CONTINUE and start.error is None:
                 seeds.append((doc, start.context))
-            elif start.kind == COMPLETE:
-                doc.open_sentence, doc.head = start.open_sentence, start.head
-            else:  # an empty prompt or chat: the keyed start value seeds the first sentence
-                doc.previous, doc.keyed_start = self.scheme.start_region, True
-                doc.weights = self.mark.start_context()
             docs.append(doc)
         if seeds:
             emb = self.scheme.embed([sentence for _, sentence in seeds])
@@ -300,6 +279,21 @@ class Watermarker:
             for (doc, _), region, context in zip(seeds, located.tolist(), contexts, strict=True):
                 doc.previous, doc.weights = region, context
         return docs
+
+    def _progress(self, docs: list[Document], active: list[Document]) -> GenerationProgress:
+        """Where generation stands after a round (``active``: the documents in it)."""
+        return GenerationProgress(
+            sentences=sum(d.result.num_sentences for d in docs),
+            candidates=sum(d.result.candidates + d.drawn for d in docs),
+            drawn_for_current=max(d.drawn for d in active),
+            tokens=sum(d.result.num_tokens for d in docs),
+            max_tokens=len(docs) * self.max_new_tokens,
+            texts=[d.result.text for d in docs],
+        )
+
+    def _keyed_start(self) -> tuple[int, torch.Tensor | None]:
+        """The keyed start value's region and what it hands the first sentence."""
+        return self.scheme.start_region, self.mark.start_context()
 
     def _judge(
         self, active: list[Document], watermark: bool, rows: list[tuple[int, int]], texts: list[str]
