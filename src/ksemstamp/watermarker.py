@@ -61,6 +61,13 @@ __all__ = [
     "summarize",
 ]
 
+PAPER_MAX_CANDIDATES = 100
+"""``N_max`` of the paper: candidates drawn for a sentence before falling back."""
+PAPER_MAX_NEW_TOKENS = 200
+"""The paper's continuation length, in tokens (about 200)."""
+CANDIDATE_BATCH = 32
+"""Most rows per document in one round: 32 rows decode in about 2.9x one row's time
+(``rounds.ROW_COST``), and more rarely pay off."""
 PLAIN = Judgement(NO_REGION, True, True, True)
 """The verdict on a candidate drawn without a watermark: always kept."""
 
@@ -102,11 +109,11 @@ class Watermarker:
         self,
         scheme: WatermarkScheme,
         sampler: CandidateSampler,
-        max_candidates: int = 100,
-        candidate_batch: int = 32,
+        max_candidates: int = PAPER_MAX_CANDIDATES,
+        candidate_batch: int = CANDIDATE_BATCH,
         adaptive_batch: bool = True,
         row_cost: float = ROW_COST,
-        max_new_tokens: int = 200,
+        max_new_tokens: int = PAPER_MAX_NEW_TOKENS,
         max_sentences: int | None = None,
         novelty_patience: int = 0,
         margin_patience: int | None = None,
