@@ -18,8 +18,8 @@ import torch
 
 from .detector import continuation_sentences
 from .prompts import CHAT, COMPLETE, CONTINUE, PromptStart
-from .results import NO_REGION, GenerationResult, SentenceRecord
-from .sampler import Candidate
+from .results import NO_REGION, GenerationResult, Judgement, SentenceRecord
+from .sampler import Candidate, GroupResult
 from .splitter import PunktSplitter
 
 
@@ -99,6 +99,84 @@ class Document:
         """Candidates drawn for the current sentence that ran to their end (not pruned): what
         the ``max_candidates`` budget counts."""
         return self.drawn - self.pruned
+
+    def tally(
+        self,
+        res: GroupResult,
+        rates: Callable[[int, dict[int, list[float]]], list[float]] | None,
+        turns_down: bool,
+    ) -> None:
+        """Count a round's candidates: drawn, pruned, the best-scoring so far, and (``rates``:
+        the running ``[accepted, drawn]`` counts after a previous region; ``None`` for plain
+        or completing draws) acceptance and why each was rejected (a mark that ``turns_down``
+        none only ranks)."""
+        self.result.decoded_tokens += res.decoded_tokens
+        self.result.wasted_tokens += res.wasted_tokens
+        for cand in res.candidates:
+            self.drawn += 1
+            self.pruned += cand.pruned
+            if cand.info is None or rates is None:
+                continue
+            verdict: Judgement = cand.info
+            scored = cand.text and not math.isnan(verdict.score)
+            if scored and (self.best is None or verdict.score > self.best.info.score):
+                self.best = cand
+            counts = rates(self.previous, self.stats)
+            counts[0] += cand.accepted
+            counts[1] += 1
+            if not turns_down:
+                continue
+            if not verdict.valid:
+                self.rejected_region += 1
+            elif not verdict.margin_ok:
+                self.rejected_margin += 1
+            elif not verdict.novel:
+                self.rejected_repeat += 1
+
+    def choose(
+        self,
+        res: GroupResult,
+        max_candidates: int,
+        timed_out: Callable[[], bool],
+        turns_down: bool,
+    ) -> tuple[Candidate, bool] | None:
+        """The sentence to keep after a round and whether it is a fallback, or ``None`` (draw
+        again, or give up once the budget holds only empty candidates). Past the budget of
+        ``max_candidates`` (or once ``timed_out()``), the best-scoring candidate is kept (a
+        fallback when the mark ``turns_down`` candidates, else its rule), or the last usable one
+        drawn (a fallback)."""
+        if res.accepted_index is not None:
+            return res.candidates[res.accepted_index], False
+        out_of_time = timed_out()
+        if self.drawn < max_candidates and not out_of_time:
+            return None
+        self.timed_out = self.drawn < max_candidates
+        if self.completing:
+            self.done = True
+            self.result.status = "error"
+            self.result.error = (
+                f"the prompt's last sentence could not be completed in {self.drawn} draws (none "
+                "ended it where the sentence splitter cuts the whole text)"
+            )
+            return None
+        if self.best is not None:
+            return self.best, turns_down
+        usable = [c for c in res.candidates if c.text]
+        if usable:
+            return usable[-1], True
+        if self.finished < max_candidates:
+            # Out of time, or rows were pruned, and nothing finished is a sentence: draw again
+            # (pruned rows do not spend the budget).
+            return None
+        self.done = True
+        if self.result.sentences:
+            # The LM keeps ending the text here (end of text, or nothing a sentence can be cut
+            # from): keep what it wrote, a shorter text.
+            self.result.ended_by_model = True
+        else:
+            self.result.status = "error"
+            self.result.error = "the model produced no usable sentence"
+        return None
 
     def _reset_counts(self) -> None:
         self.drawn = self.rejected_region = self.rejected_margin = self.rejected_repeat = 0

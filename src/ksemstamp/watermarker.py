@@ -21,13 +21,13 @@ price of a text that depends on the machine's speed. How many rows a round draws
 
 What ``generate`` returns (``GenerationResult`` and the rest) is defined in ``results`` and
 re-exported here. The loop itself is the named steps below (``_start``, ``_judge``, ``_tally``,
-``_choose``, ``_keep``; a document's own steps are in ``documents``), for every mark and every
+``_keep``; a document's own steps, counting a round and choosing what to keep, are in
+``documents``), for every mark and every
 kind of prompt.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -48,7 +48,7 @@ from .results import (
     summarize,
 )
 from .rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
-from .sampler import Candidate, CandidateSampler, GroupResult
+from .sampler import Candidate, CandidateSampler
 from .scheme import WatermarkScheme
 from .textcheck import readable
 
@@ -238,8 +238,11 @@ class Watermarker:
                 **({"pruner": pruner} if pruner is not None else {}),
             )
             for doc, res in zip(active, results, strict=True):
-                self._tally(doc, res, watermark and not doc.completing)
-                chosen = self._choose(doc, res)
+                rates = self._acceptance if watermark and not doc.completing else None
+                doc.tally(res, rates, self.mark.turns_down)
+                chosen = doc.choose(
+                    res, self.max_candidates, partial(self._timed_out, doc), self.mark.turns_down
+                )
                 if chosen is not None:
                     self._keep(doc, *chosen)
                     bar.update(chosen[0].num_tokens)
@@ -329,71 +332,14 @@ class Watermarker:
                 out.append((accepted, verdict))
         return out
 
-    def _tally(self, doc: Document, res: GroupResult, watermark: bool) -> None:
-        """Count a round's candidates: drawn, acceptance rate, and why each was rejected."""
-        doc.result.decoded_tokens += res.decoded_tokens
-        doc.result.wasted_tokens += res.wasted_tokens
-        for cand in res.candidates:
-            doc.drawn += 1
-            doc.pruned += cand.pruned
-            if cand.info is None or not watermark:
-                continue
-            verdict: Judgement = cand.info
-            scored = cand.text and not math.isnan(verdict.score)
-            if scored and (doc.best is None or verdict.score > doc.best.info.score):
-                doc.best = cand
-            counts = self._acceptance(doc.previous, doc.stats)
-            counts[0] += cand.accepted
-            counts[1] += 1
-            if not self.mark.turns_down:
-                continue  # a ranking: no candidate is turned down by a rule
-            if not verdict.valid:
-                doc.rejected_region += 1
-            elif not verdict.margin_ok:
-                doc.rejected_margin += 1
-            elif not verdict.novel:
-                doc.rejected_repeat += 1
-
-    def _choose(self, doc: Document, res: GroupResult) -> tuple[Candidate, bool] | None:
-        """The sentence to keep after a round and whether it is a fallback, or ``None`` (draw
-        again, or give up once the budget holds only empty candidates)."""
-        if res.accepted_index is not None:
-            return res.candidates[res.accepted_index], False
-        timed_out = (
+    def _timed_out(self, doc: Document) -> bool:
+        """Whether the search for ``doc``'s sentence ran out of ``sentence_time_budget`` (the
+        prompt's open sentence is completed whatever it takes)."""
+        return (
             self.sentence_time_budget is not None
-            and not doc.completing  # the prompt's open sentence is completed whatever it takes
+            and not doc.completing
             and time.perf_counter() - doc.sentence_started >= self.sentence_time_budget
         )
-        if doc.drawn < self.max_candidates and not timed_out:
-            return None
-        doc.timed_out = doc.drawn < self.max_candidates
-        if doc.completing:
-            doc.done = True
-            doc.result.status = "error"
-            doc.result.error = (
-                f"the prompt's last sentence could not be completed in {doc.drawn} draws (none "
-                "ended it where the sentence splitter cuts the whole text)"
-            )
-            return None
-        if doc.best is not None:
-            # Under a ranking mark, the best of max_candidates is the rule, not a fallback.
-            return doc.best, self.mark.turns_down
-        usable = [c for c in res.candidates if c.text]
-        if usable:
-            return usable[-1], True
-        if doc.finished < self.max_candidates:
-            # Out of time, or rows were pruned, and nothing finished is a sentence: draw again
-            # (pruned rows do not spend the budget).
-            return None
-        doc.done = True
-        if doc.result.sentences:
-            # The LM keeps ending the text here (end of text, or nothing a sentence can be cut
-            # from): keep what it wrote, a shorter text.
-            doc.result.ended_by_model = True
-        else:
-            doc.result.status = "error"
-            doc.result.error = "the model produced no usable sentence"
-        return None
 
     def _keep(self, doc: Document, chosen: Candidate, fallback: bool) -> None:
         """Take the chosen candidate: the completion of the prompt's open sentence, or the
