@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from setuptools.config.pyprojecttoml import read_configuration
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,3 +118,68 @@ def test_study_commands_run_from_the_repository_root():
     ).stdout
     for command in ("pool", "pairs", "centroids", "sweep", "prune", "plot", "attribution"):
         assert command in out
+
+
+RULE = re.compile(
+    r"^May import: ksemstamp core modules(?: and (?P<allowed>[\w, ]+?))?; never (?P<never>.+)\.$"
+)
+
+
+def import_rules(package: Path) -> dict[str, tuple[set[str], set[str]]]:
+    """Subpackage -> (the subpackages it may import, the modules it never imports), from the
+    second line of its ``__init__`` docstring: ``May import: ksemstamp core modules[ and
+    a, b]; never x, y or z.`` Any subpackage not named there is forbidden too."""
+    rules = {}
+    for init in sorted(package.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text()), clean=False) or ""
+        lines = doc.splitlines()
+        match = RULE.match(lines[1]) if len(lines) > 1 else None
+        assert match, f"{init}: the docstring's second line must be the import rule, got {lines}"
+        allowed = {n.strip() for n in (match["allowed"] or "").split(",") if n.strip()}
+        never = {n.strip() for n in re.split(r",| or ", match["never"]) if n.strip()}
+        rules[init.parent.name] = (allowed, never)
+    return rules
+
+
+def test_every_subpackage_declares_what_it_may_import():
+    package = ROOT / "src" / "ksemstamp"
+    rules = import_rules(package)
+    subpackages = {p.parent.name for p in package.glob("*/__init__.py")}
+    assert set(rules) == subpackages and {"marks", "serve", "training"} <= subpackages
+    for allowed, never in rules.values():
+        named = allowed | never
+        # Every name in a rule is a module or subpackage that exists.
+        assert all((package / f"{n}.py").exists() or n in subpackages for n in named), named
+
+
+def test_subpackages_keep_to_their_import_rules():
+    package = ROOT / "src" / "ksemstamp"
+    edges = import_graph([(ROOT / "src", "ksemstamp")])
+    rules = import_rules(package)
+    broken = []
+    for name, targets in edges.items():
+        parts = name.split(".")
+        if len(parts) < 2 or parts[1] not in rules:
+            continue
+        own = parts[1]
+        allowed, never = rules[own]
+        for target in targets:
+            top = target.split(".")[1] if target.count(".") else ""
+            if not top or top == own:
+                continue
+            is_subpackage = top in rules
+            if top in never or (is_subpackage and top not in allowed):
+                broken.append(f"{name} imports {target}")
+    assert broken == []
+
+
+def test_the_rule_check_catches_a_broken_rule(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "__init__.py").write_text('"""A part.\nMay import: nothing at all.\n"""\n')
+    with pytest.raises(AssertionError, match="import rule"):
+        import_rules(package)
+    (package / "sub" / "__init__.py").write_text(
+        '"""A part.\nMay import: ksemstamp core modules and other; never cli or config.\n"""\n'
+    )
+    assert import_rules(package) == {"sub": ({"other"}, {"cli", "config"})}

@@ -17,49 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from .assets import AssetError
 from .cli_args import parse
 from .config import WatermarkConfig, build_detector, build_scheme, build_watermarker
 from .corpora import news_prompt
-from .io import InputRecord, ResumableWriter, earlier_output_problem, read_jsonl, same_file
-from .parallel import Job, run_jsonl
+from .parallel import Job
+from .records import ERROR_FIELDS, RecordProcessor, key_problem, process_jsonl, text_problem
 from .textcheck import printable
 
 # ---------------------------------------------------------------------- generate
-
-
-@dataclass
-class RecordProcessor:
-    """What ``generate --input`` and ``detect --input`` do to input records.
-
-    ``check(data)`` returns why a record cannot be processed (or ``None``); ``process(datas)``
-    returns one output dict per valid record; ``models`` are the models it uses (checked for
-    their device when records are spread over devices).
-    """
-
-    check: Callable[[dict], str | None]
-    process: Callable[[list[dict]], list[dict]]
-    error_fields: dict[str, Any]
-    models: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def rows(self, chunk: list[InputRecord]) -> list[dict]:
-        """One output line per input line: the input fields, ``line``, and the result or
-        ``status: error`` with ``error``."""
-        errors = {r.line: r.error or self.check(r.data) for r in chunk}
-        ready = [r for r in chunk if errors[r.line] is None]
-        results = self.process([r.data for r in ready]) if ready else []
-        by_line = {r.line: res for r, res in zip(ready, results, strict=True)}
-        rows = []
-        for rec in chunk:
-            row = {**(rec.data or {}), "line": rec.line}
-            if errors[rec.line] is None:
-                row |= by_line[rec.line]
-            else:
-                row |= {**self.error_fields, "status": "error", "error": errors[rec.line]}
-            rows.append(row)
-        return rows
 
 
 @dataclass
@@ -77,76 +43,6 @@ class RecordJob:
         cfg = WatermarkConfig.from_dict({**self.settings, "device": str(device)})
         processor = PROCESSORS[self.command](cfg, self.option)
         return Job(processor.rows, processor.models)
-
-
-ERROR_FIELDS: dict[str, dict[str, Any]] = {
-    "generate": {},
-    "detect": {"z_score": None, "p_value": None, "num_scored": 0, "num_valid": 0},
-}
-"""The result fields an error record of each command carries (set to "no result")."""
-
-
-def _process_jsonl(
-    args, cfg: WatermarkConfig, *, name: str, unit: str, batch_size: int, option: bool
-) -> int:
-    """The JSONL loop shared by ``generate`` and ``detect``, resumable through ``ResumableWriter``.
-
-    Before any model loads, the output must not be the input, nor an existing file other than
-    an earlier output of this command on this input (``io.earlier_output_problem``), nor
-    locked by another run. Records already in ``args.output`` are skipped; the rest go in
-    input order, in chunks of ``batch_size``, through the command's ``RecordProcessor``: in
-    this process, or spread over devices with ``Trainer.predict`` when ``args.parallel`` asks
-    for it (``parallel.run_jsonl``). Returns the exit code: 1 when nothing succeeded and
-    something failed, else 0.
-    """
-    if same_file(args.input, args.output):
-        raise ValueError(
-            f"--output {args.output} is the --input file: the results would be written into "
-            "the input. Give another file for --output"
-        )
-    records = list(read_jsonl(args.input))
-    content_field = "prompt" if name == "generate" else "text"
-
-    def accept(rows: list) -> None:
-        problem = earlier_output_problem(rows, records, content_field, ERROR_FIELDS[name])
-        if problem:
-            raise ValueError(
-                f"--output {args.output} exists and is not an earlier output of `{name}` on "
-                f"{args.input}: {problem}. Give a new --output, or move that file away to start "
-                "over (rerunning with the same input and output resumes a run)"
-            )
-
-    if args.parallel.requested():
-        with ResumableWriter(args.output, accept=accept):
-            pass  # the checks above, before any process starts
-        job = RecordJob(name, {**cfg.to_dict(), "key": cfg.key}, option)
-        rows, skipped = run_jsonl(
-            args.input, args.output, job, args.parallel, batch_size, progress=not args.quiet
-        )
-        statuses = [row["status"] for row in rows]
-    else:
-        statuses = []
-        with ResumableWriter(args.output, accept=accept) as out:
-            pending = [r for r in records if not out.is_done(r)]
-            skipped = len(records) - len(pending)
-            if skipped:
-                print(f"resuming: {skipped} records already in {args.output}", file=sys.stderr)
-            processor = PROCESSORS[name](cfg, option) if pending else None
-            bar = tqdm(total=len(pending), unit=unit, desc=name, disable=args.quiet)
-            for start in range(0, len(pending), batch_size):
-                for row in processor.rows(pending[start : start + batch_size]):
-                    out.write(row)
-                    statuses.append(row["status"])
-                    bar.update()
-            bar.close()
-    failures = statuses.count("error")
-    successes = len(statuses) - failures
-    counted_as_ok = "ok" if name == "generate" else "scored"
-    print(
-        f"{name}: {successes} {counted_as_ok}, {failures} failed, {skipped} already done",
-        file=sys.stderr,
-    )
-    return 1 if failures and not successes and not skipped else 0
 
 
 def _generate_processor(cfg: WatermarkConfig, no_watermark: bool = False) -> RecordProcessor:
@@ -178,8 +74,6 @@ def _models(scheme, watermarker=None) -> dict[str, Any]:
 
 def cmd_generate(args, cfg: WatermarkConfig) -> int:
     if args.input:
-        if not args.output:
-            raise SystemExit("generate: --input needs --output")
         return _process_jsonl(
             args,
             cfg,
@@ -261,16 +155,7 @@ def _detect_processor(cfg: WatermarkConfig, progress: bool = False) -> RecordPro
     fingerprint = detector.scheme.key_fingerprint
 
     def check(data: dict) -> str | None:
-        if "text" not in data:
-            return "missing field 'text'"
-        if not isinstance(data["text"], str):
-            return f"'text' must be a string, got {type(data['text']).__name__}"
-        if data.get("key_fingerprint") not in (None, fingerprint):
-            return (
-                "this text was generated with a different key (fingerprint "
-                f"{data['key_fingerprint']}, detector {fingerprint})"
-            )
-        return None
+        return text_problem(data) or key_problem(data, fingerprint)
 
     def process(datas: list[dict]) -> list[dict]:
         # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
@@ -288,6 +173,12 @@ PROCESSORS: dict[str, Callable[[WatermarkConfig, bool], RecordProcessor]] = {
 }
 
 
+def _process_jsonl(args, cfg: WatermarkConfig, **command) -> int:
+    """``records.process_jsonl`` with this module's processors (``PROCESSORS``, looked up at
+    run time) and ``RecordJob``."""
+    return process_jsonl(args, cfg, processors=PROCESSORS, job=RecordJob, **command)
+
+
 def _single_process(args, name: str) -> None:
     """Refuse device settings for one prompt or text: they spread ``--input`` files."""
     if args.parallel.requested():
@@ -299,15 +190,9 @@ def _single_process(args, name: str) -> None:
 
 def cmd_detect(args, cfg: WatermarkConfig) -> int:
     if args.input:
-        if not args.output:
-            raise SystemExit("detect: --input needs --output")
+        option = not args.quiet and not args.parallel.requested()
         return _process_jsonl(
-            args,
-            cfg,
-            name="detect",
-            unit="text",
-            batch_size=args.batch_size,
-            option=not args.quiet and not args.parallel.requested(),
+            args, cfg, name="detect", unit="text", batch_size=args.batch_size, option=option
         )
     _single_process(args, "detect")
     if args.text is not None:

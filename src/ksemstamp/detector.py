@@ -44,30 +44,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
+from .marks import make_mark
 from .normalize import normalize_text
-from .results import DetectionResult, too_short
-from .scan import combine, scan_seed, score_covariance
-from .scan import scan as scan_spans
+from .plans import REPEAT, SCORED, SEED, ScoringPlan
+from .results import DetectionResult
 from .scheme import WatermarkScheme
 from .splitter import PunktSplitter
-from .stats import (
-    STATISTICS,
-    direction_z,
-    exact_p_value,
-    normal_sf,
-    paper_z,
-    transition_matrix,
-)
+from .stats import STATISTICS
 from .textcheck import not_text, unsupported_script
 
 _SPACE = re.compile(r"\s+")
 
-SEED, SCORED, REPEAT = "seed", "scored", "repeat"
 PROGRESS_SENTENCES = 512
 """Encoder passes over more sentences than this show a progress bar when asked for one (a few
 seconds and more on a CPU; a 200,000-character text has about 1,400 sentences, ~40 s)."""
@@ -100,83 +90,6 @@ def continuation_sentences(
     start, seed = [(at, s) for at, s in spans if at < len(head)][-1]
     completion = text[: max(0, start + len(seed) - len(head))]
     return seed, [s for at, s in spans if at >= len(head)], completion
-
-
-@dataclass
-class ScoringPlan:
-    """What the detector scores in one text, before any key is applied.
-
-    Attributes:
-        sentences: the text's own sentences (the prompt's seeding sentence is not one of them).
-        regions: their regions.
-        seed_region: region of the prompt's last sentence when a prompt seeds the text.
-        roles: per sentence ``seed`` (only sets the previous region), ``scored`` or ``repeat``.
-        vectors: ``(N, D)`` what the ``direction`` mark scores (``WatermarkScheme.vectors``) of
-            each sentence; ``None`` under the ``region`` mark.
-        weights: ``(N + 1, K)`` ``direction`` mark: the context weights
-            (``WatermarkScheme.context_weights``) of the seed (row 0; zeros without a seed)
-            and of each sentence; ``None`` under the ``region`` mark.
-        own: ``direction`` mark with ``context: own``: each sentence is scored on its own
-            context weights, not those of the sentence (or seed) before it.
-        error: why the text could not be planned (then everything else is empty).
-        status: ``ok``, or for a text that could not be planned ``error`` (bad input) or
-            ``unsupported`` (a script the splitter and encoder do not read).
-        seed: the sentence whose region is ``seed_region``.
-        completion: the part of the text that completed a prompt ending mid-sentence.
-        normalized: what normalising text and prompt took, per kind.
-    """
-
-    sentences: list[str] = field(default_factory=list)
-    regions: list[int] = field(default_factory=list)
-    seed_region: int | None = None
-    roles: list[str] = field(default_factory=list)
-    vectors: torch.Tensor | None = None
-    weights: torch.Tensor | None = None
-    error: str | None = None
-    status: str = "ok"
-    seed: str | None = None
-    completion: str | None = None
-    normalized: dict[str, int] = field(default_factory=dict)
-    own: bool = False
-
-    @classmethod
-    def refused(cls, error: str, status: str = "error") -> ScoringPlan:
-        """The plan of a text that cannot be scored, and why."""
-        return cls(error=error, status=status)
-
-    @property
-    def previous(self) -> list[int | None]:
-        """The region before each sentence (``None`` before an unseeded first sentence)."""
-        return [self.seed_region, *self.regions][: len(self.regions)]
-
-    @property
-    def num_scored(self) -> int:
-        return self.roles.count(SCORED)
-
-    @property
-    def scored(self) -> list[bool]:
-        """The scored mask over ``sentences``."""
-        return [role == SCORED for role in self.roles]
-
-    def scored_contexts(self) -> tuple[list[int], list[int]]:
-        """Indices of the scored sentences and the region of each one's context (its own
-        under ``own``, else the region before it)."""
-        rows = [t for t, role in enumerate(self.roles) if role == SCORED]
-        regions = self.regions if self.own else self.previous
-        return rows, [int(regions[t]) for t in rows]
-
-    def context_weights(self, rows: Sequence[int]) -> torch.Tensor:
-        """``(len(rows), K)`` the contexts sentences ``rows`` are scored on: their own weights
-        (``own``), else those of the sentence, or seed, before each."""
-        return self.weights[[r + self.own for r in rows]]
-
-    def transition_counts(self, num_regions: int):
-        """``(K, K)`` counts of the scored transitions ``(previous region, region)``."""
-        if self.seed_region is None:
-            return transition_matrix(self.regions, self.scored, num_regions)
-        return transition_matrix(
-            [self.seed_region, *self.regions], [False, *self.scored], num_regions
-        )
 
 
 def _norm(sentence: str) -> str:
@@ -235,6 +148,7 @@ class Detector:
         self.alpha = alpha
         self.max_chars = max_chars
         self.scan = scan and scheme.mark == "direction"
+        self.mark = make_mark(scheme)
 
     def detect(
         self, text: str, prompt: str | None = None, progress: bool = False
@@ -333,91 +247,10 @@ class Detector:
         return plans
 
     def score(self, plan: ScoringPlan) -> DetectionResult:
-        """Apply the scheme's valid table and the statistic to one plan."""
+        """Apply the key (the scheme's mark, ``Mark.test``) and the statistic to one plan."""
         if plan.error is not None:
             return DetectionResult(status=plan.status, error=plan.error, statistic=self.statistic)
-        if self.scheme.mark == "direction":
-            return self._score_direction(plan)
-        table = self.scheme.table
-        verdicts = []
-        for prev, region, role in zip(plan.previous, plan.regions, plan.roles, strict=True):
-            if role == SCORED:
-                role = "valid" if bool(table[prev, region]) else "invalid"
-            verdicts.append(role)
-        num_valid = verdicts.count("valid")
-        num_scored = plan.num_scored
-        result = DetectionResult(
-            status="ok",
-            num_scored=num_scored,
-            num_valid=num_valid,
-            statistic=self.statistic,
-            sentences=plan.sentences,
-            regions=plan.regions,
-            verdicts=verdicts,
-            seed_region=plan.seed_region,
-            seed=plan.seed,
-            completion=plan.completion,
-            normalized=plan.normalized,
-        )
-        if num_scored == 0:
-            return too_short(result)
-        z = paper_z(num_valid, num_scored, self.scheme.gamma)
-        if self.statistic == "paper":
-            p = normal_sf(z)
-        else:
-            counts = plan.transition_counts(self.scheme.num_regions)
-            p = exact_p_value(counts, table.numpy())
-        result.z_score = float(z)
-        result.p_value = float(p)
-        result.watermarked = p <= self.alpha
-        return result
-
-    def _score_direction(self, plan: ScoringPlan) -> DetectionResult:
-        """The ``direction`` mark: each scored sentence's projection on its context's keyed
-        direction, summed into the exact z of ``stats.direction_z``."""
-        rows, _ = plan.scored_contexts()
-        contexts = plan.context_weights(rows)
-        scores: list[float | None] = [None] * len(plan.sentences)
-        verdicts = list(plan.roles)
-        if rows:
-            values = self.scheme.scores(plan.vectors[rows], contexts).tolist()
-            for t, value in zip(rows, values, strict=True):
-                scores[t] = float(value)
-                verdicts[t] = "valid" if value > 0 else "invalid"
-        result = DetectionResult(
-            status="ok",
-            num_scored=len(rows),
-            num_valid=verdicts.count("valid"),
-            statistic=self.statistic,
-            sentences=plan.sentences,
-            regions=plan.regions,
-            verdicts=verdicts,
-            seed_region=plan.seed_region,
-            seed=plan.seed,
-            completion=plan.completion,
-            scores=scores,
-            normalized=plan.normalized,
-        )
-        if not rows:
-            return too_short(result)
-        z = direction_z(
-            plan.vectors[rows].double().numpy(),
-            contexts.numpy(),
-            self.scheme.directions.double().numpy(),
-        )
-        result.z_score = float(z)
-        result.text_p_value = float(normal_sf(z))
-        result.p_value = result.text_p_value
-        if self.scan:
-            cov = score_covariance(contexts.double().numpy(), plan.vectors[rows].double().numpy())
-            seed = scan_seed([plan.sentences[t] for t in rows])
-            best = scan_spans(np.array([scores[t] for t in rows]), cov, seed)
-            if best is not None:
-                result.span = [rows[best.start], rows[best.stop - 1] + 1]
-                result.span_z, result.span_p_value = best.z, best.p_value
-                result.p_value = combine(result.text_p_value, best.p_value)
-        result.watermarked = result.p_value <= self.alpha
-        return result
+        return self.mark.test(plan, self.statistic, self.alpha, self.scan)
 
 
 def _normalized(text: str, prompt: str | None) -> tuple[str, str | None, dict[str, int]]:

@@ -15,6 +15,9 @@ import torch
 
 from .normalize import tampered
 
+NO_REGION = -1
+"""The region of a sentence no mark located: a plain candidate, a prompt not yet completed."""
+
 
 class Judgement(NamedTuple):
     """What the judge found about one candidate sentence (its ``Candidate.info``)."""

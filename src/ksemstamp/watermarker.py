@@ -1,81 +1,55 @@
-"""Watermarked generation: the sentence loop of k-SemStamp's Algorithm 1, batched.
+"""Watermarked generation: the sentence loop of k-SemStamp's Algorithm 1, batched, for any mark.
 
-For each new sentence of each document: draw candidate sentences, accept the first whose region
-is valid after the previous sentence's region and whose margin holds; after ``max_candidates``
-draws accept the last one drawn (a *fallback*). Under the ``direction`` mark (see ``scheme``)
-the rule is a score instead: accept the first candidate whose score reaches ``threshold``;
-after ``max_candidates`` draws keep the best-scoring one (a fallback that still carries most
-of the evidence a sentence can, since it is the best of its draws). Candidates are drawn in rounds of several rows
-per document (see ``sampler``), several documents per round. The first generated sentence is
+For each new sentence of each document the loop draws rounds of candidate sentences and asks
+the document's mark (``marks``: ``region``, k-SemStamp's valid regions; ``direction``, keyed
+scores) to judge them. The sampler keeps the first accepted candidate of a round in draw order.
+After ``max_candidates`` draws without one, the loop keeps the best-scoring candidate when the
+mark scores them (the ``direction`` mark: by rule without a threshold, else a fallback), and
+otherwise the last one drawn (a *fallback*). Candidates are drawn in rounds of several rows per
+document (see ``sampler``), several documents per round. The first generated sentence is
 seeded by the region of the prompt's last sentence. A prompt that ends mid-sentence is first
 completed (one unwatermarked candidate at a time, judged only on whether detection will cut the
 completed sentence where generation did), and the completed sentence seeds; an empty prompt or
 an instruction (``chat``) seeds the first sentence with the scheme's keyed start value. See
 ``prompts`` for the kinds of prompt.
 
-Novelty (an extension, ``novelty_patience > 0``; ``0`` is the paper's rule): a valid candidate
-whose transition ``(previous region, region)`` already occurs in the document is only accepted
-once ``novelty_patience`` candidates have been drawn for the sentence. A repeated transition
-adds nothing to the evidence of a key-randomisation test (its valid count moves with the one
-already there), so texts that circle in one self-valid region are hard to tell from human text
-on the same topic. In a simulation over 300 keys with the news transition matrix, 8 scored
-sentences, m = 0.035, a patience of 10 raised the share of watermarked texts with exact
-p <= 0.01 from 0.76 to 0.93 for 10.0 instead of 6.7 candidates per sentence.
-
-Margin patience (an extension, ``margin_patience``; ``None`` is the paper's rule): after that
-many candidates for a sentence, a candidate in a valid region is accepted even when it lies
-closer than the margin to its region's border. The margin makes a sentence's region survive a
-paraphrase more often, but where the LM's next sentences rarely reach a valid region far from a
-border, insisting on it to ``max_candidates`` costs many draws and ends in a fallback that is not
-valid at all; a valid sentence near a border still counts when the text is not attacked.
-
-Pruning (an option, ``prune``; the direction mark's default, see ``pruning``): under the
-direction mark without a threshold, a round draws ``max_candidates`` rows and every
-``prune.every`` tokens the rows still running are scored on their text so far; the rule stops
-the ones unlikely to become the best. A stopped row counts as a drawn candidate (``pruned``)
-but not against ``max_candidates``: a round whose finished rows hold no usable sentence is
-followed by another for the rest of the budget, as an unpruned one would be.
-
 Sentence time budget (an option, ``sentence_time_budget``; ``None`` is the paper's rule): a
 sentence whose search has run that many seconds ends as at ``max_candidates`` (the region mark
 keeps the last candidate drawn, a fallback; the direction mark its best so far), checked between
-rounds. It bounds the stall of a sentence whose valid
-regions the LM rarely reaches, at the price of a text that depends on the machine's speed.
-
-Round size: with acceptance probability ``p`` for the current valid set and a round of ``n``
-rows costing about ``1 + row_cost * (n - 1)`` single-row decodes (measured on 2 CPU cores with
-SmolLM2-135M: 8 rows 1.9x, 16 rows 2.2x, 32 rows 2.9x one row, so ``row_cost ~ 0.065``), the
-expected cost per accepted sentence is
-``(1 + row_cost (n - 1)) / (1 - (1 - p)^n)``; we take the ``n <= candidate_batch`` minimising it.
-``p`` is a running acceptance rate per previous region, started from a prior: the domain
-transition estimate of landing in a valid region times the margin pass rate measured on news
-sentences (0.74 at m = 0.035), worth ``prior_weight`` observations. The generator's own text
-soon overrides the prior where it differs from the domain's.
+rounds. It bounds the stall of a sentence whose valid regions the LM rarely reaches, at the
+price of a text that depends on the machine's speed. How many rows a round draws is ``rounds``'s.
 
 What ``generate`` returns (``GenerationResult`` and the rest) is defined in ``results`` and
 re-exported here. The loop itself is the named steps below (``_start``, ``_judge``, ``_tally``,
-``_choose``, ``_append``, ``_complete``), for both marks and every kind of prompt.
+``_keep``; a document's own steps, counting a round and choosing what to keep, are in
+``documents``), for every mark and every
+kind of prompt.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 from tqdm.auto import tqdm
 
-from .detector import continuation_sentences
-from .prompts import CHAT, COMPLETE, CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
-from .pruning import PruneRule, rows_to_keep
-from .results import GenerationProgress, GenerationResult, Judgement, SentenceRecord, summarize
-from .sampler import Candidate, CandidateSampler, GroupResult, Pruner
+from .documents import Document, document_generator
+from .marks import Mark, Round, make_mark
+from .prompts import CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
+from .pruning import PruneRule
+from .results import (
+    NO_REGION,
+    GenerationProgress,
+    GenerationResult,
+    Judgement,
+    SentenceRecord,
+    summarize,
+)
+from .rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
+from .sampler import Candidate, CandidateSampler
 from .scheme import WatermarkScheme
-from .stats import normal_sf
 from .textcheck import readable
 
 __all__ = [
@@ -87,49 +61,15 @@ __all__ = [
     "summarize",
 ]
 
-
-@dataclass
-class _Doc:
-    """Mutable state of one document during generation."""
-
-    result: GenerationResult
-    prefix: str
-    context: str
-    previous: int
-    started: float
-    generator: torch.Generator
-    weights: torch.Tensor | None = None
-    """``direction`` mark: ``(K,)`` context weights of the previous sentence (or start value)."""
-    sentence_started: float = 0.0
-    timed_out: bool = False  # the kept sentence's search ended by ``sentence_time_budget``
-    stats: dict[int, list[float]] = field(default_factory=dict)
-    used: set[tuple[int, int]] = field(default_factory=set)
-    drawn: int = 0
-    pruned: int = 0
-    rejected_region: int = 0
-    rejected_margin: int = 0
-    rejected_repeat: int = 0
-    best: Candidate | None = None  # direction mark: best-scoring usable candidate so far
-    done: bool = False
-    open_sentence: str = ""
-    """While the prompt's unfinished last sentence is being completed: that sentence."""
-    head: str = ""
-    """The open sentence with the whitespace before it, given to the sampler (see there)."""
-    verbatim: bool = False
-    """``text`` continues the prompt with no space added (after a completion): every
-    sentence keeps its separator, the first one too."""
-    keyed_start: bool = False
-    """The first sentence is seeded by the keyed start value, a transition no detector scores."""
-
-    @property
-    def completing(self) -> bool:
-        return bool(self.open_sentence)
-
-    @property
-    def finished(self) -> int:
-        """Candidates drawn for the current sentence that ran to their end (not pruned): what
-        the ``max_candidates`` budget counts."""
-        return self.drawn - self.pruned
+PAPER_MAX_CANDIDATES = 100
+"""``N_max`` of the paper: candidates drawn for a sentence before falling back."""
+PAPER_MAX_NEW_TOKENS = 200
+"""The paper's continuation length, in tokens (about 200)."""
+CANDIDATE_BATCH = 32
+"""Most rows per document in one round: 32 rows decode in about 2.9x one row's time
+(``rounds.ROW_COST``), and more rarely pay off."""
+PLAIN = Judgement(NO_REGION, True, True, True)
+"""The verdict on a candidate drawn without a watermark: always kept."""
 
 
 class Watermarker:
@@ -144,11 +84,12 @@ class Watermarker:
         row_cost: relative cost of one extra row in a batched decode step.
         max_new_tokens: stop a document once its continuation has this many tokens.
         max_sentences: optional cap on sentences per document.
-        novelty_patience: candidates after which a repeated valid transition is accepted
-            (0: always, the paper's rule).
-        margin_patience: candidates after which the margin is no longer required: a candidate
-            in a valid region is then accepted whatever its distance to the region's border
-            (``None``: the margin holds until ``max_candidates``, the paper's rule).
+        novelty_patience: ``region`` mark: candidates after which a repeated valid transition
+            is accepted (0: always, the paper's rule; see ``marks.region``).
+        margin_patience: ``region`` mark: candidates after which the margin is no longer
+            required: a candidate in a valid region is then accepted whatever its distance to
+            the region's border (``None``: the margin holds until ``max_candidates``, the
+            paper's rule).
         threshold: ``direction`` mark: the score that accepts a candidate at once (``None``:
             none does; the best of ``max_candidates`` is kept).
         prune: ``direction`` mark without a threshold: when running candidate rows stop early
@@ -160,17 +101,19 @@ class Watermarker:
         max_prompt_tokens: most prompt tokens the LM sees (the left part of a longer prompt is
             dropped); also bounded by the LM's context less the continuation.
         max_prompt_chars: longest prompt accepted, in characters (longer: an error record).
+        mark: the ``marks.Mark`` to generate with, instead of the one ``scheme.mark`` names
+            (built from ``novelty_patience``, ``margin_patience``, ``threshold`` and ``prune``).
     """
 
     def __init__(
         self,
         scheme: WatermarkScheme,
         sampler: CandidateSampler,
-        max_candidates: int = 100,
-        candidate_batch: int = 32,
+        max_candidates: int = PAPER_MAX_CANDIDATES,
+        candidate_batch: int = CANDIDATE_BATCH,
         adaptive_batch: bool = True,
-        row_cost: float = 0.065,
-        max_new_tokens: int = 200,
+        row_cost: float = ROW_COST,
+        max_new_tokens: int = PAPER_MAX_NEW_TOKENS,
         max_sentences: int | None = None,
         novelty_patience: int = 0,
         margin_patience: int | None = None,
@@ -181,36 +124,37 @@ class Watermarker:
         chat: bool = False,
         max_prompt_tokens: int | None = None,
         max_prompt_chars: int | None = None,
+        mark: Mark | None = None,
     ) -> None:
-        if max_candidates < 1:
-            raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
-        if candidate_batch < 1:
-            raise ValueError(f"candidate_batch must be >= 1, got {candidate_batch}")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        for name, value in (
+            ("max_candidates", max_candidates),
+            ("candidate_batch", candidate_batch),
+            ("max_new_tokens", max_new_tokens),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if sentence_time_budget is not None and sentence_time_budget <= 0:
+            raise ValueError(
+                f"sentence_time_budget must be > 0 or None, got {sentence_time_budget}"
+            )
         self.scheme = scheme
         self.sampler = sampler
+        self.mark = mark or make_mark(
+            scheme,
+            threshold=threshold,
+            prune=prune,
+            novelty_patience=novelty_patience,
+            margin_patience=margin_patience,
+        )
         self.max_candidates = max_candidates
         self.candidate_batch = candidate_batch
         self.adaptive_batch = adaptive_batch
         self.row_cost = row_cost
         self.max_new_tokens = max_new_tokens
         self.max_sentences = max_sentences
-        if novelty_patience < 0:
-            raise ValueError(f"novelty_patience must be >= 0, got {novelty_patience}")
-        self.novelty_patience = novelty_patience
-        if margin_patience is not None and margin_patience < 0:
-            raise ValueError(f"margin_patience must be >= 0 or None, got {margin_patience}")
-        self.margin_patience = margin_patience
-        self.threshold = math.inf if threshold is None else float(threshold)
-        self.prune = prune
         self.seed = seed
-        if sentence_time_budget is not None and sentence_time_budget <= 0:
-            raise ValueError(
-                f"sentence_time_budget must be > 0 or None, got {sentence_time_budget}"
-            )
         self.sentence_time_budget = sentence_time_budget
-        self.prior_weight = 4.0
+        self.prior_weight = PRIOR_WEIGHT
         self.chat = chat
         self.max_prompt_chars = max_prompt_chars
         # The sampler's tokenizer and LM decide how much of a prompt the LM can see; a sampler
@@ -242,23 +186,12 @@ class Watermarker:
         if not self.adaptive_batch:
             return max(1, min(self.candidate_batch, budget))
         accepted, drawn_all = self._acceptance(previous, stats)
-        p = min(max(accepted / drawn_all, 1e-3), 1.0)
-        best, best_cost = 1, math.inf
-        for n in range(1, self.candidate_batch + 1):
-            cost = (1 + self.row_cost * (n - 1)) / (1 - (1 - p) ** n)
-            if cost < best_cost - 1e-12:
-                best, best_cost = n, cost
-        return max(1, min(best, budget))
+        return max(
+            1, min(round_size(accepted / drawn_all, self.candidate_batch, self.row_cost), budget)
+        )
 
     def _acceptance(self, previous: int, stats: dict[int, list[float]]) -> list[float]:
-        if previous not in stats:
-            if self.scheme.mark == "direction":
-                # A unit vector's projection on a standard normal direction is N(0, 1).
-                prior = normal_sf(self.threshold)
-            else:
-                prior = self.scheme.acceptance_rate(previous) * 0.74
-            stats[previous] = [prior * self.prior_weight, self.prior_weight]
-        return stats[previous]
+        return acceptance(stats, previous, self.mark.prior, self.prior_weight)
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -292,7 +225,9 @@ class Watermarker:
             # Heads only while a prompt is being completed: samplers written for the plain
             # interface keep working for prompts that end a sentence.
             heads = {"heads": [d.head for d in active]} if any(d.completing for d in active) else {}
-            pruner = self._pruner(active, watermark)
+            pruner = None
+            if watermark and not all(d.completing for d in active):
+                pruner = self.mark.pruner(active)
             results = self.sampler.sample_round(
                 [d.prefix for d in active],
                 rows,
@@ -303,42 +238,34 @@ class Watermarker:
                 **({"pruner": pruner} if pruner is not None else {}),
             )
             for doc, res in zip(active, results, strict=True):
-                completing = doc.completing
-                self._tally(doc, res, watermark and not completing)
-                chosen = self._choose(doc, res)
+                rates = self._acceptance if watermark and not doc.completing else None
+                doc.tally(res, rates, self.mark.turns_down)
+                chosen = doc.choose(
+                    res, self.max_candidates, partial(self._timed_out, doc), self.mark.turns_down
+                )
                 if chosen is not None:
-                    (self._complete if completing else self._append)(doc, *chosen)
+                    self._keep(doc, *chosen)
                     bar.update(chosen[0].num_tokens)
             for doc in active:
                 if doc.done:
                     doc.result.seconds = time.perf_counter() - doc.started
             # Long searches for one sentence should be visible, not look like a hang.
+            now = self._progress(docs, active)
             bar.set_postfix(
-                sentences=sum(d.result.num_sentences for d in docs),
-                drawn_for_current=max(d.drawn for d in active),
-                refresh=False,
+                sentences=now.sentences, drawn_for_current=now.drawn_for_current, refresh=False
             )
             if on_progress is not None:
-                on_progress(
-                    GenerationProgress(
-                        sentences=sum(d.result.num_sentences for d in docs),
-                        candidates=sum(d.result.candidates + d.drawn for d in docs),
-                        drawn_for_current=max(d.drawn for d in active),
-                        tokens=sum(d.result.num_tokens for d in docs),
-                        max_tokens=len(docs) * self.max_new_tokens,
-                        texts=[d.result.text for d in docs],
-                    )
-                )
+                on_progress(now)
         bar.close()
         return [d.result for d in docs]
 
-    def _start(self, prompts: Sequence[str], generator: torch.Generator | None) -> list[_Doc]:
+    def _start(self, prompts: Sequence[str], generator: torch.Generator | None) -> list[Document]:
         """One document per prompt, started as ``prompts.plan_prompt`` says: seeded by the region
         of the prompt's last sentence, set to complete an unfinished one first, or seeded by the
         keyed start value (empty prompt, chat); a prompt that cannot be used gives a finished
         document with an error."""
-        docs: list[_Doc] = []
-        seeds: list[tuple[_Doc, str]] = []
+        docs: list[Document] = []
+        seeds: list[tuple[Document, str]] = []
         for prompt in prompts:
             # What no model can read (a lone surrogate) is dropped, never raised on.
             prompt = readable(prompt)[0] if isinstance(prompt, str) else prompt
@@ -350,290 +277,80 @@ class Watermarker:
                 budget=self.prompt_budget,
                 max_chars=self.max_prompt_chars,
             )
-            result = GenerationResult(
-                prompt=prompt, prompt_dropped_chars=start.dropped_chars, chat=start.kind == CHAT
-            )
-            doc = _Doc(
-                result,
-                prefix=start.prefix,
-                context=start.context,
-                previous=-1,
-                started=time.perf_counter(),
-                generator=generator or _document_generator(self.seed, prompt),
-            )
-            doc.sentence_started = doc.started
-            if start.error is not None:
-                result.status, result.error = "error", start.error
-                doc.done = True
-            elif start.kind == CONTINUE:
+            own = generator or document_generator(self.seed, prompt)
+            doc = Document.start(prompt, start, own, time.perf_counter(), self._keyed_start)
+            if start.kind == CONTINUE and start.error is None:
                 seeds.append((doc, start.context))
-            elif start.kind == COMPLETE:
-                doc.open_sentence, doc.head = start.open_sentence, start.head
-            else:  # an empty prompt or chat: the keyed start value seeds the first sentence
-                doc.previous, doc.keyed_start = self.scheme.start_region, True
-                doc.weights = self.scheme.region_weights([self.scheme.start_region])[0]
             docs.append(doc)
         if seeds:
             emb = self.scheme.embed([sentence for _, sentence in seeds])
             located = self.scheme.locate(emb)[0]
-            weights = self.scheme.context_weights(emb, located)
-            for (doc, _), region, row in zip(seeds, located.tolist(), weights, strict=True):
-                doc.previous, doc.weights = region, row
+            contexts = self.mark.contexts(emb, located)
+            for (doc, _), region, context in zip(seeds, located.tolist(), contexts, strict=True):
+                doc.previous, doc.weights = region, context
         return docs
 
+    def _progress(self, docs: list[Document], active: list[Document]) -> GenerationProgress:
+        """Where generation stands after a round (``active``: the documents in it)."""
+        return GenerationProgress(
+            sentences=sum(d.result.num_sentences for d in docs),
+            candidates=sum(d.result.candidates + d.drawn for d in docs),
+            drawn_for_current=max(d.drawn for d in active),
+            tokens=sum(d.result.num_tokens for d in docs),
+            max_tokens=len(docs) * self.max_new_tokens,
+            texts=[d.result.text for d in docs],
+        )
+
+    def _keyed_start(self) -> tuple[int, torch.Tensor | None]:
+        """The keyed start value's region and what it hands the first sentence."""
+        return self.scheme.start_region, self.mark.start_context()
+
     def _judge(
-        self, active: list[_Doc], watermark: bool, rows: list[tuple[int, int]], texts: list[str]
+        self, active: list[Document], watermark: bool, rows: list[tuple[int, int]], texts: list[str]
     ) -> list[tuple[bool, Judgement]]:
         """The sampler's judge: ``(accepted, Judgement)`` for candidate ``texts`` drawn for
-        ``rows`` (``(document index in active, candidate index in the round)``). A candidate
-        that completes a prompt's sentence is accepted when detection will cut that sentence
-        the same way; its region then seeds the first watermarked sentence."""
+        ``rows`` (``(document index in active, candidate index in the round)``), as the mark
+        judges them. A candidate that completes a prompt's sentence is accepted when detection
+        will cut that sentence the same way; its region then seeds the first watermarked one."""
         completing = [active[g].completing for g, _ in rows]
         if not watermark and not any(completing):
-            return [(True, Judgement(-1, True, True, True)) for _ in texts]
+            return [(True, PLAIN) for _ in texts]
         emb = self.scheme.embed(texts)
         regions, margin_ok = self.scheme.locate(emb)
-        # A completing document has no previous region yet (-1): what is computed for its rows
-        # here is not used.
-        previous = [active[g].previous for g, _ in rows]
-        own: list[torch.Tensor | None] = [None] * len(texts)
-        if self.scheme.mark == "direction":
-            own = list(self.scheme.context_weights(emb, regions))
-            contexts = self._contexts(active, rows, own)
-            scores = self.scheme.scores(self.scheme.vectors(emb), contexts).tolist()
-            valid = [score >= self.threshold for score in scores]
-        else:
-            scores = [math.nan] * len(texts)
-            valid = self.scheme.is_valid(torch.tensor(previous), regions).tolist()
+        verdicts = self.mark.judge(Round(active, rows, emb, regions, margin_ok))
         out = []
-        for (g, i), text, r, v, m, score, context in zip(
-            rows, texts, regions.tolist(), valid, margin_ok.tolist(), scores, own, strict=True
-        ):
+        for (g, _), text, (accepted, verdict) in zip(rows, texts, verdicts, strict=True):
             doc = active[g]
             if doc.completing:
-                ok = self._completion(doc, text) is not None
-                out.append((ok, Judgement(int(r), True, True, True, context=context)))
-                continue
-            if not watermark:  # as in the plain path above, whatever else is in the round
-                out.append((True, Judgement(-1, True, True, True)))
-                continue
-            if self.scheme.mark == "direction":
-                # The direction mark: accepted when the score reaches the threshold.
-                verdict = Judgement(int(r), bool(v), True, True, float(score), context)
-                out.append((bool(v), verdict))
-                continue
-            draw = doc.drawn + i + 1
-            m = m or (self.margin_patience is not None and draw > self.margin_patience)
-            novel = (
-                self.novelty_patience == 0
-                or (doc.previous, r) not in doc.used
-                or draw >= self.novelty_patience
-            )
-            verdict = Judgement(int(r), bool(v), bool(m), novel)
-            out.append((verdict.valid and verdict.margin_ok and novel, verdict))
+                ok = doc.completion(self.scheme.splitter, text) is not None
+                out.append(
+                    (ok, Judgement(verdict.region, True, True, True, context=verdict.context))
+                )
+            elif not watermark:  # as in the plain path above, whatever else is in the round
+                out.append((True, PLAIN))
+            else:
+                out.append((accepted, verdict))
         return out
 
-    def _contexts(
-        self,
-        active: list[_Doc],
-        rows: list[tuple[int, int]],
-        own: list[torch.Tensor] | None,
-    ) -> torch.Tensor:
-        """``(R, K)`` the contexts candidates ``rows`` are scored on: their ``own`` weights
-        under ``context: own``, else their documents' previous sentence's (zeros while a
-        document has none)."""
-        if self.scheme.context == "own":
-            return torch.stack(own)
-        none = torch.zeros(self.scheme.num_regions, dtype=torch.float64)
-        return torch.stack(
-            [none if active[g].weights is None else active[g].weights for g, _ in rows]
-        )
-
-    def _pruner(self, active: list[_Doc], watermark: bool) -> Pruner | None:
-        """The sampler's pruner for a round, or ``None`` when no row is to be stopped early."""
-        if (
-            self.prune is None
-            or not watermark
-            or self.scheme.mark != "direction"
-            or math.isfinite(self.threshold)
-            or all(d.completing for d in active)
-        ):
-            return None
-        return Pruner(self.prune.every, partial(self._prune_rows, active))
-
-    def _prune_rows(
-        self,
-        active: list[_Doc],
-        tokens: int,
-        rows: list[tuple[int, int]],
-        texts: list[str],
-        finished: list[list[Candidate]],
-    ) -> list[bool]:
-        """The pruner's decision: score the running rows' partial texts on their documents'
-        contexts (one encoder pass) and apply ``pruning.rows_to_keep`` per document. Rows
-        completing a prompt's sentence always go on."""
-        flags = [True] * len(rows)
-        groups: dict[int, list[int]] = {}
-        for i, (g, _) in enumerate(rows):
-            if not active[g].completing:
-                groups.setdefault(g, []).append(i)
-        order = [i for ids in groups.values() for i in ids]
-        if not order:
-            return flags
-        emb = self.scheme.embed([texts[i] for i in order])
-        own = list(self.scheme.context_weights(emb)) if self.scheme.context == "own" else None
-        contexts = self._contexts(active, [rows[i] for i in order], own)
-        values = self.scheme.scores(self.scheme.vectors(emb), contexts).tolist()
-        scores = dict(zip(order, values, strict=True))
-        assert self.prune is not None  # _pruner checked it
-        for g, ids in groups.items():
-            done = [
-                c.info.score
-                for c in finished[g]
-                if c.text and c.info is not None and not math.isnan(c.info.score)
-            ]
-            keep = rows_to_keep(self.prune, tokens, [scores[i] for i in ids], done)
-            for i, go_on in zip(ids, keep, strict=True):
-                flags[i] = go_on
-        return flags
-
-    def _tally(self, doc: _Doc, res: GroupResult, watermark: bool) -> None:
-        """Count a round's candidates: drawn, acceptance rate, and why each was rejected."""
-        doc.result.decoded_tokens += res.decoded_tokens
-        doc.result.wasted_tokens += res.wasted_tokens
-        for cand in res.candidates:
-            doc.drawn += 1
-            doc.pruned += cand.pruned
-            if cand.info is None or not watermark:
-                continue
-            verdict: Judgement = cand.info
-            scored = cand.text and not math.isnan(verdict.score)
-            if scored and (doc.best is None or verdict.score > doc.best.info.score):
-                doc.best = cand
-            counts = self._acceptance(doc.previous, doc.stats)
-            counts[0] += cand.accepted
-            counts[1] += 1
-            if self.scheme.mark == "direction" and math.isinf(self.threshold):
-                continue  # best of max_candidates: no candidate is turned down by a rule
-            if not verdict.valid:
-                doc.rejected_region += 1
-            elif not verdict.margin_ok:
-                doc.rejected_margin += 1
-            elif not verdict.novel:
-                doc.rejected_repeat += 1
-
-    def _choose(self, doc: _Doc, res: GroupResult) -> tuple[Candidate, bool] | None:
-        """The sentence to keep after a round and whether it is a fallback, or ``None`` (draw
-        again, or give up once the budget holds only empty candidates)."""
-        if res.accepted_index is not None:
-            return res.candidates[res.accepted_index], False
-        timed_out = (
+    def _timed_out(self, doc: Document) -> bool:
+        """Whether the search for ``doc``'s sentence ran out of ``sentence_time_budget`` (the
+        prompt's open sentence is completed whatever it takes)."""
+        return (
             self.sentence_time_budget is not None
-            and not doc.completing  # the prompt's open sentence is completed whatever it takes
+            and not doc.completing
             and time.perf_counter() - doc.sentence_started >= self.sentence_time_budget
         )
-        if doc.drawn < self.max_candidates and not timed_out:
-            return None
-        doc.timed_out = doc.drawn < self.max_candidates
-        if doc.completing:
-            doc.done = True
-            doc.result.status = "error"
-            doc.result.error = (
-                f"the prompt's last sentence could not be completed in {doc.drawn} draws (none "
-                "ended it where the sentence splitter cuts the whole text)"
-            )
-            return None
-        if doc.best is not None:
-            # Without a threshold, the best of max_candidates is the rule, not a fallback.
-            return doc.best, math.isfinite(self.threshold)
-        usable = [c for c in res.candidates if c.text]
-        if usable:
-            return usable[-1], True
-        if doc.finished < self.max_candidates:
-            # Out of time, or rows were pruned, and nothing finished is a sentence: draw again
-            # (pruned rows do not spend the budget).
-            return None
-        doc.done = True
-        if doc.result.sentences:
-            # The LM keeps ending the text here (end of text, or nothing a sentence can be cut
-            # from): keep what it wrote, a shorter text.
-            doc.result.ended_by_model = True
-        else:
-            doc.result.status = "error"
-            doc.result.error = "the model produced no usable sentence"
-        return None
 
-    def _append(self, doc: _Doc, chosen: Candidate, fallback: bool) -> None:
-        """Add the kept sentence to the document and move its state to the next sentence."""
-        region = chosen.info.region if chosen.info else -1
-        doc.result.sentences.append(
-            SentenceRecord(
-                text=chosen.text,
-                region=region,
-                candidates=doc.drawn,
-                rejected_region=doc.rejected_region,
-                rejected_margin=doc.rejected_margin,
-                rejected_repeat=doc.rejected_repeat,
-                fallback=fallback,
-                num_tokens=chosen.num_tokens,
-                pruned=doc.pruned,
-                timed_out=doc.timed_out,
-                score=_score_of(chosen),
-            )
-        )
-        first = not doc.result.text and not doc.verbatim
-        doc.result.text += ("" if first else chosen.separator) + chosen.text
-        if doc.keyed_start and len(doc.result.sentences) == 1:
-            # The first sentence of an answer or of an empty prompt starts the LM's text: no
-            # space the LM did not write. Its step from the start value is never scored.
-            doc.prefix += chosen.text
-        else:
-            doc.prefix += chosen.separator + chosen.text
-            doc.used.add((doc.previous, region))
-        doc.context = chosen.text
-        doc.previous = region
-        if chosen.info is not None and chosen.info.context is not None:
-            doc.weights = chosen.info.context
-        doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
-        doc.pruned = 0
-        doc.sentence_started, doc.timed_out = time.perf_counter(), False
-        doc.best = None
+    def _keep(self, doc: Document, chosen: Candidate, fallback: bool) -> None:
+        """Take the chosen candidate: the completion of the prompt's open sentence, or the
+        next sentence; a document that reached its length is done."""
+        if doc.completing:
+            completion = doc.completion(self.scheme.splitter, chosen.text)
+            assert completion is not None  # the judge accepted it
+            doc.take_completion(chosen, completion)
+            return
+        doc.append(chosen, fallback, time.perf_counter())
         if doc.result.num_tokens >= self.max_new_tokens or (
             self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences
         ):
             doc.done = True
-
-    def _completion(self, doc: _Doc, sentence: str) -> str | None:
-        """The completion in ``sentence`` (the prompt's open sentence, completed), or ``None``
-        when detection would not cut the prompt plus it into exactly that sentence."""
-        if not sentence.startswith(doc.open_sentence):
-            return None
-        completion = sentence[len(doc.open_sentence) :]
-        cut = continuation_sentences(self.scheme.splitter, doc.result.prompt, completion)
-        return completion if cut == (sentence, [], completion) else None
-
-    def _complete(self, doc: _Doc, chosen: Candidate, fallback: bool = False) -> None:
-        """Take the completion of the prompt's open sentence: it starts the text, and the
-        completed sentence seeds the first watermarked one."""
-        completion = self._completion(doc, chosen.text)
-        assert completion is not None  # the judge accepted it
-        doc.result.completion = completion
-        doc.result.completion_tokens = chosen.num_tokens
-        doc.result.text = completion
-        doc.prefix += completion
-        doc.context = chosen.text
-        doc.previous = chosen.info.region
-        doc.weights = chosen.info.context
-        doc.open_sentence = doc.head = ""
-        doc.verbatim = True
-        doc.drawn = doc.rejected_region = doc.rejected_margin = doc.rejected_repeat = 0
-
-
-def _score_of(candidate: Candidate) -> float | None:
-    info = candidate.info
-    return None if info is None or math.isnan(info.score) else float(info.score)
-
-
-def _document_generator(seed: int, prompt: object) -> torch.Generator:
-    digest = hashlib.sha256(f"{seed}|{prompt}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))

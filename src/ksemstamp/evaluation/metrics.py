@@ -247,4 +247,3 @@ class Oracle:
             embedding = hidden[i, start : len(row)].mean(0)
             scores.append(OracleScore(float(torch.exp(nll)), n, embedding.tolist()))
         return scores
-

@@ -11,6 +11,8 @@ from typing import Any
 
 from ..detector import DetectionResult
 from ..normalize import normalize_text, tampered
+from ..records import ERROR_FIELDS as RECORD_ERROR_FIELDS
+from ..records import key_problem, text_problem
 from ..stats import null_count_pmf, transition_matrix
 
 # The detector's verdicts, as the page names them (under the direction mark, "valid" is a
@@ -283,21 +285,15 @@ def detection_view(
 
 def check_record(data: dict[str, Any], fingerprint: str, max_chars: int) -> str | None:
     """Why a detection record cannot be scored (the CLI's rules plus the size limit), or None."""
-    if "text" not in data:
-        return "missing field 'text'"
-    if not isinstance(data["text"], str):
-        return f"'text' must be a string, got {type(data['text']).__name__}"
+    problem = text_problem(data)
+    if problem:
+        return problem
     prompt = data.get("prompt")
     if prompt is not None and not isinstance(prompt, str):
         return f"'prompt' must be a string, got {type(prompt).__name__}"
     if len(data["text"]) + len(prompt or "") > max_chars:
         return f"text and prompt are longer than the limit of {max_chars:,} characters"
-    if data.get("key_fingerprint") not in (None, fingerprint):
-        return (
-            "this text was generated with a different key (fingerprint "
-            f"{data['key_fingerprint']}, detector {fingerprint})"
-        )
-    return None
+    return key_problem(data, fingerprint)
 
 
-ERROR_FIELDS = {"z_score": None, "p_value": None, "num_scored": 0, "num_valid": 0}
+ERROR_FIELDS = RECORD_ERROR_FIELDS["detect"]

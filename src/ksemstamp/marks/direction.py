@@ -1,0 +1,171 @@
+"""The direction mark: a score per sentence, best of ``max_candidates`` (or first over a threshold).
+
+A candidate's score is the projection of its whitened embedding on the key's direction for its
+context (``WatermarkScheme.scores``). With a ``threshold`` the first candidate that reaches it is
+accepted and, after ``max_candidates`` draws, the best-scoring one is kept (a fallback that
+still carries most of the evidence a sentence can). Without one (the default) no candidate is
+accepted: the mark ranks, and the loop keeps the best of the budget, by rule. The detector sums
+the scores into an exact z (``stats.direction_z``), with the windowed ``scan`` beside it.
+
+Pruning (an option, ``prune``; the default without a threshold, see ``pruning``): a round draws
+``max_candidates`` rows and every ``prune.every`` tokens the rows still running are scored on
+their text so far; the rule stops the ones unlikely to become the best. A stopped row counts as
+a drawn candidate (``pruned``) but not against ``max_candidates``: a round whose finished rows
+hold no usable sentence is followed by another for the rest of the budget, as an unpruned one
+would be.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..pruning import PruneRule, rows_to_keep
+from ..results import DetectionResult, Judgement, too_short
+from ..sampler import Candidate, Pruner
+from ..scan import combine, scan_seed, score_covariance
+from ..scan import scan as scan_spans
+from ..stats import direction_z, normal_sf
+from .base import Mark, Round, SentenceState, Verdict, plan_result
+
+if TYPE_CHECKING:
+    from ..plans import ScoringPlan
+    from ..scheme import WatermarkScheme
+
+
+class DirectionMark(Mark):
+    """Keyed directions per context; ``threshold`` and ``prune`` as in the module docstring."""
+
+    name = "direction"
+
+    def __init__(
+        self,
+        scheme: WatermarkScheme,
+        threshold: float | None = None,
+        prune: PruneRule | None = None,
+    ) -> None:
+        super().__init__(scheme)
+        self.threshold = math.inf if threshold is None else float(threshold)
+        self.prune = prune
+
+    @property
+    def turns_down(self) -> bool:
+        return math.isfinite(self.threshold)
+
+    def prior(self, previous: int) -> float:
+        # A unit vector's projection on a standard normal direction is N(0, 1).
+        return normal_sf(self.threshold)
+
+    def contexts(self, emb: Tensor, regions: Tensor) -> list[Tensor | None]:
+        return list(self.scheme.context_weights(emb, regions))
+
+    def start_context(self) -> Tensor | None:
+        return self.scheme.region_weights([self.scheme.start_region])[0]
+
+    def judge(self, drawn: Round) -> list[Verdict]:
+        own = self.contexts(drawn.emb, drawn.regions)
+        scores = self._scores(drawn.docs, drawn.rows, drawn.emb, own).tolist()
+        out = []
+        for r, score, context in zip(drawn.regions.tolist(), scores, own, strict=True):
+            valid = score >= self.threshold
+            out.append((valid, Judgement(int(r), valid, True, True, float(score), context)))
+        return out
+
+    def _scores(
+        self,
+        docs: Sequence[SentenceState],
+        rows: Sequence[tuple[int, int]],
+        emb: Tensor,
+        own: list[Tensor | None] | None,
+    ) -> Tensor:
+        """``(R,)`` scores of candidates ``rows`` with embeddings ``emb``, each on its ``own``
+        context under ``context: own``, else on its document's previous sentence's (zeros
+        while a document has none)."""
+        if self.scheme.context == "own":
+            contexts = torch.stack(own)
+        else:
+            none = torch.zeros(self.scheme.num_regions, dtype=torch.float64)
+            contexts = torch.stack(
+                [none if docs[g].weights is None else docs[g].weights for g, _ in rows]
+            )
+        return self.scheme.scores(self.scheme.vectors(emb), contexts)
+
+    def pruner(self, docs: Sequence[SentenceState]) -> Pruner | None:
+        if self.prune is None or self.turns_down:
+            return None
+        return Pruner(self.prune.every, partial(self._prune_rows, docs))
+
+    def _prune_rows(
+        self,
+        docs: Sequence[SentenceState],
+        tokens: int,
+        rows: list[tuple[int, int]],
+        texts: list[str],
+        finished: list[list[Candidate]],
+    ) -> list[bool]:
+        """The pruner's decision: score the running rows' partial texts on their documents'
+        contexts (one encoder pass) and apply ``pruning.rows_to_keep`` per document. Rows
+        completing a prompt's sentence always go on."""
+        flags = [True] * len(rows)
+        groups: dict[int, list[int]] = {}
+        for i, (g, _) in enumerate(rows):
+            if not docs[g].completing:
+                groups.setdefault(g, []).append(i)
+        order = [i for ids in groups.values() for i in ids]
+        if not order:
+            return flags
+        emb = self.scheme.embed([texts[i] for i in order])
+        own = list(self.scheme.context_weights(emb)) if self.scheme.context == "own" else None
+        values = self._scores(docs, [rows[i] for i in order], emb, own).tolist()
+        scores = dict(zip(order, values, strict=True))
+        assert self.prune is not None  # pruner() checked it
+        for g, ids in groups.items():
+            done = [
+                c.info.score
+                for c in finished[g]
+                if c.text and c.info is not None and not math.isnan(c.info.score)
+            ]
+            keep = rows_to_keep(self.prune, tokens, [scores[i] for i in ids], done)
+            for i, go_on in zip(ids, keep, strict=True):
+                flags[i] = go_on
+        return flags
+
+    def test(self, plan: ScoringPlan, statistic: str, alpha: float, scan: bool) -> DetectionResult:
+        """Each scored sentence's projection on its context's keyed direction, summed into the
+        exact z of ``stats.direction_z``; with ``scan`` the best span too."""
+        rows, _ = plan.scored_contexts()
+        contexts = plan.context_weights(rows)
+        scores: list[float | None] = [None] * len(plan.sentences)
+        verdicts = list(plan.roles)
+        if rows:
+            values = self.scheme.scores(plan.vectors[rows], contexts).tolist()
+            for t, value in zip(rows, values, strict=True):
+                scores[t] = float(value)
+                verdicts[t] = "valid" if value > 0 else "invalid"
+        result = plan_result(plan, statistic, verdicts, len(rows), scores)
+        if not rows:
+            return too_short(result)
+        z = direction_z(
+            plan.vectors[rows].double().numpy(),
+            contexts.numpy(),
+            self.scheme.directions.double().numpy(),
+        )
+        result.z_score = float(z)
+        result.text_p_value = float(normal_sf(z))
+        result.p_value = result.text_p_value
+        if scan:
+            cov = score_covariance(contexts.double().numpy(), plan.vectors[rows].double().numpy())
+            seed = scan_seed([plan.sentences[t] for t in rows])
+            best = scan_spans(np.array([scores[t] for t in rows]), cov, seed)
+            if best is not None:
+                result.span = [rows[best.start], rows[best.stop - 1] + 1]
+                result.span_z, result.span_p_value = best.z, best.p_value
+                result.p_value = combine(result.text_p_value, best.p_value)
+        result.watermarked = result.p_value <= alpha
+        return result

@@ -1,0 +1,153 @@
+"""Commands that turn a JSONL file of input records into a JSONL file of results.
+
+``generate --input`` and ``detect --input`` share the loop here: every input line gives one
+output line (the input's fields, ``line``, and the result or an error), the run resumes where
+an earlier one stopped, and records may be spread over devices (``parallel``). What a command
+does to a record is its ``RecordProcessor``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from .io import InputRecord, ResumableWriter, earlier_output_problem, read_jsonl, same_file
+from .parallel import run_jsonl
+from .settings import WatermarkConfig
+
+
+@dataclass
+class RecordProcessor:
+    """What ``generate --input`` and ``detect --input`` do to input records.
+
+    ``check(data)`` returns why a record cannot be processed (or ``None``); ``process(datas)``
+    returns one output dict per valid record; ``models`` are the models it uses (checked for
+    their device when records are spread over devices).
+    """
+
+    check: Callable[[dict], str | None]
+    process: Callable[[list[dict]], list[dict]]
+    error_fields: dict[str, Any]
+    models: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def rows(self, chunk: list[InputRecord]) -> list[dict]:
+        """One output line per input line: the input fields, ``line``, and the result or
+        ``status: error`` with ``error``."""
+        errors = {r.line: r.error or self.check(r.data) for r in chunk}
+        ready = [r for r in chunk if errors[r.line] is None]
+        results = self.process([r.data for r in ready]) if ready else []
+        by_line = {r.line: res for r, res in zip(ready, results, strict=True)}
+        rows = []
+        for rec in chunk:
+            row = {**(rec.data or {}), "line": rec.line}
+            if errors[rec.line] is None:
+                row |= by_line[rec.line]
+            else:
+                row |= {**self.error_fields, "status": "error", "error": errors[rec.line]}
+            rows.append(row)
+        return rows
+
+
+ERROR_FIELDS: dict[str, dict[str, Any]] = {
+    "generate": {},
+    "detect": {"z_score": None, "p_value": None, "num_scored": 0, "num_valid": 0},
+}
+"""The result fields an error record of each command carries (set to "no result")."""
+
+
+def text_problem(data: dict) -> str | None:
+    """Why a detection record has no text to score (a missing or non-string ``text``)."""
+    if "text" not in data:
+        return "missing field 'text'"
+    if not isinstance(data["text"], str):
+        return f"'text' must be a string, got {type(data['text']).__name__}"
+    return None
+
+
+def key_problem(data: dict, fingerprint: str) -> str | None:
+    """Why a record made under another key (its ``key_fingerprint``) cannot be scored here."""
+    if data.get("key_fingerprint") not in (None, fingerprint):
+        return (
+            "this text was generated with a different key (fingerprint "
+            f"{data['key_fingerprint']}, detector {fingerprint})"
+        )
+    return None
+
+
+def process_jsonl(
+    args,
+    cfg: WatermarkConfig,
+    *,
+    name: str,
+    unit: str,
+    batch_size: int,
+    option: bool,
+    processors: dict[str, Callable[[WatermarkConfig, bool], RecordProcessor]],
+    job: Callable[[str, dict[str, Any], bool], Callable],
+) -> int:
+    """The JSONL loop shared by ``generate`` and ``detect``, resumable through ``ResumableWriter``.
+
+    Before any model loads, the output must not be the input, nor an existing file other than
+    an earlier output of this command on this input (``io.earlier_output_problem``), nor
+    locked by another run. Records already in ``args.output`` are skipped; the rest go in
+    input order, in chunks of ``batch_size``, through the command's ``RecordProcessor``: in
+    this process, or spread over devices with ``Trainer.predict`` when ``args.parallel`` asks
+    for it (``parallel.run_jsonl``). Returns the exit code: 1 when nothing succeeded and
+    something failed, else 0. ``processors[name]`` builds the processor from the settings and
+    ``option``; ``job(name, settings, option)`` builds it in a process of its own.
+    """
+    if not args.output:
+        raise SystemExit(f"{name}: --input needs --output")
+    if same_file(args.input, args.output):
+        raise ValueError(
+            f"--output {args.output} is the --input file: the results would be written into "
+            "the input. Give another file for --output"
+        )
+    records = list(read_jsonl(args.input))
+    content_field = "prompt" if name == "generate" else "text"
+
+    def accept(rows: list) -> None:
+        problem = earlier_output_problem(rows, records, content_field, ERROR_FIELDS[name])
+        if problem:
+            raise ValueError(
+                f"--output {args.output} exists and is not an earlier output of `{name}` on "
+                f"{args.input}: {problem}. Give a new --output, or move that file away to start "
+                "over (rerunning with the same input and output resumes a run)"
+            )
+
+    if args.parallel.requested():
+        with ResumableWriter(args.output, accept=accept):
+            pass  # the checks above, before any process starts
+        spawned = job(name, {**cfg.to_dict(), "key": cfg.key}, option)
+        rows, skipped = run_jsonl(
+            args.input, args.output, spawned, args.parallel, batch_size, progress=not args.quiet
+        )
+        statuses = [row["status"] for row in rows]
+    else:
+        statuses = []
+        with ResumableWriter(args.output, accept=accept) as out:
+            pending = [r for r in records if not out.is_done(r)]
+            skipped = len(records) - len(pending)
+            if skipped:
+                print(f"resuming: {skipped} records already in {args.output}", file=sys.stderr)
+            processor = processors[name](cfg, option) if pending else None
+            bar = tqdm(total=len(pending), unit=unit, desc=name, disable=args.quiet)
+            for start in range(0, len(pending), batch_size):
+                for row in processor.rows(pending[start : start + batch_size]):
+                    out.write(row)
+                    statuses.append(row["status"])
+                    bar.update()
+            bar.close()
+    failures = statuses.count("error")
+    successes = len(statuses) - failures
+    counted_as_ok = "ok" if name == "generate" else "scored"
+    print(
+        f"{name}: {successes} {counted_as_ok}, {failures} failed, {skipped} already done",
+        file=sys.stderr,
+    )
+    return 1 if failures and not successes and not skipped else 0

@@ -1,0 +1,133 @@
+"""The detection routes: one text (``POST /api/detect``) and an uploaded file (``/api/batch``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import PurePath
+from typing import Any
+
+from fastapi import APIRouter, Depends, File, HTTPException, UploadFile
+from pydantic import BaseModel
+
+from ..detector import DetectionResult
+from ..io import json_line, parse_jsonl
+from .present import ERROR_FIELDS, check_record, decision
+from .state import ServeState, serve_state
+
+router = APIRouter()
+STATE = Depends(serve_state)
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+TEXT_SUFFIXES = (".txt", ".text", ".md")
+BATCH_CHUNK = 64
+"""Records of an uploaded file detected in one ``detect_batch`` call (one encoder pass)."""
+
+
+class DetectRequest(BaseModel):
+    """Body of ``POST /api/detect``."""
+
+    text: str
+    prompt: str | None = None
+
+
+@router.post("/api/detect")
+async def detect(body: DetectRequest, state: ServeState = STATE) -> dict[str, Any]:
+    """Score one text; the answer says which sentences carry the mark and what p means."""
+    state.check_size("text", body.text)
+    state.check_size("prompt", body.prompt)
+    if not body.text.strip():
+        raise HTTPException(422, "the text is empty: paste the text to check")
+    return await state.in_pool(detect_one, state, body.text, body.prompt)
+
+
+def detect_one(state: ServeState, text: str, prompt: str | None) -> dict[str, Any]:
+    start = time.perf_counter()
+    # Under chat settings a prompt is an instruction: it seeds no sentence of the answer.
+    result = state.detector.detect(text, None if state.settings.chat else prompt or None)
+    return state.view(result, text, time.perf_counter() - start)
+
+
+@router.post("/api/batch")
+async def batch(
+    file: UploadFile = File(...),  # noqa: B008
+    state: ServeState = STATE,
+) -> dict[str, Any]:
+    """Score an uploaded .txt (one text) or .jsonl (``watermark.py detect --input``)."""
+    limits = state.limits
+    name = PurePath(file.filename or "upload").name
+    suffix = PurePath(name).suffix.lower()
+    if suffix not in JSONL_SUFFIXES + TEXT_SUFFIXES:
+        raise HTTPException(415, f"upload a .txt or .jsonl file, not {name!r}")
+    raw = await file.read(limits.max_upload_bytes + 1)
+    if len(raw) > limits.max_upload_bytes:
+        raise HTTPException(
+            413, f"the file is larger than the limit of {limits.max_upload_bytes:,} bytes"
+        )
+    try:
+        content = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise HTTPException(
+            400, f"{name} is not valid UTF-8 (byte {err.start}): save it as UTF-8 text"
+        ) from None
+    if not content.strip():
+        raise HTTPException(422, f"{name} is empty")
+    if suffix in TEXT_SUFFIXES:
+        state.check_size("text", content)
+        lines = [(1, {"file": name, "text": content}, None)]
+    else:
+        parsed = parse_jsonl(content)
+        if len(parsed) > limits.max_records:
+            raise HTTPException(
+                413, f"{name} has {len(parsed):,} records; the limit is {limits.max_records:,}"
+            )
+        if all(p.data is None for p in parsed):
+            first = parsed[0].error if parsed else "no records"
+            raise HTTPException(
+                422,
+                f"{name}: no line is a JSON object ({first}); expected JSONL as for "
+                '`watermark.py detect --input`: one {"text": ...} object per line',
+            )
+        lines = [(p.line, p.data, p.error) for p in parsed]
+    return await state.in_pool(score_batch, state, name, lines)
+
+
+def score_batch(state: ServeState, name: str, lines: list) -> dict[str, Any]:
+    """Detect the valid records of an upload; one output row per input line, as
+    ``watermark.py detect --input`` writes them, with counts per status."""
+    errors = {
+        line: error or check_record(data, state.fingerprint, state.limits.max_chars)
+        for line, data, error in lines
+    }
+    ready = [(line, data) for line, data, _ in lines if errors[line] is None]
+    start = time.perf_counter()
+    results: dict[int, DetectionResult] = {}
+    for i in range(0, len(ready), BATCH_CHUNK):
+        chunk = ready[i : i + BATCH_CHUNK]
+        # As `detect --input`: a chat answer is not seeded by its instruction.
+        prompts = [
+            None if state.settings.chat or d.get("chat") is True else d.get("prompt") or None
+            for _, d in chunk
+        ]
+        scored = state.detector.detect_batch([d["text"] for _, d in chunk], prompts)
+        results.update({line: res for (line, _), res in zip(chunk, scored, strict=True)})
+    rows = []
+    for line, data, _ in lines:
+        row = {**(data or {}), "line": line}
+        if line in results:
+            row |= results[line].to_record()
+        else:
+            row |= {**ERROR_FIELDS, "status": "error", "error": errors[line]}
+        rows.append(row)
+    counts = {"ok": 0, "too_short": 0, "unsupported": 0, "error": 0, "watermarked": 0}
+    for line, _, _ in lines:
+        res = results.get(line)
+        counts[res.status if res else "error"] += 1
+        counts["watermarked"] += bool(res and decision(res) == "watermarked")
+    return {
+        "file": name,
+        "output_name": f"{PurePath(name).stem}.detections.jsonl",
+        "records": rows,
+        "summary": counts,
+        "seconds": round(time.perf_counter() - start, 3),
+        "key_fingerprint": state.fingerprint,
+        "jsonl": "".join(json_line(r) + "\n" for r in rows),
+    }
