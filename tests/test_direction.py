@@ -319,6 +319,28 @@ def test_best_of_max_candidates_without_threshold_is_no_fallback(hash_encoder):
     assert not record.fallback and record.rejected_region == 0
 
 
+def test_a_repeat_is_never_kept_for_its_score(hash_encoder):
+    # Detection does not score a sentence that repeats an earlier one of the text (case and
+    # whitespace ignored), so the loop must not keep one for its score: under own contexts the
+    # best sentence of the first round would otherwise win every later round too.
+    scheme = _scheme(hash_encoder)
+    scheme.context = "own"
+    pool = _pool(6)
+    own = scheme.context_weights(scheme.embed(pool))
+    scores = scheme.scores(scheme.vectors(scheme.embed(pool)), own).tolist()
+    order = [pool[int(i)] for i in np.argsort(scores)[::-1]]
+    best, second = order[0], order[1]
+    again = "  " + best.upper().replace(" ", "  ")
+    sampler = ScriptedSampler([order[:3], [again, second, order[2]]])
+    wm = Watermarker(
+        scheme, sampler, max_candidates=3, candidate_batch=32, max_new_tokens=10, threshold=None
+    )
+    result = wm.generate(["A prompt sentence."])[0]
+    assert [s.text for s in result.sentences] == [best, second]
+    verdict = Detector(scheme).detect(result.text, "A prompt sentence.")
+    assert "repeat" not in verdict.verdicts
+
+
 def test_cli_report_shows_scores_and_the_exact_z():
     from ksemstamp.cli import format_detection
     from ksemstamp.detector import DetectionResult

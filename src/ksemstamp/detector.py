@@ -42,21 +42,18 @@ scored sentences is reported too (``span``), and ``p_value`` combines the whole 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import torch
 
 from .marks import make_mark
-from .normalize import normalize_text
+from .normalize import normalize_text, sentence_key
 from .plans import REPEAT, SCORED, SEED, ScoringPlan
 from .results import DetectionResult
 from .scheme import WatermarkScheme
 from .splitter import PunktSplitter
 from .stats import STATISTICS
 from .textcheck import not_text, unsupported_script
-
-_SPACE = re.compile(r"\s+")
 
 PROGRESS_SENTENCES = 512
 """Encoder passes over more sentences than this show a progress bar when asked for one (a few
@@ -92,16 +89,12 @@ def continuation_sentences(
     return seed, [s for at, s in spans if at >= len(head)], completion
 
 
-def _norm(sentence: str) -> str:
-    return _SPACE.sub(" ", sentence).strip().lower()
-
-
 def _roles(sentences: Sequence[str], seeded: bool) -> list[str]:
     """Seed, scored or repeat for each sentence of a text (see the module's rules)."""
     roles: list[str] = []
     seen: set[str] = set()
     for t, sentence in enumerate(sentences):
-        key = _norm(sentence)
+        key = sentence_key(sentence)
         if t == 0 and not seeded:
             roles.append(SEED)
         elif key in seen:

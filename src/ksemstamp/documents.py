@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .detector import continuation_sentences
+from .normalize import sentence_key
 from .prompts import CHAT, COMPLETE, CONTINUE, PromptStart
 from .results import NO_REGION, GenerationResult, Judgement, SentenceRecord
 from .sampler import Candidate, GroupResult
@@ -39,6 +40,8 @@ class Document:
     timed_out: bool = False  # the kept sentence's search ended by ``sentence_time_budget``
     stats: dict[int, list[float]] = field(default_factory=dict)
     used: set[tuple[int, int]] = field(default_factory=set)
+    seen: set[str] = field(default_factory=set)
+    """``normalize.sentence_key`` of every sentence kept: a repeat is not scored by detection."""
     drawn: int = 0
     pruned: int = 0
     rejected_region: int = 0
@@ -118,7 +121,8 @@ class Document:
             if cand.info is None or rates is None:
                 continue
             verdict: Judgement = cand.info
-            scored = cand.text and not math.isnan(verdict.score)
+            # A repeat is no candidate for the best: detection would not score it.
+            scored = cand.text and verdict.novel and not math.isnan(verdict.score)
             if scored and (self.best is None or verdict.score > self.best.info.score):
                 self.best = cand
             counts = rates(self.previous, self.stats)
@@ -210,6 +214,7 @@ class Document:
             self.prefix += chosen.separator + chosen.text
             self.used.add((self.previous, region))
         self.context = chosen.text
+        self.seen.add(sentence_key(chosen.text))
         self.previous = region
         if chosen.info is not None and chosen.info.context is not None:
             self.weights = chosen.info.context

@@ -82,6 +82,16 @@ class NormalizedText:
         return tampered(self.counts)
 
 
+_SPACE = re.compile(r"\s+")
+
+
+def sentence_key(sentence: str) -> str:
+    """What makes two sentences of one text the same sentence to the detector: their text with
+    case and whitespace ignored. A sentence whose key an earlier sentence of the text has is a
+    repeat: it is not scored, so generation does not choose one for its score either."""
+    return _SPACE.sub(" ", sentence).strip().lower()
+
+
 def tampered(counts: dict[str, int]) -> bool:
     """Whether normalisation ``counts`` show characters that make a text look the same but read
     differently (invisible characters or look-alike letters): a sign it was altered on purpose."""

@@ -317,7 +317,7 @@ class Watermarker:
             return [(True, PLAIN) for _ in texts]
         emb = self.scheme.embed(texts)
         regions, margin_ok = self.scheme.locate(emb)
-        verdicts = self.mark.judge(Round(active, rows, emb, regions, margin_ok))
+        verdicts = self.mark.judge(Round(active, rows, emb, regions, margin_ok, texts))
         out = []
         for (g, _), text, (accepted, verdict) in zip(rows, texts, verdicts, strict=True):
             doc = active[g]

@@ -41,6 +41,7 @@ class SentenceState(Protocol):
     previous: int  # region of the sentence before (or the seed's, or the keyed start value)
     weights: Tensor | None  # the context that sentence handed on (``Mark.contexts``)
     used: set[tuple[int, int]]  # the document's transitions so far
+    seen: set[str]  # ``normalize.sentence_key`` of each sentence kept so far
     drawn: int  # candidates drawn for this sentence before the current round
 
     @property
@@ -59,6 +60,8 @@ class Round(NamedTuple):
     """``(N,)`` their regions."""
     margin_ok: Tensor
     """``(N,)`` whether each lies at least the margin from its region's border."""
+    texts: Sequence[str] = ()
+    """Their texts (empty where a caller has none to give)."""
 
 
 class Mark(ABC):

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..normalize import sentence_key
 from ..pruning import PruneRule, rows_to_keep
 from ..results import DetectionResult, Judgement, too_short
 from ..sampler import Candidate, Pruner
@@ -69,12 +70,18 @@ class DirectionMark(Mark):
         return self.scheme.region_weights([self.scheme.start_region])[0]
 
     def judge(self, drawn: Round) -> list[Verdict]:
+        """Each candidate's score; one that repeats a sentence its document already holds is
+        not ``novel`` (detection does not score a repeat) and is neither accepted nor ranked."""
         own = self.contexts(drawn.emb, drawn.regions)
         scores = self._scores(drawn.docs, drawn.rows, drawn.emb, own).tolist()
+        novel = [
+            not text or sentence_key(text) not in drawn.docs[g].seen
+            for (g, _), text in zip(drawn.rows, drawn.texts or [""] * len(drawn.rows), strict=True)
+        ]
         out = []
-        for r, score, context in zip(drawn.regions.tolist(), scores, own, strict=True):
+        for r, score, context, new in zip(drawn.regions.tolist(), scores, own, novel, strict=True):
             valid = score >= self.threshold
-            out.append((valid, Judgement(int(r), valid, True, True, float(score), context)))
+            out.append((valid and new, Judgement(int(r), valid, True, new, float(score), context)))
         return out
 
     def _scores(
@@ -124,12 +131,18 @@ class DirectionMark(Mark):
         own = list(self.scheme.context_weights(emb)) if self.scheme.context == "own" else None
         values = self._scores(docs, [rows[i] for i in order], emb, own).tolist()
         scores = dict(zip(order, values, strict=True))
+        for i in order:
+            # A row that so far repeats the start of a kept sentence word for word is on its way
+            # to a repeat, which detection would not score: it ranks last.
+            head = sentence_key(texts[i])
+            if head and any(s.startswith(head) for s in docs[rows[i][0]].seen):
+                scores[i] = -math.inf
         assert self.prune is not None  # pruner() checked it
         for g, ids in groups.items():
             done = [
                 c.info.score
                 for c in finished[g]
-                if c.text and c.info is not None and not math.isnan(c.info.score)
+                if c.text and c.info is not None and c.info.novel and not math.isnan(c.info.score)
             ]
             keep = rows_to_keep(self.prune, tokens, [scores[i] for i in ids], done)
             for i, go_on in zip(ids, keep, strict=True):
