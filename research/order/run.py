@@ -5,14 +5,15 @@
 A design spec is ``context[:tau=T][:k=K]`` (context ``chain``, ``self`` or ``both``; the soft
 context temperature, default 0.05; the number of regions, default 64, from the shipped file or
 ``research/study/data/centroids``). Generated texts are kept per design and key in ``--cache`` so
-that statistics can be compared on the same texts.
+that statistics can be compared on the same texts. The flags are ``RunSettings``'s fields, also
+read from ``--config FILE`` (YAML, ``null_keys: 100``); ``--print-config`` prints them.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,9 @@ from ksemstamp.config import DEFAULT_CENTROIDS
 from ksemstamp.corpora import make_windows, news_articles
 from ksemstamp.evaluation.edits import EDITS, apply_edit, needs_human
 from ksemstamp.keys import keyed_directions
+from ksemstamp.settings_flags import SettingsGroup
 from ksemstamp.splitter import get_splitter
+from research import cli
 from research.study.ingredients import load_ingredients
 
 from . import sim
@@ -178,19 +181,46 @@ def texts_for(design: Design, ing, embedder, keys, n: int, cache: Path) -> dict:
     return out
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--designs", default="chain,self,both")
-    ap.add_argument("--keys", type=int, default=10)
-    ap.add_argument("--n", type=int, default=32)
-    ap.add_argument("--human", type=int, default=300)
-    ap.add_argument("--null-keys", type=int, default=100)
-    ap.add_argument("--edits", default=",".join(EDITS))
-    ap.add_argument("--statistics", default="sum")
-    ap.add_argument("--cache", default="runs/order")
-    ap.add_argument("--out", default="research/order/results.json")
-    args = ap.parse_args(argv)
+@dataclass(frozen=True)
+class RunSettings:
+    """What one run of the order study simulates, scores and writes."""
 
+    designs: str = "chain,self,both"
+    """Comma-separated design specs, ``context[:tau=T][:k=K][:pcs=M]`` (see ``Design.parse``)."""
+    keys: int = 10
+    """Keys per design; each key generates one text per pool document."""
+    n: int = 32
+    """Pool candidates each simulated sentence is the best of."""
+    human: int = 300
+    """Held-out human news windows (``val`` split) for the false-positive rates."""
+    null_keys: int = 100
+    """Keys each human window is scored under."""
+    edits: str = ",".join(EDITS)
+    """Comma-separated edits of ``ksemstamp.evaluation.edits`` (empty: none)."""
+    statistics: str = "sum"
+    """Comma-separated statistics of ``sim.statistic``."""
+    cache: str = "runs/order"
+    """Folder of the generated texts, per design and key."""
+    out: str = "research/order/results.json"
+    """Results JSON; rows of an existing file are kept and overwritten by name."""
+
+
+SETTINGS = SettingsGroup(RunSettings, "order study")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> RunSettings:
+    """The run's settings from the command line (``--help`` for the flags)."""
+    p = cli.parser(__doc__, prog="python -m research.order.run")
+    SETTINGS.add_to(p)
+    return cli.build(p, SETTINGS, cli.parse_args(p, argv))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    run(parse_args(argv))
+
+
+def run(args: RunSettings) -> None:
+    """Simulate, edit and score every design of ``args``, writing ``args.out`` after each."""
     ing = load_ingredients(DATA / "pool.jsonl", DATA / "pairs.jsonl")
     embedder = Embedder()
     global DOMAIN_EMBEDDER
