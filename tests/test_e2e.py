@@ -161,18 +161,20 @@ def test_held_out_prompts_of_every_kind_generate_and_detection_agrees(short_pipe
     _agrees(found, cut)
     assert all(v != "seed" for v in found.verdicts)  # the first sentence is scored
 
-    # An empty prompt and an instruction: the keyed start value seeds the first sentence;
-    # detection of the text alone scores every sentence after the first.
+    # An empty prompt and an instruction. Under own contexts (the default) every sentence,
+    # the first too, is scored on its own context, and detection of the text alone scores it;
+    # under the chained mark the keyed start value's direction scores the first sentence, which
+    # detection of the text alone only uses as a seed.
+    own = scheme.context == "own"
     for result in (empty, answer):
         assert result.status == "ok" and result.num_sentences >= 2, result.error
         first = result.sentences[0]
-        # Its score was taken along the start value's direction (the default direction mark).
-        vector = scheme.vectors(scheme.embed([first.text]))
-        assert first.score == pytest.approx(
-            float(scheme.scores(vector, [scheme.start_region])[0]), abs=1e-4
-        )
+        emb = scheme.embed([first.text])
+        context = scheme.context_weights(emb) if own else [scheme.start_region]
+        expected = float(scheme.scores(scheme.vectors(emb), context)[0])
+        assert first.score == pytest.approx(expected, abs=1e-4)
         found = detector.detect(result.text, result.prompt_for_detection)
-        assert found.verdicts[0] == "seed"
+        assert (found.verdicts[0] != "seed") if own else (found.verdicts[0] == "seed")
         _agrees(found, result)
     assert answer.chat and answer.prompt_for_detection is None and answer.to_record()["chat"]
     assert "Write a short news story" not in answer.text
