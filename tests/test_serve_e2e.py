@@ -36,9 +36,9 @@ def client(app):
 
 @pytest.fixture(scope="module")
 def marked_text(app) -> str:
-    """Human news sentences chained for the key: each next one the best-scoring of a corpus
-    after the previous one's region (the default direction mark's rule with a corpus in place
-    of the LM)."""
+    """Human news sentences chosen for the key: each next one the best-scoring of a corpus, on
+    its own context (the default) or after the previous one's region (``context: previous``):
+    the direction mark's rule with a corpus in place of the LM."""
     scheme = app.state.detector.scheme
     assert scheme.mark == "direction"
     pool = [
@@ -50,9 +50,14 @@ def marked_text(app) -> str:
     ]
     emb = scheme.embed(pool)
     regions, vectors = scheme.locate(emb)[0].tolist(), scheme.vectors(emb)
-    chain, prev = [0], regions[0]
+    own = scheme.context == "own"
+    # Under own contexts every sentence counts, the first too: start with the best of the pool;
+    # chained, the first sentence only seeds.
+    first = int(scheme.scores(vectors, scheme.context_weights(emb)).argmax()) if own else 0
+    chain, prev = [first], regions[first]
     while len(chain) < 11:
-        scores = scheme.scores(vectors, [prev] * len(pool))
+        contexts = scheme.context_weights(emb) if own else [prev] * len(pool)
+        scores = scheme.scores(vectors, contexts)
         scores[chain] = float("-inf")
         for _ in range(50):
             best = int(scores.argmax())
@@ -73,10 +78,13 @@ def human_text() -> str:
     return " ".join(news_articles("test")[3].text.split()[:150])  # about 200 tokens
 
 
-def test_detect_marked_and_human_text(client, marked_text, human_text):
+def test_detect_marked_and_human_text(client, app, marked_text, human_text):
     marked = client.post("/api/detect", json={"text": marked_text}).json()
     assert marked["decision"] == "watermarked" and marked["p_value"] <= 0.01
-    assert [s["verdict"] for s in marked["sentences"]][1:] == ["valid"] * 10
+    verdicts = [s["verdict"] for s in marked["sentences"]]
+    # Under own contexts the first sentence is scored too; chained, it only seeds.
+    first = 0 if app.state.detector.scheme.context == "own" else 1
+    assert verdicts[first:] == ["valid"] * (11 - first)
     human = client.post("/api/detect", json={"text": human_text}).json()
     assert human["status"] == "ok" and human["num_scored"] >= 4
     assert human["decision"] == "not_watermarked" and human["p_value"] > 0.01
@@ -161,7 +169,7 @@ def server_url(app):
 
 @pytest.mark.browser
 def test_browser_shows_verdict_coloured_sentences_batch_and_generation(
-    server_url, marked_text, tmp_path: Path
+    server_url, app, marked_text, tmp_path: Path
 ):
     browser_path = _chromium()
     if browser_path is None:
@@ -182,7 +190,8 @@ def test_browser_shows_verdict_coloured_sentences_batch_and_generation(
             assert page.inner_text("#verdict") == "Watermarked"
             spans = page.locator(".marked-text .s")
             verdicts = spans.evaluate_all("els => els.map(e => e.dataset.verdict)")
-            assert verdicts == ["seed"] + ["valid"] * 10
+            own = app.state.detector.scheme.context == "own"
+            assert verdicts == (["valid"] * 11 if own else ["seed"] + ["valid"] * 10)
             # Coloured: a valid sentence's background is the green of the legend.
             colour = page.eval_on_selector(
                 ".marked-text .s.valid", "e => getComputedStyle(e).backgroundColor"
