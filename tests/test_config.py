@@ -96,3 +96,16 @@ def test_every_shipped_watermark_config_loads(path):
     # A typo in a shipped file (an unknown key, a bad value) fails here, not in a user's run.
     cfg = WatermarkConfig.from_dict(load_settings_file(path))
     assert cfg.max_candidates >= 1
+
+
+def test_choices_are_literal_types_checked_once():
+    from typing import get_args
+
+    from ksemstamp.assets import LM_DTYPES
+    from ksemstamp.settings import LmDtype, WatermarkConfig, _choices
+
+    choices = _choices(WatermarkConfig)
+    assert {"lm_dtype", "partition", "valid_mode", "mark", "context", "statistic"} <= set(choices)
+    assert set(get_args(LmDtype)) == set(LM_DTYPES)
+    with pytest.raises(ValueError, match=r"context must be one of \['own', 'previous'\]"):
+        WatermarkConfig(context="next")

@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
-from .assets import DEFAULT_ENCODER, DEFAULT_LM, LM_DTYPES
+from .assets import DEFAULT_ENCODER, DEFAULT_LM
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout's root (relative settings paths are tried against it); not used to find data."""
@@ -27,6 +27,16 @@ DEFAULT_CENTROIDS = {
 }
 PAPER_CENTROIDS = PACKAGE_DATA / "centroids-all-minilm-l6-v2-k8.pt"
 
+# The choices of the settings that take one of a few names: a field typed with one of these is
+# checked once, by ``WatermarkConfig.__post_init__`` (and by the command line's parser).
+LmDtype = Literal["auto", "fp32", "bf16", "int8"]
+Partition = Literal["kmeans", "lsh"]
+ValidMode = Literal["keyed", "paper"]
+MarkName = Literal["direction", "region"]
+Context = Literal["own", "previous"]
+SamplerStrategy = Literal["batched", "sequential"]
+Statistic = Literal["exact", "paper"]
+
 
 @dataclass
 class WatermarkConfig:
@@ -37,7 +47,7 @@ class WatermarkConfig:
 
     lm: str = DEFAULT_LM
     """Generator: offline alias, local folder, ``.gguf`` file or Hub id."""
-    lm_dtype: str = "auto"
+    lm_dtype: LmDtype = "auto"
     """Generator weights: ``fp32``; ``bf16``; ``int8`` (dynamic int8 attention and output head,
     CPU only); or ``auto`` (default): ``bf16`` where the device computes bfloat16 natively (a
     CPU with AVX512-BF16/AMX, a CUDA GPU that supports it), else ``fp32``. On 24 held-out
@@ -52,7 +62,7 @@ class WatermarkConfig:
     shared with other jobs, where threads waiting on busy cores slow every job down."""
     encoder: str = DEFAULT_ENCODER
     """Sentence encoder: offline alias, local folder or Hub id."""
-    partition: str = "kmeans"
+    partition: Partition = "kmeans"
     """``kmeans`` (k-SemStamp) or ``lsh`` (SemStamp)."""
     centroids: str | None = None
     """Centroid file for ``kmeans``; ``None`` picks the shipped file of the default encoder."""
@@ -68,15 +78,15 @@ class WatermarkConfig:
     """Share of valid regions (paper: 0.25)."""
     margin: float = 0.035
     """Rejection margin (k-SemStamp paper: 0.035; SemStamp paper: 0.02)."""
-    valid_mode: str = "keyed"
+    valid_mode: ValidMode = "keyed"
     """``keyed`` (HMAC of the secret key) or ``paper`` (public table seeded by ``q * 15485863``)."""
-    mark: str = "direction"
+    mark: MarkName = "direction"
     """What the key asks of a sentence. ``direction``: its centred embedding should point along
     the key's direction for the previous sentence's region (score >= ``threshold``); the
     detector sums the scores into an exact z (docs/study). ``region`` (k-SemStamp, SemStamp):
     its region should be in the key's valid set for the previous sentence's region, with the
     margin; ``gamma``, ``margin``, ``novelty_patience`` and ``margin_patience`` apply to it."""
-    context: str = "own"
+    context: Context = "own"
     """``direction`` mark: whose context gives a sentence its direction. ``own``: the sentence's
     own, so its score does not depend on the sentences around it and survives reordering,
     merging and mixing with human text; ``previous``: the sentence before it (the chained
@@ -140,7 +150,7 @@ class WatermarkConfig:
     """Most candidate rows per document in one batched decode."""
     adaptive_batch: bool = True
     """Size each round from the expected acceptance of the current valid set."""
-    sampler_strategy: str = "batched"
+    sampler_strategy: SamplerStrategy = "batched"
     """``batched`` (many rows over one prefill) or ``sequential`` (one ``generate`` call per
     candidate, as the reference code; a baseline for benchmarks)."""
     max_new_tokens: int = 200
@@ -154,7 +164,7 @@ class WatermarkConfig:
     top_p: float = 1.0
     seed: int = 0
     """Sampling seed."""
-    statistic: str = "exact"
+    statistic: Statistic = "exact"
     """Detection p-value: ``exact`` (key randomisation, calibrated) or ``paper`` (normal tail)."""
     alpha: float = 0.01
     """A text is called watermarked when its p-value is at most this."""
@@ -178,29 +188,23 @@ class WatermarkConfig:
     spread work over devices (``--devices``) build each process's models on its own device."""
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.lm_dtype not in LM_DTYPES:
-            problems.append(f"lm_dtype must be one of {list(LM_DTYPES)}, not {self.lm_dtype!r}")
+        problems = [
+            f"{name} must be one of {list(choices)}, not {getattr(self, name)!r}"
+            for name, choices in _choices(type(self)).items()
+            if getattr(self, name) not in choices
+        ]
         if self.threads is not None and self.threads < 1:
             problems.append(f"threads must be >= 1 or null, got {self.threads}")
         if self.checkpoint is not None and self.centroids is not None:
             problems.append(
                 "checkpoint holds the centroids: give either checkpoint or centroids, not both"
             )
-        if self.partition not in ("kmeans", "lsh"):
-            problems.append(f"partition must be 'kmeans' or 'lsh', not {self.partition!r}")
         if not 0 < self.gamma < 1:
             problems.append(f"gamma must be in (0, 1), got {self.gamma}")
         if self.margin < 0:
             problems.append(f"margin must be >= 0, got {self.margin}")
         if self.lsh_bits < 1:
             problems.append(f"lsh_bits must be >= 1 (2**lsh_bits regions), got {self.lsh_bits}")
-        if self.valid_mode not in ("keyed", "paper"):
-            problems.append(f"valid_mode must be 'keyed' or 'paper', not {self.valid_mode!r}")
-        if self.mark not in ("region", "direction"):
-            problems.append(f"mark must be 'region' or 'direction', not {self.mark!r}")
-        if self.context not in ("own", "previous"):
-            problems.append(f"context must be 'own' or 'previous', not {self.context!r}")
         if self.whiten < 0:
             problems.append(f"whiten must be >= 0, got {self.whiten}")
         if self.context_temperature < 0:
@@ -240,12 +244,6 @@ class WatermarkConfig:
             problems.append(
                 f"novelty_patience must be >= 0 (0 = paper), got {self.novelty_patience}"
             )
-        if self.sampler_strategy not in ("batched", "sequential"):
-            problems.append(
-                f"sampler_strategy must be 'batched' or 'sequential', not {self.sampler_strategy!r}"
-            )
-        if self.statistic not in ("exact", "paper"):
-            problems.append(f"statistic must be 'exact' or 'paper', not {self.statistic!r}")
         if not 0 < self.alpha < 1:
             problems.append(f"alpha must be in (0, 1), got {self.alpha}")
         if problems:
@@ -309,3 +307,13 @@ def load_settings_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of settings")
     return data
+
+
+def _choices(cls: type) -> dict[str, tuple[str, ...]]:
+    """The fields of dataclass ``cls`` typed with a ``Literal``, and their choices."""
+    hints = get_type_hints(cls)
+    return {
+        f.name: get_args(hints[f.name])
+        for f in dataclasses.fields(cls)
+        if get_origin(hints[f.name]) is Literal
+    }
