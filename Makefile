@@ -82,9 +82,12 @@ results-evaluation: setup results-strength
 	$(call EVALUATE,eval-cpu-run-key,cpu-run-ft,cpu-run-ft,runs/eval-news-cpu-ft)
 	$(call EVALUATE,eval-small-run-key,small-run,small-run,runs/eval-news-small)
 
-# The default mark against KGW under paraphrases, a document-level rewrite and edits.
+# The default mark against KGW under edits (50 prompts), the LM paraphrase and the
+# document-level rewrite (24 prompts), and the paper configuration under the edits (24 prompts).
 results-strength: setup
-	$(call EVALUATE,strength-run,strength-run,strength-run,runs/eval-strength)
+	$(call EVALUATE,strength-run,strength-run,strength-run,runs/eval-strength,--config docs/evaluation/strength-edits.yaml)
+	$(call EVALUATE,strength-run,strength-run,strength-run/lm-24,runs/eval-strength,--config docs/evaluation/strength-lm.yaml)
+	$(call EVALUATE,strength-run,strength-run,strength-run/paper-24,runs/eval-strength,--config docs/evaluation/strength-edits.yaml --num-prompts 24 --algorithms ksemstamp-paper)
 
 # Long: the benchmark of record (about an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup
