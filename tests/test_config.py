@@ -57,7 +57,11 @@ def test_centroid_file_roundtrip_and_mismatch(tmp_path, encoder):
     with pytest.raises(CentroidMismatchError, match="refit"):
         back.check_encoder("0000000000000000")
     other = CentroidFile(
-        torch.randn(8, 384), "some-other-encoder", "deadbeefdeadbeef", mean=torch.zeros(384)
+        torch.randn(8, 384),
+        "some-other-encoder",
+        "deadbeefdeadbeef",
+        mean=torch.zeros(384),
+        components=torch.linalg.qr(torch.randn(384, 128))[0].T,
     )
     other.save(tmp_path / "other.pt")
     with pytest.raises(CentroidMismatchError):

@@ -11,7 +11,9 @@ human news windows) under both statistics, and a two-key calibration on 100 huma
 simulated and real power. For the default direction mark: two short generations and the
 detection of them and of 20 human windows (scores, span and p-values).
 Floats are compared to 1e-9 relative (they come from the same arithmetic; the tolerance only
-absorbs printing), everything else exactly.
+absorbs printing), everything else exactly. The tests run torch on one thread: float32 sums
+split over another number of threads differ in their last bits, and a test run before these
+may have changed torch's thread count.
 """
 
 from __future__ import annotations
@@ -40,6 +42,16 @@ KEY = "golden-key"
 NUM_PROMPTS = 3
 NUM_DETECT = 50
 VOLATILE = {"seconds", "command"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _clean(value):

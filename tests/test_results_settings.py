@@ -26,7 +26,7 @@ from ksemstamp.evaluation.settings import EvalSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("docs", "research", "benchmarks/results")
-EVAL_MARKERS = {"algorithms", "num_prompts", "watermark_configs"}
+EVAL_MARKERS = {"algorithms", "attacks", "edits", "num_prompts", "watermark_configs"}
 """Keys only an evaluation's settings have."""
 
 
