@@ -174,10 +174,10 @@ def test_exact_test_flags_at_most_alpha_of_key_independent_human_text(default_sc
 @pytest.mark.e2e
 def test_direction_test_flags_at_most_alpha_of_key_independent_human_text(default_scheme):
     # The same binomial check for the default direction mark (own contexts, components
-    # projected out) and its detector's p-value, the whole-text test combined with the scan:
+    # projected out) and its detector's p-value, the whole-text test combined with the span and
+    # mixture tests:
     # every (text, key) pair is an independent draw, each text scored under its own keys.
     from ksemstamp.keys import keyed_directions
-    from ksemstamp.scan import combine
 
     assert default_scheme.mark == "direction" and default_scheme.context == "own"
     assert default_scheme.components is not None
@@ -193,7 +193,7 @@ def test_direction_test_flags_at_most_alpha_of_key_independent_human_text(defaul
             dots = (sums.sums[rows] * directions[sums.context[rows]]).sum()
             p = normal_sf(float(dots / math.sqrt(sums.variance[i])))
             if scored.scans[i] is not None:
-                p = combine(p, scored.scans[i].p_value(directions))
+                p = scored.scans[i].p_value(directions, p)
             for alpha in flags:
                 flags[alpha] += p <= alpha
     draws = len(scored) * keys_per_text

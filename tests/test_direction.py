@@ -362,9 +362,11 @@ def test_cli_report_shows_scores_and_the_exact_z():
     assert "span" not in text and "normalised" not in text
     # The scan's span and what normalisation changed are reported when there are any.
     result.span, result.span_z, result.span_p_value, result.text_p_value = [1, 3], 2.9, 0.002, 0.01
+    result.mixture_p_value = 0.04
     result.normalized = {"look_alike": 3}
     text = format_detection(result)
     assert "most marked span: sentences 2-3, z = 2.90, p = 0.002" in text
+    assert "scattered marked sentences p = 0.04" in text
     assert "3 look-alike" in text
     result.scores = None  # the region mark: the paper's z, no score column
     assert "(paper)" in format_detection(result) and "+1.25" not in format_detection(result)
@@ -446,3 +448,48 @@ def test_soft_contexts_generate_and_detect(hash_encoder):
     # The same text under hard contexts is scored on other directions.
     hard = Detector(_scheme(hash_encoder)).detect(res.text, prompt=prompt)
     assert hard.z_score != pytest.approx(result.z_score, rel=1e-3)
+
+
+def test_text_gains_rank_candidates_by_what_they_add_to_the_text():
+    from ksemstamp.marks.direction import text_gains
+
+    kept = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0, 0.0]]), dim=-1)
+    context = torch.tensor([[1.0]], dtype=torch.float64)
+    evidence = torch.outer(context[0], kept[0].double())
+    # A restatement of the kept sentence (score 2.4) and a new sentence (score 1.5).
+    vectors = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    scores = torch.tensor([2.4, 1.5])
+    contexts = context.expand(2, 1)
+    gains = text_gains(scores, contexts, vectors, [(evidence, 2.5)] * 2)
+    assert gains.tolist() == pytest.approx([2.4 - 2.5, 1.5])
+    # ... which is the one that raises the text's z: (2.5 + 2.4) / 2 < (2.5 + 1.5) / sqrt(2).
+    assert gains.argmax() == 1
+    # Nothing kept yet, or no evidence so far: the score itself.
+    assert text_gains(scores, contexts, vectors, [(None, 0.0)] * 2).tolist() == pytest.approx(
+        scores.tolist()
+    )
+
+
+def test_text_gains_pick_the_candidate_with_the_largest_text_z():
+    from ksemstamp.marks.direction import text_gains
+
+    rng = torch.Generator().manual_seed(0)
+    agree, trials = 0, 200
+    for _ in range(trials):
+        k, d, kept, cands = 4, 16, 6, 8
+        vec = torch.nn.functional.normalize(
+            torch.randn(kept + cands, d, generator=rng) + 0.5, dim=-1
+        )
+        ctx = torch.nn.functional.normalize(torch.rand(kept + cands, k, generator=rng) ** 4, dim=-1)
+        directions = torch.randn(k, d, generator=rng)
+        scores = ((ctx.float() @ directions) * vec).sum(-1)
+        evidence = (ctx[:kept, :, None].double() * vec[:kept, None, :].double()).sum(0)
+        total = float(scores[:kept].sum())
+        gains = text_gains(scores[kept:], ctx[kept:], vec[kept:], [(evidence, total)] * cands)
+        z_new = []
+        for c in range(kept, kept + cands):
+            e = evidence + torch.outer(ctx[c].double(), vec[c].double())
+            z_new.append((total + float(scores[c])) / float((e**2).sum().sqrt()))
+        agree += int(gains.argmax()) == int(torch.tensor(z_new).argmax())
+    # A first-order rule: it picks the largest z in nearly every round.
+    assert agree / trials > 0.9

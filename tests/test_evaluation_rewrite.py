@@ -109,6 +109,54 @@ def test_rewrite_replaces_whole_windows_and_counts_fallbacks():
     assert rewrite([text])[0].text == res.text
 
 
+def test_every_window_takes_a_changed_candidate_below_the_bounds():
+    splitter = get_splitter()
+    sentences = [f"Sentence number {w} says something new." for w in "ABCDEFGH"]
+    text = " ".join(sentences)
+    plan = windows(len(sentences), random.Random(f"rewrite|{text}"))
+    originals = [" ".join(sentences[a:b]) for a, b in plan]
+    drifted = "Something else entirely happened."
+    table = {originals[0]: [drifted, originals[0], "An unfinished rewrite of"], originals[1]: []}
+    encoder = TableEncoder({drifted: 0.2})
+    # Under the bounds the drifted candidate does not qualify: every window stays.
+    (kept,) = Rewrite(WindowParaphraser(table), encoder, splitter)([text])
+    assert kept.rewritten == 0
+    # Rewriting every window, the drifted (complete, changed) one replaces the first window;
+    # a copy and an unfinished candidate never do, and a window with no candidate stays.
+    (res,) = Rewrite(WindowParaphraser(table), encoder, splitter, every_window=True)([text])
+    assert res.text == " ".join([drifted, *originals[1:]])
+    assert (res.rewritten, res.fallbacks) == (1, len(plan) - 1)
+    assert res.rewritten_similarity == pytest.approx(0.2)
+
+
+class SwapParaphraser:
+    """Candidates that swap the words "red" and "blue": two passes give the original back."""
+
+    def candidates(self, sentences):
+        swap = {"red": "blue", "blue": "red"}
+        return [[" ".join(swap.get(w, w) for w in s.split())] for s in sentences]
+
+
+def test_recursive_attack_runs_each_pass_on_the_last_output():
+    from ksemstamp.evaluation.rewrite import Recursive
+
+    text = "The red car stopped. A blue bird sang."
+    once = Attack(SwapParaphraser(), TableEncoder({}), get_splitter())
+    (first,) = once([text])
+    assert first.text == "The blue car stopped. A red bird sang."
+    (twice,) = Recursive(once, 2)([text])
+    assert twice.text == text and twice.changed == 2
+    built = build_attack(
+        {"name": "p2", "paraphraser": "wordnet", "num_candidates": 2, "passes": 2},
+        (None, None),
+        TableEncoder({}),
+        get_splitter(),
+    )
+    assert isinstance(built, Recursive) and built.passes == 2
+    with pytest.raises(ValueError):
+        Recursive(once, 0)
+
+
 def test_rewrite_without_any_candidate_keeps_the_text():
     text = "One thing happened. Then another thing happened. Finally it ended."
     (res,) = Rewrite(WindowParaphraser({}), TableEncoder({}), get_splitter())([text])

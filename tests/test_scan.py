@@ -7,12 +7,13 @@ import pytest
 from ksemstamp.scan import (
     ALL_SPANS_UP_TO,
     _spread,
-    combine,
-    null_maxima,
+    combined_test,
+    null_law,
     scan,
     score_covariance,
     spans,
 )
+from ksemstamp.stats import normal_sf
 
 
 def _text(rng, units=12, k=6, dim=16):
@@ -56,18 +57,59 @@ def test_spread_is_each_span_sums_standard_deviation():
     assert np.allclose(_spread(cov, windows), direct)
 
 
+def _whole_text_p(scores, cov):
+    z = np.atleast_1d(np.asarray(scores).sum(axis=-1) / np.sqrt(cov.sum()))
+    return np.array([normal_sf(float(v)) for v in z])
+
+
 def test_p_values_are_calibrated_for_text_that_does_not_depend_on_the_key():
     rng = np.random.default_rng(2)
     weights, vectors = _text(rng, units=10)
     cov = score_covariance(weights, vectors)
-    null = null_maxima(cov, spans(10), 1999, b"text")
+    null = null_law(cov, b"text", draws=1999)
     keys = rng.standard_normal((3000, weights.shape[1], vectors.shape[1]))
-    p = np.array(
-        [scan(s, cov, b"text", null=null).p_value for s in _scores(weights, vectors, keys)]
-    )
-    for alpha in (0.01, 0.05, 0.2):
-        # binomial sd over 3,000 keys at 0.05 is 0.004; the draws add a little more
-        assert abs((p <= alpha).mean() - alpha) < 4 * np.sqrt(alpha / 3000) + 0.005
+    scores = _scores(weights, vectors, keys)
+    p_text = _whole_text_p(scores, cov)
+    results = [combined_test(s, cov, pt, null=null) for s, pt in zip(scores, p_text, strict=True)]
+    # Each test alone, and the combined p-value, flag at most alpha of the keys.
+    for p in (
+        np.array([r.span.p_value for r in results]),
+        np.array([r.mixture_p_value for r in results]),
+        np.array([r.p_value for r in results]),
+    ):
+        for alpha in (0.01, 0.05, 0.2):
+            # binomial sd over 3,000 keys at 0.05 is 0.004; the draws add a little more
+            assert abs((p <= alpha).mean() - alpha) < 4 * np.sqrt(alpha / 3000) + 0.005
+
+
+def test_the_combined_p_value_is_never_worse_than_bonferroni_by_much_and_often_better():
+    rng = np.random.default_rng(5)
+    weights, vectors = _text(rng, units=16, k=8, dim=32)
+    cov = score_covariance(weights, vectors)
+    null = null_law(cov, b"text")
+    gains = []
+    for _ in range(200):
+        scores = rng.multivariate_normal(np.zeros(16), cov)
+        scores[::4] += 2.0  # a quarter of the sentences marked, scattered
+        p_text = float(_whole_text_p(scores, cov)[0])
+        result = combined_test(scores, cov, p_text, null=null)
+        bonferroni = min(1.0, 3 * min(p_text, result.span.p_value, result.mixture_p_value))
+        # The combination's simulation error: a few draws' worth
+        assert result.p_value <= bonferroni + 5 / (null.draws + 1)
+        gains.append(bonferroni / max(result.p_value, 1e-12))
+    assert np.median(gains) > 1.3
+
+
+def test_a_whole_marked_text_keeps_its_small_p_value():
+    rng = np.random.default_rng(6)
+    weights, vectors = _text(rng, units=12, k=8, dim=32)
+    cov = score_covariance(weights, vectors)
+    scores = rng.multivariate_normal(np.zeros(12), cov) + 3.0
+    p_text = float(_whole_text_p(scores, cov)[0])
+    result = combined_test(scores, cov, p_text, b"seed")
+    # Below the simulation's floor the Bonferroni bound is reported.
+    assert p_text < 1e-6 and result.p_value == pytest.approx(3 * p_text)
+    assert combined_test(scores[:2], cov[:2, :2], p_text, b"seed") is None
 
 
 def test_a_marked_passage_in_human_text_is_found():
@@ -86,13 +128,6 @@ def test_a_marked_passage_in_human_text_is_found():
 def test_the_null_draws_are_seeded_by_the_plan():
     rng = np.random.default_rng(4)
     cov = score_covariance(*_text(rng))
-    a, b = (null_maxima(cov, spans(12), 99, s) for s in (b"one", b"one"))
-    assert np.array_equal(a, b)
-    assert not np.array_equal(a, null_maxima(cov, spans(12), 99, b"two"))
-
-
-def test_combine_is_bonferroni():
-    assert combine(0.001, 0.5) == 0.002
-    assert combine(0.4, 0.003) == 0.006
-    assert combine(0.7, 0.9) == 1.0
-    assert combine(0.03, None) == 0.03
+    a, b = (null_law(cov, s, draws=99) for s in (b"one", b"one"))
+    assert np.array_equal(a.span, b.span) and np.array_equal(a.mixture, b.mixture)
+    assert not np.array_equal(a.span, null_law(cov, b"two", draws=99).span)

@@ -18,6 +18,7 @@ WATERMARKER_SETTINGS = (
     "novelty_patience",
     "margin_patience",
     "threshold",
+    "selection",
     "seed",
     "sentence_time_budget",
     "chat",

@@ -135,8 +135,9 @@ def format_detection(result) -> str:
     if result.span is not None and result.span_p_value is not None:
         lines.append(
             f"most marked span: sentences {result.span[0] + 1}-{result.span[1]}, "
-            f"z = {result.span_z:.2f}, p = {result.span_p_value:.3g}; whole text p = "
-            f"{result.text_p_value:.3g}; p below is both tests' (Bonferroni)"
+            f"z = {result.span_z:.2f}, p = {result.span_p_value:.3g}; scattered marked "
+            f"sentences p = {result.mixture_p_value:.3g}; whole text p = "
+            f"{result.text_p_value:.3g}; p below combines the three"
         )
     if result.normalized:
         changed = ", ".join(

@@ -36,8 +36,9 @@ sentence's region gives each scored sentence a score (``scores``), positive scor
 under the ``direction`` mark the exact z of ``stats.direction_z``. ``p_value`` comes from the
 configured statistic (``exact`` by default) and alone decides ``watermarked``. With ``scan``
 (the direction mark's windowed detection, ``ksemstamp.scan``) the best span of consecutive
-scored sentences is reported too (``span``), and ``p_value`` combines the whole text's
-(``text_p_value``) and the span's by Bonferroni.
+scored sentences is reported too (``span``), with the mixture statistic's p-value
+(``mixture_p_value``), and ``p_value`` combines the whole text's (``text_p_value``), the
+span's and the mixture's into one exact p-value.
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ class Detector:
         max_chars: longest text (with its prompt) to score, in characters; a longer one gets
             status ``error`` without being split or embedded. ``None``: no limit.
         scan: ``direction`` mark: also scan spans of consecutive sentences for the one that
-            carries the mark (``scan``); ``p_value`` is then the Bonferroni combination of the
-            whole text's and the best span's.
+            carries the mark and test for scattered marked sentences (``scan``); ``p_value``
+            then combines the three tests.
     """
 
     def __init__(

@@ -19,7 +19,7 @@ import torch
 from .detector import continuation_sentences
 from .normalize import sentence_key
 from .prompts import CHAT, COMPLETE, CONTINUE, PromptStart
-from .results import NO_REGION, GenerationResult, Judgement, SentenceRecord
+from .results import NO_REGION, GenerationResult, Judgement, SentenceRecord, rank_of
 from .sampler import Candidate, GroupResult
 from .splitter import PunktSplitter
 
@@ -47,7 +47,12 @@ class Document:
     rejected_region: int = 0
     rejected_margin: int = 0
     rejected_repeat: int = 0
-    best: Candidate | None = None  # best-scoring usable candidate so far (a scoring mark)
+    best: Candidate | None = None  # best-ranked usable candidate so far (a scoring mark)
+    evidence: torch.Tensor | None = None
+    """Direction mark: ``(K, D)`` sum over the kept sentences of their scored context times
+    their scored vector; the null variance of the text's score sum is its squared norm."""
+    evidence_score: float = 0.0
+    """Direction mark: the sum of the kept sentences' scores."""
     done: bool = False
     open_sentence: str = ""
     """While the prompt's unfinished last sentence is being completed: that sentence."""
@@ -123,7 +128,7 @@ class Document:
             verdict: Judgement = cand.info
             # A repeat is no candidate for the best: detection would not score it.
             scored = cand.text and verdict.novel and not math.isnan(verdict.score)
-            if scored and (self.best is None or verdict.score > self.best.info.score):
+            if scored and (self.best is None or rank_of(verdict) > rank_of(self.best.info)):
                 self.best = cand
             counts = rates(self.previous, self.stats)
             counts[0] += cand.accepted
@@ -218,6 +223,11 @@ class Document:
         self.previous = region
         if chosen.info is not None and chosen.info.context is not None:
             self.weights = chosen.info.context
+        if chosen.info is not None and chosen.info.evidence is not None:
+            context, vector = chosen.info.evidence
+            part = torch.outer(context.double(), vector.double())
+            self.evidence = part if self.evidence is None else self.evidence + part
+            self.evidence_score += float(chosen.info.score)
         self._reset_counts()
         self.pruned = 0
         self.sentence_started, self.timed_out = now, False

@@ -34,6 +34,18 @@ class Judgement(NamedTuple):
     context: torch.Tensor | None = None
     """``direction`` mark: the ``(K,)`` context weights the candidate gives the sentence after
     it (``WatermarkScheme.context_weights``)."""
+    rank: float = math.nan
+    """``direction`` mark: what the loop ranks candidates by (``nan``: the ``score``); under
+    ``selection: text`` the score less what the candidate repeats of the text's evidence so
+    far (``marks.direction.text_gains``)."""
+    evidence: tuple[torch.Tensor, torch.Tensor] | None = None
+    """``direction`` mark: the ``(K,)`` context the candidate was scored on and its ``(D,)``
+    scored vector, whose outer product the text's evidence adds up (``Document.evidence``)."""
+
+
+def rank_of(verdict: Judgement) -> float:
+    """The value a scoring mark's candidates are ranked by (``rank``, else ``score``)."""
+    return verdict.score if math.isnan(verdict.rank) else verdict.rank
 
 
 @dataclass
@@ -124,6 +136,7 @@ class GenerationResult:
             "pruned": self.pruned,
             "fallbacks": self.fallbacks,
             "num_tokens": self.num_tokens,
+            "decoded_tokens": self.decoded_tokens,
             "rejected_region": sum(s.rejected_region for s in self.sentences),
             "rejected_margin": sum(s.rejected_margin for s in self.sentences),
             "rejected_repeat": sum(s.rejected_repeat for s in self.sentences),
@@ -208,6 +221,9 @@ class DetectionResult:
     span_z: float | None = None
     span_p_value: float | None = None
     """Windowed detection: the best span's z and its p-value under the scan's null law."""
+    mixture_p_value: float | None = None
+    """Windowed detection: the p-value of the mixture statistic (marked sentences scattered
+    among human ones; ``ksemstamp.scan``)."""
 
     @property
     def tampered(self) -> bool:
@@ -238,6 +254,7 @@ class DetectionResult:
             out["span"] = self.span
             out["span_z"] = self.span_z
             out["span_p_value"] = self.span_p_value
+            out["mixture_p_value"] = self.mixture_p_value
         if self.normalized:
             out["normalized"] = dict(self.normalized)
             out["tampered"] = self.tampered

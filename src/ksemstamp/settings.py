@@ -36,6 +36,7 @@ MarkName = Literal["direction", "region"]
 Context = Literal["own", "previous"]
 SamplerStrategy = Literal["batched", "sequential"]
 Statistic = Literal["exact", "paper"]
+Selection = Literal["text", "sentence"]
 
 
 @dataclass
@@ -108,8 +109,9 @@ class WatermarkConfig:
     design study (``research/order``). ``0``: none."""
     scan: bool = True
     """``direction`` mark: detection also scans spans of consecutive sentences for the one that
-    carries the mark (a watermarked passage inside human text), with its own exact p-value,
-    combined with the whole text's by Bonferroni (``ksemstamp.scan``)."""
+    carries the mark (a watermarked passage inside human text) and tests whether some sentences
+    anywhere carry it (the mixture statistic), each with its own exact p-value; ``p_value``
+    combines them with the whole text's (``ksemstamp.scan``)."""
     threshold: float | None = None
     """``direction`` mark: accept the first candidate scoring at least this; after
     ``max_candidates`` draws keep the best-scoring one. ``None``: always the best of
@@ -125,6 +127,13 @@ class WatermarkConfig:
     """Candidates per sentence before giving up on the rule: the ``region`` mark then keeps the
     last one drawn (paper: 100), the ``direction`` mark the best-scoring one (of those that
     pruning lets finish; a pruned candidate does not count against the budget)."""
+    selection: Selection = "text"
+    """``direction`` mark: which candidate a sentence keeps. ``text``: the one that raises the
+    whole text's z most, its score less what it repeats of the sentences kept before it
+    (``marks.direction.text_gains``); ``sentence``: the best-scoring one. Ranked by its own
+    score, a candidate that restates an earlier high-scoring sentence wins often, and the
+    sentences of a text then move together under the key: they count like far fewer
+    independent ones and the text's z stays low."""
     prune_tokens: int | None = 8
     """``direction`` mark without a threshold: every this many tokens of a round, the candidates
     still running are scored on their text so far, and ``prune_keep`` and ``prune_margin`` stop

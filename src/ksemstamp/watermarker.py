@@ -119,6 +119,7 @@ class Watermarker:
         margin_patience: int | None = None,
         threshold: float | None = None,
         prune: PruneRule | None = None,
+        selection: str = "text",
         seed: int = 0,
         sentence_time_budget: float | None = None,
         chat: bool = False,
@@ -143,6 +144,7 @@ class Watermarker:
             scheme,
             threshold=threshold,
             prune=prune,
+            selection=selection,
             novelty_patience=novelty_patience,
             margin_patience=margin_patience,
         )

@@ -8,8 +8,8 @@ computed once per text) does not depend on the table at all. Direction mark: eac
 the sums of its scored sentences' vectors per context and their squared norm; under a key's
 directions the exact z is one dot product per context (``stats.direction_z``). With the
 scan (``ksemstamp.scan``), each text also keeps its scored sentences' vectors and context
-weights and the null law of its largest span z, drawn once (it does not depend on the key);
-a key's p-value is then the detector's Bonferroni combination of both tests.
+weights and the null draws of the span and mixture statistics, drawn once (they do not depend
+on the key); a key's p-value is then the detector's combined p-value.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from tqdm.auto import tqdm
 
 from ..detector import Detector
 from ..keys import keyed_directions, valid_table
-from ..scan import combine, null_law, scan_seed, score_covariance
-from ..scan import scan as scan_spans
+from ..scan import NullLaw, combined_test, null_law, scan_seed, score_covariance
 from ..scheme import WatermarkScheme
 from ..stats import context_sums, normal_sf, null_count_pmf, paper_z
 from .embeddings import with_cached_encoder
@@ -100,12 +99,13 @@ class TextScan:
     vectors: np.ndarray
     weights: np.ndarray
     cov: np.ndarray
-    null: np.ndarray
+    null: NullLaw
 
-    def p_value(self, directions: np.ndarray) -> float:
-        """The scan's p-value under a key's ``(K, D)`` directions."""
+    def p_value(self, directions: np.ndarray, p_text: float) -> float:
+        """The detector's combined p-value under a key's ``(K, D)`` directions, for the whole
+        text's ``p_text`` under the same key."""
         scores = np.einsum("td,td->t", self.weights @ directions, self.vectors)
-        return scan_spans(scores, self.cov, b"", null=self.null).p_value
+        return combined_test(scores, self.cov, p_text, null=self.null).p_value
 
 
 def stats_of(scored: ScoredTexts) -> tuple[str, ...]:
@@ -225,7 +225,7 @@ def p_values(
             directions = np.asarray(table, np.float64)
             exact = np.array(
                 [
-                    p if s is None else combine(p, s.p_value(directions))
+                    p if s is None else s.p_value(directions, p)
                     for p, s in zip(exact, scored.scans, strict=True)
                 ]
             )

@@ -34,7 +34,7 @@ def statistic_label(algorithm: str, mark: str, statistic: str, scan: bool = Fals
             "direction statistic: z of the summed projections on the key's directions, exactly "
             "standard normal over random keys; p is its normal tail"
             + (
-                ", combined by Bonferroni with the scan for the most marked span (exact)"
+                ", combined with the span scan and the mixture statistic (one exact p-value)"
                 if scan
                 else ""
             )
@@ -130,8 +130,8 @@ def markdown_table(results: dict) -> str:
         "",
         *decision_table(results),
         "| Algorithm | Attack | AUC | AUC 95% CI | TPR@1% | TPR@5% | Sim | PPL | PPL med. | Ent-3 "
-        "| Sem-Ent | Cand./sent. | Margin rej. |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Sem-Ent | Cand./sent. | Decoded/token | Margin rej. |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for algorithm, attacks in results["detection"].items():
         q = results["quality"][algorithm]
@@ -153,6 +153,7 @@ def markdown_table(results: dict) -> str:
                         _fmt(q["ent3"], "{:.2f}") if first else "",
                         _fmt(q["sem_ent"], "{:.2f}") if first else "",
                         _fmt(q.get("candidates_per_sentence"), "{:.1f}") if first else "",
+                        _fmt(q.get("decoded_per_token"), "{:.1f}") if first else "",
                         _fmt(q.get("margin_rejection_share"), "{:.3f}") if first else "",
                     ]
                 )
@@ -166,7 +167,8 @@ def markdown_table(results: dict) -> str:
                 f"| {label} | - | - | - | - | - | - | {_fmt(q['perplexity'], '{:.2f}')} | "
                 f"{_fmt(q.get('perplexity_median'), '{:.2f}')} | "
                 f"{_fmt(q['ent3'], '{:.2f}')} | {_fmt(q['sem_ent'], '{:.2f}')} | "
-                f"{_fmt(q.get('candidates_per_sentence'), '{:.1f}')} | - |"
+                f"{_fmt(q.get('candidates_per_sentence'), '{:.1f}')} | "
+                f"{_fmt(q.get('decoded_per_token'), '{:.1f}')} | - |"
             )
     k = {q.get("sem_ent_k") for q in results["quality"].values()}
     lines += [

@@ -15,13 +15,21 @@ A window keeps the most similar candidate that
 * stays close in meaning (cosine similarity at least ``similarity_bound``, from an encoder other
   than the watermark's).
 
-When no candidate qualifies the window stays as it was (a *fallback*; counted). Each text
-records its mean window similarity (a kept original counts 1.0, as the sentence attack counts
-an unchanged sentence), the mean over the rewritten windows only, and its fallbacks.
+When no candidate qualifies the window stays as it was (a *fallback*; counted). With
+``every_window`` a window that keeps its original is no attack: when no candidate qualifies,
+the most similar complete candidate that differs from the original is taken whatever its
+similarity and overlap, and the original stays only when the LM wrote nothing complete and new
+(still counted as a fallback). Each text records its mean window similarity (a kept original
+counts 1.0, as the sentence attack counts an unchanged sentence), the mean over the rewritten
+windows only, and its fallbacks.
+
+``Recursive`` applies a sentence attack again to its own output (``passes``: a paraphrase of
+a paraphrase), with similarities measured against the original text.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,10 +37,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..paraphrase import LMParaphraser
-from .attacks import Attack, Paraphraser, bigram_overlap, build_paraphraser, embed_unit
+from .attacks import (
+    Attack,
+    AttackedText,
+    Paraphraser,
+    bigram_overlap,
+    build_paraphraser,
+    embed_unit,
+)
 from .metrics import words
 
-REWRITE_OPTIONS = ("window", "similarity_bound", "max_overlap", "max_length_ratio")
+REWRITE_OPTIONS = ("window", "similarity_bound", "max_overlap", "max_length_ratio", "every_window")
 """Keys of a rewrite attack's settings that configure the selection; the others (``model``,
 ``num_candidates``, ``temperature``, ``max_new_tokens``, ...) go to the ``LMParaphraser``."""
 
@@ -109,6 +124,8 @@ class Rewrite:
         splitter: sentence splitter with ``split(text)`` and ``ends_sentence(sentence)``.
         window: smallest and largest window, in sentences.
         similarity_bound, max_overlap, max_length_ratio: what a candidate must meet.
+        every_window: rewrite every window (see the module): a candidate that meets none of the
+            bounds but is complete and new replaces the window rather than nothing.
     """
 
     def __init__(
@@ -120,6 +137,7 @@ class Rewrite:
         similarity_bound: float = 0.75,
         max_overlap: float = 0.8,
         max_length_ratio: float = 1.5,
+        every_window: bool = False,
     ) -> None:
         low, high = window
         windows(0, random.Random(0), low, high)  # checks the sizes
@@ -130,6 +148,7 @@ class Rewrite:
         self.similarity_bound = similarity_bound
         self.max_overlap = max_overlap
         self.max_length_ratio = max_length_ratio
+        self.every_window = every_window
 
     def _complete(self, candidate: str) -> bool:
         sentences = self.splitter.split(candidate)
@@ -151,15 +170,18 @@ class Rewrite:
         for i, (original, cands) in enumerate(zip(originals, proposals, strict=True)):
             sims = (emb[offset : offset + len(cands)] @ emb[i]).tolist() if cands else []
             offset += len(cands)
+            complete = [self._complete(c) for c in cands]
             choice = select_window(
                 original,
                 cands,
                 sims,
-                [self._complete(c) for c in cands],
+                complete,
                 self.similarity_bound,
                 self.max_overlap,
                 self.max_length_ratio,
             )
+            if choice is None and self.every_window:
+                choice = select_window(original, cands, sims, complete, -1.0, 1.0, math.inf)
             kept.append((original, None) if choice is None else (cands[choice], sims[choice]))
         results, pos = [], 0
         for text, sentences, plan in zip(texts, split, plans, strict=True):
@@ -189,12 +211,40 @@ class Rewrite:
         return results
 
 
+class Recursive:
+    """A sentence ``Attack`` applied ``passes`` times, each pass to the previous one's output;
+    similarities are the final text's to the original."""
+
+    def __init__(self, attack: Attack, passes: int) -> None:
+        if passes < 1:
+            raise ValueError(f"passes must be >= 1, got {passes}")
+        self.attack = attack
+        self.passes = passes
+
+    def __call__(self, texts: Sequence[str]) -> list[AttackedText]:
+        current = list(texts)
+        results: list[AttackedText] = []
+        sims = None
+        for _ in range(self.passes):
+            results = self.attack(current)
+            step = [r.sentence_similarity for r in results]
+            sims = step if sims is None else [a * b for a, b in zip(sims, step, strict=True)]
+            current = [r.text for r in results]
+        whole = embed_unit(self.attack.encoder, [*texts, *current])
+        for i, res in enumerate(results):
+            res.similarity = float(whole[i] @ whole[len(texts) + i])
+            # The product of the passes' similarities stands in for the sentence similarity
+            # to the original (the passes may change the number of sentences).
+            res.sentence_similarity = float(sims[i])
+        return results
+
+
 def is_rewrite(spec: dict) -> bool:
     """Whether an attack's settings name the document-level rewrite."""
     return spec.get("paraphraser") == "lm-rewrite"
 
 
-def build_attack(spec: dict, lm, encoder, splitter) -> Attack | Rewrite:
+def build_attack(spec: dict, lm, encoder, splitter) -> Attack | Recursive | Rewrite:
     """The attack an ``attacks`` entry of the evaluation settings names: the document-level
     rewrite for ``paraphraser: lm-rewrite``, else a sentence-by-sentence ``Attack``."""
     if is_rewrite(spec):
@@ -207,13 +257,16 @@ def build_attack(spec: dict, lm, encoder, splitter) -> Attack | Rewrite:
         lm_options.setdefault("prompts", "rewrite")
         lm_options.setdefault("max_new_tokens", 200)
         return Rewrite(LMParaphraser(lm=lm, **lm_options), encoder, splitter, **options)
-    return Attack(
-        build_paraphraser(spec, lm=lm),
+    options = {k: v for k, v in spec.items() if k != "passes"}
+    attack = Attack(
+        build_paraphraser(options, lm=lm),
         encoder,
         splitter,
         select=spec.get("select", "best"),
         similarity_bound=spec.get("similarity_bound", 0.8),
     )
+    passes = int(spec.get("passes", 1))
+    return attack if passes == 1 else Recursive(attack, passes)
 
 
 def attack_summary(records: Sequence[dict]) -> dict:

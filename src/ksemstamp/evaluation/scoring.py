@@ -77,4 +77,10 @@ def generation_stats(records) -> dict:
         "fallbacks": sum(r.get("fallbacks", 0) for r in records),
         "ended_by_model": sum(bool(r.get("ended_by_model")) for r in records),
         "mean_tokens": float(sum(r.get("num_tokens", 0) for r in records) / max(1, len(records))),
+        "decoded_per_token": (
+            sum(r.get("decoded_tokens", 0) for r in records) / tokens
+            if (tokens := sum(r.get("num_tokens", 0) for r in records))
+            and all("decoded_tokens" in r for r in records)
+            else None
+        ),
     }

@@ -28,6 +28,7 @@ def make_mark(
     *,
     threshold: float | None = None,
     prune: PruneRule | None = None,
+    selection: str = "text",
     novelty_patience: int = 0,
     margin_patience: int | None = None,
 ) -> Mark:
@@ -35,5 +36,5 @@ def make_mark(
     are ignored, as ``WatermarkConfig`` documents)."""
     RegionMark.check(novelty_patience, margin_patience)
     if scheme.mark == DirectionMark.name:
-        return DirectionMark(scheme, threshold=threshold, prune=prune)
+        return DirectionMark(scheme, threshold=threshold, prune=prune, selection=selection)
     return RegionMark(scheme, novelty_patience=novelty_patience, margin_patience=margin_patience)

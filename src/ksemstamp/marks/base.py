@@ -43,6 +43,8 @@ class SentenceState(Protocol):
     used: set[tuple[int, int]]  # the document's transitions so far
     seen: set[str]  # ``normalize.sentence_key`` of each sentence kept so far
     drawn: int  # candidates drawn for this sentence before the current round
+    evidence: Tensor | None  # (K, D) sum over kept sentences of context (x) vector, or None
+    evidence_score: float  # sum of the kept sentences' scores
 
     @property
     def completing(self) -> bool: ...

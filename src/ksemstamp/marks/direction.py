@@ -28,10 +28,9 @@ from torch import Tensor
 
 from ..normalize import sentence_key
 from ..pruning import PruneRule, rows_to_keep
-from ..results import DetectionResult, Judgement, too_short
+from ..results import DetectionResult, Judgement, rank_of, too_short
 from ..sampler import Candidate, Pruner
-from ..scan import combine, scan_seed, score_covariance
-from ..scan import scan as scan_spans
+from ..scan import combined_test, scan_seed, score_covariance
 from ..stats import direction_z, normal_sf
 from .base import Mark, Round, SentenceState, Verdict, plan_result
 
@@ -40,8 +39,47 @@ if TYPE_CHECKING:
     from ..scheme import WatermarkScheme
 
 
+SELECTIONS = ("text", "sentence")
+
+
+def text_gains(
+    scores: Tensor,
+    contexts: Tensor,
+    vectors: Tensor,
+    evidence: Sequence[tuple[Tensor | None, float]],
+) -> Tensor:
+    """``(R,)`` each candidate's score less what it repeats of its text's evidence so far.
+
+    The detector's z of a text is ``S / sqrt(V)``: ``S`` the sum of its sentences' scores and
+    ``V = |E|^2`` the null variance, ``E`` the sum of each sentence's scored context (x) vector.
+    Adding a candidate with score ``s`` and covariance ``c = a^T E u`` with the text moves the
+    z, to first order, by ``(s - (S / V) c) / sqrt(V)`` (and a term common to all candidates).
+    A candidate that says again what the text has said scores high for the same reason the
+    earlier sentence did, and adds variance as fast as evidence: ranked by its own score it is
+    kept often, and a text of such sentences counts like a few (the effective number of
+    sentences, ``N^2 / V``). Ranked by this gain, the kept sentence is the one that raises
+    the text's z most.
+
+    Args:
+        scores: ``(R,)`` the candidates' scores.
+        contexts: ``(R, K)`` the contexts they were scored on.
+        vectors: ``(R, D)`` their scored vectors.
+        evidence: per candidate, its text's ``(K, D)`` evidence ``E`` (``None``: no sentence
+            kept yet) and score sum ``S``.
+    """
+    gains = scores.double().clone()
+    for r, (total, score_sum) in enumerate(evidence):
+        if total is None or score_sum <= 0:
+            continue
+        variance = float((total**2).sum())
+        overlap = contexts[r].double() @ total @ vectors[r].double()
+        gains[r] -= score_sum / variance * overlap
+    return gains
+
+
 class DirectionMark(Mark):
-    """Keyed directions per context; ``threshold`` and ``prune`` as in the module docstring."""
+    """Keyed directions per context; ``threshold``, ``prune`` and ``selection`` as in the module
+    docstring."""
 
     name = "direction"
 
@@ -50,10 +88,14 @@ class DirectionMark(Mark):
         scheme: WatermarkScheme,
         threshold: float | None = None,
         prune: PruneRule | None = None,
+        selection: str = "text",
     ) -> None:
         super().__init__(scheme)
+        if selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {SELECTIONS}, not {selection!r}")
         self.threshold = math.inf if threshold is None else float(threshold)
         self.prune = prune
+        self.selection = selection
 
     @property
     def turns_down(self) -> bool:
@@ -73,27 +115,35 @@ class DirectionMark(Mark):
         """Each candidate's score; one that repeats a sentence its document already holds is
         not ``novel`` (detection does not score a repeat) and is neither accepted nor ranked."""
         own = self.contexts(drawn.emb, drawn.regions)
-        scores = self._scores(drawn.docs, drawn.rows, drawn.emb, own).tolist()
+        scored = self._score_rows(drawn.docs, drawn.rows, drawn.emb, own)
+        scores, ranks = scored[0].tolist(), scored[3].tolist()
         novel = [
             not text or sentence_key(text) not in drawn.docs[g].seen
             for (g, _), text in zip(drawn.rows, drawn.texts or [""] * len(drawn.rows), strict=True)
         ]
         out = []
-        for r, score, context, new in zip(drawn.regions.tolist(), scores, own, novel, strict=True):
+        contexts, vectors = scored[1], scored[2]
+        for i, (r, score, context, new) in enumerate(
+            zip(drawn.regions.tolist(), scores, own, novel, strict=True)
+        ):
             valid = score >= self.threshold
-            out.append((valid and new, Judgement(int(r), valid, True, new, float(score), context)))
+            verdict = Judgement(
+                int(r), valid, True, new, float(score), context, ranks[i], (contexts[i], vectors[i])
+            )
+            out.append((valid and new, verdict))
         return out
 
-    def _scores(
+    def _score_rows(
         self,
         docs: Sequence[SentenceState],
         rows: Sequence[tuple[int, int]],
         emb: Tensor,
         own: list[Tensor | None] | None,
-    ) -> Tensor:
-        """``(R,)`` scores of candidates ``rows`` with embeddings ``emb``, each on its ``own``
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Scores ``(R,)`` of candidates ``rows`` with embeddings ``emb``, each on its ``own``
         context under ``context: own``, else on its document's previous sentence's (zeros
-        while a document has none)."""
+        while a document has none); with the ``(R, K)`` contexts and ``(R, D)`` vectors they
+        were scored on, and the ``(R,)`` values they rank by (``selection``)."""
         if self.scheme.context == "own":
             contexts = torch.stack(own)
         else:
@@ -101,7 +151,17 @@ class DirectionMark(Mark):
             contexts = torch.stack(
                 [none if docs[g].weights is None else docs[g].weights for g, _ in rows]
             )
-        return self.scheme.scores(self.scheme.vectors(emb), contexts)
+        vectors = self.scheme.vectors(emb)
+        scores = self.scheme.scores(vectors, contexts)
+        ranks = scores
+        if self.selection == "text":
+            ranks = text_gains(
+                scores,
+                contexts,
+                vectors,
+                [(docs[g].evidence, docs[g].evidence_score) for g, _ in rows],
+            )
+        return scores, contexts, vectors, ranks
 
     def pruner(self, docs: Sequence[SentenceState]) -> Pruner | None:
         if self.prune is None or self.turns_down:
@@ -129,7 +189,7 @@ class DirectionMark(Mark):
             return flags
         emb = self.scheme.embed([texts[i] for i in order])
         own = list(self.scheme.context_weights(emb)) if self.scheme.context == "own" else None
-        values = self._scores(docs, [rows[i] for i in order], emb, own).tolist()
+        values = self._score_rows(docs, [rows[i] for i in order], emb, own)[3].tolist()
         scores = dict(zip(order, values, strict=True))
         for i in order:
             # A row that so far repeats the start of a kept sentence word for word is on its way
@@ -140,7 +200,7 @@ class DirectionMark(Mark):
         assert self.prune is not None  # pruner() checked it
         for g, ids in groups.items():
             done = [
-                c.info.score
+                rank_of(c.info)
                 for c in finished[g]
                 if c.text and c.info is not None and c.info.novel and not math.isnan(c.info.score)
             ]
@@ -175,10 +235,13 @@ class DirectionMark(Mark):
         if scan:
             cov = score_covariance(contexts.double().numpy(), plan.vectors[rows].double().numpy())
             seed = scan_seed([plan.sentences[t] for t in rows])
-            best = scan_spans(np.array([scores[t] for t in rows]), cov, seed)
-            if best is not None:
+            values = np.array([scores[t] for t in rows])
+            combined = combined_test(values, cov, result.text_p_value, seed)
+            if combined is not None:
+                best = combined.span
                 result.span = [rows[best.start], rows[best.stop - 1] + 1]
                 result.span_z, result.span_p_value = best.z, best.p_value
-                result.p_value = combine(result.text_p_value, best.p_value)
+                result.mixture_p_value = combined.mixture_p_value
+                result.p_value = combined.p_value
         result.watermarked = result.p_value <= alpha
         return result

@@ -153,8 +153,10 @@ def explanation(
             span = (
                 f" The most strongly marked run of sentences, {first} to {last}, has z = "
                 f"{result.span_z:.2f}; the largest of all runs' z would be that high with "
-                f"probability {result.span_p_value:.3g} without our key, and the p-value above "
-                f"is the smaller of the two tests' p-values, doubled."
+                f"probability {result.span_p_value:.3g} without our key. A third test asks "
+                f"whether some sentences, wherever they stand, lean the key's way (p = "
+                f"{result.mixture_p_value:.3g}). The p-value above combines the three: how "
+                f"often the smallest of their p-values would be this small without our key."
             )
         text_p = result.p_value if result.text_p_value is None else result.text_p_value
         return (
@@ -276,6 +278,7 @@ def detection_view(
         "null": null_chart(result, valid_per_row, num_regions, mark),
         "span": result.span,
         "span_p_value": result.span_p_value,
+        "mixture_p_value": result.mixture_p_value,
         "explanation": explanation(result, gamma, alpha, mark, soft_contexts, context),
     }
 
