@@ -93,6 +93,8 @@ def test_settings_reject_unknown_algorithm_and_duplicate_attack():
         EvalSettings(algorithms=["ksemstamp", "unigram"])
     with pytest.raises(ValueError, match="unique name"):
         EvalSettings(attacks=[{"name": "a"}, {"name": "a"}])
+    with pytest.raises(ValueError, match="listed before it"):
+        EvalSettings(attacks=[{"name": "b", "source": "a"}, {"name": "a"}])
 
 
 def test_merge_shards_keeps_first_record_per_id_in_prompt_order(tmp_path):
@@ -156,6 +158,14 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
                 "select": "bigram",
                 "similarity_bound": 0.5,
             },
+            # A second pass over the first attack's texts.
+            {
+                "name": "wordnet-2",
+                "source": "wordnet",
+                "paraphraser": "wordnet",
+                "num_candidates": 3,
+                "select": "best",
+            },
         ],
         "edits": ["swap", "interleave-50"],
         # The small generator as oracle keeps the test fast; the run's default is Gemma.
@@ -174,7 +184,9 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     assert set(results["detection"]) == {"ksemstamp", "kgw"}
     for algorithm in ("ksemstamp", "kgw"):
         rows = results["detection"][algorithm]
-        assert set(rows) == {"none", "wordnet", "wordnet-bigram", "swap", "interleave-50"}
+        assert set(rows) == {
+            "none", "wordnet", "wordnet-bigram", "wordnet-2", "swap", "interleave-50"
+        }  # fmt: skip
         assert rows["swap"]["kind"] == "edit" and rows["wordnet"]["kind"] == "attack"
         assert set(rows["swap"]["at_alpha"]) == {"0.01", "0.05"}
         size = results["size"][algorithm]
@@ -206,6 +218,10 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
         other = next(h for i, h in human.items() if i != mixed["id"])
         assert get_splitter().split(other)[0] in mixed["text"]
         assert not any(s in mixed["text"] for s in get_splitter().split(human[mixed["id"]]))
+    # The second pass attacked the first pass's texts; its similarity is to the original.
+    once = {r["id"]: r for r in read_records(out / "attacks" / "ksemstamp.wordnet.jsonl")}
+    for twice in read_records(out / "attacks" / "ksemstamp.wordnet-2.jsonl"):
+        assert twice["sentence_similarity"] <= once[twice["id"]]["sentence_similarity"] + 1e-9
     sizes = read_records(out / "sizes" / "kgw.jsonl")
     assert [len(r["p_values"]) for r in sizes] == [len(r["prefix_tokens"]) for r in sizes]
     gens = read_records(out / "generations" / "ksemstamp.jsonl")

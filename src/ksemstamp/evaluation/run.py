@@ -193,28 +193,46 @@ class Run:
         return {r["id"]: r for r in records if r["id"] in set(order)}
 
     # -- attacks
-    def attack(self, algorithm: str, spec: dict, generations: dict[str, dict]) -> dict[str, dict]:
+    def attack(
+        self,
+        algorithm: str,
+        spec: dict,
+        generations: dict[str, dict],
+        source: dict[str, dict] | None = None,
+    ) -> dict[str, dict]:
+        """Attack the generations, or with ``source`` (the records of the attack that
+        ``spec["source"]`` names) the texts that attack left: a paraphrase of a paraphrase,
+        whose similarities are then measured against the original generation."""
         from ..splitter import get_splitter
+        from .attacks import embed_unit
         from .rewrite import build_attack
 
         path = self.root / "attacks" / f"{algorithm}.{spec['name']}.jsonl"
-        ids = [i for i, g in generations.items() if g.get("status") == "ok"]
+        inputs = {i: g["text"] for i, g in generations.items() if g.get("status") == "ok"}
+        if source is not None:
+            inputs = {i: source[i]["text"] for i in inputs if i in source}
         with ResumableWriter(path) as out:
-            pending = [i for i in ids if not out.has_id(i)]
+            pending = [i for i in inputs if not out.has_id(i)]
             if pending:
                 lm = None
                 if spec.get("paraphraser", "lm") in ("lm", "lm-rewrite"):
                     lm = self.lm(spec.get("model", "gemma3-270m"))
-                attack = build_attack(
-                    spec, lm, self.encoder(self.settings.similarity_encoder), get_splitter()
-                )
+                encoder = self.encoder(self.settings.similarity_encoder)
+                options = {k: v for k, v in spec.items() if k != "source"}
+                attack = build_attack(options, lm, encoder, get_splitter())
                 bar = self._progress(total=len(pending), desc=f"attack {algorithm}/{spec['name']}")
                 step = self.settings.attack_batch
                 for start in range(0, len(pending), step):
                     chunk = pending[start : start + step]
-                    for i, res in zip(
-                        chunk, attack([generations[i]["text"] for i in chunk]), strict=True
-                    ):
+                    results = attack([inputs[i] for i in chunk])
+                    if source is not None:
+                        originals = [generations[i]["text"] for i in chunk]
+                        whole = embed_unit(encoder, originals + [r.text for r in results])
+                        for n, (i, res) in enumerate(zip(chunk, results, strict=True)):
+                            res.similarity = float(whole[n] @ whole[len(chunk) + n])
+                            if hasattr(res, "sentence_similarity"):
+                                res.sentence_similarity *= source[i]["sentence_similarity"]
+                    for i, res in zip(chunk, results, strict=True):
                         out.write({"id": i, **dataclasses.asdict(res)})
                     bar.update(len(chunk))
                 bar.close()
@@ -359,8 +377,10 @@ def run_evaluation(settings: EvalSettings) -> dict:
         )
         per_attack: dict[str, Any] = {}
         variants = {"none": (texts, None)}
+        stored: dict[str, dict[str, dict]] = {}
         for spec in settings.attacks:
-            attacked = run.attack(algorithm, spec, gens)
+            source = stored[spec["source"]] if "source" in spec else None
+            attacked = stored[spec["name"]] = run.attack(algorithm, spec, gens, source)
             variants[spec["name"]] = ({i: a["text"] for i, a in attacked.items()}, attacked)
         # Edits without a language model (edit_stage): detected like the attacked texts.
         for name, edited in edit_stage(run, algorithm, texts, prompts).items():

@@ -122,7 +122,10 @@ class EvalSettings:
     ``num_candidates``, ...). The document-level rewrite: ``paraphraser: lm-rewrite``, with
     ``window`` (smallest and largest window in sentences, default [2, 4]), ``similarity_bound``
     (0.75), ``max_overlap`` (share of the window's word bigrams a rewrite may keep, 0.8),
-    ``max_length_ratio`` (1.5) and the LM's options (``evaluation.rewrite``). Defaults: the
+    ``max_length_ratio`` (1.5), ``every_window`` (rewrite every window, even below the
+    bounds) and the LM's options (``evaluation.rewrite``). ``source: NAME`` attacks the texts
+    that the attack ``NAME`` (listed before) left, e.g. a second paraphrase pass; ``passes: 2``
+    does both passes in one attack. Defaults: the
     paraphrase and the bigram attack with Gemma-3-270M (``reword`` prompt) and the rewrite, as
     in ``configs/eval/news.yaml``."""
     edits: list[str] = field(default_factory=lambda: list(EDITS))
@@ -173,6 +176,12 @@ class EvalSettings:
             problems.append(f"unknown edits {unknown_edits}; known: {list(EDITS)}")
         if len(set(self.edits)) != len(self.edits):
             problems.append(f"edits are named twice: {self.edits}")
+        for i, spec in enumerate(self.attacks):
+            if "source" in spec and spec["source"] not in names[:i]:
+                problems.append(
+                    f"attack {spec.get('name')!r} attacks the output of {spec['source']!r}, "
+                    "which must be an attack listed before it"
+                )
         clash = sorted(set(names) & set(self.edits))
         if clash:
             problems.append(f"attacks and edits share the names {clash}")
