@@ -78,6 +78,53 @@ def test_a_file_that_is_no_earlier_output_is_refused_and_left_alone(tmp_path, st
     assert "another 'text'" in capsys.readouterr().err and stand_in == []
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"precious data without a trailing newline",
+        b"\x7fELF\x02\x01\x00\x00binary\xff\xfe",
+        b'{"note": "a JSON object, but no record of this input"}',
+        b'{"id": 0, "text": "Another text',  # looks like a cut record, of another input
+    ],
+)
+def test_a_file_without_a_line_break_is_no_earlier_output(tmp_path, stand_in, capsys, content):
+    # Its whole content must prove it is an earlier output: with no complete line there is
+    # nothing else to check, and the repair of a cut last line would truncate all of it.
+    src, out = tmp_path / "in.jsonl", tmp_path / "nonl.txt"
+    _write(src, ROWS)
+    out.write_bytes(content)
+    assert _detect(src, out) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not an earlier output of `detect`" in err and len(err.splitlines()) == 1
+    assert "line break" in err
+    assert out.read_bytes() == content and stand_in == []
+    # after complete records too
+    first = tmp_path / "first.jsonl"
+    _write(src, ROWS[:1])
+    assert _detect(src, first) == 0
+    first.write_bytes(first.read_bytes() + content)
+    before = first.read_bytes()
+    _write(src, ROWS)
+    assert _detect(src, first) == 2 and first.read_bytes() == before
+
+
+def test_any_cut_of_the_record_being_written_resumes(tmp_path, stand_in, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    rows = [*ROWS, {"id": "é", "text": "Café au lait. Ünïcode here."}]
+    _write(src, rows)
+    assert _detect(src, out) == 0
+    whole = out.read_bytes()
+    last = whole[whole.rfind(b"\n", 0, len(whole) - 1) + 1 :]
+    done = whole[: len(whole) - len(last)]
+    # cuts all along the last record, inside a two-byte character too
+    split = last.index("é".encode()) + 1
+    for cut in sorted({*range(1, len(last) - 1, 13), split}):
+        out.write_bytes(done + last[:cut])
+        assert _detect(src, out) == 0, cut
+        assert out.read_bytes() == whole
+    capsys.readouterr()
+
+
 def test_a_real_earlier_run_resumes(tmp_path, stand_in, capsys):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     _write(src, ROWS[:2])

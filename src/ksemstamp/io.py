@@ -226,12 +226,16 @@ class ResumableWriter:
 
     Opening takes an exclusive lock on the file (released on ``close`` or when the process
     ends, however it ends): a second writer on the same file raises ``OutputLocked`` at once.
-    ``accept(rows)``, when given, sees the existing complete lines (each parsed object, or
-    ``None`` for a line that is not one) before anything in the file changes, and may raise to
-    refuse the file; only then is a line cut off by a crash dropped.
+    ``accept(rows, tail)``, when given, sees the whole existing content before anything in the
+    file changes: its complete lines (each parsed object, or ``None`` for a line that is not
+    one) and ``tail``, the bytes after the last line break (a line cut off by a crash, or
+    whatever an unrelated file ends with); it may raise to refuse the file. Only then is the
+    tail dropped.
     """
 
-    def __init__(self, path: str | Path, accept: Callable[[list[Any]], None] | None = None) -> None:
+    def __init__(
+        self, path: str | Path, accept: Callable[[list[Any], bytes], None] | None = None
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.done_ids: set[str] = set()
@@ -241,16 +245,17 @@ class ResumableWriter:
             _lock(self._handle, self.path)
             # A device or a pipe (/dev/stdout) holds no earlier records and cannot be cut.
             if self.path.is_file():
-                rows = self._scan()
+                rows, tail = self._scan()
                 if accept is not None:
-                    accept(rows)
+                    accept(rows, tail)
                 # A run killed mid-write leaves a partial last line: drop it, it is redone.
                 drop_cut_last_line(self.path)
         except BaseException:
             self._handle.close()
             raise
 
-    def _scan(self) -> list[Any]:
+    def _scan(self) -> tuple[list[Any], bytes]:
+        """The complete lines, parsed, and the bytes after the last line break."""
         data = self.path.read_bytes()
         complete = data[: data.rfind(b"\n") + 1]
         rows: list[Any] = []
@@ -268,7 +273,7 @@ class ResumableWriter:
                     self.done_ids.add(json.dumps(rec["id"]))
                 if isinstance(rec.get("line"), int):
                     self.done_lines[rec["line"]] = json.dumps(rec.get("id"))
-        return rows
+        return rows, data[len(complete) :]
 
     def is_done(self, record: InputRecord) -> bool:
         """Whether the output already holds the record of this input line.
@@ -344,19 +349,36 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return Path(a).resolve() == Path(b).resolve()
 
 
+def record_start(record: InputRecord) -> bytes:
+    """The bytes every output record of input line ``record`` starts with, as written: the
+    input's fields and ``line``, before the result's fields (``RecordProcessor.rows``)."""
+    return json_line({**(record.data or {}), "line": record.line}).encode()[:-1]
+
+
 def earlier_output_problem(
     rows: Sequence[Any],
     inputs: Sequence[InputRecord],
     content_field: str,
     required: Iterable[str],
+    tail: bytes = b"",
 ) -> str | None:
-    """Why ``rows`` (an existing output's lines, see ``ResumableWriter``) are not an earlier
-    output of the command on ``inputs``, or ``None`` when resuming it is safe.
+    """Why an existing output (``rows``, its complete lines, and ``tail``, what follows its
+    last line break; see ``ResumableWriter``) is not an earlier output of the command on
+    ``inputs``, or ``None`` when resuming it, and so cutting ``tail``, is safe.
 
     Every line must be a record of an input line (an int ``line`` and a ``status``), carry the
     fields ``required`` of every record of this command, and agree with that input line on
     ``id`` and on ``content_field`` (the ``text`` or ``prompt`` the command reads, which it
-    never writes)."""
+    never writes). ``tail`` must be empty or the start of a record a killed run was writing:
+    it begins as the record of some input line begins (``record_start``). A file with no line
+    break at all is thereby judged by its whole content, not let through for want of lines."""
+    if tail and not any(
+        start.startswith(tail) or tail.startswith(start) for start in map(record_start, inputs)
+    ):
+        return (
+            f"it ends in {len(tail):,} bytes without a line break that are not the start of a "
+            "record of this input (a run cut short leaves only that)"
+        )
     by_line = {r.line: r for r in inputs}
     need = set(required) | {"line", "status"}
     for number, row in enumerate(rows, start=1):

@@ -111,8 +111,8 @@ def process_jsonl(
     records = list(read_jsonl(args.input))
     content_field = "prompt" if name == "generate" else "text"
 
-    def accept(rows: list) -> None:
-        problem = earlier_output_problem(rows, records, content_field, ERROR_FIELDS[name])
+    def accept(rows: list, tail: bytes) -> None:
+        problem = earlier_output_problem(rows, records, content_field, ERROR_FIELDS[name], tail)
         if problem:
             raise ValueError(
                 f"--output {args.output} exists and is not an earlier output of `{name}` on "
