@@ -82,10 +82,26 @@ def read_jsonl(path: str | Path) -> Iterator[InputRecord]:
         yield from parse_jsonl_lines(jsonl_lines(handle))
 
 
-def parse_jsonl(text: str) -> list[InputRecord]:
-    """The records of JSONL ``text`` (an upload), read exactly as ``read_jsonl`` reads a file."""
+class TooManyRecords(ValueError):
+    """JSONL text holds more records than allowed; reading stopped one record past the limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit:,} records")
+        self.limit = limit
+
+
+def parse_jsonl(text: str, max_records: int | None = None) -> list[InputRecord]:
+    """The records of JSONL ``text`` (an upload), read exactly as ``read_jsonl`` reads a file.
+
+    With ``max_records``, raises ``TooManyRecords`` as soon as a record past it is read: a
+    flood of tiny lines costs no more than the limit's worth of parsing."""
     stream = io.StringIO(text.removeprefix("\ufeff"), newline=None)
-    return list(parse_jsonl_lines(jsonl_lines(stream)))
+    records: list[InputRecord] = []
+    for record in parse_jsonl_lines(jsonl_lines(stream)):
+        if max_records is not None and len(records) >= max_records:
+            raise TooManyRecords(max_records)
+        records.append(record)
+    return records
 
 
 class _Refused(ValueError):
