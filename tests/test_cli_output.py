@@ -191,6 +191,31 @@ def test_detect_writes_one_strict_record_per_input_line(tmp_path_factory, stand_
         assert row["status"] in ("ok", "too_short", "unsupported", "error")
 
 
+def test_detect_file_reads_at_most_the_limit(tmp_path, stand_in, capsys):
+    import tracemalloc
+
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as handle:
+        handle.truncate(50_000_000)  # 50 MB of NUL bytes, sparse on disk
+    tracemalloc.start()
+    try:
+        code = cli.main(["detect", "--file", str(big), "--max-text-chars", "1000", "--quiet"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and peak < 5_000_000  # read: the limit and one character more
+    assert err == f"error: {big} has more than 1,000 characters; the limit is 1,000 (max_text_chars)"
+    assert stand_in == []  # refused before any model loads
+    if os.path.exists("/dev/zero"):  # endless: only a bounded read ends
+        assert cli.main(["detect", "--file", "/dev/zero", "--quiet"]) == 1
+        assert "more than 200,000 characters" in capsys.readouterr().err
+    small = tmp_path / "small.txt"
+    small.write_text("\ufeff" + ROWS[0]["text"])
+    assert cli.main(["detect", "--file", str(small), "--quiet"]) == 0
+    assert "Sentence 0 is here." in capsys.readouterr().out
+
+
 def test_control_characters_of_a_text_never_reach_the_terminal(stand_in, capsys):
     text = "Clear \x1b[2Jthe screen. Ring\x07 the bell.\rAnd \x9b more."
     assert cli.main(["detect", "--text", text, "--quiet"]) == 0

@@ -198,7 +198,17 @@ def cmd_detect(args, cfg: WatermarkConfig) -> int:
     if args.text is not None:
         text = args.text
     elif args.file:
-        text = Path(args.file).read_text(encoding="utf-8-sig", errors="replace")
+        # At most the limit and one character more: enough to know the file is over it,
+        # whatever its size (a 400 MB file, /dev/zero).
+        with open(args.file, encoding="utf-8-sig", errors="replace") as handle:
+            text = handle.read(cfg.max_text_chars + 1)
+        if len(text) > cfg.max_text_chars:
+            print(
+                f"error: {args.file} has more than {cfg.max_text_chars:,} characters; the limit "
+                f"is {cfg.max_text_chars:,} (max_text_chars)",
+                file=sys.stderr,
+            )
+            return 1
     else:
         raise SystemExit("detect: give --text TEXT, --file FILE or --input FILE.jsonl")
     prompt = args.prompt
