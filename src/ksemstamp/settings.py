@@ -118,9 +118,9 @@ class WatermarkConfig:
     """Secret key; falls back to ``$KSEMSTAMP_KEY``, then to a public demo key (with a warning).
     Make one with ``python watermark.py keygen``."""
     allow_weak_key: bool = False
-    """Accept a key under 128 bits of estimated entropy (a test key); otherwise such a key is
-    refused, as its fingerprint in every record lets anyone recover it by brute force.
-    ``KSEMSTAMP_ALLOW_WEAK_KEY=1`` allows it too."""
+    """Accept a guessable key (a test key): one that zxcvbn estimates to take under 2^128
+    guesses. Otherwise such a key is refused, as its fingerprint in every record lets anyone
+    recover it by trying guesses. ``KSEMSTAMP_ALLOW_WEAK_KEY=1`` allows it too."""
     max_candidates: int = 32
     """Candidates per sentence before giving up on the rule: the ``region`` mark then keeps the
     last one drawn (paper: 100), the ``direction`` mark the best-scoring one (of those that
