@@ -184,11 +184,26 @@ def test_detect_writes_one_strict_record_per_input_line(tmp_path_factory, stand_
     src.write_bytes(content.encode("utf-8", "surrogatepass"))
     assert cli.main(["detect", "--input", str(src), "--output", str(out), "--quiet"]) in (0, 1)
     written = [_strict(line) for line in out.read_text(encoding="utf-8").split("\n")[:-1]]
-    expected = sum(bool(x.strip()) for x in _cut(content.replace("\ufeff", "")))
-    assert [r["line"] for r in written] == sorted({r["line"] for r in written})
-    assert len(written) == expected
+    # every line, blank ones too (the last piece of the cut is what follows the last line end)
+    expected = list(range(1, len(_cut(content))))
+    assert [r["line"] for r in written] == expected
     for row in written:
         assert row["status"] in ("ok", "too_short", "unsupported", "error")
+
+
+def test_every_input_line_gets_a_record_blank_ones_too(tmp_path, stand_in, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [json.dumps(ROWS[0]), "", "   \t", json.dumps(ROWS[1]), ""]
+    src.write_text("\n".join(lines) + "\n")  # five lines, the last one blank too
+    assert _detect(src, out) == 0
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["line"] for r in records] == [1, 2, 3, 4, 5]
+    blank = [r for r in records if r["status"] == "error"]
+    assert [r["line"] for r in blank] == [2, 3, 5]
+    assert all(r["error"] == f"line {r['line']} is blank" for r in blank)
+    assert "detect: 2 scored, 3 failed" in capsys.readouterr().err
+    assert _detect(src, out) == 0  # and they resume like any other record
+    assert "5 records already in" in capsys.readouterr().err
 
 
 def test_detect_file_reads_at_most_the_limit(tmp_path, stand_in, capsys):

@@ -152,16 +152,17 @@ def test_batch_jsonl_keeps_the_cli_contract_and_reports_bad_lines(client, app):
     assert "limit" in rows["huge"]["error"]
     assert "not a JSON object" in rows[8]["error"]
     assert rows["chinese"]["status"] == "unsupported" and "CJK" in rows["chinese"]["error"]
+    assert rows[4]["error"] == "line 4 is blank"
     assert out["summary"] == {
         "ok": 1,
         "too_short": 1,
         "unsupported": 1,
-        "error": 5,
+        "error": 6,
         "watermarked": 1,
     }
     # The download is the same records as `watermark.py detect --output` writes, in order.
     written = [json.loads(x) for x in out["jsonl"].splitlines()]
-    assert written == out["records"] and [r["line"] for r in written] == [1, 2, 3, 5, 6, 7, 8, 9]
+    assert written == out["records"] and [r["line"] for r in written] == list(range(1, 10))
     assert set(written[0]) >= {
         "z_score",
         "p_value",
@@ -432,7 +433,13 @@ def test_explanation_names_a_text_that_never_changes_step():
 
 def test_parse_jsonl_and_check_record():
     parsed = parse_jsonl('{"text": "a"}\n\n[1]\n{bad\n')
-    assert [(p.line, p.error is None) for p in parsed] == [(1, True), (3, False), (4, False)]
+    assert [(p.line, p.error is None) for p in parsed] == [
+        (1, True),
+        (2, False),
+        (3, False),
+        (4, False),
+    ]
+    assert parsed[1].error == "line 2 is blank"
     assert check_record({"text": "a", "prompt": 3}, "f", 10) == "'prompt' must be a string, got int"
     assert check_record({"text": "a", "key_fingerprint": "f"}, "f", 10) is None
 

@@ -2,9 +2,9 @@
 
 * ``read_jsonl`` parses a user's input file, and ``parse_jsonl`` an upload (the web page's
   batch), with one rule: lines are cut at ``\n``, ``\r\n`` or ``\r`` only (never at U+2028 or
-  U+0085, which JSON strings may hold), and a line that is not a JSON object of at most
-  ``MAX_DEPTH`` levels, with finite numbers of at most ``MAX_INT_DIGITS`` digits, becomes an
-  error record instead of stopping the run.
+  U+0085, which JSON strings may hold), and a line that is blank or not a JSON object of at
+  most ``MAX_DEPTH`` levels, with finite numbers of at most ``MAX_INT_DIGITS`` digits, becomes
+  an error record instead of stopping the run.
 * ``json_line`` is the one way records are written: strict JSON (no ``NaN``), with lone
   surrogates escaped so that any string read can be written back.
 * ``read_jsonl_objects`` reads a file this package wrote: a last line cut short by a killed
@@ -66,14 +66,17 @@ def jsonl_lines(stream: TextIO) -> Iterator[tuple[int, str]]:
 
 
 def parse_jsonl_lines(lines: Iterable[tuple[int, str]]) -> Iterator[InputRecord]:
-    """One ``InputRecord`` per non-blank line; a line that cannot be a record gets its error."""
+    """One ``InputRecord`` per line; a line that cannot be a record gets its error, a blank
+    line too, so that every input line has its output line."""
     for number, raw in lines:
         if raw.strip():
             yield _parse_line(number, raw)
+        else:
+            yield InputRecord(number, None, f"line {number} is blank")
 
 
 def read_jsonl(path: str | Path) -> Iterator[InputRecord]:
-    """Parse a JSONL file line by line; blank lines are skipped, bad lines yield errors.
+    """Parse a JSONL file line by line; bad lines, blank ones included, yield errors.
 
     A UTF-8 byte-order mark (what some editors put at the start of a file) is skipped; bytes
     that are not UTF-8 read as U+FFFD.
