@@ -206,6 +206,40 @@ def test_every_input_line_gets_a_record_blank_ones_too(tmp_path, stand_in, capsy
     assert "5 records already in" in capsys.readouterr().err
 
 
+def test_ctrl_c_says_in_one_line_what_was_written_and_exits_130(tmp_path, monkeypatch, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, ROWS)
+    detector = _detector()
+    calls = []
+    detect_batch = detector.detect_batch
+
+    def pressed_on_the_second_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return detect_batch(*args, **kwargs)
+
+    monkeypatch.setattr(detector, "detect_batch", pressed_on_the_second_batch)
+    monkeypatch.setattr(cli, "build_detector", lambda cfg: detector)
+    argv = ["detect", "--input", str(src), "--output", str(out), "--batch-size", "1", "--quiet"]
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert err == (
+        f"interrupted: 1 record written to {out} (1 of 3 input lines done); "
+        "rerun the same command to resume\n"
+    )
+    assert [json.loads(x)["line"] for x in out.read_text().splitlines()] == [1]
+    assert cli.main(argv) == 0  # the rerun resumes
+    assert [json.loads(x)["line"] for x in out.read_text().splitlines()] == [1, 2, 3]
+    assert "1 records already in" in capsys.readouterr().err
+    # a command with nothing to resume says so
+    monkeypatch.setattr(
+        detector, "detect", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt)
+    )
+    assert cli.main(["detect", "--text", "One. Two.", "--quiet"]) == 130
+    assert capsys.readouterr().err == "interrupted: nothing was written\n"
+
+
 def test_detect_file_reads_at_most_the_limit(tmp_path, stand_in, capsys):
     import tracemalloc
 
@@ -220,7 +254,9 @@ def test_detect_file_reads_at_most_the_limit(tmp_path, stand_in, capsys):
         tracemalloc.stop()
     err = capsys.readouterr().err.strip()
     assert code == 1 and peak < 5_000_000  # read: the limit and one character more
-    assert err == f"error: {big} has more than 1,000 characters; the limit is 1,000 (max_text_chars)"
+    assert (
+        err == f"error: {big} has more than 1,000 characters; the limit is 1,000 (max_text_chars)"
+    )
     assert stand_in == []  # refused before any model loads
     if os.path.exists("/dev/zero"):  # endless: only a bounded read ends
         assert cli.main(["detect", "--file", "/dev/zero", "--quiet"]) == 1

@@ -9,6 +9,7 @@ Each handler takes the subcommand's values (``args``) and its settings, built by
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import sys
 import time
@@ -338,9 +339,28 @@ def quiet_model_loading() -> None:
     hf_logging.disable_progress_bar()
 
 
+RESUMABLE = ("evaluate",)
+"""Commands without ``--input`` whose rerun resumes (their stages are kept as they finish)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``watermark.py``; returns the exit status (bad settings exit with 2)."""
-    invocation = parse(sys.argv[1:] if argv is None else argv)
+    """Run ``watermark.py``; returns the exit status (bad settings exit with 2, Ctrl-C 130)."""
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt as stop:
+        # Ctrl-C: one line saying what was kept, not a traceback. Under the `ddp` strategy
+        # every process gets it; the first one speaks for all.
+        if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
+            command = next((a for a in (argv or sys.argv[1:]) if a in RESUMABLE), None)
+            detail = str(stop) or (
+                "rerun the same command to resume" if command else "nothing was written"
+            )
+            print(f"interrupted: {detail}", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str]) -> int:
+    invocation = parse(argv)
     if invocation.args.print_config:
         print(invocation.printed_config(), end="")
         return 0
