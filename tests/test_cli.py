@@ -9,7 +9,8 @@ from ksemstamp.io import ResumableWriter, read_jsonl
 
 pytestmark = pytest.mark.e2e
 
-FAST = ["--max-new-tokens", "12", "--max-candidates", "3", "--quiet"]
+# A fixed seed: a resumed record must be the text the first run wrote.
+FAST = ["--max-new-tokens", "12", "--max-candidates", "3", "--seed", "0", "--quiet"]
 PROMPTS = [
     {"id": "a", "prompt": "The storm hit the coast on Friday. Thousands lost power.", "extra": 1},
     {"id": "b", "prompt": "The company reported higher profits. Its shares rose."},

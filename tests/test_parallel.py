@@ -161,7 +161,18 @@ PROMPTS = [
     {"id": f"p{i}", "prompt": f"Story {i} begins here. The town council met on Monday."}
     for i in range(4)
 ]
-FAST = ["--max-new-tokens", "24", "--max-candidates", "4", "--threads", "1", "--quiet"]
+# A fixed seed: two processes must write what one writes.
+FAST = [
+    "--max-new-tokens",
+    "24",
+    "--max-candidates",
+    "4",
+    "--threads",
+    "1",
+    "--seed",
+    "0",
+    "--quiet",
+]
 TWO = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn"]
 
 

@@ -99,6 +99,8 @@ def cmd_generate(args, cfg: WatermarkConfig) -> int:
         notes.append(f"the LM saw the prompt without its first {res.prompt_dropped_chars:,} chars")
     if res.completion is not None:
         notes.append(f"completion (not watermarked): {res.completion!r}")
+    if res.seed is not None:
+        notes.append(f"seed {res.seed} (--seed {res.seed} gives this text again)")
     print(
         f"\n[{res.num_sentences} sentences, {res.num_tokens} tokens, {res.candidates} candidates, "
         f"{res.fallbacks} fallbacks, {res.seconds:.1f} s" + "".join(f"; {n}" for n in notes) + "]",

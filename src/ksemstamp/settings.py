@@ -162,8 +162,11 @@ class WatermarkConfig:
     top_k: int = 0
     """0 disables top-k (paper: no top-k)."""
     top_p: float = 1.0
-    seed: int = 0
-    """Sampling seed."""
+    seed: int | None = None
+    """Sampling seed. ``None``: every call samples afresh (two users asking the same prompt get
+    different texts) and each record carries the seed it drew (``seed``); a number: the same
+    prompt and settings always give the same text (set it to a record's ``seed`` to reproduce
+    that record). The evaluation, the golden tests and the benchmarks set theirs."""
     statistic: Statistic = "exact"
     """Detection p-value: ``exact`` (key randomisation, calibrated) or ``paper`` (normal tail)."""
     alpha: float = 0.01
