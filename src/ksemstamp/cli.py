@@ -227,7 +227,16 @@ def cmd_detect(args, cfg: WatermarkConfig) -> int:
 
 
 def cmd_demo(args, cfg: WatermarkConfig) -> int:
+    from .keys import DEMO_KEY, KEY_ENV
+
     prompt = news_prompt(args.article, args.prompt_words)
+    if cfg.valid_mode == "keyed" and not cfg.key and not os.environ.get(KEY_ENV):
+        # The demo's own key, said as part of the demo rather than as a warning.
+        cfg = dataclasses.replace(cfg, key=DEMO_KEY)
+        print(
+            "key: the public demo key, so anyone can forge or strip this mark; for real use\n"
+            f'  export {KEY_ENV}="$(python watermark.py keygen)"\n'
+        )
     scheme = build_scheme(cfg)
     watermarker = build_watermarker(cfg, scheme)
     detector = build_detector(cfg, scheme)
