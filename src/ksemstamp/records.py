@@ -160,9 +160,10 @@ def process_jsonl(
             skipped = len(records) - len(pending)
             if skipped:
                 print(f"resuming: {skipped} records already in {args.output}", file=sys.stderr)
-            bar = tqdm(total=len(pending), unit=unit, desc=name, disable=args.quiet)
+            bar = None
             try:
                 processor = processors[name](cfg, option) if pending else None
+                bar = tqdm(total=len(pending), unit=unit, desc=name, disable=args.quiet)
                 for start in range(0, len(pending), batch_size):
                     for row in processor.rows(pending[start : start + batch_size]):
                         out.write(row)
@@ -173,7 +174,8 @@ def process_jsonl(
                 done = skipped + len(statuses)
                 raise _interrupted(len(statuses), args.output, done, len(records)) from None
             finally:
-                bar.close()
+                if bar is not None:
+                    bar.close()
     failures = statuses.count("error")
     successes = len(statuses) - failures
     counted_as_ok = "ok" if name == "generate" else "scored"
