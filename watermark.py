@@ -2,7 +2,10 @@
 
 import sys
 
-from ksemstamp.cli import main
+try:
+    from ksemstamp.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the libraries load: nothing was started yet
+    sys.exit(130)
 
 if __name__ == "__main__":
     sys.exit(main())

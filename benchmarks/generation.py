@@ -78,7 +78,8 @@ class Variant:
 def read_config(path: Path, args: Namespace, **overrides: Any) -> WatermarkConfig:
     """A configuration file as shipped, with the benchmark's key, length and one prompt per call
     (per-prompt timing); ``--lm-dtype`` and ``--max-candidates`` override it when given."""
-    settings = dict(key=BENCH_KEY, max_new_tokens=args.max_new_tokens, prompt_batch=1)
+    # A fixed seed: every variant and every rerun samples the same way.
+    settings = dict(key=BENCH_KEY, max_new_tokens=args.max_new_tokens, prompt_batch=1, seed=0)
     if args.lm_dtype:
         settings["lm_dtype"] = args.lm_dtype
     if args.max_candidates:

@@ -223,7 +223,9 @@ def run_quality(args: Namespace, header: dict[str, Any]) -> None:
 
     formats = [resolve_lm_dtype(f) for f in args.formats.split(",")]
     models = _models(formats)
-    base = WatermarkConfig.from_yaml(args.config, key=KEY, max_new_tokens=args.max_new_tokens)
+    base = WatermarkConfig.from_yaml(
+        args.config, key=KEY, max_new_tokens=args.max_new_tokens, seed=0
+    )
     scheme = build_scheme(base)
     detector = build_detector(base, scheme)
     prompts = news_prompts(args.prompts, 32)
@@ -337,7 +339,7 @@ def run_quality(args: Namespace, header: dict[str, Any]) -> None:
 
 
 def _early_config(path: str) -> tuple[str, WatermarkConfig]:
-    return Path(path).stem, WatermarkConfig.from_yaml(path, key=KEY)
+    return Path(path).stem, WatermarkConfig.from_yaml(path, key=KEY, seed=0)
 
 
 def _fmt(value: float | None) -> str:

@@ -9,7 +9,8 @@ from ksemstamp.io import ResumableWriter, read_jsonl
 
 pytestmark = pytest.mark.e2e
 
-FAST = ["--max-new-tokens", "12", "--max-candidates", "3", "--quiet"]
+# A fixed seed: a resumed record must be the text the first run wrote.
+FAST = ["--max-new-tokens", "12", "--max-candidates", "3", "--seed", "0", "--quiet"]
 PROMPTS = [
     {"id": "a", "prompt": "The storm hit the coast on Friday. Thousands lost power.", "extra": 1},
     {"id": "b", "prompt": "The company reported higher profits. Its shares rose."},
@@ -132,3 +133,38 @@ def test_build_time_setting_errors_are_one_line(tmp_path, capsys):
     missing = tmp_path / "nope.pt"
     assert main(["detect", "--centroids", str(missing), "--text", "One. Two."]) == 2
     assert "centroid file not found" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_one_line_and_exit_130_and_the_rerun_resumes(tmp_path):
+    # A real SIGINT, as Ctrl-C in a terminal sends it, in the middle of a real run.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    src, out = tmp_path / "texts.jsonl", tmp_path / "out.jsonl"
+    texts = [f"Record {i} opens here. It goes on for a while. Then it ends." for i in range(400)]
+    _write(src, [{"id": i, "text": t} for i, t in enumerate(texts)])
+    root = Path(__file__).resolve().parents[1]
+    argv = [sys.executable, str(root / "watermark.py"), "detect", "--input", str(src)]
+    argv += ["--output", str(out), "--batch-size", "1", "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 240
+    while (not out.exists() or out.read_text().count("\n") < 3) and time.monotonic() < deadline:
+        assert run.poll() is None, run.stderr.read()
+        time.sleep(0.2)
+    run.send_signal(signal.SIGINT)
+    err = run.communicate(timeout=120)[1]
+    written = out.read_text().count("\n")
+    assert run.returncode == 130 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted: ") and "rerun the same command to resume" in last
+    assert f"({written} of 400 input lines done)" in last
+    assert 3 <= written < 400 and out.read_text().endswith("\n")  # whole records only
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0 and f"{written} already done" in done.stderr
+    assert [r["line"] for r in _lines(out)] == list(range(1, 401))

@@ -200,3 +200,40 @@ def test_evaluate_takes_its_settings_from_files_and_flags(tmp_path):
     assert [a["name"] for a in settings.select_attacks(run.args.only_attacks).attacks] == ["c", "a"]
     with pytest.raises(ValueError, match="unknown attacks"):
         settings.select_attacks(["d"])
+
+
+SECRET = "s3cret-Key-Value-9b1e"
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (["detect", "--kye", SECRET, "--text", "A. B."], "--kye (did you mean --key?)"),
+        (["detect", "--kye=" + SECRET, "--text", "A. B."], "--kye (did you mean --key?)"),
+        (["detect", "--text", "A. B.", SECRET], "1 value"),
+        (["keygen", "--key", SECRET], "--key"),
+        (["generate", "--prompt", "A.", "--keyy", SECRET, "--gama", "0.5"], "--keyy"),
+    ],
+)
+def test_a_mistyped_flag_is_named_but_no_value_is_echoed(argv, shown, capsys):
+    # The value after a mistyped flag may be the key: an error names the flags it did not know,
+    # never the values around them.
+    with pytest.raises(SystemExit) as stop:
+        parse(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert SECRET not in err and "unrecognized arguments" in err and shown in err
+    assert "not shown" in err
+
+
+def test_the_key_never_appears_in_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setenv("KSEMSTAMP_KEY", SECRET)
+    for argv in (
+        ["generate", "--key", SECRET, "--gamma", SECRET],
+        ["generate", f"--key={SECRET}", "--mark", SECRET],
+        ["generate", "--mark", SECRET],  # the key put in the wrong place
+    ):
+        with pytest.raises(SystemExit):
+            parse(argv)
+        err = capsys.readouterr().err
+        assert SECRET not in err and "***" in err

@@ -78,6 +78,53 @@ def test_a_file_that_is_no_earlier_output_is_refused_and_left_alone(tmp_path, st
     assert "another 'text'" in capsys.readouterr().err and stand_in == []
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"precious data without a trailing newline",
+        b"\x7fELF\x02\x01\x00\x00binary\xff\xfe",
+        b'{"note": "a JSON object, but no record of this input"}',
+        b'{"id": 0, "text": "Another text',  # looks like a cut record, of another input
+    ],
+)
+def test_a_file_without_a_line_break_is_no_earlier_output(tmp_path, stand_in, capsys, content):
+    # Its whole content must prove it is an earlier output: with no complete line there is
+    # nothing else to check, and the repair of a cut last line would truncate all of it.
+    src, out = tmp_path / "in.jsonl", tmp_path / "nonl.txt"
+    _write(src, ROWS)
+    out.write_bytes(content)
+    assert _detect(src, out) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not an earlier output of `detect`" in err and len(err.splitlines()) == 1
+    assert "line break" in err
+    assert out.read_bytes() == content and stand_in == []
+    # after complete records too
+    first = tmp_path / "first.jsonl"
+    _write(src, ROWS[:1])
+    assert _detect(src, first) == 0
+    first.write_bytes(first.read_bytes() + content)
+    before = first.read_bytes()
+    _write(src, ROWS)
+    assert _detect(src, first) == 2 and first.read_bytes() == before
+
+
+def test_any_cut_of_the_record_being_written_resumes(tmp_path, stand_in, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    rows = [*ROWS, {"id": "é", "text": "Café au lait. Ünïcode here."}]
+    _write(src, rows)
+    assert _detect(src, out) == 0
+    whole = out.read_bytes()
+    last = whole[whole.rfind(b"\n", 0, len(whole) - 1) + 1 :]
+    done = whole[: len(whole) - len(last)]
+    # cuts all along the last record, inside a two-byte character too
+    split = last.index("é".encode()) + 1
+    for cut in sorted({*range(1, len(last) - 1, 13), split}):
+        out.write_bytes(done + last[:cut])
+        assert _detect(src, out) == 0, cut
+        assert out.read_bytes() == whole
+    capsys.readouterr()
+
+
 def test_a_real_earlier_run_resumes(tmp_path, stand_in, capsys):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     _write(src, ROWS[:2])
@@ -137,11 +184,87 @@ def test_detect_writes_one_strict_record_per_input_line(tmp_path_factory, stand_
     src.write_bytes(content.encode("utf-8", "surrogatepass"))
     assert cli.main(["detect", "--input", str(src), "--output", str(out), "--quiet"]) in (0, 1)
     written = [_strict(line) for line in out.read_text(encoding="utf-8").split("\n")[:-1]]
-    expected = sum(bool(x.strip()) for x in _cut(content.replace("\ufeff", "")))
-    assert [r["line"] for r in written] == sorted({r["line"] for r in written})
-    assert len(written) == expected
+    # every line, blank ones too (the last piece of the cut is what follows the last line end)
+    expected = list(range(1, len(_cut(content))))
+    assert [r["line"] for r in written] == expected
     for row in written:
         assert row["status"] in ("ok", "too_short", "unsupported", "error")
+
+
+def test_every_input_line_gets_a_record_blank_ones_too(tmp_path, stand_in, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [json.dumps(ROWS[0]), "", "   \t", json.dumps(ROWS[1]), ""]
+    src.write_text("\n".join(lines) + "\n")  # five lines, the last one blank too
+    assert _detect(src, out) == 0
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["line"] for r in records] == [1, 2, 3, 4, 5]
+    blank = [r for r in records if r["status"] == "error"]
+    assert [r["line"] for r in blank] == [2, 3, 5]
+    assert all(r["error"] == f"line {r['line']} is blank" for r in blank)
+    assert "detect: 2 scored, 3 failed" in capsys.readouterr().err
+    assert _detect(src, out) == 0  # and they resume like any other record
+    assert "5 records already in" in capsys.readouterr().err
+
+
+def test_ctrl_c_says_in_one_line_what_was_written_and_exits_130(tmp_path, monkeypatch, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, ROWS)
+    detector = _detector()
+    calls = []
+    detect_batch = detector.detect_batch
+
+    def pressed_on_the_second_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return detect_batch(*args, **kwargs)
+
+    monkeypatch.setattr(detector, "detect_batch", pressed_on_the_second_batch)
+    monkeypatch.setattr(cli, "build_detector", lambda cfg: detector)
+    argv = ["detect", "--input", str(src), "--output", str(out), "--batch-size", "1", "--quiet"]
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert err == (
+        f"interrupted: 1 record written to {out} (1 of 3 input lines done); "
+        "rerun the same command to resume\n"
+    )
+    assert [json.loads(x)["line"] for x in out.read_text().splitlines()] == [1]
+    assert cli.main(argv) == 0  # the rerun resumes
+    assert [json.loads(x)["line"] for x in out.read_text().splitlines()] == [1, 2, 3]
+    assert "1 records already in" in capsys.readouterr().err
+    # a command with nothing to resume says so
+    monkeypatch.setattr(
+        detector, "detect", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt)
+    )
+    assert cli.main(["detect", "--text", "One. Two.", "--quiet"]) == 130
+    assert capsys.readouterr().err == "interrupted: nothing was written\n"
+
+
+def test_detect_file_reads_at_most_the_limit(tmp_path, stand_in, capsys):
+    import tracemalloc
+
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as handle:
+        handle.truncate(50_000_000)  # 50 MB of NUL bytes, sparse on disk
+    tracemalloc.start()
+    try:
+        code = cli.main(["detect", "--file", str(big), "--max-text-chars", "1000", "--quiet"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and peak < 5_000_000  # read: the limit and one character more
+    assert (
+        err == f"error: {big} has more than 1,000 characters; the limit is 1,000 (max_text_chars)"
+    )
+    assert stand_in == []  # refused before any model loads
+    if os.path.exists("/dev/zero"):  # endless: only a bounded read ends
+        assert cli.main(["detect", "--file", "/dev/zero", "--quiet"]) == 1
+        assert "more than 200,000 characters" in capsys.readouterr().err
+    small = tmp_path / "small.txt"
+    small.write_text("\ufeff" + ROWS[0]["text"])
+    assert cli.main(["detect", "--file", str(small), "--quiet"]) == 0
+    assert "Sentence 0 is here." in capsys.readouterr().out
 
 
 def test_control_characters_of_a_text_never_reach_the_terminal(stand_in, capsys):

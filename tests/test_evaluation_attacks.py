@@ -129,4 +129,4 @@ def test_cached_few_shot_examples_give_the_same_candidates_as_full_prompts():
     assert all(len(c) >= 1 for c in cached)
     assert paraphraser.prompt("x") == paraphraser.shots() + paraphraser.query("x")
     # The cached path was the one taken: the two parts tokenize like the whole prompt.
-    assert "past_key_values" in paraphraser._inputs([paraphraser.query(s) for s in sentences])
+    assert "cache" in paraphraser._inputs([paraphraser.query(s) for s in sentences])

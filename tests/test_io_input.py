@@ -65,7 +65,7 @@ def test_every_line_is_one_record_or_one_error(tmp_path, lines):
     path.write_bytes(content.encode("utf-8", "surrogatepass"))
     records = list(read_jsonl(path))
     # Surrogates in the raw bytes are not UTF-8: they read as U+FFFD, never as an exception.
-    assert len(records) == sum(bool(line.strip()) for line in _cut(content.replace("\ufeff", "")))
+    assert [r.line for r in records] == list(range(1, len(_cut(content))))  # blank ones too
     for rec in records:
         assert (rec.data is None) != (rec.error is None)
         if rec.error:
@@ -152,8 +152,8 @@ def test_an_existing_file_is_checked_before_it_is_touched(tmp_path):
     out.write_text("My essay.\nIts last line, without a line end")
     before = out.read_bytes()
 
-    def refuse(rows):
-        assert rows == [None]  # the complete line; the cut one is not shown
+    def refuse(rows, tail):
+        assert rows == [None] and tail == b"Its last line, without a line end"  # all of it
         raise ValueError("not an output")
 
     with pytest.raises(ValueError, match="not an output"):
@@ -181,3 +181,22 @@ INPUTS = [InputRecord(1, {"id": "a", "text": "One."}), InputRecord(2, None, "lin
 def test_an_earlier_output_must_match_the_command_and_its_input(rows, problem):
     found = earlier_output_problem(rows, INPUTS, "text", ["z"])
     assert found is None if problem is None else problem in found
+
+
+@pytest.mark.parametrize(
+    ("tail", "safe"),
+    [
+        (b"", True),
+        (b"{", True),
+        (b'{"id": "a", "te', True),  # cut inside the input's fields
+        (b'{"id": "a", "text": "One.", "line": 1, "status": "o', True),  # inside the result's
+        (b'{"line": 2, "sta', True),  # the error record of a line that was not JSON
+        (b'{"id": "b", "te', False),  # no input line has this id
+        (b"notes without a line end", False),
+        (b"\x00\x01\xff", False),
+        (b" ", False),
+    ],
+)
+def test_what_follows_the_last_line_break_must_start_a_record(tail, safe):
+    found = earlier_output_problem([], INPUTS, "text", ["z"], tail)
+    assert found is None if safe else "without a line break" in found

@@ -116,7 +116,7 @@ def test_bad_arguments(sequential):
 def test_build_watermarker_selects_the_strategy(lm, default_scheme):
     from ksemstamp.config import build_watermarker
 
-    cfg = WatermarkConfig(key="test-suite-key", sampler_strategy="sequential")
+    cfg = WatermarkConfig(key="test-suite-key", sampler_strategy="sequential", seed=0)
     wm = build_watermarker(cfg, default_scheme, lm)
     assert isinstance(wm.sampler, SequentialCandidateSampler)
     # One unwatermarked sentence keeps this cheap (one candidate) and still runs the loop.

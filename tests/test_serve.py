@@ -152,16 +152,17 @@ def test_batch_jsonl_keeps_the_cli_contract_and_reports_bad_lines(client, app):
     assert "limit" in rows["huge"]["error"]
     assert "not a JSON object" in rows[8]["error"]
     assert rows["chinese"]["status"] == "unsupported" and "CJK" in rows["chinese"]["error"]
+    assert rows[4]["error"] == "line 4 is blank"
     assert out["summary"] == {
         "ok": 1,
         "too_short": 1,
         "unsupported": 1,
-        "error": 5,
+        "error": 6,
         "watermarked": 1,
     }
     # The download is the same records as `watermark.py detect --output` writes, in order.
     written = [json.loads(x) for x in out["jsonl"].splitlines()]
-    assert written == out["records"] and [r["line"] for r in written] == [1, 2, 3, 5, 6, 7, 8, 9]
+    assert written == out["records"] and [r["line"] for r in written] == list(range(1, 10))
     assert set(written[0]) >= {
         "z_score",
         "p_value",
@@ -212,7 +213,47 @@ def test_upload_limits(hash_encoder):
     assert _upload(client, "a.txt", b"x" * 101).status_code == 413
     three = b'{"text": "A. B."}\n' * 3
     response = _upload(client, "a.jsonl", three)
-    assert response.status_code == 413 and "3 records" in response.json()["error"]
+    assert response.status_code == 413 and "more than 2 records" in response.json()["error"]
+
+
+def test_a_flood_of_tiny_lines_is_refused_after_the_limit_not_after_parsing_all(
+    client, monkeypatch
+):
+    # 2.1 million lines in 4 MB: the record limit is checked while the lines are read, and
+    # reading stops one record past it.
+    import ksemstamp.io
+
+    parsed = []
+    parse_line = ksemstamp.io._parse_line
+    monkeypatch.setattr(ksemstamp.io, "_parse_line", lambda *a: parsed.append(1) or parse_line(*a))
+    response = _upload(client, "flood.jsonl", b"1\n" * 2_100_000)
+    limit = Limits().max_records
+    assert response.status_code == 413
+    assert f"more than {limit:,} records" in response.json()["error"]
+    assert len(parsed) <= limit + 1
+
+
+def test_uploads_are_read_off_the_event_loop(client, monkeypatch):
+    # Decoding and parsing an upload of up to max_upload_bytes takes a while: on the event loop
+    # it would hold every other request (the page's /api/info, progress streams) meanwhile.
+    import asyncio
+
+    import ksemstamp.serve.routes_detect as routes
+
+    on_loop = []
+    parse = routes.parse_jsonl
+
+    def watched(*args, **kwargs):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return parse(*args, **kwargs)
+
+    monkeypatch.setattr(routes, "parse_jsonl", watched)
+    response = _upload(client, "texts.jsonl", b'{"text": "One. Two. Three."}\n')
+    assert response.status_code == 200 and on_loop == [False]
 
 
 def test_the_page_and_the_detector_share_one_size_limit(hash_encoder):
@@ -392,7 +433,13 @@ def test_explanation_names_a_text_that_never_changes_step():
 
 def test_parse_jsonl_and_check_record():
     parsed = parse_jsonl('{"text": "a"}\n\n[1]\n{bad\n')
-    assert [(p.line, p.error is None) for p in parsed] == [(1, True), (3, False), (4, False)]
+    assert [(p.line, p.error is None) for p in parsed] == [
+        (1, True),
+        (2, False),
+        (3, False),
+        (4, False),
+    ]
+    assert parsed[1].error == "line 2 is blank"
     assert check_record({"text": "a", "prompt": 3}, "f", 10) == "'prompt' must be a string, got int"
     assert check_record({"text": "a", "key_fingerprint": "f"}, "f", 10) is None
 

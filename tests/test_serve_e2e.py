@@ -25,7 +25,7 @@ PROMPT = "The city council approved a new budget on Monday. The plan raises spen
 @pytest.fixture(scope="module")
 def app(encoder, lm):
     # Few candidates per sentence: generation tests only need the machinery to run.
-    cfg = WatermarkConfig(key=SECRET, max_candidates=8, max_new_tokens=200)
+    cfg = WatermarkConfig(key=SECRET, max_candidates=8, max_new_tokens=200, seed=0)
     return create_app(cfg, encoder=encoder, lm=lm)
 
 

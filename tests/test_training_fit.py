@@ -323,3 +323,14 @@ def test_a_corpus_too_small_for_k_stops_training_before_it_starts(tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: too few sentences for K = 8") and "at least 40" in err
     assert not (tmp_path / "run").exists()  # no step was trained, no checkpoint written
+
+
+@pytest.mark.e2e
+def test_fit_without_a_logger(tmp_path):
+    # `--trainer.logger false`, Lightning's way to train without logs: the learning-rate
+    # monitor of the training config has nothing to log to, so it is left out, not an error.
+    config = make_config(tmp_path)
+    cli = fit(config, "--trainer.logger=false")
+    assert cli.trainer.logger is None and cli.trainer.global_step == 2
+    assert (tmp_path / "run" / "final.ckpt").exists()
+    assert not (tmp_path / "run" / "logs").exists()

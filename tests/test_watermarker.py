@@ -369,3 +369,44 @@ def test_a_lone_surrogate_in_a_prompt_is_dropped_not_raised_on(hash_encoder):
     assert res.status == "ok" and res.text == good
     assert sampler.calls[0]["contexts"] == ["The storm hit the coast."]
     assert "\ud800" not in res.prompt_for_detection
+
+
+class DrawingSampler:
+    """Each document's one candidate a round is a sentence numbered by its own generator."""
+
+    def sample_round(self, prefixes, rows, judge, generator=None, contexts=None, heads=None):
+        out = []
+        for g, _ in enumerate(prefixes):
+            gen = generator[g] if isinstance(generator, list) else generator
+            text = f"Sentence {int(torch.randint(0, 10**9, (1,), generator=gen))} here."
+            ((ok, info),) = judge([(g, 0)], [text])
+            res = GroupResult()
+            res.candidates.append(Candidate(text, 5, True, info))
+            res.accepted_index = 0
+            out.append(res)
+        return out
+
+
+def test_sampling_is_fresh_each_call_unless_a_seed_is_set(hash_encoder):
+    from ksemstamp.config import WatermarkConfig
+
+    prompt = "The council met on Monday. It approved the budget."
+
+    def generate(seed, prompts=(prompt, prompt)):
+        wm = Watermarker(_scheme(hash_encoder), DrawingSampler(), max_new_tokens=10, seed=seed)
+        return wm.generate(list(prompts), watermark=False)
+
+    # By default two users, or two clicks, asking the same prompt get different texts...
+    assert WatermarkConfig().seed is None
+    first, second = generate(None), generate(None)
+    texts = [r.text for r in first + second]
+    assert len(set(texts)) == 4
+    # ...and each record says the seed it drew, which gives that text again.
+    seeds = [r.seed for r in first]
+    assert all(isinstance(s, int) for s in seeds) and seeds[0] != seeds[1]
+    assert first[0].to_record()["seed"] == seeds[0]
+    assert generate(seeds[0], [prompt])[0].text == first[0].text
+    # A seed set makes every call the same, and then no record carries one.
+    fixed = generate(7)
+    assert [r.text for r in fixed] == [r.text for r in generate(7)]
+    assert fixed[0].text == fixed[1].text and "seed" not in fixed[0].to_record()

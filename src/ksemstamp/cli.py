@@ -9,6 +9,7 @@ Each handler takes the subcommand's values (``args``) and its settings, built by
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import sys
 import time
@@ -98,6 +99,8 @@ def cmd_generate(args, cfg: WatermarkConfig) -> int:
         notes.append(f"the LM saw the prompt without its first {res.prompt_dropped_chars:,} chars")
     if res.completion is not None:
         notes.append(f"completion (not watermarked): {res.completion!r}")
+    if res.seed is not None:
+        notes.append(f"seed {res.seed} (--seed {res.seed} gives this text again)")
     print(
         f"\n[{res.num_sentences} sentences, {res.num_tokens} tokens, {res.candidates} candidates, "
         f"{res.fallbacks} fallbacks, {res.seconds:.1f} s" + "".join(f"; {n}" for n in notes) + "]",
@@ -199,7 +202,17 @@ def cmd_detect(args, cfg: WatermarkConfig) -> int:
     if args.text is not None:
         text = args.text
     elif args.file:
-        text = Path(args.file).read_text(encoding="utf-8-sig", errors="replace")
+        # At most the limit and one character more: enough to know the file is over it,
+        # whatever its size (a 400 MB file, /dev/zero).
+        with open(args.file, encoding="utf-8-sig", errors="replace") as handle:
+            text = handle.read(cfg.max_text_chars + 1)
+        if len(text) > cfg.max_text_chars:
+            print(
+                f"error: {args.file} has more than {cfg.max_text_chars:,} characters; the limit "
+                f"is {cfg.max_text_chars:,} (max_text_chars)",
+                file=sys.stderr,
+            )
+            return 1
     else:
         raise SystemExit("detect: give --text TEXT, --file FILE or --input FILE.jsonl")
     prompt = args.prompt
@@ -215,7 +228,16 @@ def cmd_detect(args, cfg: WatermarkConfig) -> int:
 
 
 def cmd_demo(args, cfg: WatermarkConfig) -> int:
+    from .keys import DEMO_KEY, KEY_ENV
+
     prompt = news_prompt(args.article, args.prompt_words)
+    if cfg.valid_mode == "keyed" and not cfg.key and not os.environ.get(KEY_ENV):
+        # The demo's own key, said as part of the demo rather than as a warning.
+        cfg = dataclasses.replace(cfg, key=DEMO_KEY)
+        print(
+            "key: the public demo key, so anyone can forge or strip this mark; for real use\n"
+            f'  export {KEY_ENV}="$(python watermark.py keygen)"\n'
+        )
     scheme = build_scheme(cfg)
     watermarker = build_watermarker(cfg, scheme)
     detector = build_detector(cfg, scheme)
@@ -329,9 +351,28 @@ def quiet_model_loading() -> None:
     hf_logging.disable_progress_bar()
 
 
+RESUMABLE = ("evaluate",)
+"""Commands without ``--input`` whose rerun resumes (their stages are kept as they finish)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``watermark.py``; returns the exit status (bad settings exit with 2)."""
-    invocation = parse(sys.argv[1:] if argv is None else argv)
+    """Run ``watermark.py``; returns the exit status (bad settings exit with 2, Ctrl-C 130)."""
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt as stop:
+        # Ctrl-C: one line saying what was kept, not a traceback. Under the `ddp` strategy
+        # every process gets it; the first one speaks for all.
+        if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
+            command = next((a for a in (argv or sys.argv[1:]) if a in RESUMABLE), None)
+            detail = str(stop) or (
+                "rerun the same command to resume" if command else "nothing was written"
+            )
+            print(f"interrupted: {detail}", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str]) -> int:
+    invocation = parse(argv)
     if invocation.args.print_config:
         print(invocation.printed_config(), end="")
         return 0

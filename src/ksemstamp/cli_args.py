@@ -19,6 +19,8 @@ What each command does with its settings (the handlers) is in ``ksemstamp.cli``.
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import sys
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +34,7 @@ from jsonargparse.typing import PositiveInt
 from .calibration.run import CalibrationSettings
 from .config import WatermarkConfig
 from .evaluation.settings import EvalSettings
+from .keys import KEY_ENV
 from .parallel import DeviceSettings
 from .settings_flags import SettingsFile, SettingsGroup, normalise_argv, one_line
 
@@ -185,21 +188,26 @@ def build_parser() -> ArgumentParser:
     )
     subcommands = parser.add_subcommands(required=True, dest="command")
     for name, command in COMMANDS.items():
-        sub = ArgumentParser(description=command.help, exit_on_error=False, print_config=None)
-        sub.add_argument(
-            "--config",
-            action=SettingsFile,
-            help="YAML settings file (repeatable: later files win, flags win over files)",
-        )
-        sub.add_argument(
-            "--print-config", action="store_true", help="print the settings and exit (no key)"
-        )
-        sub.add_argument("--quiet", action="store_true", help="no progress bars")
-        command.options(sub)
-        for group in command.groups():
-            group.add_to(sub)
-        subcommands.add_subcommand(name, sub, help=command.help)
+        subcommands.add_subcommand(name, build_subparser(command), help=command.help)
     return parser
+
+
+def build_subparser(command: Command) -> ArgumentParser:
+    """The parser of one subcommand: the common options, its own, and its settings' flags."""
+    sub = ArgumentParser(description=command.help, exit_on_error=False, print_config=None)
+    sub.add_argument(
+        "--config",
+        action=SettingsFile,
+        help="YAML settings file (repeatable: later files win, flags win over files)",
+    )
+    sub.add_argument(
+        "--print-config", action="store_true", help="print the settings and exit (no key)"
+    )
+    sub.add_argument("--quiet", action="store_true", help="no progress bars")
+    command.options(sub)
+    for group in command.groups():
+        group.add_to(sub)
+    return sub
 
 
 # ---------------------------------------------------------------------- parsing
@@ -242,13 +250,68 @@ def parse(argv: Sequence[str]) -> Invocation:
             args[name] = group.build(args)
         settings = spec.settings.build(args) if spec.settings else None
     except (argparse.ArgumentError, ValueError, TypeError, OSError) as err:
-        usage_error(command, err)
+        usage_error(command, err, argv)
     args.argv = argv
     return Invocation(command, args, settings)
 
 
-def usage_error(command: str | None, err: BaseException) -> typing.NoReturn:
-    """Print ``err`` on one line of stderr and exit with status 2."""
+def usage_error(
+    command: str | None, err: BaseException, argv: Sequence[str] = ()
+) -> typing.NoReturn:
+    """Print ``err`` on one line of stderr, with no key in it (``hide_secrets``), and exit
+    with status 2."""
     prog = f"{PROG} {command}" if command else PROG
-    print(f"{prog}: error: {one_line(err)}", file=sys.stderr)
+    print(f"{prog}: error: {hide_secrets(one_line(err), argv, command)}", file=sys.stderr)
     raise SystemExit(2)
+
+
+UNRECOGNIZED = "unrecognized arguments:"
+
+
+def hide_secrets(message: str, argv: Sequence[str], command: str | None) -> str:
+    """``message`` without any value that may be the key.
+
+    Arguments the parser did not know are named by their flags only, each with the closest
+    known flag of the command: the value after a mistyped ``--kye`` is most likely the key.
+    The value of ``--key`` and ``$KSEMSTAMP_KEY`` are blanked wherever else they appear (a key
+    given under another flag by mistake is quoted in that flag's message).
+    """
+    head, found, listed = message.partition(UNRECOGNIZED)
+    if found:
+        message = head + UNRECOGNIZED + " " + _unrecognized(listed.strip(), argv, command)
+    secrets = {os.environ.get(KEY_ENV) or ""}
+    for i, token in enumerate(argv):
+        if token == "--key" and i + 1 < len(argv):
+            secrets.add(argv[i + 1])
+        elif token.startswith("--key="):
+            secrets.add(token.removeprefix("--key="))
+    # A short key is refused as weak anyway; blanking a letter or two would garble messages.
+    for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message
+
+
+def _unrecognized(listed: str, argv: Sequence[str], command: str | None) -> str:
+    """The unknown arguments ``listed`` (space-separated, in command-line order): their flags
+    with a suggestion each, and how many values went with them, none shown."""
+    taken, pos = [], 0
+    for token in argv:
+        end = pos + len(token)
+        if listed.startswith(token, pos) and (end == len(listed) or listed[end] == " "):
+            taken.append(token)
+            pos = end + 1
+    if pos < len(listed):  # not the tokens of this command line: show none of it
+        return "(not shown: one may be the key)"
+    known = sorted(build_subparser(COMMANDS[command])._option_string_actions) if command else []
+    parts, values = [], 0
+    for token in taken:
+        name, eq, _ = token.partition("=")
+        if not name.startswith("-"):
+            values += 1
+            continue
+        values += bool(eq)
+        close = difflib.get_close_matches(name, known, n=1)
+        parts.append(name + (f" (did you mean {close[0]}?)" if close else ""))
+    if values:
+        parts.append(f"{values} value{'s' if values > 1 else ''}")
+    return ", ".join(parts) + "; values are not shown, as one may be the key"

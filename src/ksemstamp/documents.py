@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -261,6 +262,11 @@ def score_of(candidate: Candidate) -> float | None:
     """A candidate's score, or ``None`` when its mark gave it none."""
     info = candidate.info
     return None if info is None or math.isnan(info.score) else float(info.score)
+
+
+def random_seed() -> int:
+    """A fresh seed from the operating system's generator, for a document sampled without one."""
+    return secrets.randbits(63)
 
 
 def document_generator(seed: int, prompt: object) -> torch.Generator:

@@ -2,9 +2,9 @@
 
 * ``read_jsonl`` parses a user's input file, and ``parse_jsonl`` an upload (the web page's
   batch), with one rule: lines are cut at ``\n``, ``\r\n`` or ``\r`` only (never at U+2028 or
-  U+0085, which JSON strings may hold), and a line that is not a JSON object of at most
-  ``MAX_DEPTH`` levels, with finite numbers of at most ``MAX_INT_DIGITS`` digits, becomes an
-  error record instead of stopping the run.
+  U+0085, which JSON strings may hold), and a line that is blank or not a JSON object of at
+  most ``MAX_DEPTH`` levels, with finite numbers of at most ``MAX_INT_DIGITS`` digits, becomes
+  an error record instead of stopping the run.
 * ``json_line`` is the one way records are written: strict JSON (no ``NaN``), with lone
   surrogates escaped so that any string read can be written back.
 * ``read_jsonl_objects`` reads a file this package wrote: a last line cut short by a killed
@@ -66,14 +66,17 @@ def jsonl_lines(stream: TextIO) -> Iterator[tuple[int, str]]:
 
 
 def parse_jsonl_lines(lines: Iterable[tuple[int, str]]) -> Iterator[InputRecord]:
-    """One ``InputRecord`` per non-blank line; a line that cannot be a record gets its error."""
+    """One ``InputRecord`` per line; a line that cannot be a record gets its error, a blank
+    line too, so that every input line has its output line."""
     for number, raw in lines:
         if raw.strip():
             yield _parse_line(number, raw)
+        else:
+            yield InputRecord(number, None, f"line {number} is blank")
 
 
 def read_jsonl(path: str | Path) -> Iterator[InputRecord]:
-    """Parse a JSONL file line by line; blank lines are skipped, bad lines yield errors.
+    """Parse a JSONL file line by line; bad lines, blank ones included, yield errors.
 
     A UTF-8 byte-order mark (what some editors put at the start of a file) is skipped; bytes
     that are not UTF-8 read as U+FFFD.
@@ -82,10 +85,26 @@ def read_jsonl(path: str | Path) -> Iterator[InputRecord]:
         yield from parse_jsonl_lines(jsonl_lines(handle))
 
 
-def parse_jsonl(text: str) -> list[InputRecord]:
-    """The records of JSONL ``text`` (an upload), read exactly as ``read_jsonl`` reads a file."""
+class TooManyRecords(ValueError):
+    """JSONL text holds more records than allowed; reading stopped one record past the limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit:,} records")
+        self.limit = limit
+
+
+def parse_jsonl(text: str, max_records: int | None = None) -> list[InputRecord]:
+    """The records of JSONL ``text`` (an upload), read exactly as ``read_jsonl`` reads a file.
+
+    With ``max_records``, raises ``TooManyRecords`` as soon as a record past it is read: a
+    flood of tiny lines costs no more than the limit's worth of parsing."""
     stream = io.StringIO(text.removeprefix("\ufeff"), newline=None)
-    return list(parse_jsonl_lines(jsonl_lines(stream)))
+    records: list[InputRecord] = []
+    for record in parse_jsonl_lines(jsonl_lines(stream)):
+        if max_records is not None and len(records) >= max_records:
+            raise TooManyRecords(max_records)
+        records.append(record)
+    return records
 
 
 class _Refused(ValueError):
@@ -226,12 +245,16 @@ class ResumableWriter:
 
     Opening takes an exclusive lock on the file (released on ``close`` or when the process
     ends, however it ends): a second writer on the same file raises ``OutputLocked`` at once.
-    ``accept(rows)``, when given, sees the existing complete lines (each parsed object, or
-    ``None`` for a line that is not one) before anything in the file changes, and may raise to
-    refuse the file; only then is a line cut off by a crash dropped.
+    ``accept(rows, tail)``, when given, sees the whole existing content before anything in the
+    file changes: its complete lines (each parsed object, or ``None`` for a line that is not
+    one) and ``tail``, the bytes after the last line break (a line cut off by a crash, or
+    whatever an unrelated file ends with); it may raise to refuse the file. Only then is the
+    tail dropped.
     """
 
-    def __init__(self, path: str | Path, accept: Callable[[list[Any]], None] | None = None) -> None:
+    def __init__(
+        self, path: str | Path, accept: Callable[[list[Any], bytes], None] | None = None
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.done_ids: set[str] = set()
@@ -241,16 +264,17 @@ class ResumableWriter:
             _lock(self._handle, self.path)
             # A device or a pipe (/dev/stdout) holds no earlier records and cannot be cut.
             if self.path.is_file():
-                rows = self._scan()
+                rows, tail = self._scan()
                 if accept is not None:
-                    accept(rows)
+                    accept(rows, tail)
                 # A run killed mid-write leaves a partial last line: drop it, it is redone.
                 drop_cut_last_line(self.path)
         except BaseException:
             self._handle.close()
             raise
 
-    def _scan(self) -> list[Any]:
+    def _scan(self) -> tuple[list[Any], bytes]:
+        """The complete lines, parsed, and the bytes after the last line break."""
         data = self.path.read_bytes()
         complete = data[: data.rfind(b"\n") + 1]
         rows: list[Any] = []
@@ -268,7 +292,7 @@ class ResumableWriter:
                     self.done_ids.add(json.dumps(rec["id"]))
                 if isinstance(rec.get("line"), int):
                     self.done_lines[rec["line"]] = json.dumps(rec.get("id"))
-        return rows
+        return rows, data[len(complete) :]
 
     def is_done(self, record: InputRecord) -> bool:
         """Whether the output already holds the record of this input line.
@@ -344,19 +368,36 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return Path(a).resolve() == Path(b).resolve()
 
 
+def record_start(record: InputRecord) -> bytes:
+    """The bytes every output record of input line ``record`` starts with, as written: the
+    input's fields and ``line``, before the result's fields (``RecordProcessor.rows``)."""
+    return json_line({**(record.data or {}), "line": record.line}).encode()[:-1]
+
+
 def earlier_output_problem(
     rows: Sequence[Any],
     inputs: Sequence[InputRecord],
     content_field: str,
     required: Iterable[str],
+    tail: bytes = b"",
 ) -> str | None:
-    """Why ``rows`` (an existing output's lines, see ``ResumableWriter``) are not an earlier
-    output of the command on ``inputs``, or ``None`` when resuming it is safe.
+    """Why an existing output (``rows``, its complete lines, and ``tail``, what follows its
+    last line break; see ``ResumableWriter``) is not an earlier output of the command on
+    ``inputs``, or ``None`` when resuming it, and so cutting ``tail``, is safe.
 
     Every line must be a record of an input line (an int ``line`` and a ``status``), carry the
     fields ``required`` of every record of this command, and agree with that input line on
     ``id`` and on ``content_field`` (the ``text`` or ``prompt`` the command reads, which it
-    never writes)."""
+    never writes). ``tail`` must be empty or the start of a record a killed run was writing:
+    it begins as the record of some input line begins (``record_start``). A file with no line
+    break at all is thereby judged by its whole content, not let through for want of lines."""
+    if tail and not any(
+        start.startswith(tail) or tail.startswith(start) for start in map(record_start, inputs)
+    ):
+        return (
+            f"it ends in {len(tail):,} bytes without a line break that are not the start of a "
+            "record of this input (a run cut short leaves only that)"
+        )
     by_line = {r.line: r for r in inputs}
     need = set(required) | {"line", "status"}
     for number, row in enumerate(rows, start=1):

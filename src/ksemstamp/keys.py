@@ -11,8 +11,10 @@ platform rebuilds the same directions and nothing depends on a framework's rando
 
 Strength: every output record carries the key's fingerprint, a hash of the key, so a key that
 can be guessed can be recovered from any record by trying guesses against it. ``check_key``
-refuses keys under ``MIN_KEY_BITS`` bits of estimated entropy unless weak keys are allowed
-(``allow_weak_key`` setting, or ``KSEMSTAMP_ALLOW_WEAK_KEY=1``); ``new_key`` makes a strong one.
+refuses keys that take fewer than ``2**MIN_KEY_BITS`` guesses by zxcvbn's estimate (the
+guesser's model of words, names, keyboard patterns, repeats, sequences and dates) unless weak
+keys are allowed (``allow_weak_key`` setting, or ``KSEMSTAMP_ALLOW_WEAK_KEY=1``); ``new_key``
+makes a strong one.
 
 Compatibility: ``mode="paper"`` is the reference code's table: row ``q`` keeps the first
 ``gamma * K`` of ``torch.randperm(K)`` drawn on the GPU by a CUDA generator seeded with
@@ -43,7 +45,11 @@ KEY_ENV = "KSEMSTAMP_KEY"
 DEMO_KEY = "ksemstamp-public-demo-key"
 WEAK_KEY_ENV = "KSEMSTAMP_ALLOW_WEAK_KEY"
 MIN_KEY_BITS = 128
-"""Least estimated entropy of a key (``key_entropy_bits``) accepted without allowing weak keys."""
+"""Least estimated strength of a key (``key_entropy_bits``) accepted without allowing weak keys."""
+ESTIMATOR_CHARS = 72
+"""Longest string zxcvbn estimates at once (its own bound: its search grows fast with length)."""
+ESTIMATOR_WINDOWS = 16
+"""Most windows of a longer key that are estimated (``key_entropy_bits``)."""
 
 
 def new_key() -> str:
@@ -52,19 +58,30 @@ def new_key() -> str:
 
 
 def key_entropy_bits(key: str) -> float:
-    """An estimate of the bits of entropy in ``key``, from its length and characters.
+    """An estimate of the bits of guessing it takes to find ``key``: ``log2`` of the guesses
+    zxcvbn expects an attacker to need, who tries words, names, keyboard patterns, repeats,
+    sequences, dates and the common substitutions first, then brute force.
 
-    A key that repeats a shorter string counts as that string; each character then counts
-    ``log2`` of the alphabet the key draws from: 16 for hex digits (10 for decimal ones), else
-    the sum of the classes it uses (26 lowercase, 26 uppercase, 10 digits, 33 ASCII symbols
-    and space, 256 for anything else). It is an upper bound: it cannot see that a sentence of
-    words or a name is guessable; ``new_key`` gives a key whose bits are real."""
-    for size in range(1, len(key) // 2 + 1):
-        if len(key) % size == 0 and key == key[:size] * (len(key) // size):
-            key = key[:size]
-            break
+    zxcvbn reads at most ``ESTIMATOR_CHARS`` characters at once; a longer key counts as its
+    strongest window of that length (finding the key means finding every part of it), so that
+    a long key made of one repeated pattern stays weak. The estimate never exceeds the length
+    times ``log2`` of the alphabet the key draws from (16 for hex digits, 10 for decimal ones,
+    else the classes it uses), which brute force over that alphabet reaches. ``new_key``
+    gives a key whose bits are real."""
+    from zxcvbn import zxcvbn
+
     if not key:
         return 0.0
+    starts = range(0, max(len(key) - ESTIMATOR_CHARS, 0) + 1, ESTIMATOR_CHARS)
+    windows = [key[i : i + ESTIMATOR_CHARS] for i in starts][:ESTIMATOR_WINDOWS]
+    if len(key) > ESTIMATOR_CHARS:
+        windows.append(key[-ESTIMATOR_CHARS:])
+    guesses_log10 = max(zxcvbn(w, max_length=ESTIMATOR_CHARS)["guesses_log10"] for w in windows)
+    return min(guesses_log10 * math.log2(10), _alphabet_bits(key))
+
+
+def _alphabet_bits(key: str) -> float:
+    """``len(key) * log2(alphabet)``: the bits of brute force over the key's alphabet."""
     if all(c in string.digits for c in key):
         alphabet = 10
     elif all(c in string.hexdigits for c in key) and (key.islower() or key.isupper()):
@@ -87,18 +104,19 @@ def weak_keys_allowed(setting: bool = False) -> bool:
 
 
 def check_key(key: str, allow_weak: bool = False) -> None:
-    """Raise ``ValueError`` (never quoting the key) when ``key`` has under ``MIN_KEY_BITS``
-    bits of estimated entropy and weak keys are not allowed (``weak_keys_allowed``). The
-    public demo key is always allowed: it is public anyway, and says so when used."""
+    """Raise ``ValueError`` (never quoting the key) when ``key`` is estimated to take fewer
+    than ``2**MIN_KEY_BITS`` guesses (``key_entropy_bits``) and weak keys are not allowed
+    (``weak_keys_allowed``). The public demo key is always allowed: it is public anyway, and
+    says so when used."""
     if key == DEMO_KEY or weak_keys_allowed(allow_weak):
         return
     bits = key_entropy_bits(key)
     if bits >= MIN_KEY_BITS:
         return
     raise ValueError(
-        f"the watermark key is too weak: about {bits:.0f} bits of entropy by its length and "
-        f"characters, under the {MIN_KEY_BITS} required. Every output record carries the "
-        "key's fingerprint, from which a short key can be recovered by trying guesses. Make a "
+        f"the watermark key is too weak: about {bits:.0f} bits by zxcvbn's estimate of the "
+        f"guesses it takes to find it, under the {MIN_KEY_BITS} required. Every output record "
+        "carries the key's fingerprint, from which a guessable key can be recovered. Make a "
         "strong key with `python watermark.py keygen`; to use this one anyway (a test key), "
         f"set allow_weak_key: true (--allow-weak-key) or {WEAK_KEY_ENV}=1"
     )

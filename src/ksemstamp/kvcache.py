@@ -15,6 +15,9 @@ This module holds what the batched sampler needs for that, apart from sampling i
 * ``CopiedCacheDecoder`` (any other model) copies the prefix cache to every row, left-padded, and
   lets transformers grow it by concatenation at every step, as plain ``generate`` does.
 
+Caches go in and out under transformers' ``cache`` name (5.24 renamed ``past_key_values``, which
+5.40 drops; pyproject.toml requires 5.24 or later for that reason).
+
 Why the shared layout: with 32 rows after a 230-token prefix, SmolLM2-135M's copied cache holds
 ~345 MB, which transformers concatenated anew at every step (~40% of a step's time on the
 development machine) and attention read row by row (~16%); copying it to the rows and pruning
@@ -174,11 +177,11 @@ class PrefixStore:
         out = self.model(
             input_ids=new,
             position_ids=torch.arange(start, len(ids), device=self.device)[None],
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
             **self._last_only,
         )
-        return Prefix(ids, out.past_key_values, out.logits[0, -1])
+        return Prefix(ids, out.cache, out.logits[0, -1])
 
 
 # ---------------------------------------------------------------------- decoders
@@ -312,10 +315,10 @@ class CopiedCacheDecoder:
             input_ids=next_ids[:, None],
             attention_mask=self.mask,
             position_ids=positions,
-            past_key_values=self.cache,
+            cache=self.cache,
             use_cache=True,
         )
-        self.cache = out.past_key_values
+        self.cache = out.cache
         self.steps += 1
         return out.logits[:, -1, :]
 

@@ -19,9 +19,11 @@ process merges and goes on. Across nodes, shards must be on a shared file system
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,6 +175,8 @@ class ShardWriter(BasePredictionWriter):
         self.shard_dir = Path(shard_dir)
         self.name = name
         self._writer: ResumableWriter | None = None
+        self.exception: BaseException | None = None
+        """What stopped the run, if anything did (Lightning hands it to ``on_exception``)."""
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         path = self.shard_dir / f"{self.name}.shard{trainer.global_rank}.jsonl"
@@ -184,6 +188,11 @@ class ShardWriter(BasePredictionWriter):
         assert self._writer is not None
         for record in prediction:
             self._writer.write(record)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self.exception = exception
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._writer is not None:
@@ -252,16 +261,42 @@ def predict_to_shards(
             enable_checkpointing=False,
             enable_progress_bar=progress,
             enable_model_summary=False,
-            callbacks=[ShardWriter(shard_dir, name)],
+            callbacks=[writer := ShardWriter(shard_dir, name)],
         )
-        trainer.predict(
-            PredictModule(factory),
-            datamodule=RecordsDataModule(records, batch_size),
-            return_predictions=False,
-        )
+        try:
+            with _no_interrupt_notice():
+                trainer.predict(
+                    PredictModule(factory),
+                    datamodule=RecordsDataModule(records, batch_size),
+                    return_predictions=False,
+                )
+        except SystemExit:
+            # Lightning turns Ctrl-C into exit status 1 once it has torn down: raise it again,
+            # so that the command says in one line what its shards hold (exit status 130).
+            if isinstance(writer.exception, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            raise
         if trainer.global_rank > 0:
             raise SystemExit(0)
     return shard_paths(shard_dir, name)
+
+
+class _DropInterruptNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "KeyboardInterrupt" not in record.getMessage()
+
+
+@contextmanager
+def _no_interrupt_notice() -> Iterator[None]:
+    """Without Lightning's own line on Ctrl-C: the command prints the one that says what the
+    shards hold."""
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    notice = _DropInterruptNotice()
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
 
 
 def run_jsonl(

@@ -271,7 +271,7 @@ class LMParaphraser:
             ids = self.tokenizer(self.shots(), return_tensors="pt")["input_ids"]
             ids = ids.to(self.model.device)
             out = self.model(input_ids=ids, use_cache=True)
-            self._shots = (ids, out.past_key_values)
+            self._shots = (ids, out.cache)
         return self._shots
 
     def _inputs(self, queries: list[str]) -> dict:
@@ -305,7 +305,7 @@ class LMParaphraser:
                         ],
                         dim=1,
                     ),
-                    "past_key_values": cache,
+                    "cache": cache,
                 }
         enc = self.tokenizer([self.shots() + q for q in queries], return_tensors="pt", padding=True)
         return {k: v.to(device) for k, v in enc.items()}

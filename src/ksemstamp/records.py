@@ -12,12 +12,13 @@ import dataclasses
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from .io import InputRecord, ResumableWriter, earlier_output_problem, read_jsonl, same_file
-from .parallel import run_jsonl
+from .parallel import read_records, run_jsonl, shard_paths
 from .settings import WatermarkConfig
 
 
@@ -79,6 +80,23 @@ def key_problem(data: dict, fingerprint: str) -> str | None:
     return None
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run over an ``--input`` file; the message says what was written and
+    how to go on (the command prints it as its one line)."""
+
+
+def _shard_place(output: str) -> tuple[Path, str]:
+    """Where ``parallel.run_jsonl`` puts the shards of ``output``: its folder and name."""
+    return Path(output).parent, Path(output).name
+
+
+def _interrupted(written: int, where: str, done: int, total: int) -> Interrupted:
+    return Interrupted(
+        f"{written} record{'' if written == 1 else 's'} written to {where} ({done:,} of "
+        f"{total:,} input lines done); rerun the same command to resume"
+    )
+
+
 def process_jsonl(
     args,
     cfg: WatermarkConfig,
@@ -111,8 +129,8 @@ def process_jsonl(
     records = list(read_jsonl(args.input))
     content_field = "prompt" if name == "generate" else "text"
 
-    def accept(rows: list) -> None:
-        problem = earlier_output_problem(rows, records, content_field, ERROR_FIELDS[name])
+    def accept(rows: list, tail: bytes) -> None:
+        problem = earlier_output_problem(rows, records, content_field, ERROR_FIELDS[name], tail)
         if problem:
             raise ValueError(
                 f"--output {args.output} exists and is not an earlier output of `{name}` on "
@@ -124,9 +142,16 @@ def process_jsonl(
         with ResumableWriter(args.output, accept=accept):
             pass  # the checks above, before any process starts
         spawned = job(name, {**cfg.to_dict(), "key": cfg.key}, option)
-        rows, skipped = run_jsonl(
-            args.input, args.output, spawned, args.parallel, batch_size, progress=not args.quiet
-        )
+        try:
+            rows, skipped = run_jsonl(
+                args.input, args.output, spawned, args.parallel, batch_size, not args.quiet
+            )
+        except KeyboardInterrupt:
+            # Each process's finished batches are in its shard; a rerun merges them first.
+            written = sum(len(read_records(p)) for p in shard_paths(*_shard_place(args.output)))
+            done = written + len(read_records(args.output))
+            where = f"the shards beside {args.output}"
+            raise _interrupted(written, where, done, len(records)) from None
         statuses = [row["status"] for row in rows]
     else:
         statuses = []
@@ -135,14 +160,22 @@ def process_jsonl(
             skipped = len(records) - len(pending)
             if skipped:
                 print(f"resuming: {skipped} records already in {args.output}", file=sys.stderr)
-            processor = processors[name](cfg, option) if pending else None
-            bar = tqdm(total=len(pending), unit=unit, desc=name, disable=args.quiet)
-            for start in range(0, len(pending), batch_size):
-                for row in processor.rows(pending[start : start + batch_size]):
-                    out.write(row)
-                    statuses.append(row["status"])
-                    bar.update()
-            bar.close()
+            bar = None
+            try:
+                processor = processors[name](cfg, option) if pending else None
+                bar = tqdm(total=len(pending), unit=unit, desc=name, disable=args.quiet)
+                for start in range(0, len(pending), batch_size):
+                    for row in processor.rows(pending[start : start + batch_size]):
+                        out.write(row)
+                        statuses.append(row["status"])
+                        bar.update()
+            except KeyboardInterrupt:
+                # Every record is flushed as it is written: nothing done is lost.
+                done = skipped + len(statuses)
+                raise _interrupted(len(statuses), args.output, done, len(records)) from None
+            finally:
+                if bar is not None:
+                    bar.close()
     failures = statuses.count("error")
     successes = len(statuses) - failures
     counted_as_ok = "ok" if name == "generate" else "scored"

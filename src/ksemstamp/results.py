@@ -99,6 +99,9 @@ class GenerationResult:
     """Characters cut from the left of the prompt so that the LM's view of it fits."""
     chat: bool = False
     """The prompt was an instruction (chat template); its answer is ``text``."""
+    seed: int | None = None
+    """The seed this text was sampled from, when none was set (``seed: null``, the default):
+    the same prompt and settings with ``seed`` set to it give this text again."""
 
     @property
     def prompt_for_detection(self) -> str | None:
@@ -156,6 +159,8 @@ class GenerationResult:
             out["prompt_dropped_chars"] = self.prompt_dropped_chars
         if self.chat:
             out["chat"] = True
+        if self.seed is not None:
+            out["seed"] = self.seed
         return out
 
 

@@ -194,7 +194,7 @@ class CandidateSampler(_LMSampler):
     """Samples candidate sentences from a causal LM, many rows at a time.
 
     Args:
-        model: a Hugging Face causal LM (``forward`` with ``past_key_values``).
+        model: a Hugging Face causal LM (``forward`` with ``cache``).
         tokenizer: its tokenizer (left padding and a pad token are set here).
         splitter: the sentence splitter shared with detection.
         config: decoding settings.

@@ -120,9 +120,9 @@ class WatermarkConfig:
     """Secret key; falls back to ``$KSEMSTAMP_KEY``, then to a public demo key (with a warning).
     Make one with ``python watermark.py keygen``."""
     allow_weak_key: bool = False
-    """Accept a key under 128 bits of estimated entropy (a test key); otherwise such a key is
-    refused, as its fingerprint in every record lets anyone recover it by brute force.
-    ``KSEMSTAMP_ALLOW_WEAK_KEY=1`` allows it too."""
+    """Accept a guessable key (a test key): one that zxcvbn estimates to take under 2^128
+    guesses. Otherwise such a key is refused, as its fingerprint in every record lets anyone
+    recover it by trying guesses. ``KSEMSTAMP_ALLOW_WEAK_KEY=1`` allows it too."""
     max_candidates: int = 32
     """Candidates per sentence before giving up on the rule: the ``region`` mark then keeps the
     last one drawn (paper: 100), the ``direction`` mark the best-scoring one (of those that
@@ -171,8 +171,11 @@ class WatermarkConfig:
     top_k: int = 0
     """0 disables top-k (paper: no top-k)."""
     top_p: float = 1.0
-    seed: int = 0
-    """Sampling seed."""
+    seed: int | None = None
+    """Sampling seed. ``None``: every call samples afresh (two users asking the same prompt get
+    different texts) and each record carries the seed it drew (``seed``); a number: the same
+    prompt and settings always give the same text (set it to a record's ``seed`` to reproduce
+    that record). The evaluation, the golden tests and the benchmarks set theirs."""
     statistic: Statistic = "exact"
     """Detection p-value: ``exact`` (key randomisation, calibrated) or ``paper`` (normal tail)."""
     alpha: float = 0.01

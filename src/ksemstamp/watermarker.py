@@ -35,7 +35,7 @@ from functools import partial
 import torch
 from tqdm.auto import tqdm
 
-from .documents import Document, document_generator
+from .documents import Document, document_generator, random_seed
 from .marks import Mark, Round, make_mark
 from .prompts import CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
 from .pruning import PruneRule
@@ -94,7 +94,9 @@ class Watermarker:
             none does; the best of ``max_candidates`` is kept).
         prune: ``direction`` mark without a threshold: when running candidate rows stop early
             (``None``: every row finishes).
-        seed: seed of the sampling RNG (same seed, inputs and settings give the same text).
+        seed: seed of the sampling RNG: the same seed, prompt and settings give the same text.
+            ``None``: each document draws a fresh seed, so every call samples anew; its result
+            carries that seed (``GenerationResult.seed``), which reproduces it.
         sentence_time_budget: seconds after which a sentence's search falls back as at
             ``max_candidates`` (checked between rounds; ``None``: no limit, the paper's rule).
         chat: prompts are instructions, wrapped in the LM's chat template (see ``prompts``).
@@ -120,7 +122,7 @@ class Watermarker:
         threshold: float | None = None,
         prune: PruneRule | None = None,
         selection: str = "text",
-        seed: int = 0,
+        seed: int | None = None,
         sentence_time_budget: float | None = None,
         chat: bool = False,
         max_prompt_tokens: int | None = None,
@@ -210,10 +212,11 @@ class Watermarker:
         ``on_progress`` is called after every round of candidates with a ``GenerationProgress``
         (totals over all documents), e.g. to stream progress to a user.
 
-        Each document samples from its own generator, seeded from ``seed`` and its prompt, and
-        learns its own acceptance rates, so its text depends only on the seed, the prompt and
-        the settings: not on the other prompts of its batch, nor on an interrupted earlier run.
-        ``generator`` replaces that with one generator shared by all documents.
+        Each document samples from its own generator, seeded from ``seed`` (or a fresh seed of
+        its own when ``seed`` is ``None``) and its prompt, and learns its own acceptance rates,
+        so its text depends only on the seed, the prompt and the settings: not on the other
+        prompts of its batch, nor on an interrupted earlier run. ``generator`` replaces that
+        with one generator shared by all documents.
         """
         docs = self._start(prompts, generator)
         bar = tqdm(
@@ -279,8 +282,11 @@ class Watermarker:
                 budget=self.prompt_budget,
                 max_chars=self.max_prompt_chars,
             )
-            own = generator or document_generator(self.seed, prompt)
+            seed = random_seed() if self.seed is None else self.seed
+            own = generator or document_generator(seed, prompt)
             doc = Document.start(prompt, start, own, time.perf_counter(), self._keyed_start)
+            if generator is None and self.seed is None:
+                doc.result.seed = seed  # drawn here: the record says it, so it can be reproduced
             if start.kind == CONTINUE and start.error is None:
                 seeds.append((doc, start.context))
             docs.append(doc)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, File, HTTPException, UploadFile
 from pydantic import BaseModel
 
 from ..detector import DetectionResult
-from ..io import json_line, parse_jsonl
+from ..io import TooManyRecords, json_line, parse_jsonl
 from .present import ERROR_FIELDS, check_record, decision
 from .state import ServeState, serve_state
 
@@ -62,6 +62,16 @@ async def batch(
         raise HTTPException(
             413, f"the file is larger than the limit of {limits.max_upload_bytes:,} bytes"
         )
+    # Decoding and parsing up to max_upload_bytes take a while: in the pool, never on the
+    # event loop, where they would hold every other request of the page meanwhile.
+    lines = await state.in_pool(read_upload, state, name, raw)
+    return await state.in_pool(score_batch, state, name, lines)
+
+
+def read_upload(state: ServeState, name: str, raw: bytes) -> list[tuple[int, Any, str | None]]:
+    """``(line, data, error)`` of each record of an upload (a .txt is one record); raises the
+    ``HTTPException`` of an upload that cannot be read, counting records as it reads."""
+    limits = state.limits
     try:
         content = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -70,24 +80,25 @@ async def batch(
         ) from None
     if not content.strip():
         raise HTTPException(422, f"{name} is empty")
-    if suffix in TEXT_SUFFIXES:
+    if PurePath(name).suffix.lower() in TEXT_SUFFIXES:
         state.check_size("text", content)
-        lines = [(1, {"file": name, "text": content}, None)]
-    else:
-        parsed = parse_jsonl(content)
-        if len(parsed) > limits.max_records:
-            raise HTTPException(
-                413, f"{name} has {len(parsed):,} records; the limit is {limits.max_records:,}"
-            )
-        if all(p.data is None for p in parsed):
-            first = parsed[0].error if parsed else "no records"
-            raise HTTPException(
-                422,
-                f"{name}: no line is a JSON object ({first}); expected JSONL as for "
-                '`watermark.py detect --input`: one {"text": ...} object per line',
-            )
-        lines = [(p.line, p.data, p.error) for p in parsed]
-    return await state.in_pool(score_batch, state, name, lines)
+        return [(1, {"file": name, "text": content}, None)]
+    try:
+        parsed = parse_jsonl(content, max_records=limits.max_records)
+    except TooManyRecords:
+        raise HTTPException(
+            413,
+            f"{name} has more than {limits.max_records:,} records; the limit is "
+            f"{limits.max_records:,} records (lines) per file",
+        ) from None
+    if all(p.data is None for p in parsed):
+        first = parsed[0].error if parsed else "no records"
+        raise HTTPException(
+            422,
+            f"{name}: no line is a JSON object ({first}); expected JSONL as for "
+            '`watermark.py detect --input`: one {"text": ...} object per line',
+        )
+    return [(p.line, p.data, p.error) for p in parsed]
 
 
 def score_batch(state: ServeState, name: str, lines: list) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
 from ..corpusfile import CorpusError
@@ -43,6 +43,15 @@ class TrainCLI(LightningCLI):
         parser.add_lightning_class_args(KMeansCallback, "kmeans")
         parser.link_arguments("model.num_regions", "kmeans.num_regions")
         parser.link_arguments("kmeans.corpus", "model.corpus")
+
+    def before_fit(self) -> None:
+        """Without a logger (``--trainer.logger false``) the learning-rate monitor that the
+        training configs add has nothing to log to, and Lightning would stop the run with an
+        error once the models are loaded: leave it out instead."""
+        if not self.trainer.loggers:
+            self.trainer.callbacks = [
+                c for c in self.trainer.callbacks if not isinstance(c, LearningRateMonitor)
+            ]
 
 
 def cli_main(args: list[str] | None = None) -> TrainCLI:
