@@ -195,7 +195,7 @@ def test_scoring_plan_is_key_free_and_matches_detection(hash_encoder):
     ],
 )
 def test_continuation_sentences(prompt, text, expected):
-    from ksemstamp.detector import continuation_sentences
+    from ksemstamp.splitter import continuation_sentences
 
     assert continuation_sentences(get_splitter(), prompt, text) == expected
 

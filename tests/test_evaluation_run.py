@@ -62,8 +62,7 @@ def _word_starts(text: str) -> list[int]:
 
 
 def test_token_prompts_are_cut_mid_sentence_with_a_matching_human_negative():
-    from ksemstamp.detector import continuation_sentences
-    from ksemstamp.splitter import get_splitter
+    from ksemstamp.splitter import continuation_sentences, get_splitter
 
     assert cut_at_token("One two three four.", _word_starts, 2) == ("One two", " three four.")
     assert cut_at_token("One two.", _word_starts, 2) is None

@@ -52,42 +52,13 @@ from .normalize import normalize_text, sentence_key
 from .plans import REPEAT, SCORED, SEED, ScoringPlan
 from .results import DetectionResult
 from .scheme import WatermarkScheme
-from .splitter import PunktSplitter
+from .splitter import continuation_sentences
 from .stats import STATISTICS
 from .textcheck import not_text, unsupported_script
 
 PROGRESS_SENTENCES = 512
 """Encoder passes over more sentences than this show a progress bar when asked for one (a few
 seconds and more on a CPU; a 200,000-character text has about 1,400 sentences, ~40 s)."""
-
-
-def continuation_sentences(
-    splitter: PunktSplitter, prompt: str | None, text: str
-) -> tuple[str | None, list[str], str | None]:
-    """How a ``text`` that continues ``prompt`` is cut: ``(seed, sentences, completion)``.
-
-    * no prompt, or a blank one: no seed; ``sentences`` are the text's own.
-    * a prompt that ends a sentence: its last sentence seeds; the text is split on its own.
-    * a prompt that ends mid-sentence: ``prompt.rstrip() + text`` is split as one text; the
-      sentence holding the prompt's end seeds, the sentences starting after it are the
-      text's, and ``completion`` is the part of the text inside the seed (``""`` when the
-      text adds nothing to it).
-
-    ``completion`` is ``None`` unless the prompt ends mid-sentence. Both are read in their
-    normalised form (``normalize``), and ``completion`` is part of the normalised text.
-    """
-    text = normalize_text(text).text
-    prompt = normalize_text(prompt).text if prompt else prompt
-    prompt_sentences = splitter.split(prompt) if prompt else []
-    if not prompt_sentences:
-        return None, splitter.split(text), None
-    if splitter.ends_sentence(prompt_sentences[-1]):
-        return prompt_sentences[-1], splitter.split(text), None
-    head = prompt.rstrip()
-    spans = splitter.spans(head + text)
-    start, seed = [(at, s) for at, s in spans if at < len(head)][-1]
-    completion = text[: max(0, start + len(seed) - len(head))]
-    return seed, [s for at, s in spans if at >= len(head)], completion
 
 
 def _roles(sentences: Sequence[str], seeded: bool) -> list[str]:

@@ -5,7 +5,7 @@
 * **Ends mid-sentence** (the paper's 32-token prompts, a cut article): the open sentence is
   completed first, sampled as usual but not watermarked, stopping at its sentence end; the
   completed (straddling) sentence seeds the first watermarked sentence. Detection with the
-  prompt cuts the same sentences (``detector.continuation_sentences``).
+  prompt cuts the same sentences (``splitter.continuation_sentences``).
 * **Empty**: the LM starts from its start-of-text token; a keyed start value seeds the first
   sentence (``WatermarkScheme.start_region``).
 * **Instruction** (``chat``): the prompt is wrapped in the LM's chat template and the answer

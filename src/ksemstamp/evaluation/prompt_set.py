@@ -42,7 +42,7 @@ def human_continuation(
     and how many sentences of ``rest`` start after the prompt's end. When the prompt ends
     mid-sentence the negative starts with the rest of that sentence, as a generation starts with
     its completion (and then always has a watermarked sentence); sentences are cut as detection
-    cuts prompt and text (``detector.continuation_sentences``)."""
+    cuts prompt and text (``splitter.continuation_sentences``)."""
     head = prompt.rstrip()
     spans = splitter.spans(head + rest)
     inside = [at + len(s) for at, s in spans if at < len(head)]

@@ -25,7 +25,7 @@ SIZE_ALPHA = 0.01
 
 def sentence_ends(splitter, prompt: str | None, text: str) -> list[int]:
     """Offsets in the normalised ``text`` where each of its sentences ends, the sentences being
-    those detection cuts from ``text`` after ``prompt`` (``detector.continuation_sentences``):
+    those detection cuts from ``text`` after ``prompt`` (``splitter.continuation_sentences``):
     when the prompt ends mid-sentence, the completion of that sentence is not one of them."""
     text = normalize_text(text).text
     prompt = normalize_text(prompt).text if prompt else prompt
