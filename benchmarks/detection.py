@@ -16,8 +16,8 @@ from typing import Any
 from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.config import WatermarkConfig, build_detector, build_scheme
-from ksemstamp.corpora import news_windows
 from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.text.corpora import news_windows
 
 from .harness import BENCH_KEY, REPO, Section, fmt, measure, section_main
 

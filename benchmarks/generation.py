@@ -34,8 +34,8 @@ from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.assets import load_lm, resolve_lm_dtype
 from ksemstamp.config import WatermarkConfig, build_scheme, build_watermarker
-from ksemstamp.corpora import news_prompts
-from ksemstamp.sampler import GroupResult
+from ksemstamp.generation.sampler import GroupResult
+from ksemstamp.text.corpora import news_prompts
 from ksemstamp.watermarker import GenerationResult, Watermarker
 
 from .harness import (

@@ -37,10 +37,10 @@ from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.assets import ORACLE_LM, load_lm, resolve_lm_dtype
 from ksemstamp.config import WatermarkConfig, build_detector, build_scheme
-from ksemstamp.corpora import news_prompts, news_windows
-from ksemstamp.decoding import SamplingConfig
-from ksemstamp.sampler import CandidateSampler
-from ksemstamp.splitter import get_splitter
+from ksemstamp.generation.decoding import SamplingConfig
+from ksemstamp.generation.sampler import CandidateSampler
+from ksemstamp.text.corpora import news_prompts, news_windows
+from ksemstamp.text.splitter import get_splitter
 
 from .harness import BENCH_KEY, REPO, header_markdown, new_report, parser, repo_relative
 from .harness import write_report as _write_report
@@ -89,7 +89,7 @@ def _round_cost(sampler, prefix: str, context: str, rows: int, seed: int) -> tup
 
 def _step_cost(sampler, prefix: str, rows: int, steps: int = 6) -> tuple[float, float]:
     """CPU and wall seconds of one decoding step with ``rows`` live rows after ``prefix``."""
-    from ksemstamp.kvcache import CopiedCacheDecoder, SharedPrefixDecoder
+    from ksemstamp.generation.kvcache import CopiedCacheDecoder, SharedPrefixDecoder
 
     state = sampler.prefixes.get([prefix])
     kind = SharedPrefixDecoder if sampler.shared_prefix else CopiedCacheDecoder

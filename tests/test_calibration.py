@@ -19,12 +19,12 @@ from ksemstamp.calibration import (
     tpr_at_fpr,
 )
 from ksemstamp.cli import main
+from ksemstamp.detection.stats import exact_p_value, normal_sf, paper_z
 from ksemstamp.detector import Detector
 from ksemstamp.keys import valid_table
 from ksemstamp.partition import LSHPartition
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
-from ksemstamp.stats import exact_p_value, normal_sf, paper_z
+from ksemstamp.text.splitter import get_splitter
 
 
 def _bound(alpha: float, n: int) -> float:

@@ -18,7 +18,7 @@ from ksemstamp.detector import Detector
 from ksemstamp.io import ResumableWriter
 from ksemstamp.partition import LSHPartition
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
+from ksemstamp.text.splitter import get_splitter
 
 ROWS = [{"id": i, "text": f"Sentence {i} is here. And another {i} follows."} for i in range(3)]
 

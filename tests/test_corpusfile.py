@@ -8,7 +8,7 @@ import torch
 from ksemstamp.centroids import CentroidFile, IncompleteCentroidsError
 from ksemstamp.centroids import main as centroids_main
 from ksemstamp.config import DEFAULT_CENTROIDS, PAPER_CENTROIDS
-from ksemstamp.corpusfile import (
+from ksemstamp.text.corpusfile import (
     CorpusError,
     corpus_prompts,
     corpus_sentences,

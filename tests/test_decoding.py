@@ -11,7 +11,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from ksemstamp.decoding import SamplingConfig, sample_rows, warp_logits
+from ksemstamp.generation.decoding import SamplingConfig, sample_rows, warp_logits
 
 VOCAB = 64
 

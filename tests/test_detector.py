@@ -8,7 +8,7 @@ import torch
 from ksemstamp.detector import Detector
 from ksemstamp.partition import LSHPartition
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
+from ksemstamp.text.splitter import get_splitter
 
 
 @pytest.fixture
@@ -195,7 +195,7 @@ def test_scoring_plan_is_key_free_and_matches_detection(hash_encoder):
     ],
 )
 def test_continuation_sentences(prompt, text, expected):
-    from ksemstamp.splitter import continuation_sentences
+    from ksemstamp.text.splitter import continuation_sentences
 
     assert continuation_sentences(get_splitter(), prompt, text) == expected
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 from test_watermarker import ScriptedSampler
 
+from ksemstamp.detection.stats import context_sums, direction_z, normal_sf
 from ksemstamp.detector import Detector
 from ksemstamp.keys import keyed_directions
 from ksemstamp.partition import KMeansPartition
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
-from ksemstamp.stats import context_sums, direction_z, normal_sf
+from ksemstamp.text.splitter import get_splitter
 from ksemstamp.watermarker import Watermarker
 
 # ---------------------------------------------------------------------- keyed directions

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # (later flags win).
 WALKTHROUGH = [
     (
-        "python -m ksemstamp.corpusfile export --source parliament --output data/domain.txt",
+        "python -m ksemstamp.text.corpusfile export --source parliament --output data/domain.txt",
         [],
     ),
     (
@@ -40,7 +40,7 @@ WALKTHROUGH = [
         ],
     ),
     (
-        "python -m ksemstamp.corpusfile prompts --corpus data/domain.txt --num 20 "
+        "python -m ksemstamp.text.corpusfile prompts --corpus data/domain.txt --num 20 "
         "--output data/domain-prompts.jsonl",
         ["--num", "2"],
     ),
@@ -61,14 +61,14 @@ def run(command: str, extra: list[str]) -> None:
     """One command of the walk-through, in this process, from the current folder."""
     from ksemstamp.centroids import main as centroids
     from ksemstamp.cli import main as watermark
-    from ksemstamp.corpusfile import main as corpusfile
+    from ksemstamp.text.corpusfile import main as corpusfile
     from ksemstamp.training.cli import cli_main
     from ksemstamp.training.pairs import main as pairs
 
     words = shlex.split(command)[1:]
     if words[0] == "-m":
         entry = {
-            "ksemstamp.corpusfile": corpusfile,
+            "ksemstamp.text.corpusfile": corpusfile,
             "ksemstamp.training.pairs": pairs,
             "ksemstamp.centroids": centroids,
         }[words[1]]

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from ksemstamp.config import WatermarkConfig, build_detector, build_scheme, build_watermarker
-from ksemstamp.corpora import news_articles
 from ksemstamp.detector import Detector
+from ksemstamp.text.corpora import news_articles
 
 pytestmark = pytest.mark.e2e
 
@@ -112,7 +112,7 @@ def test_bad_prompts_get_clear_errors(pipeline):
 def _cut_mid_sentence(text: str, words: int = 32) -> str:
     """The first ``words`` words of an article, as the paper cuts its prompts (not at a
     sentence end); moved on a word until the cut falls inside a sentence."""
-    from ksemstamp.splitter import get_splitter
+    from ksemstamp.text.splitter import get_splitter
 
     splitter, tokens = get_splitter(), text.split()
     for n in range(words, len(tokens)):
@@ -206,7 +206,7 @@ def test_default_detects_most_held_out_news_texts(pipeline):
     """The default design's promise on real generations: held-out news prompts, 200 new tokens,
     a fixed key and seed, the exact test at alpha = 1%. The design study puts the detected share
     above 0.9 (research/study), so at least 3 of 5 is asked."""
-    from ksemstamp.corpora import news_prompts
+    from ksemstamp.text.corpora import news_prompts
 
     _, _, watermarker, detector = pipeline
     prompts = news_prompts(5, 32)

@@ -62,7 +62,7 @@ def _word_starts(text: str) -> list[int]:
 
 
 def test_token_prompts_are_cut_mid_sentence_with_a_matching_human_negative():
-    from ksemstamp.splitter import continuation_sentences, get_splitter
+    from ksemstamp.text.splitter import continuation_sentences, get_splitter
 
     assert cut_at_token("One two three four.", _word_starts, 2) == ("One two", " three four.")
     assert cut_at_token("One two.", _word_starts, 2) is None
@@ -209,7 +209,7 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     assert "| interleave-50 (edit) |" in table and "human (FPR)" in table
     assert "KGW's z-test" in results["statistics"]["kgw"]
     # The interleaved text holds the other prompt's human sentences, never its own article's.
-    from ksemstamp.splitter import get_splitter
+    from ksemstamp.text.splitter import get_splitter
 
     human = {p["id"]: p["human"] for p in read_records(out / "prompts.jsonl")}
     for mixed in read_records(out / "edits" / "ksemstamp.interleave-50.jsonl"):

@@ -63,8 +63,8 @@ def test_threads_setting_sets_torch_threads():
 @pytest.mark.e2e
 @pytest.mark.parametrize("dtype", ["bf16", "int8"])
 def test_reduced_formats_load_and_sample_sentences(dtype):
-    from ksemstamp.sampler import CandidateSampler, SamplingConfig
-    from ksemstamp.splitter import get_splitter
+    from ksemstamp.generation.sampler import CandidateSampler, SamplingConfig
+    from ksemstamp.text.splitter import get_splitter
 
     model, tokenizer = load_lm(dtype=dtype)
     if dtype == "bf16":

@@ -11,7 +11,7 @@ from ksemstamp.marks import DirectionMark, Mark, RegionMark, make_mark
 from ksemstamp.partition import LSHPartition
 from ksemstamp.results import Judgement
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
+from ksemstamp.text.splitter import get_splitter
 from ksemstamp.watermarker import Watermarker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ def test_the_scheme_names_its_mark(hash_encoder):
 
 
 def test_the_loop_never_branches_on_the_mark():
-    for name in ("watermarker.py", "documents.py"):
+    for name in ("watermarker.py", "generation/documents.py"):
         tree = ast.parse((ROOT / "src" / "ksemstamp" / name).read_text())
         reads = [
             node

@@ -10,11 +10,11 @@ import pytest
 import torch
 from test_watermarker import ScriptedSampler
 
+from ksemstamp.detection.stats import direction_z, normal_sf
 from ksemstamp.detector import Detector
 from ksemstamp.partition import KMeansPartition
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
-from ksemstamp.stats import direction_z, normal_sf
+from ksemstamp.text.splitter import get_splitter
 from ksemstamp.watermarker import Watermarker
 
 PROMPT = "A prompt sentence."

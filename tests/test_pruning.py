@@ -2,7 +2,7 @@
 
 import pytest
 
-from ksemstamp.pruning import PruneRule, rows_to_keep
+from ksemstamp.generation.pruning import PruneRule, rows_to_keep
 
 
 def test_first_check_keeps_the_best_rows_finished_ones_included():
@@ -56,7 +56,7 @@ class PruningSampler:
         self.rows = []
 
     def sample_round(self, prefixes, rows, judge, generator=None, contexts=None, pruner=None):
-        from ksemstamp.sampler import Candidate, GroupResult
+        from ksemstamp.generation.sampler import Candidate, GroupResult
 
         assert pruner is not None and pruner.every == 8
         script = self.script.pop(0)

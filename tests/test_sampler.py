@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper
 
-from ksemstamp.sampler import CandidateSampler, SamplingConfig
-from ksemstamp.splitter import get_splitter
+from ksemstamp.generation.sampler import CandidateSampler, SamplingConfig
+from ksemstamp.text.splitter import get_splitter
 
 pytestmark = pytest.mark.e2e
 
@@ -126,7 +126,7 @@ def test_a_pruner_stops_rows_at_its_checks(sampler):
     # The pruner sees the running rows every 4 tokens, each holding exactly that many tokens of
     # text; at the first check it lets only the rows with an even index go on. Stopped rows
     # come back pruned, with no text and 4 tokens, all wasted; the others finish as usual.
-    from ksemstamp.sampler import Pruner
+    from ksemstamp.generation.sampler import Pruner
 
     seen = []
 

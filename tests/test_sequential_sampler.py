@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from ksemstamp.config import WatermarkConfig
-from ksemstamp.sampler import CandidateSampler, SamplingConfig
-from ksemstamp.sequential import SequentialCandidateSampler
-from ksemstamp.splitter import get_splitter
+from ksemstamp.generation.sampler import CandidateSampler, SamplingConfig
+from ksemstamp.generation.sequential import SequentialCandidateSampler
+from ksemstamp.text.splitter import get_splitter
 
 PROMPT = (
     "The city council approved a new budget on Monday after months of debate. "

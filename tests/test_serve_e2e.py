@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ksemstamp.config import WatermarkConfig
-from ksemstamp.corpora import news_articles
 from ksemstamp.serve import create_app, free_port
+from ksemstamp.text.corpora import news_articles
 
 pytestmark = pytest.mark.e2e
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from ksemstamp.generation.sampler import Candidate, GroupResult
 from ksemstamp.partition import LSHPartition
-from ksemstamp.sampler import Candidate, GroupResult
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
+from ksemstamp.text.splitter import get_splitter
 from ksemstamp.watermarker import Watermarker, summarize
 
 

@@ -23,8 +23,8 @@ import uvicorn
 from playwright.sync_api import sync_playwright
 
 from ksemstamp.config import WatermarkConfig
-from ksemstamp.corpora import news_articles
 from ksemstamp.serve import create_app, free_port
+from ksemstamp.text.corpora import news_articles
 
 OUT = Path(__file__).resolve().parent
 PROMPT = (

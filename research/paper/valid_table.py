@@ -12,7 +12,7 @@ transitions that land in a valid region (gamma = 0.25 if regions were independen
 table, which human text is), and the share of human texts each p-value flags at 1%.
 
 Human texts: the calibration's held-out pieces (news ``val``/``test`` splits, House of Commons
-speeches, health-news tweets; ``ksemstamp.corpora.human_texts``), scored exactly as the detector
+speeches, health-news tweets; ``ksemstamp.text.corpora.human_texts``), scored exactly as the detector
 scores them. Writes ``research/paper/valid-table.json`` and ``valid-table.md``.
 """
 
@@ -32,8 +32,8 @@ from jsonargparse import ArgumentParser
 
 from ksemstamp.calibration import embedding_store, p_values, score_texts, with_cached_encoder
 from ksemstamp.config import WatermarkConfig, build_scheme
-from ksemstamp.corpora import SOURCES, human_texts
 from ksemstamp.keys import PAPER_PRIME, num_valid, valid_table
+from ksemstamp.text.corpora import SOURCES, human_texts
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = Path(__file__).resolve().parent / "valid-table.json"

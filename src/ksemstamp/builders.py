@@ -65,7 +65,7 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
     from .keys import check_key, resolve_key
     from .partition import KMeansPartition, LSHPartition
     from .scheme import WatermarkScheme
-    from .splitter import get_splitter
+    from .text.splitter import get_splitter
 
     # The key first, then the centroids: a weak key or a centroid file the mark cannot use is
     # refused before any model is loaded.
@@ -117,9 +117,9 @@ def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
     """A ready ``Watermarker``; pass ``lm=(model, tokenizer)`` to reuse a loaded LM (used as it
     is: ``lm_dtype`` applies only to an LM loaded here)."""
     from .assets import load_lm
-    from .pruning import PruneRule
-    from .sampler import CandidateSampler, SamplingConfig
-    from .sequential import SequentialCandidateSampler
+    from .generation.pruning import PruneRule
+    from .generation.sampler import CandidateSampler, SamplingConfig
+    from .generation.sequential import SequentialCandidateSampler
     from .watermarker import Watermarker
 
     apply_threads(cfg)

@@ -240,14 +240,14 @@ def fit_centroid_file(
 ) -> CentroidFile:
     """Embed domain sentences with an encoder and fit ``k`` centroids.
 
-    The sentences are those of ``corpus`` (a corpus file, see ``ksemstamp.corpusfile``) or,
+    The sentences are those of ``corpus`` (a corpus file, see ``ksemstamp.text.corpusfile``) or,
     when it is ``None``, of the bundled news corpus: ``split``'s sentences of at least
     ``min_words`` words, at most ``max_sentences``. The corpus is read and checked (not text,
     empty, too small for ``k``) before the encoder is loaded.
     """
     from .assets import encoder_fingerprint, load_encoder
-    from .corpusfile import domain_documents, require_sentences
     from .encoding import embed
+    from .text.corpusfile import domain_documents, require_sentences
 
     if k < 2:
         raise ValueError(f"k must be >= 2, got {k}")
@@ -271,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     from .assets import DEFAULT_ENCODER
-    from .corpusfile import SPLITS, CorpusError
+    from .text.corpusfile import SPLITS, CorpusError
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--encoder", default=DEFAULT_ENCODER, help="alias, folder or Hub id")

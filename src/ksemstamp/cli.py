@@ -21,10 +21,10 @@ from typing import Any
 from .assets import AssetError
 from .cli_args import parse
 from .config import WatermarkConfig, build_detector, build_scheme, build_watermarker
-from .corpora import news_prompt
 from .parallel import Job
 from .records import ERROR_FIELDS, RecordProcessor, key_problem, process_jsonl, text_problem
-from .textcheck import printable
+from .text.corpora import news_prompt
+from .text.textcheck import printable
 
 # ---------------------------------------------------------------------- generate
 

@@ -35,7 +35,7 @@ sentence's region gives each scored sentence a score (``scores``), positive scor
 ``z_score``: under the ``region`` mark always the paper's z (comparable with published numbers);
 under the ``direction`` mark the exact z of ``stats.direction_z``. ``p_value`` comes from the
 configured statistic (``exact`` by default) and alone decides ``watermarked``. With ``scan``
-(the direction mark's windowed detection, ``ksemstamp.scan``) the best span of consecutive
+(the direction mark's windowed detection, ``ksemstamp.detection.scan``) the best span of consecutive
 scored sentences is reported too (``span``), with the mixture statistic's p-value
 (``mixture_p_value``), and ``p_value`` combines the whole text's (``text_p_value``), the
 span's and the mixture's into one exact p-value.
@@ -47,14 +47,14 @@ from collections.abc import Sequence
 
 import torch
 
+from .detection.plans import REPEAT, SCORED, SEED, ScoringPlan
+from .detection.stats import STATISTICS
 from .marks import make_mark
-from .normalize import normalize_text, sentence_key
-from .plans import REPEAT, SCORED, SEED, ScoringPlan
 from .results import DetectionResult
 from .scheme import WatermarkScheme
-from .splitter import continuation_sentences
-from .stats import STATISTICS
-from .textcheck import not_text, unsupported_script
+from .text.normalize import normalize_text, sentence_key
+from .text.splitter import continuation_sentences
+from .text.textcheck import not_text, unsupported_script
 
 PROGRESS_SENTENCES = 512
 """Encoder passes over more sentences than this show a progress bar when asked for one (a few

@@ -126,8 +126,8 @@ def run_check(
     max_new_tokens: int = 96,
 ) -> list[str]:
     """Every step of the check; returns the report lines (raises ``CheckFailed``)."""
-    from .corpusfile import corpus_prompts, export_source
     from .io import read_jsonl_objects, write_jsonl_atomic, write_text_atomic
+    from .text.corpusfile import corpus_prompts, export_source
 
     expected = expected_devices(cpu, devices)
     accelerator = "cpu" if cpu else "gpu"

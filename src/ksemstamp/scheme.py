@@ -41,8 +41,8 @@ from torch import Tensor, nn
 
 from .encoding import embed
 from .keys import key_fingerprint, keyed_directions, start_region, valid_table
-from .normalize import normalize_text
-from .splitter import PunktSplitter
+from .text.normalize import normalize_text
+from .text.splitter import PunktSplitter
 
 MARKS = ("region", "direction")
 CONTEXTS = ("previous", "own")

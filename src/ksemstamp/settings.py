@@ -111,7 +111,7 @@ class WatermarkConfig:
     """``direction`` mark: detection also scans spans of consecutive sentences for the one that
     carries the mark (a watermarked passage inside human text) and tests whether some sentences
     anywhere carry it (the mixture statistic), each with its own exact p-value; ``p_value``
-    combines them with the whole text's (``ksemstamp.scan``)."""
+    combines them with the whole text's (``ksemstamp.detection.scan``)."""
     threshold: float | None = None
     """``direction`` mark: accept the first candidate scoring at least this; after
     ``max_candidates`` draws keep the best-scoring one. ``None``: always the best of
@@ -137,7 +137,7 @@ class WatermarkConfig:
     prune_tokens: int | None = 8
     """``direction`` mark without a threshold: every this many tokens of a round, the candidates
     still running are scored on their text so far, and ``prune_keep`` and ``prune_margin`` stop
-    the unpromising ones (see ``ksemstamp.pruning``; docs/study). ``None``: every candidate
+    the unpromising ones (see ``ksemstamp.generation.pruning``; docs/study). ``None``: every candidate
     finishes."""
     prune_keep: int = 12
     """Candidates that go on after the first pruning check (those already finished count)."""

@@ -35,10 +35,12 @@ from functools import partial
 import torch
 from tqdm.auto import tqdm
 
-from .documents import Document, document_generator, random_seed
+from .generation.documents import Document, document_generator, random_seed
+from .generation.prompts import CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
+from .generation.pruning import PruneRule
+from .generation.rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
+from .generation.sampler import Candidate, CandidateSampler
 from .marks import Mark, Round, make_mark
-from .prompts import CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
-from .pruning import PruneRule
 from .results import (
     NO_REGION,
     GenerationProgress,
@@ -47,10 +49,8 @@ from .results import (
     SentenceRecord,
     summarize,
 )
-from .rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
-from .sampler import Candidate, CandidateSampler
 from .scheme import WatermarkScheme
-from .textcheck import readable
+from .text.textcheck import readable
 
 __all__ = [
     "GenerationProgress",

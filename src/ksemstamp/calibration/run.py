@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..corpora import SOURCE_LABELS, SOURCES, human_texts
 from ..io import read_jsonl
 from ..scheme import WatermarkScheme
+from ..text.corpora import SOURCE_LABELS, SOURCES, human_texts
 from .embeddings import embedding_store, with_cached_encoder
 from .scoring import (
     DIAGNOSTIC,

@@ -1,5 +1,5 @@
 """Evaluation as in the paper: generate, attack, detect, and score detection and text quality.
-May import: ksemstamp core modules and training; never cli, cli_args or serve.
+May import: ksemstamp core modules and training, text; never cli, cli_args or serve.
 
 ``run`` holds the pipeline behind ``watermark.py evaluate`` (its ``settings`` and its ``report``
 beside it); ``attacks``, ``metrics`` and

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..normalize import normalize_text
+from ..text.normalize import normalize_text
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..corpora import leading_sentences, news_articles
+from ..text.corpora import leading_sentences, news_articles
 from .settings import EvalSettings
 
 # The prompt rule of every command; other modules import it under this name.
@@ -63,7 +63,7 @@ def build_prompts(settings: EvalSettings, count_tokens, token_starts=None) -> li
     Prompts are whole sentences of about ``prompt_words`` words, or, with ``prompt_tokens``,
     the article's first tokens cut wherever they end (``token_starts`` is then required).
     """
-    from ..splitter import get_splitter
+    from ..text.splitter import get_splitter
 
     splitter = get_splitter()
     out = []

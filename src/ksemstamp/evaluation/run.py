@@ -203,7 +203,7 @@ class Run:
         """Attack the generations, or with ``source`` (the records of the attack that
         ``spec["source"]`` names) the texts that attack left: a paraphrase of a paraphrase,
         whose similarities are then measured against the original generation."""
-        from ..splitter import get_splitter
+        from ..text.splitter import get_splitter
         from .attacks import embed_unit
         from .rewrite import build_attack
 

@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..normalize import normalize_text
+from ..text.normalize import normalize_text
 
 SIZE_ALPHA = 0.01
 
@@ -117,7 +117,7 @@ def size_stage(
     detected under its evaluation key with its prompt; stored and resumed per prompt id.
     ``count_tokens`` defaults to the generator's tokenizer."""
     from ..io import ResumableWriter
-    from ..splitter import get_splitter
+    from ..text.splitter import get_splitter
     from .predict import read_records
 
     path = run.root / "sizes" / f"{algorithm}.jsonl"

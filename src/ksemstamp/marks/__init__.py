@@ -1,5 +1,5 @@
 """The watermark marks: one module per key rule, behind the ``Mark`` interface of ``base``.
-May import: ksemstamp core modules; never cli, config, builders, watermarker, detector or documents.
+May import: ksemstamp core modules and generation, detection, text; never cli, config, builders, watermarker or detector.
 
 ``region`` is k-SemStamp's (and SemStamp's) valid-region rule, ``direction`` the keyed-direction
 score. The sentence loop (``watermarker``) and the ``Detector`` ask a mark; neither branches on
@@ -15,7 +15,7 @@ from .direction import DirectionMark
 from .region import RegionMark
 
 if TYPE_CHECKING:
-    from ..pruning import PruneRule
+    from ..generation.pruning import PruneRule
     from ..scheme import WatermarkScheme
 
 __all__ = ["MARKS", "DirectionMark", "Mark", "RegionMark", "Round", "SentenceState", "make_mark"]

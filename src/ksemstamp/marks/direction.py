@@ -26,16 +26,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..normalize import sentence_key
-from ..pruning import PruneRule, rows_to_keep
+from ..detection.scan import combined_test, scan_seed, score_covariance
+from ..detection.stats import direction_z, normal_sf
+from ..generation.pruning import PruneRule, rows_to_keep
+from ..generation.sampler import Candidate, Pruner
 from ..results import DetectionResult, Judgement, rank_of, too_short
-from ..sampler import Candidate, Pruner
-from ..scan import combined_test, scan_seed, score_covariance
-from ..stats import direction_z, normal_sf
+from ..text.normalize import sentence_key
 from .base import Mark, Round, SentenceState, Verdict, plan_result
 
 if TYPE_CHECKING:
-    from ..plans import ScoringPlan
+    from ..detection.plans import ScoringPlan
     from ..scheme import WatermarkScheme
 
 

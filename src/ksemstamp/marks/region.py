@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..detection.stats import exact_p_value, normal_sf, paper_z
 from ..results import DetectionResult, Judgement, too_short
-from ..stats import exact_p_value, normal_sf, paper_z
 from .base import Mark, Round, Verdict, plan_result
 
 if TYPE_CHECKING:
-    from ..plans import ScoringPlan
+    from ..detection.plans import ScoringPlan
     from ..scheme import WatermarkScheme
 
 MARGIN_PASS_RATE = 0.74

@@ -1,5 +1,5 @@
 """A local web page for the detector and the generator: ``python watermark.py serve``.
-May import: ksemstamp core modules; never cli or cli_args.
+May import: ksemstamp core modules and generation, detection, text; never cli or cli_args.
 
 ``create_app`` builds the FastAPI app (models loaded once); ``serve`` runs it with uvicorn and
 prints the address. The page and its script are package data under ``static/``: nothing is

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..detection.stats import null_count_pmf, transition_matrix
 from ..detector import DetectionResult
-from ..normalize import normalize_text, tampered
 from ..records import ERROR_FIELDS as RECORD_ERROR_FIELDS
 from ..records import key_problem, text_problem
-from ..stats import null_count_pmf, transition_matrix
+from ..text.normalize import normalize_text, tampered
 
 # The detector's verdicts, as the page names them (under the direction mark, "valid" is a
 # sentence whose score is positive, "blocked" one whose score is not).

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from ..generation.prompts import plan_prompt
 from ..io import json_line
-from ..prompts import plan_prompt
 from .jobs import FINISHED, QueueFull
 from .state import ServeState, serve_state
 

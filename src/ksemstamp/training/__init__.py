@@ -1,5 +1,5 @@
 """Fine-tuning a paraphrase-robust sentence encoder for k-SemStamp.
-May import: ksemstamp core modules; never cli, cli_args, config, builders, watermarker or detector.
+May import: ksemstamp core modules and text; never cli, cli_args, config, builders, watermarker or detector.
 
 * ``loss``: the margin contrastive loss as a pure tensor function;
 * ``data``: paraphrase pairs from JSONL files as a ``LightningDataModule``;

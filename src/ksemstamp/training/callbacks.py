@@ -10,14 +10,14 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from ..assets import encoder_fingerprint, load_encoder
 from ..centroids import centroid_file_from
-from ..corpusfile import DomainSentences, domain_documents, require_sentences
+from ..text.corpusfile import DomainSentences, domain_documents, require_sentences
 from .module import EncoderModule
 
 
 class KMeansCallback(L.Callback):
     """After training: embed domain sentences, fit k-means, store, checkpoint and export.
 
-    The domain is ``corpus`` (a corpus file, see ``ksemstamp.corpusfile``) or the bundled news
+    The domain is ``corpus`` (a corpus file, see ``ksemstamp.text.corpusfile``) or the bundled news
     corpus. ``train.py`` passes the model's ``num_regions`` on, so the corpus is read and checked
     (not text, empty, too few sentences for K) when the callback is built, before training.
 

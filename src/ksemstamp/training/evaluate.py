@@ -101,8 +101,8 @@ def evaluate(
     """
     from ..assets import encoder_fingerprint, load_encoder
     from ..centroids import CentroidFile, fit_kmeans
-    from ..corpora import domain_sentences
     from ..encoding import embed
+    from ..text.corpora import domain_sentences
 
     encoder = load_encoder(encoder_spec)
     files = [pairs] if isinstance(pairs, str | Path) else list(pairs)

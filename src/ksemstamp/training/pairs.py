@@ -5,7 +5,7 @@
     python -m ksemstamp.training.pairs --corpus data/domain.txt --num 2000 --output data/pairs/domain-train.jsonl
 
 Sources are sentences of the ``fit`` split (training) or ``val`` split (held-out pairs) of the
-news corpus or of a corpus file (``--corpus``, see ``ksemstamp.corpusfile``), shuffled with a
+news corpus or of a corpus file (``--corpus``, see ``ksemstamp.text.corpusfile``), shuffled with a
 seed. Each source gets a paraphrase from the small chat LM (a share
 ``--lm-share`` of sources, chosen by a hash of their id) or from WordNet substitution, and a
 paraphrase is kept only when it is semantically close to its source (cosine under
@@ -50,7 +50,7 @@ def source_sentences(
     """Shuffled ``(id, sentence)`` of a split of the news corpus, ids
     ``<article_id>:<sentence index>``, or of a corpus file, ids ``<split>-<document index>:<sentence
     index>`` (documents counted within the split)."""
-    from ..corpora import article_sentences
+    from ..text.corpora import article_sentences
 
     if corpus is None:
         out = [
@@ -58,8 +58,8 @@ def source_sentences(
             for article, index, sentence in article_sentences(split, min_words, max_words)
         ]
     else:
-        from ..corpusfile import read_documents, split_documents
-        from ..splitter import get_splitter
+        from ..text.corpusfile import read_documents, split_documents
+        from ..text.splitter import get_splitter
 
         splitter = get_splitter()
         out = [
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-    from ..corpusfile import CorpusError
+    from ..text.corpusfile import CorpusError
 
     try:
         written = build_pairs(

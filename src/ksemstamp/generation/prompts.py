@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .normalize import normalize_text
-from .splitter import PunktSplitter
-from .textcheck import not_text, readable
+from ..text.normalize import normalize_text
+from ..text.splitter import PunktSplitter
+from ..text.textcheck import not_text, readable
 
 CONTINUE, COMPLETE, EMPTY, CHAT = "continue", "complete", "empty", "chat"
 

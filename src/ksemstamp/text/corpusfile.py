@@ -15,8 +15,8 @@ never saw.
 Problems with the file (missing, not text, no documents, a bad JSONL line, too few sentences for
 K regions) raise ``CorpusError`` with a one-line message, before any model is loaded.
 
-    python -m ksemstamp.corpusfile export --source parliament --output data/speeches.txt
-    python -m ksemstamp.corpusfile prompts --corpus data/speeches.txt --num 20 --output prompts.jsonl
+    python -m ksemstamp.text.corpusfile export --source parliament --output data/speeches.txt
+    python -m ksemstamp.text.corpusfile prompts --corpus data/speeches.txt --num 20 --output prompts.jsonl
 """
 
 from __future__ import annotations
@@ -191,12 +191,12 @@ def corpus_prompts(path: str | Path, num: int, words: int = 32, split: str = "te
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ksemstamp.corpusfile``: write a bundled corpus as a corpus file, or prompts
+    """``python -m ksemstamp.text.corpusfile``: write a bundled corpus as a corpus file, or prompts
     from a corpus file's held-out documents."""
     import argparse
     import sys
 
-    from .io import write_jsonl_atomic, write_text_atomic
+    from ..io import write_jsonl_atomic, write_text_atomic
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from ..text.splitter import PunktSplitter
 from .decoding import SamplingConfig
 from .sampler import Candidate, GroupResult, Judge, Pruner, _check_round, _LMSampler, _separator
-from .splitter import PunktSplitter
 
 
 class _WholeTextSentenceStop:

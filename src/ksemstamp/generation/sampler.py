@@ -44,9 +44,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..text.splitter import PunktSplitter
 from .decoding import SamplingConfig, sample_rows, warp_logits
 from .kvcache import CopiedCacheDecoder, PrefixStore, SharedPrefixDecoder, enable_shared_prefix
-from .splitter import PunktSplitter
 
 TERMINALS = ".!?\u2026"
 
