@@ -286,13 +286,16 @@ def test_warmup_factor_against_transformers_schedule():
 
 @pytest.mark.e2e
 def test_watermark_from_the_final_checkpoint_and_refusals(tmp_path):
+    from ksemstamp.builders import build_detector, build_scheme
     from ksemstamp.checkpoint import CheckpointError
-    from ksemstamp.config import WatermarkConfig, build_detector, build_scheme
+    from ksemstamp.settings import WatermarkSettings
 
     fit(make_config(tmp_path))
     final = tmp_path / "run" / "final.ckpt"
     saved = CentroidFile.load(tmp_path / "centroids.pt")
-    scheme = build_scheme(WatermarkConfig(checkpoint=str(final), key="k"))
+    scheme = build_scheme(
+        WatermarkSettings.from_dict({"model": {"checkpoint": str(final)}, "key": "k"})
+    )
     # The fine-tuned encoder, in eval mode, with the checkpoint's centroids and mean.
     assert encoder_fingerprint(scheme.encoder) == saved.encoder_fingerprint
     assert not scheme.encoder.training
@@ -300,17 +303,34 @@ def test_watermark_from_the_final_checkpoint_and_refusals(tmp_path):
     assert torch.equal(scheme.center, saved.mean)
     # The same scheme as the exported folder and centroid file give.
     exported = build_scheme(
-        WatermarkConfig(encoder=saved.encoder, centroids=str(tmp_path / "centroids.pt"), key="k")
+        WatermarkSettings.from_dict(
+            {
+                "model": {"encoder": saved.encoder},
+                "partition": {"centroids": str(tmp_path / "centroids.pt")},
+                "key": "k",
+            }
+        )
     )
     texts = ["The council met on Monday. It approved the budget. Then it went home."]
-    ours = build_detector(WatermarkConfig(key="k"), scheme).detect_batch(texts)[0]
-    theirs = build_detector(WatermarkConfig(key="k"), exported).detect_batch(texts)[0]
+    ours = build_detector(WatermarkSettings.from_dict({"key": "k"}), scheme).detect_batch(texts)[0]
+    theirs = build_detector(WatermarkSettings.from_dict({"key": "k"}), exported).detect_batch(
+        texts
+    )[0]
     assert ours.regions == theirs.regions and ours.z_score == pytest.approx(theirs.z_score)
     # last.ckpt is written before k-means: refused, saying which file to use.
     with pytest.raises(CheckpointError, match="final.ckpt"):
-        build_scheme(WatermarkConfig(checkpoint=str(tmp_path / "run" / "last.ckpt"), key="k"))
+        build_scheme(
+            WatermarkSettings.from_dict(
+                {"model": {"checkpoint": str(tmp_path / "run" / "last.ckpt")}, "key": "k"}
+            )
+        )
     with pytest.raises(ValueError, match="not both"):
-        WatermarkConfig(checkpoint=str(final), centroids=str(tmp_path / "centroids.pt"))
+        WatermarkSettings.from_dict(
+            {
+                "model": {"checkpoint": str(final)},
+                "partition": {"centroids": str(tmp_path / "centroids.pt")},
+            }
+        )
 
 
 @pytest.mark.e2e

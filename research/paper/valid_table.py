@@ -30,9 +30,10 @@ import numpy as np
 import torch
 from jsonargparse import ArgumentParser
 
+from ksemstamp.builders import build_scheme
 from ksemstamp.calibration import embedding_store, p_values, score_texts, with_cached_encoder
-from ksemstamp.config import WatermarkConfig, build_scheme
 from ksemstamp.keys import PAPER_PRIME, num_valid, valid_table
+from ksemstamp.settings_files import load_watermark_settings
 from ksemstamp.text.corpora import SOURCES, human_texts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,9 +76,9 @@ def measure(
 ) -> dict[str, Any]:
     """Every figure of the module docstring for ``config``'s partition and gamma."""
     started = time.perf_counter()
-    cfg = WatermarkConfig.from_yaml(config, key="valid-table-measurement")
+    cfg = load_watermark_settings([config], {"key": "valid-table-measurement"})
     scheme = build_scheme(cfg)
-    k, gamma = scheme.num_regions, cfg.gamma
+    k, gamma = scheme.num_regions, cfg.mark.gamma
     texts, available = human_texts(scheme.splitter, sources, max_texts, seed=seed)
     scheme = with_cached_encoder(scheme, embedding_store(scheme.encoder))
     scored = score_texts(scheme, [t.text for t in texts], [t.source for t in texts], progress=True)

@@ -74,7 +74,7 @@ def attribute(
     def scheme_for(key_index: int):
         if key_index not in schemes:
             cfg = settings.watermark_config(algorithm, key_index)
-            if cfg.mark != "direction":
+            if cfg.mark.kind != "direction":
                 raise ValueError(f"{algorithm} does not use the direction mark")
             encoder = next(iter(schemes.values())).encoder if schemes else None
             schemes[key_index] = build_scheme(cfg, encoder=encoder)

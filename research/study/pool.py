@@ -79,14 +79,15 @@ def _generator(seed: int, doc_id: str) -> torch.Generator:
 def build_pool(settings: PoolSettings, path: str | Path, progress: bool = True) -> Path:
     """Draw the pool into ``path`` (JSONL), resuming a partial file."""
     from ksemstamp.assets import load_lm
-    from ksemstamp.generation.sampler import CandidateSampler, SamplingConfig
+    from ksemstamp.generation.sampler import CandidateSampler
+    from ksemstamp.settings import SamplingSettings
     from ksemstamp.text.splitter import get_splitter
 
     path = Path(path)
     prompts = study_prompts(settings.split, settings.documents, settings.prompt_words)
     model, tokenizer = load_lm(settings.lm)
     splitter = get_splitter()
-    sampler = CandidateSampler(model, tokenizer, splitter, SamplingConfig())
+    sampler = CandidateSampler(model, tokenizer, splitter, SamplingSettings())
     never = lambda rows, texts: [(False, None)] * len(texts)  # noqa: E731
     with ResumableWriter(path) as out:
         done = set(out.done_ids)

@@ -52,6 +52,7 @@ from .detection.stats import STATISTICS
 from .marks import make_mark
 from .results import DetectionResult
 from .scheme import WatermarkScheme
+from .settings import DetectionSettings, DirectionSettings, LimitSettings, Statistic
 from .text.normalize import normalize_text, sentence_key
 from .text.splitter import continuation_sentences
 from .text.textcheck import not_text, unsupported_script
@@ -78,27 +79,28 @@ def _roles(sentences: Sequence[str], seeded: bool) -> list[str]:
 
 
 class Detector:
-    """Scores texts for the watermark of a ``WatermarkScheme``.
+    """Scores texts for the watermark of a ``WatermarkScheme``. Each argument's default is the
+    setting it stands for (``DetectionSettings``, ``LimitSettings``, ``DirectionSettings``).
 
     Args:
-        scheme: the same scheme (encoder, partition, key) that generated the text.
+        scheme: the same scheme (encoder, partition, key, mark) that generated the text.
         statistic: ``exact`` (key-randomisation p-value, calibrated) or ``paper`` (normal tail
             of the paper's z; ``region`` mark only).
         alpha: texts with ``p_value <= alpha`` are called watermarked.
         max_chars: longest text (with its prompt) to score, in characters; a longer one gets
             status ``error`` without being split or embedded. ``None``: no limit.
         scan: ``direction`` mark: also scan spans of consecutive sentences for the one that
-            carries the mark and test for scattered marked sentences (``scan``); ``p_value``
-            then combines the three tests.
+            carries the mark and test for scattered marked sentences (``detection.scan``);
+            ``p_value`` then combines the three tests. The region mark has no scan.
     """
 
     def __init__(
         self,
         scheme: WatermarkScheme,
-        statistic: str = "exact",
-        alpha: float = 0.01,
-        max_chars: int | None = None,
-        scan: bool = False,
+        statistic: Statistic = DetectionSettings.statistic,
+        alpha: float = DetectionSettings.alpha,
+        max_chars: int | None = LimitSettings.max_text_chars,
+        scan: bool = DirectionSettings.scan,
     ):
         if statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {STATISTICS}, not {statistic!r}")
@@ -146,7 +148,7 @@ class Detector:
         if self.max_chars is not None and size > self.max_chars:
             what = "text and prompt have" if prompt else "text has"
             return ScoringPlan.refused(
-                f"the {what} {size:,} characters; the limit is {self.max_chars:,} (max_text_chars)"
+                f"the {what} {size:,} characters; the limit is {self.max_chars:,} (limits.max_text_chars)"
             )
         for name, value in (("text", text), ("prompt", prompt)):
             problem = not_text(value, name) if value else None

@@ -148,7 +148,7 @@ def plan_prompt(
     if max_chars is not None and len(prompt) > max_chars:
         return PromptStart(
             error=f"the prompt has {len(prompt):,} characters; the limit is {max_chars:,} "
-            "(max_text_chars)"
+            "(limits.max_text_chars)"
         )
     problem = not_text(prompt, "prompt")
     if problem:

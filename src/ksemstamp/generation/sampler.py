@@ -44,8 +44,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..settings import SamplingSettings
 from ..text.splitter import PunktSplitter
-from .decoding import SamplingConfig, sample_rows, warp_logits
+from .decoding import sample_rows, warp_logits
 from .kvcache import CopiedCacheDecoder, PrefixStore, SharedPrefixDecoder, enable_shared_prefix
 
 TERMINALS = ".!?\u2026"
@@ -150,16 +151,23 @@ def _resolve(
 
 class _LMSampler:
     """What both samplers hold: the LM and its tokenizer (left padding and a pad token, since
-    batched prompts end where decoding starts), the splitter, the decoding settings, the
-    model's device and the tokenizer's end-of-sequence ids."""
+    batched prompts end where decoding starts), the splitter, the sampling settings, the
+    model's device and the tokenizer's end-of-sequence ids. ``suppress_eos``: the LM never ends
+    its text (a sentence ends at the splitter's end, the text at ``max_new_tokens``)."""
 
     def __init__(
-        self, model, tokenizer, splitter: PunktSplitter, config: SamplingConfig | None = None
+        self,
+        model,
+        tokenizer,
+        splitter: PunktSplitter,
+        config: SamplingSettings | None = None,
+        suppress_eos: bool = True,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.splitter = splitter
-        self.config = config or SamplingConfig()
+        self.config = config or SamplingSettings()
+        self.suppress_eos = suppress_eos
         tokenizer.padding_side = "left"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -197,13 +205,19 @@ class CandidateSampler(_LMSampler):
         model: a Hugging Face causal LM (``forward`` with ``cache``).
         tokenizer: its tokenizer (left padding and a pad token are set here).
         splitter: the sentence splitter shared with detection.
-        config: decoding settings.
+        config: the sampling settings (``None``: their defaults).
+        suppress_eos: the LM never ends its text (see ``_LMSampler``).
     """
 
     def __init__(
-        self, model, tokenizer, splitter: PunktSplitter, config: SamplingConfig | None = None
+        self,
+        model,
+        tokenizer,
+        splitter: PunktSplitter,
+        config: SamplingSettings | None = None,
+        suppress_eos: bool = True,
     ):
-        super().__init__(model, tokenizer, splitter, config)
+        super().__init__(model, tokenizer, splitter, config, suppress_eos)
         self.shared_prefix = enable_shared_prefix(model)
         self.prefixes = PrefixStore(model, tokenizer, self.device)
         vocab = model.get_output_embeddings().out_features  # also for a quantised head
@@ -235,7 +249,7 @@ class CandidateSampler(_LMSampler):
         their own generators (one per document, so a document's text does not depend on the
         other documents of its batch); otherwise ``generator`` serves every row.
         """
-        suppress = self.eos_ids if self.config.suppress_eos else ()
+        suppress = self.eos_ids if self.suppress_eos else ()
         logits = warp_logits(logits, seen, self.config, suppress)
         probs = logits.softmax(dim=-1)
         if not segments:
@@ -423,7 +437,7 @@ class CandidateSampler(_LMSampler):
         return sentence if complete or final else None
 
     def _is_eos(self, ids: Tensor) -> Tensor:
-        if not self.eos_ids or self.config.suppress_eos:
+        if not self.eos_ids or self.suppress_eos:
             return torch.zeros_like(ids, dtype=torch.bool)
         return torch.isin(ids, torch.tensor(self.eos_ids, device=ids.device))
 

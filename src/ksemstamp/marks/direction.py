@@ -31,6 +31,7 @@ from ..detection.stats import direction_z, normal_sf
 from ..generation.pruning import PruneRule, rows_to_keep
 from ..generation.sampler import Candidate, Pruner
 from ..results import DetectionResult, Judgement, rank_of, too_short
+from ..settings import DirectionSettings
 from ..text.normalize import sentence_key
 from .base import Mark, Round, SentenceState, Verdict, plan_result
 
@@ -86,9 +87,9 @@ class DirectionMark(Mark):
     def __init__(
         self,
         scheme: WatermarkScheme,
-        threshold: float | None = None,
+        threshold: float | None = DirectionSettings.threshold,
         prune: PruneRule | None = None,
-        selection: str = "text",
+        selection: str = DirectionSettings.selection,
     ) -> None:
         super().__init__(scheme)
         if selection not in SELECTIONS:

@@ -30,8 +30,9 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..config import WatermarkConfig, build_detector, build_scheme, build_watermarker
+from ..builders import as_settings, build_detector, build_scheme, build_watermarker
 from ..keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key
+from ..settings import WatermarkSettings
 from .guard import (
     RedactKey,
     StrictJSONResponse,
@@ -58,7 +59,7 @@ at a time anyway; the second keeps a batch's bookkeeping from waiting behind it)
 
 
 def create_app(
-    settings: WatermarkConfig,
+    settings: WatermarkSettings,
     *,
     limits: Limits | None = None,
     encoder: Any = None,
@@ -70,11 +71,11 @@ def create_app(
     """The web app for ``settings``, with the models loaded now, once.
 
     Args:
-        settings: the watermark settings (key, encoder, partition, gamma, statistic, ...), as
+        settings: the watermark settings (key, model, partition, mark, detection, ...), as
             for every other command.
         limits: input limits (text size, upload size, queue length); the text size defaults
-            to ``settings.max_text_chars``, and a given one replaces it, so the page and the
-            detector refuse the same texts.
+            to ``settings.limits.max_text_chars``, and a given one replaces it, so the page
+            and the detector refuse the same texts.
         encoder: an already loaded sentence encoder to reuse (tests share one).
         lm: an already loaded ``(model, tokenizer)`` to reuse.
         generation: load the LM and offer the Generate tab.
@@ -82,10 +83,12 @@ def create_app(
             (``guard``). ``None``: no check (a test client's host).
         jobs: a generation queue to use instead of one running the watermarker (tests).
     """
+    settings = as_settings(settings)
     if limits is None:
-        limits = Limits(max_chars=settings.max_text_chars)
-    settings = dataclasses.replace(settings, max_text_chars=limits.max_chars)
-    secret = resolve_key(settings.key) if settings.valid_mode == "keyed" else None
+        limits = Limits(max_chars=settings.limits.max_text_chars)
+    settings = settings.updated({"limits": {"max_text_chars": limits.max_chars}})
+    keyed = settings.mark.kind == "direction" or settings.mark.valid_mode == "keyed"
+    secret = resolve_key(settings.key) if keyed else None
     if secret is not None:  # resolved once: the demo-key warning is given once
         settings = dataclasses.replace(settings, key=secret)
     redact = RedactKey(secret)
@@ -184,11 +187,11 @@ async def info(state: ServeState = Depends(serve_state)) -> dict[str, Any]:  # n
         "alpha": detector.alpha,
         "gamma": scheme.gamma,
         "num_regions": scheme.num_regions,
-        "partition": settings.partition,
-        "encoder": settings.checkpoint or settings.encoder,
-        "lm": settings.lm if state.generation else None,
+        "partition": settings.partition.kind,
+        "encoder": settings.model.checkpoint or settings.model.encoder,
+        "lm": settings.model.lm if state.generation else None,
         "generation": state.generation,
-        "max_new_tokens": settings.max_new_tokens,
+        "max_new_tokens": settings.sampling.max_new_tokens,
         "max_chars": limits.max_chars,
         "max_upload_bytes": limits.max_upload_bytes,
         "max_streams": limits.max_streams,

@@ -1,5 +1,5 @@
 """Text handling shared by generation, detection and training: normalisation, sentences, corpora.
-May import: ksemstamp core modules; never cli, builders, settings, config, watermarker, detector or marks.
+May import: ksemstamp core modules; never cli, builders, config, watermarker, detector or marks.
 
 * ``normalize``: the normalised form every text is read in;
 * ``splitter``: sentence splitting, and how a continuation of a prompt is cut;
