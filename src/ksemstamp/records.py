@@ -9,7 +9,7 @@ does to a record is its ``RecordProcessor``.
 from __future__ import annotations
 
 import dataclasses
-import sys
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +18,22 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from .io import InputRecord, ResumableWriter, earlier_output_problem, read_jsonl, same_file
-from .parallel import read_records, run_jsonl, shard_paths
-from .settings import WatermarkConfig
+from .parallel import DeviceSettings, read_records, run_jsonl, shard_paths
+from .settings import WatermarkSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class JsonlFiles:
+    """Where ``generate --input`` and ``detect --input`` read and write, and how."""
+
+    input: str
+    output: str | None
+    parallel: DeviceSettings = dataclasses.field(default_factory=DeviceSettings)
+    """Devices the records are spread over (none requested: this process)."""
+    quiet: bool = False
+    """No progress bars."""
 
 
 @dataclass
@@ -98,14 +112,14 @@ def _interrupted(written: int, where: str, done: int, total: int) -> Interrupted
 
 
 def process_jsonl(
-    args,
-    cfg: WatermarkConfig,
+    args: JsonlFiles,
+    cfg: WatermarkSettings,
     *,
     name: str,
     unit: str,
     batch_size: int,
     option: bool,
-    processors: dict[str, Callable[[WatermarkConfig, bool], RecordProcessor]],
+    processors: dict[str, Callable[[WatermarkSettings, bool], RecordProcessor]],
     job: Callable[[str, dict[str, Any], bool], Callable],
 ) -> int:
     """The JSONL loop shared by ``generate`` and ``detect``, resumable through ``ResumableWriter``.
@@ -120,7 +134,7 @@ def process_jsonl(
     ``option``; ``job(name, settings, option)`` builds it in a process of its own.
     """
     if not args.output:
-        raise SystemExit(f"{name}: --input needs --output")
+        raise ValueError(f"{name}: --input needs --output")
     if same_file(args.input, args.output):
         raise ValueError(
             f"--output {args.output} is the --input file: the results would be written into "
@@ -159,7 +173,7 @@ def process_jsonl(
             pending = [r for r in records if not out.is_done(r)]
             skipped = len(records) - len(pending)
             if skipped:
-                print(f"resuming: {skipped} records already in {args.output}", file=sys.stderr)
+                logger.info("resuming: %d records already in %s", skipped, args.output)
             bar = None
             try:
                 processor = processors[name](cfg, option) if pending else None
@@ -179,8 +193,7 @@ def process_jsonl(
     failures = statuses.count("error")
     successes = len(statuses) - failures
     counted_as_ok = "ok" if name == "generate" else "scored"
-    print(
-        f"{name}: {successes} {counted_as_ok}, {failures} failed, {skipped} already done",
-        file=sys.stderr,
+    logger.info(
+        "%s: %d %s, %d failed, %d already done", name, successes, counted_as_ok, failures, skipped
     )
     return 1 if failures and not successes and not skipped else 0

@@ -29,7 +29,7 @@ class KMeansCallback(L.Callback):
        ``centroids`` buffer, and the complete centroid file (mean, transitions, source) in
        ``module.centroid_file``;
     3. the checkpoint is written again (``final.ckpt`` beside the other checkpoints, or
-       ``final_checkpoint``) so that it holds both: ``watermark.py --checkpoint`` reads it;
+       ``final_checkpoint``) so that it holds both: ``--model.checkpoint`` reads it;
     4. rank 0 exports the encoder as a sentence-transformers folder and writes the same
        ``CentroidFile`` naming that folder.
     """
