@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from test_io_input import LINES, _cut, _strict
 
 import ksemstamp.cli as cli
+import ksemstamp.records as records
 from ksemstamp.detector import Detector
 from ksemstamp.io import ResumableWriter
 from ksemstamp.partition import LSHPartition
@@ -35,7 +36,9 @@ def _detector(cfg=None):
 def stand_in(monkeypatch):
     """The stand-in detector, and how often one was built (a model load, in real use)."""
     built = []
-    monkeypatch.setattr(cli, "build_detector", lambda cfg: built.append(1) or _detector())
+    stand_in = lambda cfg: built.append(1) or _detector()  # noqa: E731
+    monkeypatch.setattr(cli, "build_detector", stand_in)  # one text
+    monkeypatch.setattr(records, "build_detector", stand_in)  # --input
     return built
 
 
@@ -223,7 +226,8 @@ def test_ctrl_c_says_in_one_line_what_was_written_and_exits_130(tmp_path, monkey
         return detect_batch(*args, **kwargs)
 
     monkeypatch.setattr(detector, "detect_batch", pressed_on_the_second_batch)
-    monkeypatch.setattr(cli, "build_detector", lambda cfg: detector)
+    monkeypatch.setattr(records, "build_detector", lambda cfg: detector)  # --input
+    monkeypatch.setattr(cli, "build_detector", lambda cfg: detector)  # --text
     argv = ["detect", "--input", str(src), "--output", str(out), "--batch_size", "1", "--quiet"]
     assert cli.main(argv) == 130
     err = capsys.readouterr().err

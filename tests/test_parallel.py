@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ksemstamp.cli import RecordProcessor, main
+from ksemstamp.cli import main
 from ksemstamp.parallel import (
     DeviceMismatchError,
     DeviceSettings,
@@ -16,6 +16,7 @@ from ksemstamp.parallel import (
     check_devices,
     run_jsonl,
 )
+from ksemstamp.records import RecordProcessor
 
 
 def _lines(path):
@@ -84,8 +85,7 @@ class StopsAtLine3:
 def test_ctrl_c_over_devices_keeps_the_finished_batches_and_says_so(tmp_path, capsys):
     # Lightning ends a run stopped by Ctrl-C with exit status 1; the command still says in one
     # line what the shards hold, and exits with 130.
-    from ksemstamp.cli import PROCESSORS
-    from ksemstamp.records import process_jsonl
+    from ksemstamp.records import PROCESSORS, process_jsonl
     from ksemstamp.settings import WatermarkSettings
 
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
@@ -145,9 +145,9 @@ def _stub_detect(cfg, progress=False):
 
 
 def test_detect_input_over_devices_writes_what_one_process_writes(tmp_path, monkeypatch, capsys):
-    import ksemstamp.cli
+    import ksemstamp.records
 
-    monkeypatch.setitem(ksemstamp.cli.PROCESSORS, "detect", _stub_detect)
+    monkeypatch.setitem(ksemstamp.records.PROCESSORS, "detect", _stub_detect)
     src = tmp_path / "in.jsonl"
     _write(src, [{"id": "a", "text": "abc"}, "not json", {"id": "b"}, {"id": "c", "text": "x"}])
     one, many = tmp_path / "one.jsonl", tmp_path / "many.jsonl"

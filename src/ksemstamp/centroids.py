@@ -319,6 +319,6 @@ def centroids(
 if __name__ == "__main__":
     import sys
 
-    from .commandline import call
+    from .console import call
 
     raise SystemExit(call(centroids, sys.argv[1:], "python -m ksemstamp.centroids"))

@@ -20,27 +20,19 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from jsonargparse.typing import PositiveInt
 
 from .builders import build_detector, build_scheme, build_watermarker
 from .calibration.run import CalibrationSettings
 from .centroids import centroids
-from .commandline import ARGV, CommandLineError, call
+from .commandline import CommandLineError
+from .console import ARGV, call
 from .evaluation.run import evaluate
 from .gpucheck import gpucheck
-from .parallel import DeviceSettings, Job
-from .records import (
-    ERROR_FIELDS,
-    JsonlFiles,
-    RecordProcessor,
-    key_problem,
-    process_jsonl,
-    text_problem,
-)
+from .parallel import DeviceSettings
+from .records import JsonlFiles, run_records
 from .settings import WatermarkSettings
 from .text.corpora import news_prompt
 from .text.corpusfile import export, prompts
@@ -51,51 +43,6 @@ from .training.pairs import pairs
 logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------- generate
-
-
-@dataclass
-class RecordJob:
-    """Builds a command's ``RecordProcessor`` in a process of its own, on that process's
-    device (picklable: settings, not models, cross to ``ddp_spawn`` processes)."""
-
-    command: str
-    settings: dict[str, Any]
-    """``WatermarkSettings.to_dict()`` and the key (it stays in memory)."""
-    option: bool = False
-    """``generate``: no watermark; ``detect``: progress bars."""
-
-    def __call__(self, device) -> Job:
-        data = dict(self.settings)
-        data["model"] = {**data["model"], "device": str(device)}
-        processor = PROCESSORS[self.command](WatermarkSettings.from_dict(data), self.option)
-        return Job(processor.rows, processor.models)
-
-
-def _generate_processor(settings: WatermarkSettings, no_watermark: bool = False) -> RecordProcessor:
-    watermarker = build_watermarker(settings)
-    fingerprint = None if no_watermark else watermarker.scheme.key_fingerprint
-
-    def check(data: dict) -> str | None:
-        prompt = data.get("prompt")
-        if prompt is None:
-            return "missing field 'prompt'"
-        if not isinstance(prompt, str):
-            return f"'prompt' must be a string, got {type(prompt).__name__}"
-        return None
-
-    def process(datas: list[dict]) -> list[dict]:
-        results = watermarker.generate([d["prompt"] for d in datas], watermark=not no_watermark)
-        return [{**res.to_record(), "key_fingerprint": fingerprint} for res in results]
-
-    models = _models(watermarker.scheme, watermarker)
-    return RecordProcessor(check, process, ERROR_FIELDS["generate"], models)
-
-
-def _models(scheme, watermarker=None) -> dict[str, Any]:
-    """The models a scheme (and a watermarker's LM) sit on, for device checks."""
-    models = {"encoder": scheme.encoder, "partition": scheme.partition}
-    model = getattr(getattr(watermarker, "sampler", None), "model", None)
-    return models | ({"lm": model} if model is not None else {})
 
 
 def generate(
@@ -123,7 +70,7 @@ def generate(
     if input:
         files = JsonlFiles(input, output, parallel, quiet)
         batch = settings.search.prompt_batch
-        return _process_jsonl(files, settings, "generate", "prompt", batch, not watermark)
+        return run_records(files, settings, "generate", "prompt", batch, not watermark)
     _single_process(parallel, "generate")
     if prompt is None:
         raise ValueError("generate: give --prompt TEXT or --input FILE.jsonl")
@@ -192,47 +139,6 @@ def format_detection(result) -> str:
     return "\n".join(lines)
 
 
-def _detect_processor(settings: WatermarkSettings, progress: bool = False) -> RecordProcessor:
-    detector = build_detector(settings)
-    fingerprint = detector.scheme.key_fingerprint
-
-    def check(data: dict) -> str | None:
-        return text_problem(data) or key_problem(data, fingerprint)
-
-    def process(datas: list[dict]) -> list[dict]:
-        # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
-        # not seeded by its instruction.
-        chat = settings.chat
-        prompts = [None if chat or d.get("chat") is True else d.get("prompt") for d in datas]
-        results = detector.detect_batch([d["text"] for d in datas], prompts, progress=progress)
-        return [res.to_record() for res in results]
-
-    return RecordProcessor(check, process, ERROR_FIELDS["detect"], _models(detector.scheme))
-
-
-PROCESSORS: dict[str, Callable[[WatermarkSettings, bool], RecordProcessor]] = {
-    "generate": _generate_processor,
-    "detect": _detect_processor,
-}
-
-
-def _process_jsonl(
-    files: JsonlFiles, settings: WatermarkSettings, name: str, unit: str, batch: int, option: bool
-) -> int:
-    """``records.process_jsonl`` with this module's processors (``PROCESSORS``, looked up at
-    run time) and ``RecordJob``."""
-    return process_jsonl(
-        files,
-        settings,
-        name=name,
-        unit=unit,
-        batch_size=batch,
-        option=option,
-        processors=PROCESSORS,
-        job=RecordJob,
-    )
-
-
 def _single_process(parallel: DeviceSettings, name: str) -> None:
     """Refuse device settings for one prompt or text: they spread ``--input`` files."""
     if parallel.requested():
@@ -271,7 +177,7 @@ def detect(
     if input:
         files = JsonlFiles(input, output, parallel, quiet)
         option = not quiet and not parallel.requested()
-        return _process_jsonl(files, settings, "detect", "text", batch_size, option)
+        return run_records(files, settings, "detect", "text", batch_size, option)
     _single_process(parallel, "detect")
     limit = settings.limits.max_text_chars
     if file:

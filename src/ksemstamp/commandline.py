@@ -19,10 +19,10 @@ complete file that ``--config`` reads back, never the key. A boolean option alon
 are those of its kind: ``--mark.kind region`` (or a file's ``mark: {kind: region}``) replaces
 the mark whole, and ``--help`` after it lists the region mark's fields.
 
-What can go wrong is one line on stderr and exit status 2 (``CommandLineError``), and no value
-that may be the key is repeated in it (``errors``). The spelling of earlier releases
-(``--max-new-tokens 40``, ``--no-adaptive-batch``, flat keys in files) is read for one more
-release, with a warning naming the new spelling (``legacy``).
+A command line that cannot be used raises ``CommandLineError`` with a one-line message; how
+that message reaches a terminal without the key is ``console``'s. The spelling of earlier
+releases (``--max-new-tokens 40``, ``--no-adaptive-batch``, flat keys in files) is read for one
+more release, with a warning naming the new spelling (``legacy``).
 """
 
 from __future__ import annotations
@@ -30,14 +30,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import logging
-import re
-import sys
 import types
 import typing
-import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +41,12 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from .settings import GROUPS, MARK_KINDS, SettingsError, WatermarkSettings
-from .settings_files import load_settings_file, unflatten
+from .settings_files import command_line_layers
 
 
 class CommandLineError(ValueError):
-    """A command line or settings that cannot be used; the message is one line."""
+    """A command line or settings that cannot be used (``console.one_line`` puts the message
+    on one line)."""
 
 
 class _OptionalText:
@@ -319,24 +315,24 @@ def parse(fn: Callable, argv: Sequence[str], prog: str) -> Invocation:
     takes_watermark = any(p.hint is WatermarkSettings for p in parameters(fn))
     try:
         tokens = modernise(argv, options, takes_watermark)
-        files, kind, rest = _layers(tokens, takes_watermark)
+        files, kind, rest = command_line_layers(tokens, takes_watermark)
         rest = _normalise(rest, {o.flag: o for o in options.values()})
         parser = build_parser(fn, prog, kind)
         config = [a for layer in files for a in ("--config", yaml.safe_dump(layer))]
         namespace = parser.parse_args(config + rest)
     except (ValueError, TypeError, OSError) as err:
-        raise CommandLineError(one_line(err)) from None
+        raise CommandLineError(str(err)) from None
     except Exception as err:  # jsonargparse's ArgumentError
         if type(err).__name__ != "ArgumentError":
             raise
-        raise CommandLineError(one_line(err)) from None
+        raise CommandLineError(str(err)) from None
     values = namespace.as_dict()
     print_config = bool(values.pop("print_config", False))
     values.pop("config", None)
     try:
         kwargs = build(fn, values)
     except (SettingsError, ValueError, TypeError) as err:
-        raise CommandLineError(one_line(err)) from None
+        raise CommandLineError(str(err)) from None
     return Invocation(fn, kwargs, values, print_config, argv)
 
 
@@ -394,44 +390,6 @@ def _named(problem: str) -> str:
     return problem
 
 
-def _layers(tokens: list[str], takes_watermark: bool) -> tuple[list[dict], str, list[str]]:
-    """The ``--config`` files of ``tokens`` (read, in order) and ``--mark.kind`` as layers for
-    the parser, the mark's final kind, and the other tokens.
-
-    A change of kind replaces the mark whole (``settings_files.merge``): the ``mark`` of a layer
-    before the last change is dropped, and the parser takes the fields of the final kind only.
-    """
-    layers: list[dict] = []
-    rest: list[str] = []
-    i = 0
-    while i < len(tokens):
-        name, eq, inline = tokens[i].partition("=")
-        if name in ("--config", "--mark.kind") and (eq or i + 1 < len(tokens)):
-            value = inline if eq else tokens[i + 1]
-            i += 1 if eq else 2
-            if name == "--config":
-                data = load_settings_file(value)
-                layers.append(unflatten(data, value) if takes_watermark else data)
-            else:
-                layers.append({"mark": {"kind": value}})
-            continue
-        rest.append(tokens[i])
-        i += 1
-    kind, start = next(iter(MARK_KINDS)), 0
-    for n, layer in enumerate(layers if takes_watermark else []):
-        mark = layer.get("mark")
-        if isinstance(mark, dict) and mark.get("kind", kind) != kind:
-            kind, start = mark["kind"], n
-    if kind not in MARK_KINDS:
-        raise ValueError(f"mark.kind must be one of {list(MARK_KINDS)}, not {kind!r}")
-    if takes_watermark:
-        layers = [
-            {k: v for k, v in layer.items() if k != "mark"} if n < start else layer
-            for n, layer in enumerate(layers)
-        ]
-    return layers, kind, rest
-
-
 def _normalise(tokens: list[str], options: dict[str, Option]) -> list[str]:
     """A boolean flag alone becomes ``FLAG true``; a list flag's occurrences (``--x a,b --x c``)
     become one JSON list at the first one's place (a YAML list ``'[a, b]'`` is taken as it is)."""
@@ -468,162 +426,3 @@ def _list_items(value: str, item: type) -> list:
             return loaded
     parts = [p.strip() for p in value.split(",") if p.strip()]
     return parts if item is str else [yaml.safe_load(p) for p in parts]
-
-
-def one_line(err: BaseException) -> str:
-    """``err``'s message on one line, each setting named by its place and its flag.
-
-    jsonargparse's messages span lines, name a setting ``Parser key "sampling.seed"`` and a type
-    ``<class 'float'>``; the settings list one problem a line.
-    """
-    message = ""
-    for line in (" ".join(line.split()) for line in str(err).splitlines()):
-        if line:
-            message += ("" if not message else " " if message.endswith(":") else "; ") + line
-    message = re.sub(r"<class '([\w.]+)'>", r"\1", message)
-    return re.sub(r'Parser key "([\w.]+)":', lambda m: f"{m[1]} (--{m[1]}):", message)
-
-
-ARGV: list[str] = []
-"""The command line of the command being run (``calibrate`` records it, the key hidden)."""
-
-
-def call(fn: Callable, argv: Sequence[str], prog: str) -> int:
-    """Parse ``argv`` for command ``fn`` and call it, or print its settings (``--print_config``).
-
-    A bad command line is one line on stderr and ``SystemExit(2)``; settings that fail only
-    once objects are built (gamma * K, centroid files, encoders) and unusable files are one line
-    and status 2. The library's log and warnings show on stderr while it runs
-    (``console_output``).
-    """
-    from .assets import AssetError
-
-    argv = list(argv)
-    if getattr(fn, "takes_argv", False):
-        return fn(argv)
-    with console_output():
-        try:
-            invocation = parse(fn, argv, prog)
-        except CommandLineError as err:
-            known = sorted({o.flag for o in options_of(fn)} | {"--config", "--print_config"})
-            print(f"{prog}: error: {hide_secrets(str(err), argv, known)}", file=sys.stderr)
-            raise SystemExit(2) from None
-        if invocation.print_config:
-            print(invocation.printed_config(), end="")
-            return 0
-        if invocation.kwargs.get("quiet"):
-            quiet_model_loading()
-        ARGV[:] = argv
-        try:
-            return fn(**invocation.kwargs)
-        except (ValueError, FileNotFoundError, AssetError) as err:
-            # Messages never hold the key; the key's value is blanked all the same.
-            print("error: " + hide_secrets(" ".join(str(err).split()), argv), file=sys.stderr)
-            return 2
-        except OSError as err:
-            # An output that is read-only, a folder, or on a full disk: what and where.
-            where = f"{err.filename}: " if err.filename else ""
-            print(f"error: {where}{err.strerror or err}", file=sys.stderr)
-            return 2
-
-
-def quiet_model_loading() -> None:
-    """No progress bars while models load (transformers' and the Hugging Face Hub's)."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-
-class _StderrHandler(logging.Handler):
-    """Log records as plain lines on the current ``sys.stderr`` (tests capture it)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        print(self.format(record), file=sys.stderr)
-
-
-@contextmanager
-def console_output() -> Iterator[None]:
-    """While a command runs: the library's log on stderr, one plain line each, and warnings
-    as one ``warning:`` line each (a deprecated spelling, the demo key)."""
-    package = logging.getLogger("ksemstamp")
-    if any(isinstance(h, _StderrHandler) for h in package.handlers):
-        yield  # already set up by an outer command
-        return
-    handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    level, propagate = package.level, package.propagate
-    package.addHandler(handler)
-    package.setLevel(logging.INFO)
-    package.propagate = False
-    shown = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
-        print(f"warning: {message}", file=sys.stderr)
-
-    warnings.showwarning = show
-    try:
-        yield
-    finally:
-        warnings.showwarning = shown
-        package.removeHandler(handler)
-        package.setLevel(level)
-        package.propagate = propagate
-
-
-# ---------------------------------------------------------------------- errors without secrets
-
-UNRECOGNIZED = "unrecognized arguments:"
-
-
-def hide_secrets(message: str, argv: Sequence[str], known: Sequence[str] = ()) -> str:
-    """``message`` without any value that may be the key.
-
-    Arguments the parser did not know are named by their flags only, each with the closest
-    flag of ``known``: the value after a mistyped ``--kye`` is most likely the key. The value of
-    ``--key`` and ``$KSEMSTAMP_KEY`` are blanked wherever else they appear (a key given under
-    another flag by mistake is quoted in that flag's message).
-    """
-    import os
-
-    from .keys import KEY_ENV
-
-    head, found, listed = message.partition(UNRECOGNIZED)
-    if found:
-        message = head + UNRECOGNIZED + " " + _unrecognized(listed.strip(), argv, known)
-    secrets = {os.environ.get(KEY_ENV) or ""}
-    for i, token in enumerate(argv):
-        if token == "--key" and i + 1 < len(argv):
-            secrets.add(argv[i + 1])
-        elif token.startswith("--key="):
-            secrets.add(token.removeprefix("--key="))
-    # A short key is refused as weak anyway; blanking a letter or two would garble messages.
-    for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
-        message = message.replace(secret, "***")
-    return message
-
-
-def _unrecognized(listed: str, argv: Sequence[str], known: Sequence[str]) -> str:
-    """The unknown arguments ``listed`` (space-separated, in command-line order): their flags
-    with a suggestion each, and how many values went with them, none shown."""
-    import difflib
-
-    taken, pos = [], 0
-    for token in argv:
-        end = pos + len(token)
-        if listed.startswith(token, pos) and (end == len(listed) or listed[end] == " "):
-            taken.append(token)
-            pos = end + 1
-    if pos < len(listed):  # not the tokens of this command line: show none of it
-        return "(not shown: one may be the key)"
-    parts, values = [], 0
-    for token in taken:
-        name, eq, _ = token.partition("=")
-        if not name.startswith("-"):
-            values += 1
-            continue
-        values += bool(eq)
-        close = difflib.get_close_matches(name, list(known), n=1)
-        parts.append(name + (f" (did you mean {close[0]}?)" if close else ""))
-    if values:
-        parts.append(f"{values} value{'s' if values > 1 else ''}")
-    return ", ".join(parts) + "; values are not shown, as one may be the key"

@@ -211,6 +211,6 @@ def gpucheck(
 
 
 if __name__ == "__main__":
-    from .commandline import call
+    from .console import call
 
     raise SystemExit(call(gpucheck, sys.argv[1:], "python -m ksemstamp.gpucheck"))

@@ -132,3 +132,44 @@ def load_watermark_settings(
     if overrides:
         data = merge(data, unflatten(dict(overrides), "overrides"))
     return WatermarkSettings.from_dict(data)
+
+
+def command_line_layers(
+    tokens: list[str], takes_watermark: bool
+) -> tuple[list[dict], str, list[str]]:
+    """The ``--config`` files of a command line's ``tokens`` (read, in order) and its
+    ``--mark.kind`` as layers for the parser, the mark's final kind, and the other tokens;
+    ``takes_watermark``: the command takes the watermark settings (flat files are read).
+
+    A change of kind replaces the mark whole (``settings_files.merge``): the ``mark`` of a layer
+    before the last change is dropped, and the parser takes the fields of the final kind only.
+    """
+    layers: list[dict] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(tokens):
+        name, eq, inline = tokens[i].partition("=")
+        if name in ("--config", "--mark.kind") and (eq or i + 1 < len(tokens)):
+            value = inline if eq else tokens[i + 1]
+            i += 1 if eq else 2
+            if name == "--config":
+                data = load_settings_file(value)
+                layers.append(unflatten(data, value) if takes_watermark else data)
+            else:
+                layers.append({"mark": {"kind": value}})
+            continue
+        rest.append(tokens[i])
+        i += 1
+    kind, start = next(iter(MARK_KINDS)), 0
+    for n, layer in enumerate(layers if takes_watermark else []):
+        mark = layer.get("mark")
+        if isinstance(mark, dict) and mark.get("kind", kind) != kind:
+            kind, start = mark["kind"], n
+    if kind not in MARK_KINDS:
+        raise ValueError(f"mark.kind must be one of {list(MARK_KINDS)}, not {kind!r}")
+    if takes_watermark:
+        layers = [
+            {k: v for k, v in layer.items() if k != "mark"} if n < start else layer
+            for n, layer in enumerate(layers)
+        ]
+    return layers, kind, rest

@@ -235,7 +235,7 @@ def prompts(
 if __name__ == "__main__":
     import sys
 
-    from ..commandline import call
+    from ..console import call
 
     command = {"export": export, "prompts": prompts}.get(sys.argv[1] if len(sys.argv) > 1 else "")
     if command is None:

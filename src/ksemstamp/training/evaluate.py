@@ -291,6 +291,6 @@ def agreement(
 
 
 if __name__ == "__main__":
-    from ..commandline import call
+    from ..console import call
 
     raise SystemExit(call(agreement, sys.argv[1:], "python -m ksemstamp.training.evaluate"))

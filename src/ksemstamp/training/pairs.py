@@ -278,6 +278,6 @@ def pairs(
 
 
 if __name__ == "__main__":
-    from ..commandline import call
+    from ..console import call
 
     raise SystemExit(call(pairs, sys.argv[1:], "python -m ksemstamp.training.pairs"))
