@@ -1,39 +1,29 @@
 """The settings of a watermark: small typed groups, each field documented once with its default.
 
-``WatermarkSettings`` is what generation and detection are built from (``builders``). Its groups:
+``WatermarkSettings`` is what generation and detection are built from (``builders``): the
+groups ``model`` (generator, encoder, device), ``partition`` (the regions), ``mark`` (what the
+key asks of a sentence: ``DirectionSettings``, the default, or ``RegionSettings``, the paper's,
+chosen by ``kind``, each with only its own fields), ``search`` (how a sentence's candidates are
+drawn and pruned), ``sampling``, ``detection`` and ``limits``, and three fields of its own:
+``key``, ``allow_weak_key``, ``chat``. Paper values are the defaults where the paper gives one
+and this project has not measured better (research/study, research/order).
 
-* ``model``: the generator, the sentence encoder and where they run (``ModelSettings``);
-* ``partition``: how the encoder's space is cut into regions (``PartitionSettings``);
-* ``mark``: what the key asks of a sentence, a choice by ``kind``: ``DirectionSettings`` (the
-  default) or ``RegionSettings`` (k-SemStamp's and SemStamp's rule), each with its own fields;
-* ``search``: how the candidates of a sentence are drawn, and pruned (``SearchSettings``);
-* ``sampling``: how the LM samples a candidate (``SamplingSettings``);
-* ``detection``: the p-value and the level a text is called watermarked at
-  (``DetectionSettings``);
-* ``limits``: how much of a prompt or a text is read (``LimitSettings``);
-
-and three fields of its own: ``key``, ``allow_weak_key`` and ``chat``. Paper values are the
-defaults where the paper gives one and this project has not measured better (the mark,
-``search.max_candidates`` and the partition's K are this project's: research/study,
-research/order).
-
-Every default lives here and nowhere else: the classes the builders make take these groups
-(``Watermarker``, the samplers, ``WatermarkScheme``) or default each argument to the field it
-stands for (``Detector``, the marks, ``PruneRule``); ``tests/test_settings.py`` checks that no
-public constructor's default differs. A settings file mirrors the groups
-(``configs/ksemstamp.yaml``: ``search: {max_candidates: 32}``) and the command line spells
-them ``--search.max_candidates 32``; how files are read and layered, and the flat spelling of
-earlier releases, is ``settings_files``.
-"""
+Every default lives here and nowhere else: the classes the builders make take these groups or
+default each argument to the field it stands for, and ``tests/test_settings.py`` checks that
+no public constructor's default differs. A settings file mirrors the groups
+(``configs/ksemstamp.yaml``: ``search: {max_candidates: 32}``), a flag spells a field
+``--search.max_candidates 32``; reading and layering files, and the flat spelling of earlier
+releases, is ``settings_files``."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal
 
 from .assets import DEFAULT_ENCODER, DEFAULT_LM
+from .settings_checks import SettingsError, at_least, check
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout's root (relative settings paths are tried against it); not used to find data."""
@@ -55,40 +45,6 @@ Strategy = Literal["batched", "sequential"]
 Statistic = Literal["exact", "paper"]
 
 
-class SettingsError(ValueError):
-    """Settings that cannot be used; ``problems`` lists each, one a line, each starting with the
-    name of the field it is about."""
-
-    def __init__(self, title: str, problems: list[str]) -> None:
-        super().__init__(f"{title}:\n  " + "\n  ".join(problems))
-        self.problems = problems
-
-
-def _check(group: object, problems: list[str]) -> None:
-    """Raise ``SettingsError`` with ``problems`` and every ``Literal`` field of ``group`` whose
-    value is not one of its choices."""
-    hints = get_type_hints(type(group))
-    for f in reversed(dataclasses.fields(group)):
-        choices = get_args(hints[f.name]) if get_origin(hints[f.name]) is Literal else ()
-        value = getattr(group, f.name)
-        if choices and value not in choices:
-            problems.insert(0, f"{f.name} must be one of {list(choices)}, not {value!r}")
-    if problems:
-        raise SettingsError(f"invalid {type(group).__name__}", problems)
-
-
-def _at_least(group: object, bound: int, *names: str, optional: bool = False) -> list[str]:
-    """The problems of the fields ``names`` of ``group`` below ``bound`` (``None`` passes when
-    ``optional``)."""
-    problems = []
-    for name in names:
-        value = getattr(group, name)
-        if not (optional and value is None) and value < bound:
-            tail = " or null" if optional else ""
-            problems.append(f"{name} must be >= {bound}{tail}, got {value}")
-    return problems
-
-
 @dataclass
 class ModelSettings:
     """The generator, the sentence encoder, and where they run."""
@@ -97,14 +53,12 @@ class ModelSettings:
     """Generator: offline alias, local folder, ``.gguf`` file or Hub id (paper: OPT-1.3B). The
     builders also take a loaded model and tokenizer (``build_watermarker(lm=...)``)."""
     lm_dtype: LmDtype = "auto"
-    """Generator weights: ``fp32``; ``bf16``; ``int8`` (dynamic int8 attention and output head,
-    CPU only); or ``auto``: ``bf16`` where the device computes bfloat16 natively (a CPU with
-    AVX512-BF16/AMX, a CUDA GPU that supports it), else ``fp32``. On 24 held-out prompts bf16
-    read human news as fp32 does and its watermarked texts were detected as often within noise
-    (``benchmarks/results/levers-quality.json``). ``int8`` is faster on a CPU without bf16 and
-    kept the test's power, but raised the LM's perplexity on held-out human news by 10%
-    (``levers-quality-int8.json``), so ``auto`` never picks it. The evaluation's figures were
-    made in ``fp32``. Outputs differ between formats: pin one to reproduce a text exactly."""
+    """Generator weights: ``fp32``, ``bf16``, ``int8`` (dynamic int8 attention and output head,
+    CPU only) or ``auto``: ``bf16`` where the device computes bfloat16 natively, else ``fp32``.
+    bf16 read human news as fp32 does and was detected as often; ``int8`` kept the test's power
+    but raised perplexity by 10%, so ``auto`` never picks it
+    (``benchmarks/results/levers-quality*.json``). Outputs differ between formats: pin one to
+    reproduce a text exactly (the evaluation's figures are ``fp32``)."""
     encoder: str = DEFAULT_ENCODER
     """Sentence encoder: offline alias, local folder or Hub id (paper: a fine-tuned
     all-mpnet-base-v1). The builders also take a loaded ``SentenceTransformer``."""
@@ -121,7 +75,7 @@ class ModelSettings:
     shared with other jobs, where threads waiting on busy cores slow every job down."""
 
     def __post_init__(self) -> None:
-        _check(self, _at_least(self, 1, "threads", optional=True))
+        check(self, at_least(self, 1, "threads", optional=True))
 
 
 @dataclass
@@ -142,7 +96,7 @@ class PartitionSettings:
     """``lsh``: seed of the hyperplanes."""
 
     def __post_init__(self) -> None:
-        _check(self, _at_least(self, 1, "lsh_bits"))
+        check(self, at_least(self, 1, "lsh_bits"))
 
 
 @dataclass
@@ -159,13 +113,11 @@ class DirectionSettings:
     human text; ``previous``: the sentence before it (the chained design,
     ``configs/ksemstamp-chained.yaml``)."""
     context_temperature: float = 0.1
-    """``0`` takes the context region's direction alone; ``tau > 0`` the sum of every region's
-    direction weighted by a softmax of the context sentence's cosine similarity to the centroids
-    over ``tau``, so that a paraphrase which moves that sentence across a border changes the
-    direction a little instead of entirely (see ``scheme``). 0.1 with ``context: own`` kept the
-    most evidence over the design study's edits and paraphrases (``research/order``); 0.05 with
-    ``previous``. Soft weights need centroids: under ``partition.kind: lsh`` a sentence is
-    scored on its context's region (``0``)."""
+    """``0``: the context region's direction alone; ``tau > 0``: every region's direction
+    weighted by a softmax of the context's cosines to the centroids over ``tau``, so that a
+    paraphrase across a border changes the direction a little, not entirely (``scheme``). 0.1
+    with ``own`` kept the most evidence in the design study (``research/order``); 0.05 with
+    ``previous``. Under ``partition.kind: lsh`` (no centroids) it is ``0``."""
     whiten: int = 64
     """With centroids: this many of the domain's top principal components (stored in the
     centroid file) are projected out of what is scored. Sentences on one topic share those
@@ -190,10 +142,10 @@ class DirectionSettings:
     whole text's (``detection.scan``)."""
 
     def __post_init__(self) -> None:
-        problems = _at_least(self, 0, "whiten")
+        problems = at_least(self, 0, "whiten")
         if self.context_temperature < 0:
             problems.append(f"context_temperature must be >= 0, got {self.context_temperature}")
-        _check(self, problems)
+        check(self, problems)
 
 
 @dataclass
@@ -218,13 +170,13 @@ class RegionSettings:
     ``None`` keeps the margin to ``search.max_candidates`` (the paper's rule)."""
 
     def __post_init__(self) -> None:
-        problems = _at_least(self, 0, "novelty_patience")
-        problems += _at_least(self, 0, "margin_patience", optional=True)
+        problems = at_least(self, 0, "novelty_patience")
+        problems += at_least(self, 0, "margin_patience", optional=True)
         if not 0 < self.gamma < 1:
             problems.append(f"gamma must be in (0, 1), got {self.gamma}")
         if self.margin < 0:
             problems.append(f"margin must be >= 0, got {self.margin}")
-        _check(self, problems)
+        check(self, problems)
 
 
 MarkSettings = DirectionSettings | RegionSettings
@@ -270,16 +222,16 @@ class SearchSettings:
     """Prompts generated together in one batch."""
 
     def __post_init__(self) -> None:
-        problems = _at_least(self, 1, "max_candidates", "candidate_batch", "prune_keep")
-        problems += _at_least(self, 1, "prompt_batch")
-        problems += _at_least(self, 1, "prune_tokens", optional=True)
+        problems = at_least(self, 1, "max_candidates", "candidate_batch", "prune_keep")
+        problems += at_least(self, 1, "prompt_batch")
+        problems += at_least(self, 1, "prune_tokens", optional=True)
         if self.prune_margin is not None and self.prune_margin < 0:
             problems.append(f"prune_margin must be >= 0 or null, got {self.prune_margin}")
         if self.sentence_time_budget is not None and self.sentence_time_budget <= 0:
             problems.append(
                 f"sentence_time_budget must be > 0 or null, got {self.sentence_time_budget}"
             )
-        _check(self, problems)
+        check(self, problems)
 
 
 @dataclass
@@ -306,15 +258,15 @@ class SamplingSettings:
     that record). The evaluation, the golden tests and the benchmarks set theirs."""
 
     def __post_init__(self) -> None:
-        problems = _at_least(self, 0, "top_k")
-        problems += _at_least(self, 1, "max_new_tokens", "max_sentence_tokens")
+        problems = at_least(self, 0, "top_k")
+        problems += at_least(self, 1, "max_new_tokens", "max_sentence_tokens")
         if self.temperature <= 0:
             problems.append(f"temperature must be > 0, got {self.temperature}")
         if self.repetition_penalty <= 0:
             problems.append(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if not 0 < self.top_p <= 1:
             problems.append(f"top_p must be in (0, 1], got {self.top_p}")
-        _check(self, problems)
+        check(self, problems)
 
 
 @dataclass
@@ -329,7 +281,7 @@ class DetectionSettings:
 
     def __post_init__(self) -> None:
         problems = [] if 0 < self.alpha < 1 else [f"alpha must be in (0, 1), got {self.alpha}"]
-        _check(self, problems)
+        check(self, problems)
 
 
 @dataclass
@@ -347,8 +299,8 @@ class LimitSettings:
     page (``serve``) takes the same limit unless given ``--max_chars``."""
 
     def __post_init__(self) -> None:
-        problems = _at_least(self, 1, "max_text_chars")
-        _check(self, problems + _at_least(self, 1, "max_prompt_tokens", optional=True))
+        problems = at_least(self, 1, "max_text_chars")
+        check(self, problems + at_least(self, 1, "max_prompt_tokens", optional=True))
 
 
 def merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:

@@ -59,7 +59,7 @@ from .prompt_set import (  # noqa: F401  (re-exported: the prompt rules' former 
     split_article,
 )
 from .report import LABELS, markdown_table, plot_roc, statistic_label
-from .scoring import MISSING_SCORE, exact_score, flagged_at_alpha, generation_stats, roc_score
+from .scoring import MISSING_SCORE, detection_entry, generation_stats
 from .settings import FIXED_SETTINGS, EvalSettings, same_overrides
 
 logger = logging.getLogger(__name__)
@@ -337,10 +337,6 @@ class Run:
 def run_evaluation(settings: EvalSettings, progress: bool = True) -> dict:
     """Run (or resume) every stage and write ``results.json``, ``results.md`` and ``roc.png``
     (``progress``: progress bars)."""
-
-    from .edit_stage import edit_stage
-    from .metrics import detection_metrics, ngram_entropy, semantic_entropy
-    from .rewrite import attack_summary
     from .size import size_stage
 
     run = Run(settings, progress)
@@ -360,87 +356,79 @@ def run_evaluation(settings: EvalSettings, progress: bool = True) -> dict:
         "size": {},
     }
     generations = {a: run.generate(a, prompts) for a in settings.algorithms}
-
-    def quality_of(name: str, texts: dict[str, str], extra: dict) -> dict:
-        scores = run.quality(name, texts, prompt_of)
-        ppl = [s["perplexity"] for s in scores.values() if s["perplexity"] is not None]
-        emb = np.array([s["embedding"] for s in scores.values() if s["embedding"]])
-        sem, k = semantic_entropy(emb, settings.sem_ent_k, settings.seed) if len(emb) else (0.0, 0)
-        return {
-            "texts": len(texts),
-            "perplexity": float(np.mean(ppl)) if ppl else None,
-            # The mean is what papers report; one degenerate text can dominate it.
-            "perplexity_median": float(np.median(ppl)) if ppl else None,
-            "ent3": ngram_entropy(list(texts.values()), 3),
-            "sem_ent": sem,
-            "sem_ent_k": k,
-            **extra,
-        }
-
     for algorithm in settings.algorithms:
         gens = {i: g for i, g in generations[algorithm].items() if g.get("status") == "ok"}
         texts = {i: g["text"] for i, g in gens.items()}
-        results["quality"][algorithm] = quality_of(
-            algorithm, texts, generation_stats(gens.values())
-        )
+        stats = generation_stats(gens.values())
+        results["quality"][algorithm] = _quality(run, algorithm, texts, prompt_of, stats)
         if algorithm not in WATERMARKED:
             continue
         negatives = run.detect(algorithm, "human", {i: human[i] for i in texts}, prompt_of)
         # The sentence schemes' exact p-value also ranks the texts (KGW's p is z's normal tail).
-        rank_by_exact = (
-            algorithm != "kgw"
-            and settings.watermark_config(algorithm).detection.statistic == "exact"
-        )
+        cfg = settings.watermark_config(algorithm)
+        rank_by_exact = algorithm != "kgw" and cfg.detection.statistic == "exact"
         per_attack: dict[str, Any] = {}
-        variants = {"none": (texts, None)}
-        stored: dict[str, dict[str, dict]] = {}
-        for spec in settings.attacks:
-            source = stored[spec["source"]] if "source" in spec else None
-            attacked = stored[spec["name"]] = run.attack(algorithm, spec, gens, source)
-            variants[spec["name"]] = ({i: a["text"] for i, a in attacked.items()}, attacked)
-        # Edits without a language model (edit_stage): detected like the attacked texts.
-        for name, edited in edit_stage(run, algorithm, texts, prompts).items():
-            variants[name] = ({i: e["text"] for i, e in edited.items()}, None)
-        for name, (variant, attacked) in variants.items():
+        for name, (variant, attacked) in _variants(run, algorithm, gens, prompts).items():
             positives = run.detect(algorithm, name, variant, prompt_of)
-            ids = sorted(positives)
-            scores = [roc_score(positives[i]) for i in ids] + [
-                roc_score(negatives[i]) for i in sorted(negatives)
-            ]
-            labels = [1] * len(ids) + [0] * len(negatives)
-            if not ids or not negatives:
+            if not positives or not negatives:
                 # Every generation failed (see the generation records): nothing to rank.
                 logger.warning("%s/%s: no positives or no negatives", algorithm, name)
                 continue
-            entry = detection_metrics(scores, labels)
-            entry["kind"] = "none" if name == "none" else "edit" if attacked is None else "attack"
-            if rank_by_exact:
-                exact = [exact_score(positives[i]) for i in ids] + [
-                    exact_score(negatives[i]) for i in sorted(negatives)
-                ]
-                entry["exact"] = {
-                    k: v for k, v in detection_metrics(exact, labels).items() if k != "roc"
-                }
-            # Every algorithm decided by its own p-value (labelled in results["statistics"]).
-            entry["at_alpha"] = flagged_at_alpha(
-                [positives[i] for i in ids], [negatives[i] for i in sorted(negatives)]
-            )
-            if attacked is not None:
-                entry.update(attack_summary(list(attacked.values())))
-            per_attack[name] = entry
+            per_attack[name] = detection_entry(name, positives, negatives, attacked, rank_by_exact)
         results["detection"][algorithm] = per_attack
-        cfg = settings.watermark_config(algorithm)
         scan = cfg.mark.kind == "direction" and cfg.mark.scan
         results["statistics"][algorithm] = statistic_label(
             algorithm, cfg.mark.kind, cfg.detection.statistic, scan
         )
         results["size"][algorithm] = size_stage(run, algorithm, texts, prompt_of)
-    results["quality"]["human"] = quality_of("human", human, {})
+    results["quality"]["human"] = _quality(run, "human", human, prompt_of, {})
 
     write_json_atomic(run.root / "results.json", results)
     write_text_atomic(run.root / "results.md", markdown_table(results))
     plot_roc(results, run.root / "roc.png")
     return results
+
+
+def _quality(
+    run: Run, name: str, texts: dict[str, str], prompt_of: dict[str, str], extra: dict
+) -> dict[str, Any]:
+    """The oracle's perplexity, Ent-3 and Sem-Ent of ``texts``, with ``extra`` beside them."""
+    from .metrics import ngram_entropy, semantic_entropy
+
+    settings = run.settings
+    scores = run.quality(name, texts, prompt_of)
+    ppl = [s["perplexity"] for s in scores.values() if s["perplexity"] is not None]
+    emb = np.array([s["embedding"] for s in scores.values() if s["embedding"]])
+    sem, k = semantic_entropy(emb, settings.sem_ent_k, settings.seed) if len(emb) else (0.0, 0)
+    return {
+        "texts": len(texts),
+        "perplexity": float(np.mean(ppl)) if ppl else None,
+        # The mean is what papers report; one degenerate text can dominate it.
+        "perplexity_median": float(np.median(ppl)) if ppl else None,
+        "ent3": ngram_entropy(list(texts.values()), 3),
+        "sem_ent": sem,
+        "sem_ent_k": k,
+        **extra,
+    }
+
+
+def _variants(
+    run: Run, algorithm: str, gens: dict[str, dict], prompts: list[dict]
+) -> dict[str, tuple[dict[str, str], dict[str, dict] | None]]:
+    """The texts each variant holds, by name: ``none`` (the generations), every attack (with
+    its records) and every edit without a language model (``edit_stage``, no records)."""
+    from .edit_stage import edit_stage
+
+    texts = {i: g["text"] for i, g in gens.items()}
+    variants: dict[str, tuple[dict[str, str], dict[str, dict] | None]] = {"none": (texts, None)}
+    stored: dict[str, dict[str, dict]] = {}
+    for spec in run.settings.attacks:
+        source = stored[spec["source"]] if "source" in spec else None
+        attacked = stored[spec["name"]] = run.attack(algorithm, spec, gens, source)
+        variants[spec["name"]] = ({i: a["text"] for i, a in attacked.items()}, attacked)
+    for name, edited in edit_stage(run, algorithm, texts, prompts).items():
+        variants[name] = ({i: e["text"] for i, e in edited.items()}, None)
+    return variants
 
 
 # ---------------------------------------------------------------------- command line

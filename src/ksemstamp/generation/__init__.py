@@ -2,6 +2,7 @@
 May import: ksemstamp core modules and text; never cli, builders, config, watermarker, detector or marks.
 
 * ``sampler``: ``CandidateSampler``, candidate sentences sampled many rows at a time;
+* ``batch``: a round's data and bookkeeping (candidates, group results, the live rows);
 * ``sequential``: the one-``generate``-call-per-candidate baseline with the same interface;
 * ``kvcache``: the prompt's key/value cache shared by a round's rows;
 * ``decoding``: the next-token logits of the sampling settings;
