@@ -124,7 +124,7 @@ def _scored_transitions(result: DetectionResult) -> set[tuple[int, int]]:
 
 def explanation(
     result: DetectionResult,
-    gamma: float,
+    gamma: float | None,
     alpha: float,
     mark: str = "region",
     soft_contexts: bool = False,
@@ -227,7 +227,7 @@ def detection_view(
     result: DetectionResult,
     text: str,
     *,
-    gamma: float,
+    gamma: float | None,
     alpha: float,
     valid_per_row: int,
     num_regions: int,
