@@ -39,7 +39,7 @@ def command_lines(path: Path) -> list[list[str]]:
             entry = next((w for w in words if w in ENTRIES or w.endswith("/ksemstamp")), None)
             argv = words[words.index(entry) + 1 :] if entry is not None else []
             # `train` is LightningCLI's (tests/test_training_fit.py); COMMAND is a placeholder.
-            if argv and argv[0] not in ("train", "COMMAND"):
+            if argv and argv[0] not in ("train", "COMMAND", "--help"):
                 lines.append(argv)
     return lines
 
