@@ -61,7 +61,6 @@ def load_centroids(cfg: WatermarkConfig):
 
 def build_scheme(cfg: WatermarkConfig, encoder=None):
     """Encoder + partition + keyed table, checked for consistency (no LM needed)."""
-    from .assets import encoder_fingerprint
     from .keys import check_key, resolve_key
     from .partition import KMeansPartition, LSHPartition
     from .scheme import WatermarkScheme
@@ -73,11 +72,14 @@ def build_scheme(cfg: WatermarkConfig, encoder=None):
     if key is not None:
         check_key(key, cfg.allow_weak_key)
     fitted = load_centroids(cfg) if cfg.partition == "kmeans" else None
-    encoder = encoder if encoder is not None else load_scheme_encoder(cfg)
+    given = encoder is not None
+    encoder = encoder if given else load_scheme_encoder(cfg)
     transition = center = components = None
     direction = cfg.mark == "direction"
     if fitted is not None:
-        fitted.check_encoder(encoder_fingerprint(encoder), cfg.checkpoint or cfg.encoder)
+        # Checked against the file's fingerprint; a file that carries an adapter adapts the
+        # encoder (a copy of one the caller passed in).
+        encoder = fitted.adapted(encoder, cfg.checkpoint or cfg.encoder, copy=given)
         partition = KMeansPartition(fitted.centroids, cfg.margin)
         transition = fitted.transition
         center = fitted.mean
