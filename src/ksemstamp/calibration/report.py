@@ -68,6 +68,7 @@ def render_report(result: dict[str, Any]) -> str:
                 f"- `{stat}` at nominal {a}: {_pct(f['mean'])} of {overall['texts']} human texts "
                 f"flagged (sd over keys {_pct(f['sd'])}, worst key {_pct(f['max'])})."
             )
+    lines += _group_lines(result.get("groups", {}))
     for name, p in result["power"].items():
         for stat in stats:
             tpr = p[stat]["tpr_at_alpha"].get("0.01")
@@ -233,6 +234,24 @@ def render_report(result: dict[str, Any]) -> str:
         lines.append(f"| {stat} | " + " | ".join(cells) + " |")
     lines.append("")
     return "\n".join(lines)
+
+
+def _group_lines(groups: dict[str, Any]) -> list[str]:
+    """Headline lines on false positives by group (``summary.group_rates``)."""
+    lines = []
+    for alpha, g in groups.items():
+        if not g.get("groups"):
+            continue
+        lines.append(
+            f"- by group at nominal {alpha} ({g['groups']} documents, speeches or accounts of at "
+            f"least {g['min_size']} texts, {g['texts']} texts): the most any group had flagged "
+            f"under one key is {_pct(g['largest_share'])} ({g['largest_group']}, "
+            f"{g['largest_group_texts']} texts, key {g['largest_key']}); "
+            f"{g['cells_above_15pct']} of {g['cells']} (group, key) cells above 15%. Were the "
+            f"group's texts independent, so many flagged would happen with probability "
+            f"{g['independent_tail']:.2g}."
+        )
+    return lines
 
 
 def _stats(result: dict[str, Any]) -> list[str]:
