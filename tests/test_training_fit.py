@@ -250,7 +250,7 @@ def test_training_step_adds_the_weighted_region_term(monkeypatch):
         EncoderModule(val_kmeans_sentences=0, region_weight=1.0)
 
 
-@pytest.mark.parametrize("layer", ["news-ddp-cpu.yaml", "news-region.yaml"])
+@pytest.mark.parametrize("layer", ["news-ddp-cpu.yaml", "news-region.yaml", "news-kernel.yaml"])
 def test_training_config_layers_parse(layer, capsys):
     # --print_config parses and validates every key against the classes' signatures, then exits.
     with pytest.raises(SystemExit) as exit_info:
@@ -261,6 +261,10 @@ def test_training_config_layers_parse(layer, capsys):
     if layer == "news-region.yaml":
         assert printed["model"]["region_weight"] == 0.2
         assert len(printed["data"]["train_file"]) == 3
+    if layer == "news-kernel.yaml":
+        # The model's objective is linked to the data module's (which then batches windows).
+        assert printed["model"]["objective"] == "kernel" and "objective" not in printed["data"]
+        assert printed["model"]["adapter_rank"] == 8
 
 
 def test_warmup_factor_against_transformers_schedule():
