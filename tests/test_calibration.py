@@ -350,3 +350,21 @@ def test_direction_calibration_runs_without_models(hash_encoder, tmp_path):
     paths = write_outputs(result, tmp_path)
     assert "direction" in paths["report"].read_text()
     assert "windowed scan" in paths["report"].read_text()
+
+
+def test_group_rates_find_the_group_a_key_flags_together():
+    from ksemstamp.calibration.summary import group_rates
+
+    groups = ["a"] * 20 + ["b"] * 25 + ["c"] * 5
+    flat = np.full(50, 0.5)
+    clustered = flat.copy()
+    clustered[20:26] = 0.001  # six of group b's texts under the second key
+    per_key = [{"exact": flat}, {"exact": clustered}]
+    out = group_rates(per_key, groups, 0.01)
+    assert out["groups"] == 2 and out["texts"] == 45  # c is too small to judge
+    assert out["largest_group"] == "b" and out["largest_key"] == 1
+    assert out["largest_share"] == pytest.approx(6 / 25) and out["cells_above_15pct"] == 1
+    assert out["independent_tail"] < 1e-6
+    assert group_rates(per_key, ["x"] * 50, 0.01, min_size=60) == {
+        "min_size": 60, "alpha": 0.01, "groups": 0
+    }  # fmt: skip

@@ -250,7 +250,7 @@ def test_training_step_adds_the_weighted_region_term(monkeypatch):
         EncoderModule(val_kmeans_sentences=0, region_weight=1.0)
 
 
-@pytest.mark.parametrize("layer", ["news-ddp-cpu.yaml", "news-region.yaml"])
+@pytest.mark.parametrize("layer", ["news-ddp-cpu.yaml", "news-region.yaml", "news-kernel.yaml"])
 def test_training_config_layers_parse(layer, capsys):
     # --print_config parses and validates every key against the classes' signatures, then exits.
     with pytest.raises(SystemExit) as exit_info:
@@ -261,12 +261,16 @@ def test_training_config_layers_parse(layer, capsys):
     if layer == "news-region.yaml":
         assert printed["model"]["region_weight"] == 0.2
         assert len(printed["data"]["train_file"]) == 3
+    if layer == "news-kernel.yaml":
+        # The model's objective is linked to the data module's (which then batches windows).
+        assert printed["model"]["objective"] == "kernel" and "objective" not in printed["data"]
+        assert printed["model"]["adapter_rank"] == 8
 
 
 def test_warmup_factor_against_transformers_schedule():
     from transformers import get_linear_schedule_with_warmup
 
-    from ksemstamp.training.module import warmup_factor
+    from ksemstamp.training.optim import warmup_factor
 
     warmup, total = 4, 20
     ours = [warmup_factor(s, warmup, total) for s in range(total + 1)]
@@ -354,3 +358,89 @@ def test_fit_without_a_logger(tmp_path):
     assert cli.trainer.logger is None and cli.trainer.global_step == 2
     assert (tmp_path / "run" / "final.ckpt").exists()
     assert not (tmp_path / "run" / "logs").exists()
+
+
+def make_units(tmp_path: Path) -> Path:
+    """Windows of two sentences from the pairs, with a paraphrase unit and a merge unit each."""
+    path = tmp_path / "units.jsonl"
+    with path.open("w") as f:
+        for i in range(0, len(PAIRS), 2):
+            (t1, p1), (t2, p2) = PAIRS[i], PAIRS[i + 1]
+            units = [
+                {"a": [t1], "b": [p1], "method": "lm"},
+                {"a": [t2], "b": [p2], "method": "lm"},
+            ]
+            if i % 4 == 0:  # windows of two and of three units
+                merged = t1.rstrip(".") + ", and " + t2[0].lower() + t2[1:]
+                units.append({"a": [t1, t2], "b": [merged], "method": "merge"})
+            f.write(json.dumps({"id": str(i), "sentences": [t1, t2], "units": units}) + "\n")
+    return path
+
+
+@pytest.mark.e2e
+def test_kernel_objective_with_an_adapter_ships_in_the_centroid_file(tmp_path):
+    from ksemstamp.builders import build_detector, build_scheme
+    from ksemstamp.settings import WatermarkSettings
+
+    units = make_units(tmp_path)
+    config = make_config(tmp_path)
+    fit(
+        config,
+        "--model.objective=kernel",
+        "--model.adapter_rank=4",
+        "--model.lr=1e-3",
+        f"--data.train_file={units}",
+        f"--data.val_file={units}",
+        "--data.batch_size=2",
+    )
+    metrics = logged_metrics(tmp_path)
+    assert metrics["val/retention"] and all(-1 <= v <= 1 for v in metrics["val/retention"])
+    assert "train/retention" in metrics
+    saved = CentroidFile.load(tmp_path / "centroids.pt")
+    # The file names the base encoder and carries the adapter that trained it.
+    assert saved.encoder == "all-minilm-l6-v2" and saved.adapter is not None
+    base = load_encoder("all-minilm-l6-v2")
+    assert saved.encoder_fingerprint == encoder_fingerprint(base)
+    scheme = build_scheme(
+        WatermarkSettings.from_dict(
+            {"partition": {"centroids": str(tmp_path / "centroids.pt")}, "key": "k"}
+        )
+    )
+    exported = load_encoder(str(tmp_path / "encoder"))  # the merged weights, as a folder
+    texts = ["The council met on Monday.", "Floods hit the north after heavy rain."]
+    ours = scheme.embed(texts)
+    theirs = torch.nn.functional.normalize(exported.encode(texts, convert_to_tensor=True), dim=-1)
+    assert torch.allclose(ours, theirs, atol=1e-5)
+    untrained = torch.nn.functional.normalize(base.encode(texts, convert_to_tensor=True), dim=-1)
+    assert not torch.allclose(ours, untrained, atol=1e-4)
+    text = " ".join(PAIRS[0])
+    result = build_detector(WatermarkSettings.from_dict({"key": "k"}), scheme).detect(text)
+    assert result.status == "ok"
+    # The final checkpoint gives the same scheme.
+    from_ckpt = build_scheme(
+        WatermarkSettings.from_dict(
+            {"model": {"checkpoint": str(tmp_path / "run" / "final.ckpt")}, "key": "k"}
+        )
+    )
+    assert torch.allclose(from_ckpt.embed(texts), ours, atol=1e-5)
+    again = build_detector(WatermarkSettings.from_dict({"key": "k"}), from_ckpt).detect(text)
+    assert again.z_score == pytest.approx(result.z_score, abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_ddp_spawn_kernel_objective_gathers_columns_of_unequal_size(tmp_path):
+    # Two processes, windows of different unit counts per rank: each pads its columns to the
+    # largest before the gather and trains on every rank's positives and sentences.
+    units = make_units(tmp_path)
+    fit(
+        make_config(tmp_path, devices=2),
+        "--model.objective=kernel",
+        "--model.adapter_rank=2",
+        f"--data.train_file={units}",
+        f"--data.val_file={units}",
+        "--data.batch_size=2",
+    )
+    saved = CentroidFile.load(tmp_path / "centroids.pt")
+    assert saved.adapter is not None and saved.adapter["rank"] == 2
+    assert logged_metrics(tmp_path)["val/retention"]

@@ -311,8 +311,13 @@ def encoder_fingerprint(encoder) -> str:
     on, so detection compares this fingerprint before using them. Hashing every parameter of a
     small encoder takes well under a second.
     """
+    return state_fingerprint(encoder.state_dict())
+
+
+def state_fingerprint(state: dict) -> str:
+    """The ``encoder_fingerprint`` of a state dict."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(encoder.state_dict().items()):
+    for name, tensor in sorted(state.items()):
         digest.update(name.encode())
         digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return digest.hexdigest()[:16]

@@ -75,7 +75,6 @@ def load_centroids(settings: WatermarkSettings):
 def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkScheme:
     """Encoder + partition + key + mark, checked for consistency (no LM needed). ``encoder``: a
     loaded sentence encoder or a name (default: the settings')."""
-    from .assets import encoder_fingerprint
     from .keys import check_key, resolve_key
     from .partition import KMeansPartition, LSHPartition
     from .scheme import WatermarkScheme
@@ -92,13 +91,16 @@ def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkS
         check_key(key, settings.allow_weak_key)
     kmeans = settings.partition.kind == "kmeans"
     fitted = load_centroids(settings) if kmeans else None
+    given = encoder is not None and not isinstance(encoder, str)
     encoder = load_scheme_encoder(settings, encoder)
     # The margin is the region mark's; the direction mark does not read it.
     margin = 0.0 if direction else mark.margin
     transition = center = components = None
     if fitted is not None:
+        # Checked against the file's fingerprint; a file that carries an adapter adapts the
+        # encoder (a copy of one the caller passed in).
         name = settings.model.checkpoint or settings.model.encoder
-        fitted.check_encoder(encoder_fingerprint(encoder), name)
+        encoder = fitted.adapted(encoder, name, copy=given)
         partition = KMeansPartition(fitted.centroids, margin)
         transition, center = fitted.transition, fitted.mean
         if direction and mark.whiten:

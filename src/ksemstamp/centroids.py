@@ -64,6 +64,10 @@ class CentroidFile:
     settings: dict = field(default_factory=dict)
     mean: Tensor | None = None
     components: Tensor | None = None
+    adapter: dict | None = None
+    """Adapters (``ksemstamp.adapter``) that turn the encoder named here, whose fingerprint is
+    ``encoder_fingerprint``, into the one the centroids belong to; ``None``: the encoder as
+    it is."""
 
     @property
     def num_regions(self) -> int:
@@ -83,6 +87,8 @@ class CentroidFile:
             payload["mean"] = self.mean.float().cpu()
         if self.components is not None:
             payload["components"] = self.components.float().cpu()
+        if self.adapter is not None:
+            payload["adapter"] = self.adapter
         return payload
 
     @classmethod
@@ -98,6 +104,7 @@ class CentroidFile:
             settings=payload.get("settings", {}),
             mean=payload.get("mean"),
             components=payload.get("components"),
+            adapter=payload.get("adapter"),
         )
 
     def save(self, path: str | Path) -> None:
@@ -151,6 +158,26 @@ class CentroidFile:
             f"{origin} lacks {' and '.join(missing)}, which the {mark} mark needs; refit the "
             f"centroids (`{refit}`) and use the new file"
         )
+
+    def adapted(self, encoder, spec: str = "", copy: bool = False):
+        """The encoder these centroids belong to, made from ``encoder``: checked against the
+        recorded fingerprint, then (when the file carries an adapter) with the adapter merged
+        into its weights; ``copy`` adapts a copy and leaves ``encoder`` as it is. An encoder
+        this file has adapted already is returned as it is."""
+        from .adapter import adapter_id, load_adapter
+        from .assets import encoder_fingerprint
+
+        if self.adapter is None:
+            self.check_encoder(encoder_fingerprint(encoder), spec)
+            return encoder
+        if getattr(encoder, "ksemstamp_adapter", None) == adapter_id(self.adapter):
+            return encoder
+        self.check_encoder(encoder_fingerprint(encoder), spec)
+        if copy:
+            import copy as copying
+
+            encoder = copying.deepcopy(encoder)
+        return load_adapter(encoder, self.adapter)
 
     def check_encoder(self, fingerprint: str, spec: str = "") -> None:
         """Raise ``CentroidMismatchError`` unless the centroids belong to this encoder."""

@@ -105,4 +105,14 @@ def load_checkpoint_encoder(
             f"{path}: the encoder rebuilt from it has fingerprint {encoder_fingerprint(encoder)}, "
             f"but the checkpoint records {recorded}; was it written by another version?"
         )
+    if module.hparams.adapter_rank:
+        # Trained with adapters: merged into plain layers, and marked as adapted by the
+        # checkpoint's own adapter, which its centroid file carries.
+        from .adapter import adapter_id, adapter_payload, merge_adapters
+
+        payload = adapter_payload(
+            encoder, module.hparams.adapter_rank, module.hparams.adapter_alpha
+        )
+        merge_adapters(encoder)
+        encoder.ksemstamp_adapter = adapter_id(payload)
     return encoder

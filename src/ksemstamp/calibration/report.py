@@ -76,7 +76,8 @@ def _head(result: dict[str, Any]) -> list[str]:
 
 
 def _headline(result: dict[str, Any]) -> list[str]:
-    """One line a statistic and alpha, and one per power measurement at 1%."""
+    """One line a statistic and alpha, the false positives by group, and one line per power
+    measurement at 1%."""
     null = result["null"]
     alphas = result["calibration"]["alphas"]
     stats = _stats(result)
@@ -89,6 +90,7 @@ def _headline(result: dict[str, Any]) -> list[str]:
                 f"- `{stat}` at nominal {a}: {_pct(f['mean'])} of {overall['texts']} human texts "
                 f"flagged (sd over keys {_pct(f['sd'])}, worst key {_pct(f['max'])})."
             )
+    lines += _group_lines(result.get("groups", {}))
     for name, p in result["power"].items():
         for stat in stats:
             tpr = p[stat]["tpr_at_alpha"].get("0.01")
@@ -294,6 +296,24 @@ def _configured_key(result: dict[str, Any]) -> list[str]:
     for stat in stats:
         cells = [_pct(conf["human_fpr"][stat][str(a)]) for a in alphas]
         lines.append(f"| {stat} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _group_lines(groups: dict[str, Any]) -> list[str]:
+    """Headline lines on false positives by group (``summary.group_rates``)."""
+    lines = []
+    for alpha, g in groups.items():
+        if not g.get("groups"):
+            continue
+        lines.append(
+            f"- by group at nominal {alpha} ({g['groups']} documents, speeches or accounts of at "
+            f"least {g['min_size']} texts, {g['texts']} texts): the most any group had flagged "
+            f"under one key is {_pct(g['largest_share'])} ({g['largest_group']}, "
+            f"{g['largest_group_texts']} texts, key {g['largest_key']}); "
+            f"{g['cells_above_15pct']} of {g['cells']} (group, key) cells above 15%. Were the "
+            f"group's texts independent, so many flagged would happen with probability "
+            f"{g['independent_tail']:.2g}."
+        )
     return lines
 
 

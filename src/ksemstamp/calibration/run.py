@@ -25,7 +25,7 @@ from .scoring import (
     simulate_watermarked,
     stats_of,
 )
-from .summary import power_summary, summarise_null
+from .summary import group_rates, power_summary, summarise_null
 
 ALPHAS = (0.001, 0.01, 0.05)
 
@@ -119,7 +119,13 @@ def run_calibration(
     scheme = with_cached_encoder(scheme, store)
     scan = scan and scheme.mark == "direction"
     human = score_texts(
-        scheme, [t.text for t in texts], [t.source for t in texts], progress=progress, scan=scan
+        scheme,
+        [t.text for t in texts],
+        [t.source for t in texts],
+        progress=progress,
+        scan=scan,
+        # The document, speech or account a text was cut from (its id less the piece number).
+        groups=[f"{t.source}:{t.doc_id.rsplit(':', 1)[0]}" for t in texts],
     )
     if len(human) == 0:
         raise ValueError("no human text could be scored; check the sources")
@@ -134,6 +140,7 @@ def run_calibration(
     sources = [s for s in settings.sources if len(human.select(s))]
     null = {s: summarise_null(per_key, human.select(s), settings.alphas) for s in sources}
     null["overall"] = summarise_null(per_key, np.arange(len(human)), settings.alphas)
+    by_group = {str(a): group_rates(per_key, human.groups, a) for a in settings.alphas}
 
     # Empirical-FPR thresholds for power come from the human news pieces when there are any.
     news = human.select("news")
@@ -180,6 +187,7 @@ def run_calibration(
         "sources": {s: _source_summary(human, s, available[s]) for s in sources},
         "texts_total": len(human),
         "null": null,
+        "groups": by_group,
         **_pooled_distribution(per_key),
         "configured_key": configured,
         "power": power,

@@ -60,6 +60,9 @@ class ScoredTexts:
     direction: DirectionSums | None = None
     scans: list[TextScan | None] | None = None
     """Direction mark with the scan: per text, what its scan needs (``None``: too short)."""
+    groups: list[str] | None = None
+    """Per text, the document, speech or account it was cut from (``score_texts``'s
+    ``groups``), for false positives that cluster by topic."""
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -121,12 +124,14 @@ def score_texts(
     progress: bool = False,
     batch: int = 256,
     scan: bool = False,
+    groups: Sequence[str] | None = None,
 ) -> ScoredTexts:
     """Run the detector's scoring rules once and keep each text's key-free transition counts.
 
     Regions, seeding by the prompt and the repeat rule are the detector's own scoring plans
     (``Detector.plan_batch``), which do not depend on the key. ``scan`` (direction mark): keep
-    what the detector's windowed detection needs too (``TextScan``).
+    what the detector's windowed detection needs too (``TextScan``). ``groups``: each text's
+    group, kept for the scored texts.
     """
     scheme = with_cached_encoder(scheme)
     prompts = list(prompts) if prompts is not None else [None] * len(texts)
@@ -139,7 +144,8 @@ def score_texts(
     k = scheme.num_regions
     direction = scheme.mark == "direction"
     size = 0 if direction else int(scheme.table[0].sum())
-    kept_labels, counts, num_scored, laws = [], [], [], []
+    kept_labels, kept_groups, counts, num_scored, laws = [], [], [], [], []
+    group_of = list(groups) if groups is not None else [""] * len(texts)
     rows_text, rows_context, rows_sum, variance = [], [], [], []
     scans: list[TextScan | None] = []
     too_short: dict[str, int] = {}
@@ -147,7 +153,7 @@ def score_texts(
     for start in range(0, len(texts), batch):
         chunk = slice(start, start + batch)
         plans = detector.plan_batch(list(texts[chunk]), prompts[chunk])
-        for label, plan in zip(labels[chunk], plans, strict=True):
+        for label, group, plan in zip(labels[chunk], group_of[chunk], plans, strict=True):
             bar.update()
             if plan.error is not None or plan.num_scored == 0:
                 too_short[label] = too_short.get(label, 0) + 1
@@ -167,6 +173,7 @@ def score_texts(
             else:
                 laws.append(null_count_pmf(matrix, size))
             kept_labels.append(label)
+            kept_groups.append(group)
             counts.append(matrix)
             num_scored.append(plan.num_scored)
     bar.close()
@@ -189,6 +196,7 @@ def score_texts(
         too_short=too_short,
         direction=sums_of,
         scans=scans if direction and scan else None,
+        groups=kept_groups if groups is not None else None,
     )
 
 

@@ -106,3 +106,55 @@ def power_summary(
             empirical[str(fpr)] = spread(rates)
         out[stat] = {"tpr_at_alpha": nominal, "tpr_at_empirical_fpr": empirical}
     return out
+
+
+def group_rates(
+    per_key: list[dict[str, np.ndarray]],
+    groups: Sequence[str],
+    alpha: float,
+    min_size: int = 20,
+    stat: str = "exact",
+) -> dict[str, Any]:
+    """False positives by group (a document, speech or account cut into several texts).
+
+    Texts of one group share a topic, and under one key their scores move together, so a key
+    can flag many of them at once even when the rate over all texts and keys is exact. For each
+    group of at least ``min_size`` texts and each key, the share flagged at ``alpha``; reported:
+    the largest share over groups and keys, where it happened, the number of (group, key) cells
+    above 15%, and the chance that so many of a group's texts would be flagged if they were
+    independent (a binomial tail, for scale)."""
+    from math import comb
+
+    sizes: dict[str, list[int]] = {}
+    for i, g in enumerate(groups):
+        if g:
+            sizes.setdefault(g, []).append(i)
+    big = {g: np.array(ix) for g, ix in sizes.items() if len(ix) >= min_size}
+    out: dict[str, Any] = {"min_size": min_size, "alpha": alpha, "groups": len(big)}
+    if not big:
+        return out
+    worst = (0.0, "", -1, 0)
+    cells_above = 0
+    for g, ix in big.items():
+        for k, p in enumerate(per_key):
+            flagged = int((p[stat][ix] <= alpha).sum())
+            share = flagged / len(ix)
+            cells_above += share > 0.15
+            if share > worst[0]:
+                worst = (share, g, k, flagged)
+    share, group, key, flagged = worst
+    n = len(big[group]) if group else 0
+    tail = sum(comb(n, j) * alpha**j * (1 - alpha) ** (n - j) for j in range(flagged, n + 1))
+    out.update(
+        {
+            "texts": int(sum(len(ix) for ix in big.values())),
+            "largest_share": share,
+            "largest_group": group,
+            "largest_group_texts": n,
+            "largest_key": key,
+            "cells": len(big) * len(per_key),
+            "cells_above_15pct": int(cells_above),
+            "independent_tail": float(tail) if group else None,
+        }
+    )
+    return out

@@ -1,8 +1,9 @@
 """Fine-tuning a paraphrase-robust sentence encoder for k-SemStamp.
 May import: ksemstamp core modules and text; never cli, config, builders, watermarker or detector.
 
-* ``loss``: the margin contrastive loss as a pure tensor function;
-* ``data``: paraphrase pairs from JSONL files as a ``LightningDataModule``;
+* ``loss``: the margin contrastive loss and the kernel objective as pure tensor functions;
+* ``units``: windows of units (a passage and what else says the same) for the kernel objective;
+* ``data``: paraphrase pairs or units from JSONL files as a ``LightningDataModule``;
 * ``module``: ``EncoderModule``, the Lightning system around a sentence-transformers encoder;
 * ``callbacks``: ``KMeansCallback``, which fits the k-means centroids after training;
 * ``cli``: ``TrainCLI``, the LightningCLI behind ``train.py`` (two forced callbacks);

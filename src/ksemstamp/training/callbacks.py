@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
+from ..adapter import adapter_payload, base_fingerprint, merge_adapters
 from ..assets import encoder_fingerprint, load_encoder
 from ..centroids import centroid_file_from
 from ..text.corpusfile import DomainSentences, domain_documents, require_sentences
@@ -120,6 +122,19 @@ class KMeansCallback(L.Callback):
             encoder_fingerprint(pl_module.encoder),
             {"seed": self.seed, "source": domain.source, "base_encoder": pl_module.hparams.encoder},
         )
+        if pl_module.hparams.adapter_rank:
+            # The file names the base encoder, its fingerprint and the adapter that turns it
+            # into the trained one: a few hundred kilobytes that load with the base encoder.
+            pl_module.centroid_file = dataclasses.replace(
+                pl_module.centroid_file,
+                encoder=pl_module.hparams.encoder,
+                encoder_fingerprint=base_fingerprint(pl_module.encoder),
+                adapter=adapter_payload(
+                    pl_module.encoder,
+                    pl_module.hparams.adapter_rank,
+                    pl_module.hparams.adapter_alpha,
+                ),
+            )
         # Collective: every rank calls it, rank 0 writes. A full checkpoint (optimizer and loop
         # state too), like the ones ModelCheckpoint writes.
         trainer.save_checkpoint(path, weights_only=False)
@@ -136,11 +151,16 @@ class KMeansCallback(L.Callback):
     def _export(self, module: EncoderModule, checkpoint: str) -> None:
         export_dir = Path(self.export_dir)
         export_dir.mkdir(parents=True, exist_ok=True)
-        module.encoder.save(str(export_dir))
+        encoder = module.encoder
+        if module.hparams.adapter_rank:
+            # The folder holds the adapted weights merged into plain layers.
+            encoder = copy.deepcopy(encoder)
+            merge_adapters(encoder)
+        encoder.save(str(export_dir))
         # Fingerprint the folder as detection will load it, and insist it matches the weights in
         # memory: a mismatch would make every later fingerprint check fail.
         reloaded = encoder_fingerprint(load_encoder(str(export_dir)))
-        in_memory = encoder_fingerprint(module.encoder)
+        in_memory = encoder_fingerprint(encoder)
         if reloaded != in_memory:
             raise RuntimeError(
                 f"exported encoder at {export_dir} reloads with fingerprint {reloaded}, "
@@ -150,8 +170,15 @@ class KMeansCallback(L.Callback):
             return
         fitted = module.centroid_file
         assert fitted is not None
-        dataclasses.replace(
-            fitted,
-            encoder=str(export_dir),
-            settings={**fitted.settings, "checkpoint": checkpoint},
-        ).save(self.centroid_file)
+        if fitted.adapter is not None:
+            # Base encoder + adapter: the file stands alone beside the shipped base encoder.
+            fitted = dataclasses.replace(
+                fitted, settings={**fitted.settings, "checkpoint": checkpoint}
+            )
+        else:
+            fitted = dataclasses.replace(
+                fitted,
+                encoder=str(export_dir),
+                settings={**fitted.settings, "checkpoint": checkpoint},
+            )
+        fitted.save(self.centroid_file)

@@ -1,8 +1,9 @@
-"""Paraphrase pairs from JSONL files, served as a ``LightningDataModule``.
+"""Paraphrase pairs (or windows of units) from JSONL files, served as a ``LightningDataModule``.
 
 Each line of a pair file is ``{"text": ..., "paraphrase": ...}`` (other keys, such as ``id`` or
 ``method``, are kept out of the batch). Batches are dicts of two lists of strings; tokenisation
-happens in the ``EncoderModule`` because the tokenizer belongs to the encoder.
+happens in the ``EncoderModule`` because the tokenizer belongs to the encoder. Under the kernel
+objective a batch is a list of windows (``training.units``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from ..io import iter_jsonl_objects
+from .units import collate_windows, read_units
 
 T = TypeVar("T")
 
@@ -59,15 +61,15 @@ def distinct_texts(pairs: Sequence[T], text: Callable[[T], str] = itemgetter(0))
 
 
 class PairDataset(Dataset):
-    """In-memory list of ``(text, paraphrase)`` pairs."""
+    """In-memory list of ``(text, paraphrase)`` pairs (or of windows of units)."""
 
-    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+    def __init__(self, pairs: list) -> None:
         self.pairs = pairs
 
     def __len__(self) -> int:
         return len(self.pairs)
 
-    def __getitem__(self, index: int) -> tuple[str, str]:
+    def __getitem__(self, index: int):
         return self.pairs[index]
 
 
@@ -77,7 +79,7 @@ def collate_pairs(items: list[tuple[str, str]]) -> dict[str, list[str]]:
 
 
 class PairDataModule(L.LightningDataModule):
-    """Train and validation pairs for the margin contrastive loss.
+    """Train and validation pairs (the margin loss) or windows of units (the kernel loss).
 
     The training loader drops the last partial batch: under DDP every rank must contribute the
     same number of rows to the gathered negatives, and a short batch would also weaken the
@@ -93,29 +95,57 @@ class PairDataModule(L.LightningDataModule):
         max_train_pairs: int | None = None,
         max_val_pairs: int | None = None,
         num_workers: int = 0,
+        objective: str = "margin",
     ) -> None:
         """
         Args:
             train_file: JSONL training pairs, or a list of such files read one after the other
                 (e.g. LM paraphrases first, then WordNet ones). Pairs whose text already
-                appeared are dropped (see ``distinct_texts``).
-            val_file: JSONL held-out pairs (``None`` disables validation).
-            batch_size: pairs per training batch and per process; the hardest negative is
-                searched among ``batch_size * world_size`` paraphrases.
+                appeared are dropped (see ``distinct_texts``). Under the kernel objective,
+                unit files or pair files (``training.units``).
+            val_file: JSONL held-out pairs or units (``None`` disables validation).
+            batch_size: pairs (windows, under the kernel objective) per training batch and per
+                process; negatives are searched among the batches of every process.
             val_batch_size: pairs per validation batch (default: ``batch_size``).
-            max_train_pairs: use only the first this many (distinct) training pairs.
-            max_val_pairs: use only the first this many validation pairs.
+            max_train_pairs: use only the first this many (distinct) training pairs or windows.
+            max_val_pairs: use only the first this many validation pairs or windows.
             num_workers: ``DataLoader`` workers (strings need no heavy loading; 0 is fine).
+            objective: the model's (``train.py`` links it to ``model.objective``): ``margin``
+                batches pairs, ``kernel`` batches windows of units.
         """
         super().__init__()
         if batch_size < 2:
             raise ValueError("batch_size must be >= 2: in-batch negatives need a second pair")
+        if objective not in ("margin", "kernel"):
+            raise ValueError(f"objective must be 'margin' or 'kernel', got {objective!r}")
         self.save_hyperparameters()
-        self.train_set: PairDataset | None = None
-        self.val_set: PairDataset | None = None
+        self.train_set: Dataset | None = None
+        self.val_set: Dataset | None = None
+        self._collate = collate_windows if objective == "kernel" else collate_pairs
+
+    def _setup_windows(self, stage: str) -> None:
+        hp = self.hparams
+        if stage == "fit" and self.train_set is None:
+            files = [hp.train_file] if isinstance(hp.train_file, str) else list(hp.train_file)
+            windows = [w for path in files for w in read_units(path)][: hp.max_train_pairs]
+            rank_zero_info(
+                f"training windows: {len(windows)} with "
+                f"{sum(len(w['units']) for w in windows)} units in {len(files)} file(s)"
+            )
+            self.train_set = PairDataset(windows)
+            if len(self.train_set) < hp.batch_size:
+                raise ValueError(
+                    f"{', '.join(map(str, files))}: {len(self.train_set)} windows, fewer than "
+                    f"one batch of {hp.batch_size} (training drops incomplete batches)"
+                )
+        if stage in ("fit", "validate") and self.val_set is None and hp.val_file:
+            self.val_set = PairDataset(read_units(hp.val_file, hp.max_val_pairs))
 
     def setup(self, stage: str) -> None:
         hp = self.hparams
+        if hp.objective == "kernel":
+            self._setup_windows(stage)
+            return
         if stage == "fit" and self.train_set is None:
             files = [hp.train_file] if isinstance(hp.train_file, str) else list(hp.train_file)
             pairs = [pair for path in files for pair in read_pairs(path)]
@@ -141,7 +171,7 @@ class PairDataModule(L.LightningDataModule):
             batch_size=self.hparams.batch_size,
             shuffle=True,
             drop_last=True,
-            collate_fn=collate_pairs,
+            collate_fn=self._collate,
             num_workers=self.hparams.num_workers,
         )
 
@@ -152,6 +182,6 @@ class PairDataModule(L.LightningDataModule):
             self.val_set,
             batch_size=self.hparams.val_batch_size or self.hparams.batch_size,
             shuffle=False,
-            collate_fn=collate_pairs,
+            collate_fn=self._collate,
             num_workers=self.hparams.num_workers,
         )

@@ -11,6 +11,14 @@ process's own paraphrases start among the columns (``rank * batch``).
 
 ``region_consistency_loss`` is an optional second term, not in the paper: it pulls a text and
 its paraphrase into the same k-means region of given centroids (see its docstring).
+
+``kernel_alignment_loss`` trains for the quantity the default direction mark's detector uses
+instead of raw cosines: over random keys, a sentence's score ``<N, phi(x)>`` and its
+paraphrase's are jointly normal with correlation ``cos(phi(x), phi(x'))``, where ``phi`` is the
+scored feature (``scored_features``: soft context (x) processed vector). That correlation is the
+*retention* of a sentence's evidence under the paraphrase; the correlation between different
+sentences of one text sets how many independent sentences the text counts as. The loss raises
+the first to 1 and the second to 0 (see its docstring).
 """
 
 from __future__ import annotations
@@ -144,3 +152,82 @@ def cosine_gap(anchor: Tensor, positive: Tensor) -> Tensor:
     """
     pos = F.cosine_similarity(anchor, positive, dim=-1)
     return pos - hardest_negative_cosines(anchor, positive, 0)
+
+
+def scored_features(
+    embeddings: Tensor,
+    mean: Tensor,
+    components: Tensor | None,
+    centroids: Tensor | None,
+    temperature: float,
+) -> Tensor:
+    """``(N, K * D)`` the direction mark's scored features ``a (x) u`` of ``(N, D)`` embeddings,
+    differentiable: ``u`` the unit embedding less ``mean`` with ``components`` (orthonormal rows)
+    projected out, unit length; ``a`` the soft context (softmax of cosines to ``centroids`` over
+    ``temperature``, unit length; weights under 1% of the largest dropped as the scheme drops
+    them). ``centroids`` ``None`` or ``temperature`` 0: one context (``K = 1``)."""
+    u = F.normalize(embeddings, dim=-1) - mean.to(embeddings)
+    if components is not None:
+        c = components.to(embeddings)
+        u = u - (u @ c.T) @ c
+    u = F.normalize(u, dim=-1)
+    if centroids is None or temperature <= 0:
+        return u
+    cos = F.normalize(embeddings, dim=-1) @ F.normalize(centroids.to(embeddings), dim=-1).T
+    weights = torch.softmax(cos / temperature, dim=-1)
+    kept = weights >= 0.01 * weights.max(dim=-1, keepdim=True).values
+    a = F.normalize(weights * kept, dim=-1)
+    return (a.unsqueeze(-1) * u.unsqueeze(1)).flatten(1)
+
+
+def unit_sums(features: Tensor, owner: Tensor, count: int) -> Tensor:
+    """``(count, F)`` the sum of the ``(N, F)`` features of the rows each unit owns (``owner``
+    ``(N,)`` unit index of each row): a unit of several sentences scores their sum."""
+    out = torch.zeros(count, features.shape[1], dtype=features.dtype, device=features.device)
+    return out.index_add(0, owner.to(features.device), features)
+
+
+def kernel_alignment_loss(
+    anchor: Tensor,
+    positive: Tensor,
+    others: Tensor,
+    positive_ok: Tensor,
+    others_ok: Tensor,
+    decorrelation: float = 1.0,
+) -> Tensor:
+    """Retention to 1, correlations between different sentences to 0.
+
+    ``mean_i (1 - cos(A_i, B_i)) + decorrelation * mean cos(x, y)^2`` over the pairs ``(x, y)``
+    that share no source sentence: every anchor against every other unit's positive and every
+    sentence column, and the sentence columns among themselves. A unit ``A_i`` and ``B_i`` are
+    two ways of writing the same content (a sentence and its paraphrase, two sentences and their
+    merge, a passage and its rewrite), each the sum of its sentences' features; the sentence
+    columns are the sentences of the batch's documents, so a sentence meets the other sentences
+    of its own text, the hardest negatives and the ones whose correlation costs detection most.
+    Squared, not signed: a correlation of either sign between sentences of a text moves their
+    scores together or against each other under a key, and either way concentrates evidence.
+
+    Args:
+        anchor: ``(U, F)`` features of the units' first sides (``unit_sums``).
+        positive: ``(C, F)`` features of the units' second sides; row ``i < U`` pairs with
+            anchor ``i`` (under DDP the other ranks' positives follow as extra columns).
+        others: ``(S, F)`` features of single sentences (columns).
+        positive_ok: ``(U, C)`` True where positive column ``j`` shares no source with anchor
+            ``i`` (the pair's own column may be either: it is never a negative).
+        others_ok: ``(U, S)`` True where sentence column ``j`` is not part of anchor ``i``.
+        decorrelation: weight of the correlation term.
+    """
+    count = anchor.shape[0]
+    if positive.shape[0] < count:
+        raise ValueError("every anchor needs its positive among the positive columns")
+    a, p, o = (F.normalize(x, dim=-1) for x in (anchor, positive, others))
+    own = torch.zeros_like(positive_ok, dtype=torch.bool)
+    own[torch.arange(count), torch.arange(count)] = True
+    retained = (a * p[:count]).sum(dim=-1)
+    cross = [(a @ p.T)[positive_ok & ~own], (a @ o.T)[others_ok]]
+    if len(o) > 1:
+        among = o @ o.T
+        cross.append(among[~torch.eye(len(o), dtype=torch.bool, device=o.device)])
+    cross_all = torch.cat(cross)
+    penalty = (cross_all**2).mean() if cross_all.numel() else retained.new_zeros(())
+    return (1.0 - retained).mean() + decorrelation * penalty

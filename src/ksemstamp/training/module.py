@@ -16,25 +16,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..adapter import add_adapters
 from ..assets import DEFAULT_ENCODER, encoder_fingerprint, load_encoder
 from ..centroids import CentroidFile, fit_kmeans
 from ..partition import kmeans_regions
+from ..settings import DEFAULT_CENTROIDS
 from ..text.corpusfile import domain_documents
-from .loss import cosine_gap, margin_contrastive_loss, region_consistency_loss
-
-
-def warmup_factor(step: int, warmup: int, total: int) -> float:
-    """The share of the learning rate at optimizer step ``step`` (from 0) of ``total``.
-
-    A linear warmup over ``warmup`` steps, then a linear decay to 0 at ``total``. Written here
-    rather than taken from transformers' ``get_linear_schedule_with_warmup`` because the step
-    semantics differ: that one gives step 0 a rate of 0 (``step / warmup``), so the first batch
-    trains nothing; here warmup step ``s`` gets ``(s + 1) / (warmup + 1)``. After warmup the
-    two are the same.
-    """
-    if step < warmup:
-        return (step + 1) / (warmup + 1)
-    return max(0.0, (total - step) / max(1, total - warmup))
+from .loss import (
+    cosine_gap,
+    kernel_alignment_loss,
+    margin_contrastive_loss,
+    region_consistency_loss,
+    scored_features,
+    unit_sums,
+)
+from .optim import freeze_unused_pooler, warmup_factor
+from .units import Batch
 
 
 class EncoderModule(L.LightningModule):
@@ -70,6 +67,13 @@ class EncoderModule(L.LightningModule):
         region_weight: float = 0.0,
         region_temperature: float = 0.05,
         corpus: str | None = None,
+        objective: str = "margin",
+        decorrelation: float = 1.0,
+        kernel_temperature: float = 0.1,
+        kernel_whiten: int = 64,
+        base_centroids: str | None = None,
+        adapter_rank: int = 0,
+        adapter_alpha: float = 16.0,
     ) -> None:
         """
         Args:
@@ -103,6 +107,22 @@ class EncoderModule(L.LightningModule):
                 (``ksemstamp.text.corpusfile``; ``None``: the bundled news corpus). ``train.py``
                 sets it from ``kmeans.corpus``, so that validation sees the final centroids'
                 domain.
+            objective: ``margin`` (the paper's loss on pairs) or ``kernel``
+                (``loss.kernel_alignment_loss`` on windows of units: the retention of a
+                sentence's score under paraphrase to 1, the correlation of different sentences
+                of a text to 0, on the features the direction mark scores).
+            decorrelation: weight of the kernel objective's correlation term.
+            kernel_temperature: soft-context temperature of the kernel objective's features
+                (the default mark's 0.1; 0: one context).
+            kernel_whiten: principal components projected out of those features (the default
+                mark's 64).
+            base_centroids: centroid file of the base encoder whose mean, components and
+                centroids define those features during training (``None``: the shipped file
+                of ``encoder``). ``KMeansCallback`` refits all three for the trained encoder.
+            adapter_rank: ``0`` fine-tunes every weight; ``r > 0`` freezes the encoder and
+                trains rank-``r`` adapters (``ksemstamp.adapter``), which ship inside the
+                centroid file instead of a whole encoder.
+            adapter_alpha: the adapters' scale numerator (``alpha / r``).
         """
         super().__init__()
         if delta <= 0:
@@ -121,10 +141,18 @@ class EncoderModule(L.LightningModule):
             )
         if region_temperature <= 0:
             raise ValueError(f"region_temperature must be > 0, got {region_temperature}")
+        if objective not in ("margin", "kernel"):
+            raise ValueError(f"objective must be 'margin' or 'kernel', got {objective!r}")
+        if decorrelation < 0 or kernel_temperature < 0 or kernel_whiten < 0 or adapter_rank < 0:
+            raise ValueError(
+                "decorrelation, kernel_temperature, kernel_whiten and adapter_rank must be >= 0"
+            )
         self.save_hyperparameters()
         self.encoder = load_encoder(encoder)
         if max_seq_length:
             self.encoder.max_seq_length = max_seq_length
+        if adapter_rank:
+            add_adapters(self.encoder, adapter_rank, adapter_alpha)
         freeze_unused_pooler(self.encoder)
         # load_encoder returns an eval-mode model and Lightning keeps submodule modes as found;
         # fine-tune with dropout on, as sentence-transformers does.
@@ -140,6 +168,22 @@ class EncoderModule(L.LightningModule):
         # the buffer; saved in, and restored from, the checkpoint's "ksemstamp" section.
         self.centroid_file: CentroidFile | None = None
         self._domain_cache: dict[int, list[str]] = {}
+        if objective == "kernel":
+            if base_centroids is None and encoder not in DEFAULT_CENTROIDS:
+                raise ValueError(f"the kernel objective needs base_centroids for {encoder!r}")
+            self._register_kernel_features(base_centroids or DEFAULT_CENTROIDS[encoder])
+
+    def _register_kernel_features(self, path) -> None:
+        """The fixed mean, components and centroids of the kernel objective's features."""
+        base = CentroidFile.load(path)
+        whiten = self.hparams.kernel_whiten
+        base.require("direction", f"centroid file {path}", whiten=whiten)
+        components = base.components[:whiten].float() if whiten else None
+        if components is not None:
+            components = torch.linalg.qr(components.T).Q.T.contiguous()
+        self.register_buffer("kernel_mean", base.mean.float(), persistent=False)
+        self.register_buffer("kernel_components", components, persistent=False)
+        self.register_buffer("kernel_centroids", base.centroids.float(), persistent=False)
 
     # ------------------------------------------------------------------ model
 
@@ -220,7 +264,53 @@ class EncoderModule(L.LightningModule):
         # cost more than the larger matrix products saved (about 10% per step on MiniLM).
         return self(batch["text"]), self(batch["paraphrase"])
 
-    def training_step(self, batch: dict[str, list[str]], batch_idx: int) -> Tensor:
+    def _kernel_terms(self, windows: list[dict]) -> tuple[Tensor, ...]:
+        """The kernel objective's anchors, positive and sentence columns (gathered from every
+        rank under DDP, this rank's first) and their masks, for a batch of windows."""
+        batch = Batch.of(windows)
+        emb = self(batch.sentences)
+        hp = self.hparams
+        phi = scored_features(
+            emb,
+            self.kernel_mean,
+            self.kernel_components,
+            self.kernel_centroids,
+            hp.kernel_temperature,
+        )
+        count = batch.num_units
+        anchor = unit_sums(phi[batch.anchor_rows], batch.anchor_owner, count)
+        positive = unit_sums(phi[batch.positive_rows], batch.positive_owner, count)
+        others = phi[batch.column_rows.to(phi.device)]
+        positive_ok = batch.positive_ok.to(phi.device)
+        others_ok = batch.others_ok.to(phi.device)
+        if self._trainer is not None and self.trainer.world_size > 1 and hp.gather_negatives:
+            positive, positive_ok = self._gather_columns(positive, positive_ok)
+            others, others_ok = self._gather_columns(others, others_ok)
+        return anchor, positive, others, positive_ok, others_ok
+
+    def _gather_columns(self, local: Tensor, ok: Tensor) -> tuple[Tensor, Tensor]:
+        """``local`` ``(n, F)`` then every other rank's rows (with gradients back to them), and
+        ``ok`` extended by True for those: other ranks hold other windows. Ranks may hold
+        different numbers of rows, so each pads to the largest before the gather."""
+        sizes = self.all_gather(torch.tensor([len(local)], device=local.device)).reshape(-1)
+        width = int(sizes.max())
+        padded = torch.cat([local, local.new_zeros(width - len(local), local.shape[1])])
+        gathered = self.all_gather(padded, sync_grads=True)  # (world, width, F)
+        rest = [gathered[r, : int(sizes[r])] for r in range(len(sizes)) if r != self.global_rank]
+        columns = torch.cat([local, *rest])
+        extra = columns.shape[0] - local.shape[0]
+        return columns, torch.cat([ok, ok.new_ones(ok.shape[0], extra)], dim=1)
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        if self.hparams.objective == "kernel":
+            terms = self._kernel_terms(batch)
+            loss = kernel_alignment_loss(*terms, decorrelation=self.hparams.decorrelation)
+            n = terms[0].shape[0]
+            self.log("train/loss", loss, prog_bar=True, batch_size=n)
+            with torch.no_grad():
+                retained = F.cosine_similarity(terms[0], terms[1][:n], dim=-1).mean()
+            self.log("train/retention", retained, batch_size=n)
+            return loss
         anchor, positive = self._embed_pairs(batch)
         columns, offset = self._columns(positive)
         loss = margin_contrastive_loss(
@@ -272,7 +362,17 @@ class EncoderModule(L.LightningModule):
         else:
             self._current_centroids = None
 
-    def validation_step(self, batch: dict[str, list[str]], batch_idx: int) -> None:
+    def validation_step(self, batch, batch_idx: int) -> None:
+        if self.hparams.objective == "kernel":
+            anchor, positive, others, positive_ok, others_ok = self._kernel_terms(batch)
+            n = anchor.shape[0]
+            retained = F.cosine_similarity(anchor, positive[:n], dim=-1)
+            self.log("val/retention", retained.mean(), prog_bar=True, batch_size=n, sync_dist=True)
+            loss = kernel_alignment_loss(
+                anchor, positive, others, positive_ok, others_ok, self.hparams.decorrelation
+            )
+            self.log("val/loss", loss, batch_size=n, sync_dist=True)
+            return
         anchor, positive = self._embed_pairs(batch)
         n = anchor.shape[0]
         pos = F.cosine_similarity(anchor, positive, dim=-1)
@@ -334,20 +434,3 @@ class EncoderModule(L.LightningModule):
         self.centroid_file = (
             None if payload is None else CentroidFile.from_payload(payload, "checkpoint")
         )
-
-
-def freeze_unused_pooler(encoder: torch.nn.Module) -> list[str]:
-    """Stop gradients to a BERT-style ``pooler`` that sentence-transformers pooling never uses.
-
-    Unused trainable parameters make DDP fail (or need the slower ``find_unused_parameters``).
-    Freezing, rather than deleting, keeps the weights in the exported folder, so the exported
-    encoder reloads with exactly the weights (and fingerprint) it was saved with.
-
-    Returns the names of the frozen parameters.
-    """
-    frozen = []
-    for name, param in encoder.named_parameters():
-        if ".pooler." in f".{name}":
-            param.requires_grad_(False)
-            frozen.append(name)
-    return frozen

@@ -1,0 +1,126 @@
+"""Training units for the kernel objective: passages and what else says the same.
+
+A unit file is JSONL, one *window* per line: a few consecutive sentences of one document and
+the units built from them::
+
+    {"id": "...", "doc": "...", "sentences": [s1, s2, s3],
+     "units": [{"a": [s1], "b": [paraphrase of s1], "method": "lm"},
+               {"a": [s1, s2], "b": [s1 and s2 merged], "method": "merge"},
+               {"a": [s1, s2, s3], "b": [a rewrite in two sentences], "method": "lm-window"}]}
+
+``a`` and ``b`` say the same thing in other words or other sentence boundaries; each side scores
+the sum of its sentences' features. The window's own sentences are the batch's sentence columns:
+the other sentences of the same text, which detection needs to vary independently. A pair file
+(``{"text", "paraphrase"}`` per line) reads as windows of one sentence and one unit.
+``python -m ksemstamp.training.pairs --units`` builds unit files.
+
+``Batch`` turns a list of windows into the rows and masks ``loss.kernel_alignment_loss`` needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..io import iter_jsonl_objects
+
+
+def read_units(path: str | Path, limit: int | None = None) -> list[dict]:
+    """The windows of a unit file, or of a pair file (one window per pair), in file order."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"unit file not found: {path} (build one with "
+            "`python -m ksemstamp.training.pairs --units`)"
+        )
+    windows: list[dict] = []
+    for number, row in iter_jsonl_objects(path):
+        if "units" in row:
+            units = row["units"]
+            ok = isinstance(row.get("sentences"), list) and all(
+                isinstance(u.get("a"), list) and isinstance(u.get("b"), list) and u["a"] and u["b"]
+                for u in units
+            )
+            if not ok:
+                raise ValueError(f"{path}:{number}: a window needs 'sentences' and units 'a', 'b'")
+            window = {"id": str(row.get("id", number)), "sentences": row["sentences"]}
+            windows.append({**window, "units": units})
+        elif isinstance(row.get("text"), str) and isinstance(row.get("paraphrase"), str):
+            text = row["text"]
+            windows.append(
+                {
+                    "id": str(row.get("id", number)),
+                    "sentences": [text],
+                    "units": [{"a": [text], "b": [row["paraphrase"]]}],
+                }
+            )
+        else:
+            raise ValueError(f"{path}:{number}: neither a window ('units') nor a pair")
+        if limit is not None and len(windows) >= limit:
+            break
+    return windows
+
+
+@dataclass
+class Batch:
+    """The rows of a batch of windows.
+
+    Attributes:
+        sentences: every distinct sentence, each embedded once.
+        anchor_rows, anchor_owner: for each sentence of a unit's ``a`` side, its row in
+            ``sentences`` and its unit.
+        positive_rows, positive_owner: the same for the ``b`` sides.
+        column_rows: the windows' own sentences (the sentence columns).
+        positive_ok: ``(U, U)`` True where unit ``j``'s ``b`` shares no source with unit ``i``.
+        others_ok: ``(U, S)`` True where sentence column ``j`` is no part of unit ``i``'s ``a``.
+    """
+
+    sentences: list[str]
+    anchor_rows: Tensor
+    anchor_owner: Tensor
+    positive_rows: Tensor
+    positive_owner: Tensor
+    column_rows: Tensor
+    positive_ok: Tensor
+    others_ok: Tensor
+
+    @property
+    def num_units(self) -> int:
+        return int(self.positive_ok.shape[0])
+
+    @classmethod
+    def of(cls, windows: list[dict]) -> Batch:
+        index: dict[str, int] = {}
+
+        def row(text: str) -> int:
+            return index.setdefault(text, len(index))
+
+        anchors, positives, sources = [], [], []
+        for w in windows:
+            for unit in w["units"]:
+                owner = len(sources)
+                sources.append({(w["id"], s) for s in unit["a"]})
+                anchors += [(row(s), owner) for s in unit["a"]]
+                positives += [(row(s), owner) for s in unit["b"]]
+        columns = [(w["id"], s) for w in windows for s in w["sentences"]]
+        column_rows = [row(s) for _, s in columns]
+        positive_ok = torch.tensor([[not (a & b) for b in sources] for a in sources])
+        others_ok = torch.tensor([[c not in a for c in columns] for a in sources])
+        return cls(
+            sentences=list(index),
+            anchor_rows=torch.tensor([r for r, _ in anchors], dtype=torch.long),
+            anchor_owner=torch.tensor([o for _, o in anchors], dtype=torch.long),
+            positive_rows=torch.tensor([r for r, _ in positives], dtype=torch.long),
+            positive_owner=torch.tensor([o for _, o in positives], dtype=torch.long),
+            column_rows=torch.tensor(column_rows, dtype=torch.long),
+            positive_ok=positive_ok.reshape(len(sources), len(sources)),
+            others_ok=others_ok.reshape(len(sources), len(columns)),
+        )
+
+
+def collate_windows(items: list[dict]) -> list[dict]:
+    """A batch of windows is the list itself (``Batch.of`` builds its rows in the module)."""
+    return list(items)

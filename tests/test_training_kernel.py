@@ -1,0 +1,215 @@
+"""The kernel objective: its numerics, its features (the direction mark's own), units and
+their masks, a toy case where training must raise retention, and the low-rank adapters."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ksemstamp.adapter import (
+    adapter_id,
+    adapter_payload,
+    add_adapters,
+    base_fingerprint,
+    load_adapter,
+    merge_adapters,
+)
+from ksemstamp.assets import encoder_fingerprint
+from ksemstamp.centroids import CentroidFile, CentroidMismatchError
+from ksemstamp.scheme import soft_context_weights
+from ksemstamp.training.loss import kernel_alignment_loss, scored_features, unit_sums
+from ksemstamp.training.units import Batch, read_units
+
+
+def test_retention_and_correlation_terms_match_their_formula():
+    anchor = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    positive = torch.tensor([[math.cos(0.3), math.sin(0.3)], [0.0, 2.0]])  # any scale
+    others = torch.tensor([[1.0, 1.0]])
+    ok = torch.ones(2, 2, dtype=torch.bool)
+    loss = kernel_alignment_loss(
+        anchor, positive, others, ok, torch.ones(2, 1, dtype=torch.bool), 2.0
+    )
+    retention = (1 - math.cos(0.3)) / 2  # the second pair is retained whole
+    # Cross pairs: anchor 0 with positive 1 (0), anchor 1 with positive 0 (sin 0.3), each anchor
+    # with the column (1/2 each squared); one column, no pair among columns.
+    cross = [0.0, math.sin(0.3) ** 2, 0.5, 0.5]
+    assert float(loss) == pytest.approx(retention + 2.0 * sum(cross) / 4)
+    # A column that is part of the anchor, or a positive sharing its source, is no negative.
+    none_ok = torch.zeros(2, 2, dtype=torch.bool)
+    alone = kernel_alignment_loss(
+        anchor, positive, others, none_ok, torch.zeros(2, 1, dtype=torch.bool)
+    )
+    assert float(alone) == pytest.approx(retention)
+
+
+def test_scored_features_are_what_the_direction_mark_scores():
+    torch.manual_seed(0)
+    emb = F.normalize(torch.randn(5, 12), dim=-1)
+    centroids = F.normalize(torch.randn(4, 12), dim=-1)
+    mean = F.normalize(torch.randn(12), dim=-1) * 0.3
+    components = torch.linalg.qr(torch.randn(12, 3)).Q.T.contiguous()
+    phi = scored_features(emb, mean, components, centroids, 0.1).reshape(5, 4, 12)
+    u = emb - mean
+    u = F.normalize(u - (u @ components.T) @ components, dim=-1)
+    a = soft_context_weights(emb, centroids, 0.1).float()
+    assert torch.allclose(phi, a[:, :, None] * u[:, None, :], atol=1e-6)
+    # Under a key's directions N (K, D) a sentence's score is <N, phi>, the scheme's score.
+    directions = torch.randn(4, 12)
+    assert torch.allclose(
+        phi.flatten(1) @ directions.flatten(), ((a @ directions) * u).sum(-1), atol=1e-5
+    )
+    # One context: the processed vector itself.
+    assert torch.allclose(scored_features(emb, mean, components, None, 0.0), u, atol=1e-6)
+
+
+def test_units_of_a_sentence_merge_and_rewrite_and_their_masks(tmp_path):
+    windows = [
+        {
+            "id": "w1",
+            "sentences": ["A one.", "A two."],
+            "units": [
+                {"a": ["A one."], "b": ["One, A."]},
+                {"a": ["A one.", "A two."], "b": ["A one and two."]},
+            ],
+        },
+        {"id": "w2", "sentences": ["B one."], "units": [{"a": ["B one."], "b": ["One B."]}]},
+    ]
+    path = tmp_path / "units.jsonl"
+    path.write_text("\n".join(json.dumps(w) for w in windows) + "\n")
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"text": "C one.", "paraphrase": "One C."}) + "\n")
+    assert read_units(path) == windows
+    assert read_units(pairs)[0]["units"] == [{"a": ["C one."], "b": ["One C."]}]
+    batch = Batch.of(windows)
+    assert batch.num_units == 3 and len(batch.sentences) == len(set(batch.sentences)) == 6
+    # Units 0 and 1 share "A one.": neither's positive is a negative of the other.
+    assert batch.positive_ok.tolist() == [
+        [False, False, True],
+        [False, False, True],
+        [True, True, False],
+    ]
+    # Sentence columns: "A one.", "A two." (w1), "B one." (w2).
+    assert batch.others_ok.tolist() == [
+        [False, True, True],
+        [False, False, True],
+        [True, True, False],
+    ]
+    with pytest.raises(ValueError, match="neither"):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"x": 1}\n')
+        read_units(bad)
+
+
+def test_training_on_the_objective_raises_retention_in_a_toy_world():
+    # Sentences are content (dims 0-7) plus style (dims 8-15); a paraphrase keeps the content
+    # and draws a new style. A linear encoder starting at the identity retains about half of a
+    # sentence's evidence; trained on the objective it must learn to ignore the style.
+    g = torch.Generator().manual_seed(0)
+
+    def sample(n):
+        content = torch.randn(n, 8, generator=g)
+        return torch.cat([content, torch.randn(n, 8, generator=g)], 1), torch.cat(
+            [content, torch.randn(n, 8, generator=g)], 1
+        )
+
+    encoder = nn.Linear(16, 16, bias=False)
+    nn.init.eye_(encoder.weight)
+    mean = torch.zeros(16)
+
+    @torch.no_grad()
+    def retention(x, y):
+        fx = scored_features(encoder(x), mean, None, None, 0.0)
+        fy = scored_features(encoder(y), mean, None, None, 0.0)
+        return float(F.cosine_similarity(fx, fy).mean())
+
+    held_x, held_y = sample(400)
+    before = retention(held_x, held_y)
+    optimizer = torch.optim.Adam(encoder.parameters(), lr=0.05)
+    for _ in range(150):
+        x, y = sample(32)
+        fx = scored_features(encoder(x), mean, None, None, 0.0)
+        fy = scored_features(encoder(y), mean, None, None, 0.0)
+        ok = ~torch.eye(32, dtype=torch.bool)
+        loss = kernel_alignment_loss(fx, fy, fx[:0], ok, torch.zeros(32, 0, dtype=torch.bool))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    after = retention(held_x, held_y)
+    assert before < 0.6 and after > 0.9
+    # Different sentences stay apart (the correlation term keeps the encoder from collapsing).
+    with torch.no_grad():
+        fx = scored_features(encoder(held_x), mean, None, None, 0.0)
+    cross = (fx @ fx.T)[~torch.eye(400, dtype=torch.bool)]
+    assert float(cross.abs().mean()) < 0.35
+
+
+def test_unit_sums_add_the_rows_of_each_unit():
+    rows = torch.arange(8.0).reshape(4, 2)
+    sums = unit_sums(rows, torch.tensor([0, 1, 1, 0]), 3)
+    assert sums.tolist() == [[6.0, 8.0], [6.0, 8.0], [0.0, 0.0]]
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.query = nn.Linear(6, 6)
+        self.value = nn.Linear(6, 6)
+        self.other = nn.Linear(6, 6)  # not a target: stays as it is
+
+    def forward(self, x):
+        return self.other(torch.relu(self.query(x)) + self.value(x))
+
+
+class Toy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.layer = nn.ModuleList([Block(), Block()])
+
+    def forward(self, x):
+        for block in self.layer:
+            x = block(x)
+        return x
+
+
+def test_adapters_train_merge_ship_and_load():
+    base = Toy()
+    model = Toy()
+    plain = encoder_fingerprint(base)
+    names = add_adapters(model, rank=2, alpha=4.0)
+    assert sorted(names) == [f"layer.{i}.{n}" for i in (0, 1) for n in ("query", "value")]
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == [
+        f"layer.{i}.{n}.{w}" for i in (0, 1) for n in ("query", "value") for w in ("a", "b")
+    ]
+    x = torch.randn(3, 6)
+    assert torch.allclose(model(x), base(x))  # B starts at zero: the base encoder exactly
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.1)
+    trained = model(x)
+    assert not torch.allclose(trained, base(x))
+    assert base_fingerprint(model) == plain
+    payload = adapter_payload(model, 2, 4.0)
+    merge_adapters(model)
+    assert torch.allclose(model(x), trained, atol=1e-6)
+    # Shipped: the base encoder plus the payload gives the trained outputs.
+    fresh = load_adapter(Toy(), payload)
+    assert torch.allclose(fresh(x), trained, atol=1e-6)
+    assert fresh.ksemstamp_adapter == adapter_id(payload)
+
+    # A centroid file carrying the adapter adapts the base encoder it names, once.
+    fitted = CentroidFile(torch.randn(2, 6), "toy", plain, adapter=payload)
+    loaded = CentroidFile.from_payload(fitted.to_payload(), "test")
+    given = Toy()
+    adapted = loaded.adapted(given, copy=True)
+    assert adapted is not given and encoder_fingerprint(given) == plain  # the caller's is kept
+    assert torch.allclose(adapted(x), trained, atol=1e-6)
+    assert loaded.adapted(adapted) is adapted  # never twice
+    with pytest.raises(CentroidMismatchError):
+        loaded.adapted(Block())
