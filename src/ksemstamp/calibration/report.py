@@ -65,7 +65,7 @@ def _head(result: dict[str, Any]) -> list[str]:
             if direction
             else f"Partition: K = {cal['num_regions']} regions, gamma = {cal['gamma']}; "
         )
-        + ", ".join(f"{k} `{v}`" for k, v in result.get("settings", {}).items())
+        + ", ".join(f"{k} `{v}`" for k, v in _dotted(result.get("settings", {})))
         + ".",
         f"Run time {result['seconds']:.0f} s.",
         "",
@@ -315,6 +315,18 @@ def _group_lines(groups: dict[str, Any]) -> list[str]:
             f"{g['independent_tail']:.2g}."
         )
     return lines
+
+
+def _dotted(settings: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """The recorded settings as ``(place, value)`` pairs: a group's fields as ``group.field``
+    (reports written before the settings groups recorded them flat)."""
+    out = []
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            out += _dotted(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
 
 
 def _stats(result: dict[str, Any]) -> list[str]:
