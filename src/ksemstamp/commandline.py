@@ -80,6 +80,8 @@ class Option:
     hint: Any
     default: Any
     help: str | None = None
+    required: bool = False
+    """The command has no default for it: the command line or a file must give it."""
 
     @property
     def flag(self) -> str:
@@ -174,6 +176,8 @@ class Parameter:
     help: str | None
     role: str
     """``settings`` (fields at the top), ``group`` (``--name.field``) or ``option``."""
+    required: bool = False
+    """No default: the command line or a file must give it."""
 
 
 def parameters(fn: Callable) -> list[Parameter]:
@@ -192,7 +196,8 @@ def parameters(fn: Callable) -> list[Parameter]:
             role, hint, default = "group", group, default if default is not None else group()
         else:
             role = "option"
-        out.append(Parameter(p.name, hint, default, docs.get(p.name), role))
+        required = p.default is inspect.Parameter.empty and role == "option"
+        out.append(Parameter(p.name, hint, default, docs.get(p.name), role, required))
     return out
 
 
@@ -217,7 +222,7 @@ def options_of(fn: Callable, kind: str = "direction") -> list[Option]:
         elif p.role == "group":
             out += group_options(p.hint, f"{p.name}.", p.default)
         else:
-            out.append(Option(p.name, p.hint, p.default, p.help))
+            out.append(Option(p.name, p.hint, p.default, p.help, p.required))
     return out
 
 
@@ -253,7 +258,8 @@ def build_parser(fn: Callable, prog: str, kind: str = "direction") -> ArgumentPa
             groups[head] = parser.add_argument_group(f"{head}: {_group_title(fn, head)}")
         target = groups.get(head, parser)
         hint = optional_text if option.hint == (str | None) else option.hint
-        target.add_argument(option.flag, type=hint, default=option.default, help=option.help)
+        given = {"required": True} if option.required else {"default": option.default}
+        target.add_argument(option.flag, type=hint, help=option.help, **given)
     return parser
 
 

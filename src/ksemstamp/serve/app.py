@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..builders import as_settings, build_detector, build_scheme, build_watermarker
 from ..keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key
+from ..scheme import WatermarkScheme
 from ..settings import WatermarkSettings
 from .guard import (
     RedactKey,
@@ -93,17 +94,7 @@ def create_app(
         settings = dataclasses.replace(settings, key=secret)
     redact = RedactKey(secret)
     install_redaction(redact)
-    scheme = build_scheme(settings, encoder=encoder)
-    # The encoder's tokenizer is not safe to call from two threads at once (the generation
-    # worker and a detection request): one lock around every encoder pass.
-    encoder_lock = threading.Lock()
-    unlocked_embed = scheme.embed
-
-    def embed(sentences, progress=False):
-        with encoder_lock:
-            return unlocked_embed(sentences, progress=progress)
-
-    scheme.embed = embed  # type: ignore[method-assign]
+    scheme = _one_encoder_pass_at_a_time(build_scheme(settings, encoder=encoder))
     fingerprint = scheme.key_fingerprint
     state = ServeState(
         settings=settings,
@@ -148,6 +139,26 @@ def create_app(
     app.state.key_fingerprint = fingerprint
     app.state.redact = redact
 
+    _add_routes(app, limits, host)
+    return app
+
+
+def _one_encoder_pass_at_a_time(scheme: WatermarkScheme) -> WatermarkScheme:
+    """``scheme`` with one lock around every encoder pass: the encoder's tokenizer is not safe
+    to call from two threads at once (the generation worker and a detection request)."""
+    encoder_lock = threading.Lock()
+    unlocked_embed = scheme.embed
+
+    def embed(sentences, progress=False):
+        with encoder_lock:
+            return unlocked_embed(sentences, progress=progress)
+
+    scheme.embed = embed  # type: ignore[method-assign]
+    return scheme
+
+
+def _add_routes(app: FastAPI, limits: Limits, host: str | None) -> None:
+    """The guards, error handlers, page, static files and API routes of the app."""
     install_guards(app, limits, host)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
@@ -156,7 +167,6 @@ def create_app(
     app.add_api_route("/api/info", info, methods=["GET"])
     app.include_router(detect_routes)
     app.include_router(generate_routes)
-    return app
 
 
 async def on_validation(_: Request, err: RequestValidationError) -> JSONResponse:
