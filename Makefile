@@ -59,7 +59,7 @@ clean-venv:
 # runs (hours) have targets of their own, are run on purpose and committed with their outputs.
 # docs/results.md lists every results table, its target and the commit it was made on.
 COMMA := ,
-CALIBRATE := $(PY) watermark.py calibrate --max-texts 3000 --num-keys 50
+CALIBRATE := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 50
 RESULTS := results-calibration results-calibration-hard results-calibration-region \
 	results-valid-table
 LONG_RESULTS := results-evaluation results-strength results-benchmarks results-study results-training
@@ -68,14 +68,14 @@ LONG_RESULTS := results-evaluation results-strength results-benchmarks results-s
 results: $(RESULTS)
 
 results-calibration: setup
-	$(CALIBRATE) --output-dir docs/calibration
+	$(CALIBRATE) --output_dir docs/calibration
 
 results-calibration-hard: setup
 	$(CALIBRATE) --config configs/ksemstamp.yaml --config configs/ksemstamp-hard.yaml \
-		--output-dir docs/calibration/hard
+		--output_dir docs/calibration/hard
 
 results-calibration-region: setup
-	$(CALIBRATE) --config configs/ksemstamp-region.yaml --output-dir docs/calibration/region
+	$(CALIBRATE) --config configs/ksemstamp-region.yaml --output_dir docs/calibration/region
 
 results-valid-table: setup
 	$(PY) -m research.paper.valid_table --max-texts 3000
@@ -104,7 +104,7 @@ results-evaluation: setup results-strength
 results-strength: setup
 	$(call EVALUATE,strength-run,strength-run,strength-run,runs/eval-strength,--config docs/evaluation/strength-edits.yaml)
 	$(call EVALUATE,strength-run,strength-run,strength-run/lm-24,runs/eval-strength,--config docs/evaluation/strength-lm.yaml)
-	$(call EVALUATE,strength-run,strength-run,strength-run/paper-24,runs/eval-strength,--config docs/evaluation/strength-edits.yaml --num-prompts 24 --algorithms ksemstamp-paper)
+	$(call EVALUATE,strength-run,strength-run,strength-run/paper-24,runs/eval-strength,--config docs/evaluation/strength-edits.yaml --num_prompts 24 --algorithms ksemstamp-paper)
 
 # Long: the benchmark of record (about an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup

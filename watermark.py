@@ -1,4 +1,7 @@
-"""Generate and detect k-SemStamp / SemStamp watermarks: ``python watermark.py --help``."""
+"""Generate and detect k-SemStamp / SemStamp watermarks: ``python watermark.py --help``.
+
+The same commands as the ``ksemstamp`` console script (``ksemstamp.cli``).
+"""
 
 import sys
 
@@ -8,4 +11,4 @@ except KeyboardInterrupt:  # Ctrl-C while the libraries load: nothing was starte
     sys.exit(130)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="watermark.py"))

@@ -20,7 +20,6 @@ batched sampler, in alternating order.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import statistics
 import time
@@ -33,9 +32,11 @@ import torch
 from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.assets import load_lm, resolve_lm_dtype
-from ksemstamp.config import WatermarkConfig, build_scheme, build_watermarker
-from ksemstamp.corpora import news_prompts
-from ksemstamp.sampler import GroupResult
+from ksemstamp.builders import build_scheme, build_watermarker
+from ksemstamp.generation.sampler import GroupResult
+from ksemstamp.settings import WatermarkSettings
+from ksemstamp.settings_files import load_watermark_settings
+from ksemstamp.text.corpora import news_prompts
 from ksemstamp.watermarker import GenerationResult, Watermarker
 
 from .harness import (
@@ -70,21 +71,25 @@ class Variant:
 
     name: str
     kind: str  # "hf" (model.generate), "loop" (the sentence loop)
-    config: WatermarkConfig
+    config: WatermarkSettings
     source: str  # the configuration file it was read from
     watermark: bool = True
 
 
-def read_config(path: Path, args: Namespace, **overrides: Any) -> WatermarkConfig:
+def read_config(path: Path, args: Namespace) -> WatermarkSettings:
     """A configuration file as shipped, with the benchmark's key, length and one prompt per call
     (per-prompt timing); ``--lm-dtype`` and ``--max-candidates`` override it when given."""
     # A fixed seed: every variant and every rerun samples the same way.
-    settings = dict(key=BENCH_KEY, max_new_tokens=args.max_new_tokens, prompt_batch=1, seed=0)
+    layer: dict[str, Any] = {
+        "key": BENCH_KEY,
+        "sampling": {"max_new_tokens": args.max_new_tokens, "seed": 0},
+        "search": {"prompt_batch": 1},
+    }
     if args.lm_dtype:
-        settings["lm_dtype"] = args.lm_dtype
+        layer["model"] = {"lm_dtype": args.lm_dtype}
     if args.max_candidates:
-        settings["max_candidates"] = args.max_candidates
-    return WatermarkConfig.from_yaml(path, **settings, **overrides)
+        layer["search"]["max_candidates"] = args.max_candidates
+    return load_watermark_settings([path], layer)
 
 
 def make_variants(args: Namespace) -> list[Variant]:
@@ -170,14 +175,15 @@ class GenerationBench:
         for v in self.variants:
             self.runners[v.name] = self._hf_runner(v) if v.kind == "hf" else self._loop_runner(v)
 
-    def lm(self, cfg: WatermarkConfig) -> tuple[Any, Any]:
+    def lm(self, cfg: WatermarkSettings) -> tuple[Any, Any]:
         """One loaded LM per (model, device, weight format), shared by the variants."""
-        key = (cfg.lm, cfg.device, resolve_lm_dtype(cfg.lm_dtype, cfg.device))
+        model = cfg.model
+        key = (model.lm, model.device, resolve_lm_dtype(model.lm_dtype, model.device))
         if key not in self.lms:
             self.lms[key] = load_lm(*key)
         return self.lms[key]
 
-    def watermarker(self, cfg: WatermarkConfig) -> Watermarker:
+    def watermarker(self, cfg: WatermarkSettings) -> Watermarker:
         return build_watermarker(cfg, build_scheme(cfg), self.lm(cfg))
 
     def _loop_runner(self, variant: Variant) -> Callable[[str, int], PromptRun]:
@@ -220,11 +226,11 @@ class GenerationBench:
         eos = tokenizer.eos_token_id
         gen_cfg = GenerationConfig(
             do_sample=True,
-            temperature=cfg.temperature,
-            repetition_penalty=cfg.repetition_penalty,
-            top_k=cfg.top_k,
-            top_p=cfg.top_p,
-            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.sampling.temperature,
+            repetition_penalty=cfg.sampling.repetition_penalty,
+            top_k=cfg.sampling.top_k,
+            top_p=cfg.sampling.top_p,
+            max_new_tokens=cfg.sampling.max_new_tokens,
             suppress_tokens=[eos],  # as the sentence loop: never end the text early
             pad_token_id=tokenizer.pad_token_id,
         )
@@ -256,7 +262,7 @@ class GenerationBench:
         for wm in self.watermarkers.values():
             wm.scheme.regions(["A warm-up sentence."])
 
-    def output_tokens(self, text: str, cfg: WatermarkConfig) -> int:
+    def output_tokens(self, text: str, cfg: WatermarkSettings) -> int:
         """Tokens of a produced text, counted the same way for every variant."""
         return len(self.lm(cfg)[1](text)["input_ids"])
 
@@ -296,7 +302,7 @@ class GenerationBench:
     ) -> list[dict[str, Any]]:
         """The reference strategy on a sample of the default run's sentences.
 
-        Whole prompts under ``sampler_strategy: sequential`` would take hours, so it searches
+        Whole prompts under ``search.strategy: sequential`` would take hours, so it searches
         sampled sentences instead: for each, both strategies start from the same prefix (the
         prompt and the default run's text before that sentence) and search for one sentence,
         in alternating order. Sentences that needed >= ``HARD`` candidates in the default run
@@ -305,7 +311,7 @@ class GenerationBench:
         a = self.args
         cfg = next(v.config for v in self.variants if v.name == "default")
         batched = self.watermarker(cfg)
-        sequential = self.watermarker(dataclasses.replace(cfg, sampler_strategy="sequential"))
+        sequential = self.watermarker(cfg.updated({"search": {"strategy": "sequential"}}))
         for wm in (batched, sequential):
             wm.max_sentences = 1
         pool = []
@@ -381,31 +387,11 @@ def summarize_variant(
         "config_file": variant.source,
         "watermark": variant.watermark,
         "settings": {
-            k: getattr(cfg, k)
-            for k in (
-                "lm",
-                "lm_dtype",
-                "mark",
-                "context_temperature",
-                "threshold",
-                "centroids",
-                "gamma",
-                "margin",
-                "valid_mode",
-                "max_candidates",
-                "prune_tokens",
-                "prune_keep",
-                "prune_margin",
-                "novelty_patience",
-                "margin_patience",
-                "sentence_time_budget",
-                "candidate_batch",
-                "adaptive_batch",
-                "temperature",
-                "repetition_penalty",
-            )
+            group: values
+            for group, values in cfg.to_dict().items()
+            if group in ("model", "partition", "mark", "search", "sampling")
         },
-        "lm_dtype_resolved": resolve_lm_dtype(cfg.lm_dtype, cfg.device),
+        "lm_dtype_resolved": resolve_lm_dtype(cfg.model.lm_dtype, cfg.model.device),
         "prompts": len(runs),
         "seconds": seconds,
         "output_tokens": tokens,

@@ -36,11 +36,12 @@ import torch
 from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.assets import ORACLE_LM, load_lm, resolve_lm_dtype
-from ksemstamp.config import WatermarkConfig, build_detector, build_scheme
-from ksemstamp.corpora import news_prompts, news_windows
-from ksemstamp.decoding import SamplingConfig
-from ksemstamp.sampler import CandidateSampler
-from ksemstamp.splitter import get_splitter
+from ksemstamp.builders import build_detector, build_scheme
+from ksemstamp.generation.sampler import CandidateSampler
+from ksemstamp.settings import SamplingSettings, WatermarkSettings
+from ksemstamp.settings_files import load_watermark_settings
+from ksemstamp.text.corpora import news_prompts, news_windows
+from ksemstamp.text.splitter import get_splitter
 
 from .harness import BENCH_KEY, REPO, header_markdown, new_report, parser, repo_relative
 from .harness import write_report as _write_report
@@ -89,7 +90,7 @@ def _round_cost(sampler, prefix: str, context: str, rows: int, seed: int) -> tup
 
 def _step_cost(sampler, prefix: str, rows: int, steps: int = 6) -> tuple[float, float]:
     """CPU and wall seconds of one decoding step with ``rows`` live rows after ``prefix``."""
-    from ksemstamp.kvcache import CopiedCacheDecoder, SharedPrefixDecoder
+    from ksemstamp.generation.kvcache import CopiedCacheDecoder, SharedPrefixDecoder
 
     state = sampler.prefixes.get([prefix])
     kind = SharedPrefixDecoder if sampler.shared_prefix else CopiedCacheDecoder
@@ -127,7 +128,7 @@ def run_speed(args: Namespace, header: dict[str, Any]) -> None:
     models = _models(formats)
     splitter = get_splitter()
     samplers = {
-        f: CandidateSampler(m, t, splitter, SamplingConfig()) for f, (m, t) in models.items()
+        f: CandidateSampler(m, t, splitter, SamplingSettings()) for f, (m, t) in models.items()
     }
     prefix = news_windows(1, words=args.prefix_words, skip=50)[0]
     context = splitter.split(prefix)[-1]
@@ -218,13 +219,14 @@ def _teacher_forced_perplexity(model, tokenizer, texts: Sequence[str]) -> float:
 
 
 def run_quality(args: Namespace, header: dict[str, Any]) -> None:
-    from ksemstamp.config import build_watermarker
+    from ksemstamp.builders import build_watermarker
     from ksemstamp.evaluation.metrics import Oracle
 
     formats = [resolve_lm_dtype(f) for f in args.formats.split(",")]
     models = _models(formats)
-    base = WatermarkConfig.from_yaml(
-        args.config, key=KEY, max_new_tokens=args.max_new_tokens, seed=0
+    base = load_watermark_settings(
+        [args.config],
+        {"key": KEY, "sampling": {"max_new_tokens": args.max_new_tokens, "seed": 0}},
     )
     scheme = build_scheme(base)
     detector = build_detector(base, scheme)
@@ -240,11 +242,7 @@ def run_quality(args: Namespace, header: dict[str, Any]) -> None:
             rec = json.loads(line)
             done[(rec["format"], rec["prompt_index"])] = rec
     watermarkers = {
-        f: build_watermarker(
-            WatermarkConfig.from_dict({**base.to_dict(), "key": KEY, "lm_dtype": f}),
-            scheme,
-            lm=models[f],
-        )
+        f: build_watermarker(base.updated({"model": {"lm_dtype": f}}), scheme, lm=models[f])
         for f in formats
     }
     for i, prompt in enumerate(prompts):
@@ -338,8 +336,8 @@ def run_quality(args: Namespace, header: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------- early rejection
 
 
-def _early_config(path: str) -> tuple[str, WatermarkConfig]:
-    return Path(path).stem, WatermarkConfig.from_yaml(path, key=KEY, seed=0)
+def _early_config(path: str) -> tuple[str, WatermarkSettings]:
+    return Path(path).stem, load_watermark_settings([path], {"key": KEY, "sampling": {"seed": 0}})
 
 
 def _fmt(value: float | None) -> str:
@@ -430,10 +428,11 @@ def run_early(args: Namespace, header: dict[str, Any]) -> None:
         full_region, full_gap = kmeans_gap(embed(enc, [t for _, t, _ in cands]), centroids)
         part = {n: kmeans_gap(embed(enc, partial[n]), centroids) for n in lengths}
         k = centroids.shape[0]
-        if cfg.valid_mode == "keyed":
-            tables = [valid_table(k, cfg.gamma, f"early-{i}") for i in range(args.num_keys)]
+        mark = cfg.mark  # a region mark: its valid tables and margin are measured
+        if mark.valid_mode == "keyed":
+            tables = [valid_table(k, mark.gamma, f"early-{i}") for i in range(args.num_keys)]
         else:
-            tables = [valid_table(k, cfg.gamma, None, "paper")]
+            tables = [valid_table(k, mark.gamma, None, "paper")]
         simulated = {tuple(float(x) for x in r.split(":")) for r in args.simulate.split(",")}
         simulated = {(int(n), tau) for n, tau in simulated}
         q = prev_region[ctx_of]
@@ -445,7 +444,7 @@ def run_early(args: Namespace, header: dict[str, Any]) -> None:
                 per_key: dict[str, list[float]] = {}
                 for key_index, table in enumerate(tables):
                     valid = table[q, full_region]
-                    accepted = valid & (full_gap > cfg.margin)
+                    accepted = valid & (full_gap > mark.margin)
                     drop = (token_counts > n) & ~table[q, region_n] & (gap_n > tau)
                     saved = ((token_counts - n).clamp(min=0) * drop).sum() / token_counts.sum()
                     figures = {
@@ -473,13 +472,13 @@ def run_early(args: Namespace, header: dict[str, Any]) -> None:
         report["configs"][name] = {
             "centroids": str(cfg.centroid_path().name),
             "K": k,
-            "gamma": cfg.gamma,
-            "margin": cfg.margin,
+            "gamma": mark.gamma,
+            "margin": mark.margin,
             "keys": len(tables),
             "rules": rows,
         }
         lines += [
-            f"**{name}** (K = {k}, gamma = {cfg.gamma}, margin = {cfg.margin}; "
+            f"**{name}** (K = {k}, gamma = {mark.gamma}, margin = {mark.margin}; "
             f"{len(tables)} valid table(s))",
             "",
             "| first n tokens | region as the whole sentence | depth > | dropped | "

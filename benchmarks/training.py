@@ -20,8 +20,8 @@ import torch
 from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.assets import load_encoder
-from ksemstamp.corpora import news_articles
-from ksemstamp.splitter import get_splitter
+from ksemstamp.text.corpora import news_articles
+from ksemstamp.text.splitter import get_splitter
 
 from .harness import Section, fmt, measure, section_main
 

@@ -91,6 +91,7 @@ def lm():
 
 @pytest.fixture(scope="session")
 def default_scheme(encoder):
-    from ksemstamp.config import WatermarkConfig, build_scheme
+    from ksemstamp.builders import build_scheme
+    from ksemstamp.settings import WatermarkSettings
 
-    return build_scheme(WatermarkConfig(key="test-suite-key"), encoder=encoder)
+    return build_scheme(WatermarkSettings.from_dict({"key": "test-suite-key"}), encoder=encoder)

@@ -19,12 +19,13 @@ from ksemstamp.calibration import (
     tpr_at_fpr,
 )
 from ksemstamp.cli import main
+from ksemstamp.detection.stats import exact_p_value, normal_sf, paper_z
 from ksemstamp.detector import Detector
 from ksemstamp.keys import valid_table
 from ksemstamp.partition import LSHPartition
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
-from ksemstamp.stats import exact_p_value, normal_sf, paper_z
+from ksemstamp.settings import DirectionSettings, RegionSettings
+from ksemstamp.text.splitter import get_splitter
 
 
 def _bound(alpha: float, n: int) -> float:
@@ -60,7 +61,9 @@ def test_fast_p_values_equal_the_detectors_functions():
 
 @pytest.fixture
 def hash_scheme(hash_encoder):
-    return WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), 0.25, "k", get_splitter())
+    return WatermarkScheme(
+        hash_encoder, LSHPartition(32, bits=3), "k", get_splitter(), RegionSettings()
+    )
 
 
 def test_score_texts_follows_the_detector_rules(hash_scheme):
@@ -230,9 +233,10 @@ def test_calibrate_command_writes_json_report_and_png(tmp_path, monkeypatch, mar
     ]
     marked.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "cal"
-    args = ["calibrate", "--output-dir", str(out), "--max-texts", "48", "--num-keys", "20"]
-    args += ["--simulated-per-key", "30", "--watermarked", str(marked), "--quiet"]
-    assert main([*args, "--mark", mark]) == 0
+    args = ["calibrate", "--output_dir", str(out), "--calibration.max_texts", "48"]
+    args += ["--calibration.num_keys", "20", "--calibration.simulated_per_key", "30"]
+    args += ["--calibration.watermarked", str(marked), "--quiet"]
+    assert main([*args, "--mark.kind", mark]) == 0
     stats = ("exact",) if mark == "direction" else ("paper", "exact")
 
     result = json.loads((out / "calibration.json").read_text())
@@ -258,7 +262,7 @@ def test_calibrate_command_writes_json_report_and_png(tmp_path, monkeypatch, mar
     assert result["configured_key"]["key_fingerprint"] == fingerprint
 
     report = (out / "report.md").read_text()
-    assert "python watermark.py calibrate --output-dir" in report and "| overall (" in report
+    assert "ksemstamp calibrate --output_dir" in report and "| overall (" in report
     assert (out / "pvalues.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(out.glob("*.tmp*"))
     assert len(list((tmp_path / "cache" / "embeddings").glob("*.pt"))) == 1
@@ -283,9 +287,8 @@ def _direction_scheme(hash_encoder):
     centroids = torch.nn.functional.normalize(
         torch.randn(6, 32, generator=torch.Generator().manual_seed(1)), dim=-1
     )
-    return WatermarkScheme(
-        hash_encoder, KMeansPartition(centroids, 0.0), 0.25, "k", get_splitter(), mark="direction"
-    )
+    mark = DirectionSettings(context="previous", context_temperature=0.0)
+    return WatermarkScheme(hash_encoder, KMeansPartition(centroids, 0.0), "k", get_splitter(), mark)
 
 
 def test_direction_sums_give_the_detectors_z(hash_encoder):

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
+from ksemstamp.builders import load_centroids
 from ksemstamp.centroids import CentroidFile, IncompleteCentroidsError
 from ksemstamp.checkpoint import CheckpointError, checkpoint_centroids, read_checkpoint
 from ksemstamp.cli import main
-from ksemstamp.config import WatermarkConfig, load_centroids
+from ksemstamp.settings import WatermarkSettings
 
 
 def _ckpt(tmp_path, name="final.ckpt", **ksemstamp):
@@ -45,11 +46,21 @@ def test_a_checkpoint_without_the_centroid_file_is_refused_for_the_direction_mar
     fitted = checkpoint_centroids(path)
     assert fitted.mean is None and fitted.encoder == str(path) and fitted.num_regions == 4
     with pytest.raises(IncompleteCentroidsError, match="embedding mean.*train again"):
-        load_centroids(WatermarkConfig(checkpoint=str(path), key="k"))
+        load_centroids(
+            WatermarkSettings.from_dict({"model": {"checkpoint": str(path)}, "key": "k"})
+        )
     # The region mark needs no mean.
-    load_centroids(WatermarkConfig(checkpoint=str(path), key="k", mark="region", gamma=0.5))
+    load_centroids(
+        WatermarkSettings.from_dict(
+            {
+                "model": {"checkpoint": str(path)},
+                "mark": {"kind": "region", "gamma": 0.5},
+                "key": "k",
+            }
+        )
+    )
     # On the command line: one line, exit status 2, before any model is loaded.
-    assert main(["detect", "--checkpoint", str(path), "--text", "One. Two."]) == 2
+    assert main(["detect", "--model.checkpoint", str(path), "--text", "One. Two."]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: checkpoint") and "refit" in err and err.count("\n") == 1
 
@@ -60,10 +71,18 @@ def test_the_centroid_file_inside_a_checkpoint_is_used_whole(tmp_path):
     )
     inside.components = torch.linalg.qr(torch.randn(8, 8)).Q[:, :4].T.contiguous()
     path = _ckpt(tmp_path, centroids_fitted=True, centroid_file=inside.to_payload())
-    fitted = load_centroids(WatermarkConfig(checkpoint=str(path), key="k", whiten=4))
+    fitted = load_centroids(
+        WatermarkSettings.from_dict(
+            {"model": {"checkpoint": str(path)}, "mark": {"whiten": 4}, "key": "k"}
+        )
+    )
     assert fitted.encoder == str(path) and torch.equal(fitted.mean, inside.mean)
     assert torch.equal(fitted.transition, inside.transition)
     assert torch.equal(fitted.components, inside.components)
     # More components than the file holds: refused with the way to a complete file.
     with pytest.raises(IncompleteCentroidsError, match="5 principal components.*holds 4"):
-        load_centroids(WatermarkConfig(checkpoint=str(path), key="k", whiten=5))
+        load_centroids(
+            WatermarkSettings.from_dict(
+                {"model": {"checkpoint": str(path)}, "mark": {"whiten": 5}, "key": "k"}
+            )
+        )

@@ -10,7 +10,8 @@ from ksemstamp.io import ResumableWriter, read_jsonl
 pytestmark = pytest.mark.e2e
 
 # A fixed seed: a resumed record must be the text the first run wrote.
-FAST = ["--max-new-tokens", "12", "--max-candidates", "3", "--seed", "0", "--quiet"]
+FAST = ["--sampling.max_new_tokens", "12", "--search.max_candidates", "3", "--sampling.seed", "0"]
+FAST += ["--quiet"]
 PROMPTS = [
     {"id": "a", "prompt": "The storm hit the coast on Friday. Thousands lost power.", "extra": 1},
     {"id": "b", "prompt": "The company reported higher profits. Its shares rose."},
@@ -108,12 +109,12 @@ def test_text_mode_and_settings(tmp_path, capsys):
     assert main(["detect", "--text", "One sentence. Two sentences. Three.", "--quiet"]) == 0
     assert "z =" in capsys.readouterr().out
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("gamma: 0.5\nmargin: 0.01\n")
-    assert main(["detect", "--config", str(cfg), "--margin", "0.02", "--print-config"]) == 0
+    cfg.write_text("mark: {kind: region, gamma: 0.5, margin: 0.01}\n")
+    assert main(["detect", "--config", str(cfg), "--mark.margin", "0.02", "--print_config"]) == 0
     printed = capsys.readouterr().out
     assert "gamma: 0.5" in printed and "margin: 0.02" in printed and "\nkey:" not in printed
     with pytest.raises(SystemExit):
-        main(["detect", "--gamma", "2", "--text", "x"])
+        main(["detect", "--mark.kind", "region", "--mark.gamma", "2", "--text", "x"])
 
 
 def test_resumable_writer_repairs_partial_line(tmp_path):
@@ -127,11 +128,12 @@ def test_resumable_writer_repairs_partial_line(tmp_path):
 
 def test_build_time_setting_errors_are_one_line(tmp_path, capsys):
     # gamma * K (the region mark's valid sets) is only checked once the centroids (K) are known
-    assert main(["detect", "--mark", "region", "--gamma", "0.3", "--text", "One. Two. Three."]) == 2
+    region = ["--mark.kind", "region", "--mark.gamma", "0.3"]
+    assert main(["detect", *region, "--text", "One. Two. Three."]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "gamma" in err and "Traceback" not in err
     missing = tmp_path / "nope.pt"
-    assert main(["detect", "--centroids", str(missing), "--text", "One. Two."]) == 2
+    assert main(["detect", "--partition.centroids", str(missing), "--text", "One. Two."]) == 2
     assert "centroid file not found" in capsys.readouterr().err
 
 
@@ -150,7 +152,7 @@ def test_ctrl_c_is_one_line_and_exit_130_and_the_rerun_resumes(tmp_path):
     _write(src, [{"id": i, "text": t} for i, t in enumerate(texts)])
     root = Path(__file__).resolve().parents[1]
     argv = [sys.executable, str(root / "watermark.py"), "detect", "--input", str(src)]
-    argv += ["--output", str(out), "--batch-size", "1", "--quiet"]
+    argv += ["--output", str(out), "--batch_size", "1", "--quiet"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 240

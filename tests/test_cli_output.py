@@ -14,17 +14,21 @@ from hypothesis import strategies as st
 from test_io_input import LINES, _cut, _strict
 
 import ksemstamp.cli as cli
+import ksemstamp.records as records
 from ksemstamp.detector import Detector
 from ksemstamp.io import ResumableWriter
 from ksemstamp.partition import LSHPartition
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
+from ksemstamp.settings import RegionSettings
+from ksemstamp.text.splitter import get_splitter
 
 ROWS = [{"id": i, "text": f"Sentence {i} is here. And another {i} follows."} for i in range(3)]
 
 
 def _detector(cfg=None):
-    scheme = WatermarkScheme(HashEncoder(), LSHPartition(32, bits=3), 0.25, "k", get_splitter())
+    scheme = WatermarkScheme(
+        HashEncoder(), LSHPartition(32, bits=3), "k", get_splitter(), RegionSettings()
+    )
     return Detector(scheme, max_chars=10_000)
 
 
@@ -32,7 +36,9 @@ def _detector(cfg=None):
 def stand_in(monkeypatch):
     """The stand-in detector, and how often one was built (a model load, in real use)."""
     built = []
-    monkeypatch.setattr(cli, "build_detector", lambda cfg: built.append(1) or _detector())
+    stand_in = lambda cfg: built.append(1) or _detector()  # noqa: E731
+    monkeypatch.setattr(cli, "build_detector", stand_in)  # one text
+    monkeypatch.setattr(records, "build_detector", stand_in)  # --input
     return built
 
 
@@ -220,8 +226,9 @@ def test_ctrl_c_says_in_one_line_what_was_written_and_exits_130(tmp_path, monkey
         return detect_batch(*args, **kwargs)
 
     monkeypatch.setattr(detector, "detect_batch", pressed_on_the_second_batch)
-    monkeypatch.setattr(cli, "build_detector", lambda cfg: detector)
-    argv = ["detect", "--input", str(src), "--output", str(out), "--batch-size", "1", "--quiet"]
+    monkeypatch.setattr(records, "build_detector", lambda cfg: detector)  # --input
+    monkeypatch.setattr(cli, "build_detector", lambda cfg: detector)  # --text
+    argv = ["detect", "--input", str(src), "--output", str(out), "--batch_size", "1", "--quiet"]
     assert cli.main(argv) == 130
     err = capsys.readouterr().err
     assert err == (
@@ -248,14 +255,17 @@ def test_detect_file_reads_at_most_the_limit(tmp_path, stand_in, capsys):
         handle.truncate(50_000_000)  # 50 MB of NUL bytes, sparse on disk
     tracemalloc.start()
     try:
-        code = cli.main(["detect", "--file", str(big), "--max-text-chars", "1000", "--quiet"])
+        code = cli.main(
+            ["detect", "--file", str(big), "--limits.max_text_chars", "1000", "--quiet"]
+        )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     err = capsys.readouterr().err.strip()
     assert code == 1 and peak < 5_000_000  # read: the limit and one character more
     assert (
-        err == f"error: {big} has more than 1,000 characters; the limit is 1,000 (max_text_chars)"
+        err
+        == f"error: {big} has more than 1,000 characters; the limit is 1,000 (limits.max_text_chars)"
     )
     assert stand_in == []  # refused before any model loads
     if os.path.exists("/dev/zero"):  # endless: only a bounded read ends

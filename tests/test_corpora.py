@@ -1,6 +1,6 @@
 """Corpus helpers: windows, source allocation, prompt cutting."""
 
-from ksemstamp.corpora import allocate, leading_sentences, make_windows
+from ksemstamp.text.corpora import allocate, leading_sentences, make_windows
 
 
 def test_make_windows_cuts_by_words_and_drops_short_tails():

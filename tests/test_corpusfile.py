@@ -1,18 +1,18 @@
 """Corpus files (plain text or JSONL), their checks, and centroids fitted on them."""
 
 import json
+import re
 
 import pytest
 import torch
 
 from ksemstamp.centroids import CentroidFile, IncompleteCentroidsError
-from ksemstamp.centroids import main as centroids_main
+from ksemstamp.cli import main as cli_main
 from ksemstamp.config import DEFAULT_CENTROIDS, PAPER_CENTROIDS
-from ksemstamp.corpusfile import (
+from ksemstamp.text.corpusfile import (
     CorpusError,
     corpus_prompts,
     corpus_sentences,
-    main,
     read_documents,
     require_sentences,
     split_documents,
@@ -103,21 +103,24 @@ def test_centroids_command_refuses_a_bad_corpus_before_loading_a_model(
     binary.write_bytes(bytes(range(256)) * 40)
     for corpus, message in ((small, "too few sentences for K = 64"), (binary, "binary")):
         out = tmp_path / "c.pt"
-        assert centroids_main(["--corpus", str(corpus), "--output", str(out), "--quiet"]) == 2
+        argv = ["centroids", "--corpus", str(corpus), "--output", str(out), "--quiet"]
+        assert cli_main(argv) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1 and not out.exists()
 
 
 def test_corpus_commands_export_and_prompts(tmp_path, capsys):
     out = tmp_path / "speeches.txt"
-    assert main(["export", "--source", "parliament", "--output", str(out)]) == 0
+    assert cli_main(["corpus", "export", "--source", "parliament", "--output", str(out)]) == 0
     documents = read_documents(out)
     assert len(documents) > 900 and all("\n" not in d for d in documents)
     prompts = tmp_path / "prompts.jsonl"
-    assert main(["prompts", "--corpus", str(out), "--num", "4", "--output", str(prompts)]) == 0
+    argv = ["corpus", "prompts", "--corpus", str(out), "--num", "4", "--output", str(prompts)]
+    assert cli_main(argv) == 0
     rows = [json.loads(line) for line in prompts.read_text().splitlines()]
     assert len(rows) == 4 and all(r["id"].startswith("test-") and r["prompt"] for r in rows)
-    assert main(["prompts", "--corpus", str(tmp_path / "none.txt"), "--output", str(prompts)]) == 2
+    argv = ["corpus", "prompts", "--corpus", str(tmp_path / "none.txt"), "--output", str(prompts)]
+    assert cli_main(argv) == 2
     assert "not found" in capsys.readouterr().err
 
 
@@ -161,7 +164,7 @@ def test_payload_roundtrip_and_wrong_files(tmp_path):
         CentroidFile.load(junk)
     ckpt = tmp_path / "final.ckpt"
     torch.save({"state_dict": {}, "ksemstamp": {}}, ckpt)
-    with pytest.raises(ValueError, match="training checkpoint: pass it as `checkpoint`"):
+    with pytest.raises(ValueError, match="training checkpoint: pass it as `model.checkpoint`"):
         CentroidFile.load(ckpt)
 
 
@@ -171,7 +174,7 @@ def test_centroids_command_fits_a_complete_file_on_a_corpus(tmp_path, capsys):
     corpus.write_text("".join(json.dumps({"text": d}) + "\n" for d in _documents(10)))
     out = tmp_path / "c.pt"
     argv = ["--corpus", str(corpus), "--k", "4", "--split", "all", "--output", str(out)]
-    assert centroids_main([*argv, "--quiet"]) == 0
+    assert cli_main(["centroids", *argv, "--quiet"]) == 0
     assert "K=4, 40 sentences of 10 documents" in capsys.readouterr().out
     fitted = CentroidFile.load(out)
     fitted.require("direction", str(out))
@@ -180,8 +183,7 @@ def test_centroids_command_fits_a_complete_file_on_a_corpus(tmp_path, capsys):
     assert fitted.encoder == "all-minilm-l6-v2" and fitted.mean.shape == (384,)
 
 
-def test_pair_sources_come_from_the_corpus_split(tmp_path):
-    from ksemstamp.training.pairs import main as pairs_main
+def test_pair_sources_come_from_the_corpus_split(tmp_path, capsys):
     from ksemstamp.training.pairs import source_sentences
 
     path = tmp_path / "c.txt"
@@ -194,6 +196,7 @@ def test_pair_sources_come_from_the_corpus_split(tmp_path):
     }
     assert all(s in "".join(val) and len(s.split()) >= 8 for _, s in sources)
     assert source_sentences("val", seed=0, min_words=8, corpus=str(path)) == sources  # fixed
-    with pytest.raises(SystemExit, match="error: corpus .* is empty"):
-        (tmp_path / "empty.txt").write_text("")
-        pairs_main(["--corpus", str(tmp_path / "empty.txt"), "--num", "2", "--output", "x"])
+    (tmp_path / "empty.txt").write_text("")
+    argv = ["pairs", "--corpus", str(tmp_path / "empty.txt"), "--num", "2", "--output", "x"]
+    assert cli_main(argv) == 2
+    assert re.search("error: corpus .* is empty", capsys.readouterr().err)

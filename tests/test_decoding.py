@@ -11,7 +11,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from ksemstamp.decoding import SamplingConfig, sample_rows, warp_logits
+from ksemstamp.generation.decoding import sample_rows, warp_logits
+from ksemstamp.settings import SamplingSettings
 
 VOCAB = 64
 
@@ -37,7 +38,7 @@ def _reference(logits, history, config, suppress):
 @pytest.mark.parametrize("suppress", [(), (0,), (3, 7)])
 def test_warp_logits_matches_transformers(penalty, top_k, top_p, suppress):
     gen = torch.Generator().manual_seed(hash((penalty, top_k, top_p, suppress)) % 2**31)
-    config = SamplingConfig(temperature=0.7, repetition_penalty=penalty, top_k=top_k, top_p=top_p)
+    config = SamplingSettings(temperature=0.7, repetition_penalty=penalty, top_k=top_k, top_p=top_p)
     logits = torch.randn(6, VOCAB, generator=gen) * 3
     history = torch.randint(0, VOCAB, (6, 20), generator=gen)
     seen = torch.zeros(6, VOCAB, dtype=torch.bool).scatter_(1, history, True)

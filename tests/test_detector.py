@@ -8,12 +8,15 @@ import torch
 from ksemstamp.detector import Detector
 from ksemstamp.partition import LSHPartition
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
+from ksemstamp.settings import RegionSettings
+from ksemstamp.text.splitter import get_splitter
 
 
 @pytest.fixture
 def scheme(hash_encoder):
-    return WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), 0.25, "k", get_splitter())
+    return WatermarkScheme(
+        hash_encoder, LSHPartition(32, bits=3), "k", get_splitter(), RegionSettings()
+    )
 
 
 @pytest.fixture
@@ -136,7 +139,11 @@ def test_scoring_plan_is_key_free_and_matches_detection(hash_encoder):
     texts = [" ".join(SENTENCES[:6]), SENTENCES[1] + " " + SENTENCES[1] + " " + SENTENCES[2], "x"]
     prompts = [SENTENCES[10], None, SENTENCES[3]]
     detectors = [
-        Detector(WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), 0.25, key, get_splitter()))
+        Detector(
+            WatermarkScheme(
+                hash_encoder, LSHPartition(32, bits=3), key, get_splitter(), RegionSettings()
+            )
+        )
         for key in ("one key", "another key")
     ]
     plans = [d.plan_batch(texts, prompts) for d in detectors]
@@ -195,7 +202,7 @@ def test_scoring_plan_is_key_free_and_matches_detection(hash_encoder):
     ],
 )
 def test_continuation_sentences(prompt, text, expected):
-    from ksemstamp.detector import continuation_sentences
+    from ksemstamp.text.splitter import continuation_sentences
 
     assert continuation_sentences(get_splitter(), prompt, text) == expected
 

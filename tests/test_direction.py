@@ -8,15 +8,15 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_watermarker import ScriptedSampler
+from test_watermarker import ScriptedSampler, _watermarker
 
+from ksemstamp.detection.stats import context_sums, direction_z, normal_sf
 from ksemstamp.detector import Detector
 from ksemstamp.keys import keyed_directions
 from ksemstamp.partition import KMeansPartition
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
-from ksemstamp.stats import context_sums, direction_z, normal_sf
-from ksemstamp.watermarker import Watermarker
+from ksemstamp.settings import DirectionSettings
+from ksemstamp.text.splitter import get_splitter
 
 # ---------------------------------------------------------------------- keyed directions
 
@@ -142,15 +142,15 @@ def _scheme(
     centroids = torch.nn.functional.normalize(
         torch.randn(4, 32, generator=torch.Generator().manual_seed(0)), dim=-1
     )
+    # The chained design with hard contexts (temperature 0): the mark's tests pick theirs.
+    mark = DirectionSettings(context="previous", context_temperature=temperature)
     return WatermarkScheme(
         hash_encoder,
         KMeansPartition(centroids, margin=0.0),
-        0.25,
         key,
         get_splitter(),
-        mark="direction",
+        mark,
         center=center,
-        context_temperature=temperature,
     )
 
 
@@ -179,7 +179,7 @@ def test_detects_a_text_written_for_the_key(hash_encoder):
     scheme = _scheme(hash_encoder)
     prompt = "A prompt sentence."
     text = " ".join(_greedy_text(scheme, prompt, 8, _pool(60)))
-    result = Detector(scheme).detect(text, prompt=prompt)
+    result = Detector(scheme, scan=False).detect(text, prompt=prompt)
     assert result.status == "ok" and result.num_scored == 8
     assert result.watermarked and result.p_value < 1e-4
     assert result.z_score == pytest.approx(
@@ -189,7 +189,9 @@ def test_detects_a_text_written_for_the_key(hash_encoder):
     )
     assert all(v == "valid" for v in result.verdicts)
     # Another key does not see it.
-    other = Detector(_scheme(hash_encoder, key="another key")).detect(text, prompt=prompt)
+    other = Detector(_scheme(hash_encoder, key="another key"), scan=False).detect(
+        text, prompt=prompt
+    )
     assert not other.watermarked
 
 
@@ -202,7 +204,7 @@ def _variance(scheme, result) -> float:
 
 def test_seed_repeat_and_too_short_rules(hash_encoder):
     scheme = _scheme(hash_encoder)
-    detector = Detector(scheme)
+    detector = Detector(scheme, scan=False)
     one = detector.detect("Only one sentence here.")
     assert one.status == "too_short" and one.z_score is None and one.scores == [None]
     text = "First one here. Second one here. First one here."
@@ -230,16 +232,9 @@ def test_region_only_parts_refuse_the_direction_mark(hash_encoder):
     assert scheme.table is None
     with pytest.raises(ValueError):
         scheme.is_valid(0, 1)
-    with pytest.raises(ValueError):
-        WatermarkScheme(
-            hash_encoder,
-            scheme.partition,
-            0.25,
-            None,
-            get_splitter(),
-            valid_mode="paper",
-            mark="direction",
-        )
+    # The direction mark has no public table: it needs a key.
+    with pytest.raises(ValueError, match="key"):
+        WatermarkScheme(hash_encoder, scheme.partition, None, get_splitter(), DirectionSettings())
 
 
 # ---------------------------------------------------------------------- the sentence loop
@@ -258,7 +253,7 @@ def test_accepts_the_first_candidate_reaching_the_threshold(hash_encoder):
     low = [t for t, s in zip(pool, scores, strict=True) if s < 0.5][:3]
     high = next(t for t, s in zip(pool, scores, strict=True) if s >= 1.0)
     sampler = ScriptedSampler([[low[0], high, low[1]]])
-    wm = Watermarker(
+    wm = _watermarker(
         scheme,
         sampler,
         max_candidates=8,
@@ -287,7 +282,7 @@ def test_keeps_the_best_candidate_after_max_candidates(hash_encoder):
     best = pool[int(order[-1])]
     rest = [pool[int(i)] for i in order[:3]]
     sampler = ScriptedSampler([[rest[0], best], [rest[1], rest[2]]])
-    wm = Watermarker(
+    wm = _watermarker(
         scheme,
         sampler,
         max_candidates=4,
@@ -310,7 +305,7 @@ def test_best_of_max_candidates_without_threshold_is_no_fallback(hash_encoder):
     pool = _pool(6)
     scores = _scored(scheme, previous, pool)
     sampler = ScriptedSampler([pool])
-    wm = Watermarker(
+    wm = _watermarker(
         scheme, sampler, max_candidates=6, candidate_batch=32, max_new_tokens=5, threshold=None
     )
     record = wm.generate([prompt])[0].sentences[0]
@@ -332,12 +327,12 @@ def test_a_repeat_is_never_kept_for_its_score(hash_encoder):
     best, second = order[0], order[1]
     again = "  " + best.upper().replace(" ", "  ")
     sampler = ScriptedSampler([order[:3], [again, second, order[2]]])
-    wm = Watermarker(
+    wm = _watermarker(
         scheme, sampler, max_candidates=3, candidate_batch=32, max_new_tokens=10, threshold=None
     )
     result = wm.generate(["A prompt sentence."])[0]
     assert [s.text for s in result.sentences] == [best, second]
-    verdict = Detector(scheme).detect(result.text, "A prompt sentence.")
+    verdict = Detector(scheme, scan=False).detect(result.text, "A prompt sentence.")
     assert "repeat" not in verdict.verdicts
 
 
@@ -381,7 +376,7 @@ def test_a_time_budget_keeps_the_best_candidate_so_far(hash_encoder, ten_second_
     order = np.argsort(scores)
     best, worse = pool[int(order[-1])], pool[int(order[0])]
     sampler = ScriptedSampler([[best, worse]] * 10)
-    wm = Watermarker(
+    wm = _watermarker(
         scheme,
         sampler,
         max_candidates=12,
@@ -425,7 +420,7 @@ def test_soft_contexts_generate_and_detect(hash_encoder):
     prompt = "A prompt sentence."
     pool = _pool(60)
     rounds = [pool[i : i + 6] for i in range(0, 48, 6)]
-    wm = Watermarker(
+    wm = _watermarker(
         scheme,
         ScriptedSampler(rounds),
         max_candidates=6,
@@ -436,7 +431,7 @@ def test_soft_contexts_generate_and_detect(hash_encoder):
     )
     res = wm.generate([prompt])[0]
     assert res.num_sentences >= 5
-    result = Detector(scheme).detect(res.text, prompt=prompt)
+    result = Detector(scheme, scan=False).detect(res.text, prompt=prompt)
     assert result.status == "ok" and result.watermarked
     kept = [r.score for r in res.sentences]
     assert [s for s in result.scores if s is not None] == pytest.approx(kept, abs=1e-5)
@@ -446,7 +441,7 @@ def test_soft_contexts_generate_and_detect(hash_encoder):
     z = direction_z(vectors, weights, scheme.directions.double().numpy())
     assert result.z_score == pytest.approx(z, rel=1e-6)
     # The same text under hard contexts is scored on other directions.
-    hard = Detector(_scheme(hash_encoder)).detect(res.text, prompt=prompt)
+    hard = Detector(_scheme(hash_encoder), scan=False).detect(res.text, prompt=prompt)
     assert hard.z_score != pytest.approx(result.z_score, rel=1e-3)
 
 

@@ -16,18 +16,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # (later flags win).
 WALKTHROUGH = [
     (
-        "python -m ksemstamp.corpusfile export --source parliament --output data/domain.txt",
+        "ksemstamp corpus export --source parliament --output data/domain.txt",
         [],
     ),
     (
-        "python -m ksemstamp.training.pairs --corpus data/domain.txt --num 2000 "
-        "--output data/pairs/domain-train.jsonl",
-        ["--num", "48", "--no-progress"],
+        "ksemstamp pairs --corpus data/domain.txt --num 2000 --output data/pairs/domain-train.jsonl",
+        ["--num", "48", "--quiet"],
     ),
     (
-        "python -m ksemstamp.training.pairs --corpus data/domain.txt --split val --num 200 "
+        "ksemstamp pairs --corpus data/domain.txt --split val --num 200 "
         "--output data/pairs/domain-val.jsonl",
-        ["--num", "8", "--no-progress"],
+        ["--num", "8", "--quiet"],
     ),
     (
         "python train.py fit --config configs/train/news.yaml --config configs/train/domain.yaml",
@@ -40,17 +39,17 @@ WALKTHROUGH = [
         ],
     ),
     (
-        "python -m ksemstamp.corpusfile prompts --corpus data/domain.txt --num 20 "
+        "ksemstamp corpus prompts --corpus data/domain.txt --num 20 "
         "--output data/domain-prompts.jsonl",
         ["--num", "2"],
     ),
     (
-        "python watermark.py generate --checkpoint checkpoints/domain/final.ckpt "
+        "ksemstamp generate --model.checkpoint checkpoints/domain/final.ckpt "
         "--input data/domain-prompts.jsonl --output data/domain-generations.jsonl",
-        ["--max-new-tokens", "100", "--quiet"],
+        ["--sampling.max_new_tokens", "100", "--quiet"],
     ),
     (
-        "python watermark.py detect --checkpoint checkpoints/domain/final.ckpt "
+        "ksemstamp detect --model.checkpoint checkpoints/domain/final.ckpt "
         "--input data/domain-generations.jsonl --output data/domain-detections.jsonl",
         ["--quiet"],
     ),
@@ -59,28 +58,17 @@ WALKTHROUGH = [
 
 def run(command: str, extra: list[str]) -> None:
     """One command of the walk-through, in this process, from the current folder."""
-    from ksemstamp.centroids import main as centroids
-    from ksemstamp.cli import main as watermark
-    from ksemstamp.corpusfile import main as corpusfile
+    from ksemstamp.cli import main
     from ksemstamp.training.cli import cli_main
-    from ksemstamp.training.pairs import main as pairs
 
-    words = shlex.split(command)[1:]
-    if words[0] == "-m":
-        entry = {
-            "ksemstamp.corpusfile": corpusfile,
-            "ksemstamp.training.pairs": pairs,
-            "ksemstamp.centroids": centroids,
-        }[words[1]]
-        status = entry([*words[2:], *extra])
-        assert status in (None, 0), command
-    elif words[0] == "train.py":
-        args = [str(ROOT / a) if a.startswith("configs/") else a for a in words[1:]]
+    words = shlex.split(command)
+    if words[:2] == ["python", "train.py"]:
+        args = [str(ROOT / a) if a.startswith("configs/") else a for a in words[2:]]
         with mock.patch.object(sys, "argv", [sys.argv[0]]):
             cli_main([*args, *extra])
     else:
-        assert words[0] == "watermark.py"
-        assert watermark([*words[1:], *extra]) == 0, command
+        assert words[0] == "ksemstamp"
+        assert main([*words[1:], *extra]) == 0, command
 
 
 def test_the_walkthrough_is_the_one_in_the_docs():

@@ -4,9 +4,10 @@ import dataclasses
 
 import pytest
 
-from ksemstamp.config import WatermarkConfig, build_detector, build_scheme, build_watermarker
-from ksemstamp.corpora import news_articles
+from ksemstamp.builders import build_detector, build_scheme, build_watermarker
 from ksemstamp.detector import Detector
+from ksemstamp.settings import WatermarkSettings
+from ksemstamp.text.corpora import news_articles
 
 pytestmark = pytest.mark.e2e
 
@@ -18,7 +19,9 @@ PROMPT = (
 
 @pytest.fixture(scope="module")
 def pipeline(encoder, lm):
-    cfg = WatermarkConfig(key="e2e-test-key", max_new_tokens=200, seed=0)  # fixed: a test
+    cfg = WatermarkSettings.from_dict(
+        {"sampling": {"max_new_tokens": 200, "seed": 0}, "key": "e2e-test-key"}
+    )  # fixed: a test
     scheme = build_scheme(cfg, encoder=encoder)
     watermarker = build_watermarker(cfg, scheme, lm=lm)
     return cfg, scheme, watermarker, build_detector(cfg, scheme)
@@ -55,8 +58,13 @@ def test_watermarked_text_is_detected(pipeline, generations):
 def test_region_mark_detection_agrees_with_generation(encoder, lm):
     # The paper's region mark through the same builders: every generated sentence is valid
     # unless it is a fallback, and the paper's z and the exact p-value count the same sentences.
-    cfg = WatermarkConfig(
-        key="e2e-test-key", mark="region", max_new_tokens=80, max_candidates=30, seed=0
+    cfg = WatermarkSettings.from_dict(
+        {
+            "mark": {"kind": "region"},
+            "sampling": {"max_new_tokens": 80, "seed": 0},
+            "search": {"max_candidates": 30},
+            "key": "e2e-test-key",
+        }
     )
     scheme = build_scheme(cfg, encoder=encoder)
     marked = build_watermarker(cfg, scheme, lm=lm).generate([PROMPT])[0]
@@ -88,7 +96,9 @@ def test_unwatermarked_and_human_text_are_not_flagged(pipeline, generations):
 
 def test_generation_is_deterministic(encoder, lm):
     # A short run twice with fresh watermarkers: same key, seed and prompt give the same text.
-    cfg = WatermarkConfig(key="e2e-test-key", max_new_tokens=30, seed=0)
+    cfg = WatermarkSettings.from_dict(
+        {"sampling": {"max_new_tokens": 30, "seed": 0}, "key": "e2e-test-key"}
+    )
     scheme = build_scheme(cfg, encoder=encoder)
     first = build_watermarker(cfg, scheme, lm=lm).generate([PROMPT])[0]
     second = build_watermarker(cfg, scheme, lm=lm).generate([PROMPT])[0]
@@ -112,7 +122,7 @@ def test_bad_prompts_get_clear_errors(pipeline):
 def _cut_mid_sentence(text: str, words: int = 32) -> str:
     """The first ``words`` words of an article, as the paper cuts its prompts (not at a
     sentence end); moved on a word until the cut falls inside a sentence."""
-    from ksemstamp.splitter import get_splitter
+    from ksemstamp.text.splitter import get_splitter
 
     splitter, tokens = get_splitter(), text.split()
     for n in range(words, len(tokens)):
@@ -126,8 +136,12 @@ def _cut_mid_sentence(text: str, words: int = 32) -> str:
 def short_pipeline(encoder, lm):
     """A short run of every kind of prompt: settings small enough for CPU tests."""
     # Sentences of at most 32 tokens under a 40-token budget: every text has >= 2 sentences.
-    cfg = WatermarkConfig(
-        key="e2e-test-key", max_new_tokens=40, max_sentence_tokens=32, max_candidates=12, seed=3
+    cfg = WatermarkSettings.from_dict(
+        {
+            "sampling": {"max_new_tokens": 40, "max_sentence_tokens": 32, "seed": 3},
+            "search": {"max_candidates": 12},
+            "key": "e2e-test-key",
+        }
     )
     scheme = build_scheme(cfg, encoder=encoder)
     plain = build_watermarker(cfg, scheme, lm=lm)
@@ -206,7 +220,7 @@ def test_default_detects_most_held_out_news_texts(pipeline):
     """The default design's promise on real generations: held-out news prompts, 200 new tokens,
     a fixed key and seed, the exact test at alpha = 1%. The design study puts the detected share
     above 0.9 (research/study), so at least 3 of 5 is asked."""
-    from ksemstamp.corpora import news_prompts
+    from ksemstamp.text.corpora import news_prompts
 
     _, _, watermarker, detector = pipeline
     prompts = news_prompts(5, 32)
@@ -235,9 +249,9 @@ def test_the_demo_of_a_fresh_clone_prints_no_warning(tmp_path):
             sys.executable,
             str(root / "watermark.py"),
             "demo",
-            "--max-new-tokens",
+            "--sampling.max_new_tokens",
             "24",
-            "--max-candidates",
+            "--search.max_candidates",
             "4",
         ],
         capture_output=True,

@@ -86,7 +86,7 @@ def test_settings_check_edit_names():
 
 def test_article_sentences_start_at_the_human_continuation():
     from ksemstamp.evaluation.edit_stage import ArticleSentences
-    from ksemstamp.splitter import get_splitter
+    from ksemstamp.text.splitter import get_splitter
 
     sentences = ArticleSentences(get_splitter())
     sentences._texts = {

@@ -15,8 +15,8 @@ from ksemstamp.evaluation.edits import (
     split_sentence,
     zero_width,
 )
-from ksemstamp.normalize import normalize_text
-from ksemstamp.splitter import get_splitter
+from ksemstamp.text.normalize import normalize_text
+from ksemstamp.text.splitter import get_splitter
 
 SENTENCES = [
     f"Sentence {i} says that the council met on day {i}, and that it approved item {i}."

@@ -13,7 +13,7 @@ from ksemstamp.evaluation.rewrite import (
     select_window,
     windows,
 )
-from ksemstamp.splitter import get_splitter
+from ksemstamp.text.splitter import get_splitter
 
 
 @pytest.mark.parametrize("count", range(0, 30))

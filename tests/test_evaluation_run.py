@@ -21,10 +21,17 @@ from ksemstamp.evaluation.run import (
 from ksemstamp.evaluation.scoring import exact_score
 
 TINY = {
-    "max_candidates": 4,
-    "candidate_batch": 4,
-    "novelty_patience": 0,
+    "search": {"max_candidates": 4, "candidate_batch": 4},
+    "mark": {"novelty_patience": 0},  # the region mark's; the direction mark has none
 }
+
+
+def _tiny(max_new_tokens: int):
+    """The default watermark settings with TINY's search and a short text."""
+    from ksemstamp.settings import WatermarkSettings
+
+    search = {"search": TINY["search"], "sampling": {"max_new_tokens": max_new_tokens}}
+    return WatermarkSettings().updated(search)
 
 
 def test_exact_score_ranks_smaller_p_values_higher_and_missing_last():
@@ -62,8 +69,7 @@ def _word_starts(text: str) -> list[int]:
 
 
 def test_token_prompts_are_cut_mid_sentence_with_a_matching_human_negative():
-    from ksemstamp.detector import continuation_sentences
-    from ksemstamp.splitter import get_splitter
+    from ksemstamp.text.splitter import continuation_sentences, get_splitter
 
     assert cut_at_token("One two three four.", _word_starts, 2) == ("One two", " three four.")
     assert cut_at_token("One two.", _word_starts, 2) is None
@@ -174,7 +180,7 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     }
     config.write_text(json.dumps(settings))  # JSON is YAML
     out = tmp_path / "run"
-    argv = ["evaluate", "--config", str(config), "--output-dir", str(out), "--quiet"]
+    argv = ["evaluate", "--config", str(config), "--output_dir", str(out), "--quiet"]
     assert main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     assert (out / "roc.png").stat().st_size > 1000
@@ -210,7 +216,7 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     assert "| interleave-50 (edit) |" in table and "human (FPR)" in table
     assert "KGW's z-test" in results["statistics"]["kgw"]
     # The interleaved text holds the other prompt's human sentences, never its own article's.
-    from ksemstamp.splitter import get_splitter
+    from ksemstamp.text.splitter import get_splitter
 
     human = {p["id"]: p["human"] for p in read_records(out / "prompts.jsonl")}
     for mixed in read_records(out / "edits" / "ksemstamp.interleave-50.jsonl"):
@@ -243,7 +249,7 @@ def test_ddp_spawn_predict_shards_merge_without_loss_or_duplicates(tmp_path):
         for i in range(5)
     ]
     factory = GeneratorFactory(
-        "ksemstamp", [{**TINY, "max_new_tokens": 8, "key": "test-suite-key"}]
+        "ksemstamp", [{**_tiny(max_new_tokens=8).to_dict(), "key": "test-suite-key"}]
     )
     shards = predict_to_shards(
         factory,

@@ -14,7 +14,7 @@ from ksemstamp.evaluation.size import (
     sentence_ends,
     size_stage,
 )
-from ksemstamp.splitter import get_splitter
+from ksemstamp.text.splitter import get_splitter
 
 TEXT = "Stocks rose on Monday. Bonds fell. Oil was flat all day."
 

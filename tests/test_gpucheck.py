@@ -2,7 +2,8 @@
 
 import pytest
 
-from ksemstamp.gpucheck import CheckFailed, check_ranks, expected_devices, main
+from ksemstamp.cli import main
+from ksemstamp.gpucheck import CheckFailed, check_ranks, expected_devices
 from ksemstamp.parallel import DEVICE_LINE
 
 
@@ -34,15 +35,15 @@ def test_without_a_gpu_the_check_says_so_and_points_to_cpu(monkeypatch, capsys):
     with pytest.raises(CheckFailed, match="--cpu"):
         expected_devices(cpu=False, devices=None)
     assert expected_devices(cpu=True, devices=None) == ["cpu", "cpu"]
-    assert main(["--workdir", "unused"]) == 1
+    assert main(["gpucheck", "--workdir", "unused"]) == 1
     assert capsys.readouterr().err.startswith("FAILED: no CUDA GPU")
 
 
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_the_whole_check_passes_on_two_cpu_processes(tmp_path, capsys):
-    argv = ["--cpu", "--workdir", str(tmp_path), "--prompts", "1", "--steps", "2"]
-    assert main([*argv, "--max-new-tokens", "64"]) == 0
+    argv = ["gpucheck", "--cpu", "--workdir", str(tmp_path), "--prompts", "1", "--steps", "2"]
+    assert main([*argv, "--max_new_tokens", "64"]) == 0
     out = capsys.readouterr().out
     assert "train: 2 steps and K = 64 centroids on cpu" in out
     for step in ("generate", "detect"):

@@ -186,7 +186,7 @@ def test_guessable_keys_are_refused_with_the_reason(monkeypatch, key, strong):
         check_key(key)
     message = str(err.value)
     assert key not in message and "brute" not in message  # the reason, never the key
-    assert "fingerprint" in message and "watermark.py keygen" in message
+    assert "fingerprint" in message and "ksemstamp keygen" in message
     assert "allow_weak_key" in message and WEAK_KEY_ENV in message
     check_key(key, allow_weak=True)  # asked for explicitly
     monkeypatch.setenv(WEAK_KEY_ENV, "1")

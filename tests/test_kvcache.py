@@ -17,7 +17,7 @@ from transformers import (
     Qwen3Config,
 )
 
-from ksemstamp.kvcache import (
+from ksemstamp.generation.kvcache import (
     SHARED_PREFIX_MODELS,
     CopiedCacheDecoder,
     PrefixStore,

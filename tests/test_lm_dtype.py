@@ -7,7 +7,8 @@ import torch
 
 import ksemstamp.assets as assets
 from ksemstamp.assets import LM_DTYPES, load_lm, resolve_lm_dtype
-from ksemstamp.config import WatermarkConfig, apply_threads, build_watermarker
+from ksemstamp.builders import apply_threads, build_watermarker
+from ksemstamp.settings import WatermarkSettings
 
 
 def test_auto_follows_native_bf16(monkeypatch):
@@ -24,9 +25,11 @@ def test_auto_follows_native_bf16(monkeypatch):
 def test_config_checks_lm_dtype_and_threads():
     assert set(LM_DTYPES) == {"auto", "fp32", "bf16", "int8"}
     with pytest.raises(ValueError) as err:
-        WatermarkConfig(lm_dtype="float16", threads=0)
+        WatermarkSettings.from_dict({"model": {"lm_dtype": "float16", "threads": 0}})
     assert "lm_dtype" in str(err.value) and "threads" in str(err.value)
-    assert WatermarkConfig().lm_dtype == "auto" and WatermarkConfig().threads is None
+    assert (
+        WatermarkSettings().model.lm_dtype == "auto" and WatermarkSettings().model.threads is None
+    )
 
 
 def test_build_watermarker_loads_the_lm_in_the_configured_format(monkeypatch, hash_encoder):
@@ -40,8 +43,10 @@ def test_build_watermarker_loads_the_lm_in_the_configured_format(monkeypatch, ha
         raise Stop
 
     monkeypatch.setattr(assets, "load_lm", fake_load_lm)
-    cfg = WatermarkConfig(key="k", partition="lsh", lm_dtype="int8")
-    from ksemstamp.config import build_scheme
+    cfg = WatermarkSettings.from_dict(
+        {"partition": {"kind": "lsh"}, "model": {"lm_dtype": "int8"}, "key": "k"}
+    )
+    from ksemstamp.builders import build_scheme
 
     scheme = build_scheme(cfg, encoder=hash_encoder)
     with pytest.raises(Stop):
@@ -52,9 +57,9 @@ def test_build_watermarker_loads_the_lm_in_the_configured_format(monkeypatch, ha
 def test_threads_setting_sets_torch_threads():
     before = torch.get_num_threads()
     try:
-        apply_threads(WatermarkConfig(threads=1))
+        apply_threads(WatermarkSettings.from_dict({"model": {"threads": 1}}))
         assert torch.get_num_threads() == 1
-        apply_threads(WatermarkConfig())  # None: left as it is
+        apply_threads(WatermarkSettings())  # None: left as it is
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
@@ -63,8 +68,9 @@ def test_threads_setting_sets_torch_threads():
 @pytest.mark.e2e
 @pytest.mark.parametrize("dtype", ["bf16", "int8"])
 def test_reduced_formats_load_and_sample_sentences(dtype):
-    from ksemstamp.sampler import CandidateSampler, SamplingConfig
-    from ksemstamp.splitter import get_splitter
+    from ksemstamp.generation.sampler import CandidateSampler
+    from ksemstamp.settings import SamplingSettings
+    from ksemstamp.text.splitter import get_splitter
 
     model, tokenizer = load_lm(dtype=dtype)
     if dtype == "bf16":
@@ -77,7 +83,7 @@ def test_reduced_formats_load_and_sample_sentences(dtype):
         assert isinstance(layer.mlp.down_proj, torch.nn.Linear)  # the MLP stays in float
     prompt = "The city council approved a new budget on Monday. The plan raises school spending."
     splitter = get_splitter()
-    sampler = CandidateSampler(model, tokenizer, splitter, SamplingConfig())
+    sampler = CandidateSampler(model, tokenizer, splitter, SamplingSettings())
     result = sampler.sample_round(
         [prompt],
         [3],

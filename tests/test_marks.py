@@ -11,7 +11,8 @@ from ksemstamp.marks import DirectionMark, Mark, RegionMark, make_mark
 from ksemstamp.partition import LSHPartition
 from ksemstamp.results import Judgement
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
+from ksemstamp.settings import DirectionSettings, RegionSettings, SamplingSettings, SearchSettings
+from ksemstamp.text.splitter import get_splitter
 from ksemstamp.watermarker import Watermarker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +50,9 @@ class FirstCoordinate(Mark):
 
 
 def _scheme(hash_encoder):
-    return WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), 0.25, "k", get_splitter())
+    return WatermarkScheme(
+        hash_encoder, LSHPartition(32, bits=3), "k", get_splitter(), RegionSettings()
+    )
 
 
 def _first(scheme, texts):
@@ -66,11 +69,9 @@ def test_a_ranking_mark_keeps_the_best_of_the_budget(hash_encoder):
     wm = Watermarker(
         scheme,
         sampler,
+        SearchSettings(max_candidates=6, candidate_batch=3, adaptive_batch=False),
+        SamplingSettings(max_new_tokens=5),
         mark=mark,
-        max_candidates=6,
-        candidate_batch=3,
-        adaptive_batch=False,
-        max_new_tokens=5,
         max_sentences=1,
     )
     res = wm.generate(["A prompt sentence."])[0]
@@ -92,10 +93,9 @@ def test_a_first_valid_mark_keeps_the_first_accepted(hash_encoder):
     wm = Watermarker(
         scheme,
         sampler,
+        SearchSettings(candidate_batch=6, adaptive_batch=False),
+        SamplingSettings(max_new_tokens=5),
         mark=FirstCoordinate(scheme, bar),
-        candidate_batch=6,
-        adaptive_batch=False,
-        max_new_tokens=5,
         max_sentences=1,
     )
     record = wm.generate(["A prompt sentence."])[0].sentences[0]
@@ -105,14 +105,16 @@ def test_a_first_valid_mark_keeps_the_first_accepted(hash_encoder):
 
 def test_the_scheme_names_its_mark(hash_encoder):
     scheme = _scheme(hash_encoder)
-    assert isinstance(make_mark(scheme, novelty_patience=3), RegionMark)
+    patient = make_mark(scheme, settings=RegionSettings(novelty_patience=3))
+    assert isinstance(patient, RegionMark) and patient.novelty_patience == 3
     assert isinstance(Watermarker(scheme, None).mark, RegionMark)
     with pytest.raises(ValueError, match="novelty_patience"):
-        make_mark(scheme, novelty_patience=-1)
-    direction = WatermarkScheme(
-        hash_encoder, LSHPartition(32, bits=3), 0.25, "k", get_splitter(), mark="direction"
-    )
-    mark = make_mark(direction, threshold=0.5)
+        RegionSettings(novelty_patience=-1)
+    hard = DirectionSettings(context_temperature=0.0)  # an LSH partition has no centroids
+    direction = WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), "k", get_splitter(), hard)
+    with pytest.raises(ValueError, match="the scheme's mark is direction"):
+        make_mark(direction, settings=RegionSettings())
+    mark = make_mark(direction, settings=DirectionSettings(threshold=0.5))
     assert isinstance(mark, DirectionMark) and mark.turns_down
     assert not make_mark(direction).turns_down
     assert mark.start_context().shape == (direction.num_regions,)
@@ -120,7 +122,7 @@ def test_the_scheme_names_its_mark(hash_encoder):
 
 
 def test_the_loop_never_branches_on_the_mark():
-    for name in ("watermarker.py", "documents.py"):
+    for name in ("watermarker.py", "generation/documents.py"):
         tree = ast.parse((ROOT / "src" / "ksemstamp" / name).read_text())
         reads = [
             node

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ksemstamp.normalize import LOOK_ALIKES, fold_look_alikes, join_lines, normalize_text
+from ksemstamp.text.normalize import LOOK_ALIKES, fold_look_alikes, join_lines, normalize_text
 
 
 def test_invisible_characters_are_removed_and_counted():

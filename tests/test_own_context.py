@@ -8,14 +8,14 @@ import random
 import numpy as np
 import pytest
 import torch
-from test_watermarker import ScriptedSampler
+from test_watermarker import ScriptedSampler, _watermarker
 
+from ksemstamp.detection.stats import direction_z, normal_sf
 from ksemstamp.detector import Detector
 from ksemstamp.partition import KMeansPartition
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
-from ksemstamp.stats import direction_z, normal_sf
-from ksemstamp.watermarker import Watermarker
+from ksemstamp.settings import DirectionSettings, RegionSettings
+from ksemstamp.text.splitter import get_splitter
 
 PROMPT = "A prompt sentence."
 
@@ -24,16 +24,10 @@ def _scheme(hash_encoder, key="k", context="own", components=None, temperature=0
     centroids = torch.nn.functional.normalize(
         torch.randn(8, 32, generator=torch.Generator().manual_seed(0)), dim=-1
     )
+    mark = DirectionSettings(context=context, context_temperature=temperature)
+    partition = KMeansPartition(centroids, margin=0.0)
     return WatermarkScheme(
-        hash_encoder,
-        KMeansPartition(centroids, margin=0.0),
-        0.25,
-        key,
-        get_splitter(),
-        mark="direction",
-        context_temperature=temperature,
-        context=context,
-        components=components,
+        hash_encoder, partition, key, get_splitter(), mark, components=components
     )
 
 
@@ -48,18 +42,16 @@ def _best(scheme: WatermarkScheme, pool: list[str], count: int) -> list[str]:
     return [pool[i] for i in scores.argsort(descending=True)[:count].tolist()]
 
 
-def test_own_context_needs_the_direction_mark(hash_encoder):
-    with pytest.raises(ValueError, match="direction mark only"):
-        WatermarkScheme(
-            hash_encoder,
-            KMeansPartition(torch.eye(4, 32), 0.0),
-            0.25,
-            "k",
-            get_splitter(),
-            mark="region",
-            context="own",
-        )
-    with pytest.raises(ValueError, match="context must be"):
+def test_own_context_is_the_direction_marks(hash_encoder):
+    # The region mark has no context of its own to choose: its valid set follows the
+    # previous sentence's region.
+    region = WatermarkScheme(
+        hash_encoder, KMeansPartition(torch.eye(4, 32), 0.0), "k", get_splitter(), RegionSettings()
+    )
+    assert region.context == "previous"
+    with pytest.raises(TypeError):
+        RegionSettings(context="own")
+    with pytest.raises(ValueError, match="context must be one of"):
         _scheme(hash_encoder, context="next")
 
 
@@ -76,7 +68,7 @@ def test_whitened_vectors_have_no_part_along_the_components(hash_encoder):
 def test_every_sentence_is_scored_on_its_own_context_in_any_order(hash_encoder):
     scheme = _scheme(hash_encoder)
     marked = _best(scheme, _pool(80), 8)
-    detector = Detector(scheme)
+    detector = Detector(scheme, scan=False)
     result = detector.detect(" ".join(marked))
     # no prompt needed: the first sentence is scored too
     assert result.num_scored == 8 and result.watermarked and result.p_value < 1e-4
@@ -95,7 +87,9 @@ def test_every_sentence_is_scored_on_its_own_context_in_any_order(hash_encoder):
         # their last bits (about 1e-9 of z here), never more.
         assert again.z_score == pytest.approx(result.z_score, rel=1e-6)
     # the previous-sentence context scores the same text on other directions
-    previous = Detector(_scheme(hash_encoder, context="previous")).detect(" ".join(marked))
+    previous = Detector(_scheme(hash_encoder, context="previous"), scan=False).detect(
+        " ".join(marked)
+    )
     assert previous.num_scored == 7 and previous.z_score != pytest.approx(result.z_score)
 
 
@@ -103,7 +97,7 @@ def test_generation_keeps_the_candidate_that_scores_best_on_its_own_context(hash
     scheme = _scheme(hash_encoder)
     pool = _pool(60)
     rounds = [pool[i : i + 6] for i in range(0, 48, 6)]
-    wm = Watermarker(
+    wm = _watermarker(
         scheme,
         ScriptedSampler(rounds),
         max_candidates=6,
@@ -117,7 +111,7 @@ def test_generation_keeps_the_candidate_that_scores_best_on_its_own_context(hash
     assert res.num_sentences >= 5
     for record, options in zip(res.sentences, rounds, strict=False):
         assert record.text == _best(scheme, options, 1)[0]
-    result = Detector(scheme).detect(res.text)
+    result = Detector(scheme, scan=False).detect(res.text)
     kept = [r.score for r in res.sentences]
     assert result.scores == pytest.approx(kept, abs=1e-5) and result.watermarked
 
@@ -130,7 +124,7 @@ def test_windowed_detection_finds_a_marked_passage_among_human_sentences(hash_en
     scores = scheme.scores(scheme.vectors(emb), scheme.context_weights(emb))
     human = [s for s, v in zip(pool, scores.tolist(), strict=True) if abs(v) < 0.5][:24]
     text = " ".join(human[:12] + marked + human[12:])
-    plain = Detector(scheme).detect(text)
+    plain = Detector(scheme, scan=False).detect(text)
     windowed = Detector(scheme, scan=True).detect(text)
     assert plain.span is None and plain.p_value == plain.text_p_value
     assert windowed.span == pytest.approx([12, 20], abs=1)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ksemstamp.cli import RecordProcessor, main
+from ksemstamp.cli import main
 from ksemstamp.parallel import (
     DeviceMismatchError,
     DeviceSettings,
@@ -16,6 +16,7 @@ from ksemstamp.parallel import (
     check_devices,
     run_jsonl,
 )
+from ksemstamp.records import RecordProcessor
 
 
 def _lines(path):
@@ -84,9 +85,8 @@ class StopsAtLine3:
 def test_ctrl_c_over_devices_keeps_the_finished_batches_and_says_so(tmp_path, capsys):
     # Lightning ends a run stopped by Ctrl-C with exit status 1; the command still says in one
     # line what the shards hold, and exits with 130.
-    from ksemstamp.cli import PROCESSORS
-    from ksemstamp.config import WatermarkConfig
-    from ksemstamp.records import process_jsonl
+    from ksemstamp.records import PROCESSORS, process_jsonl
+    from ksemstamp.settings import WatermarkSettings
 
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     _write(src, [{"id": i, "text": f"t{i}"} for i in range(6)])
@@ -99,7 +99,11 @@ def test_ctrl_c_over_devices_keeps_the_finished_batches_and_says_so(tmp_path, ca
     options = dict(name="detect", unit="text", batch_size=2, option=False)
     with pytest.raises(KeyboardInterrupt) as stop:
         process_jsonl(
-            args, WatermarkConfig(), processors=PROCESSORS, job=lambda *_: StopsAtLine3(), **options
+            args,
+            WatermarkSettings(),
+            processors=PROCESSORS,
+            job=lambda *_: StopsAtLine3(),
+            **options,
         )
     assert str(stop.value) == (
         f"2 records written to the shards beside {out} (2 of 6 input lines done); "
@@ -140,21 +144,22 @@ def _stub_detect(cfg, progress=False):
     return RecordProcessor(check, process, {"z_score": None})
 
 
-def test_detect_input_over_devices_writes_what_one_process_writes(tmp_path, monkeypatch):
-    import ksemstamp.cli
+def test_detect_input_over_devices_writes_what_one_process_writes(tmp_path, monkeypatch, capsys):
+    import ksemstamp.records
 
-    monkeypatch.setitem(ksemstamp.cli.PROCESSORS, "detect", _stub_detect)
+    monkeypatch.setitem(ksemstamp.records.PROCESSORS, "detect", _stub_detect)
     src = tmp_path / "in.jsonl"
     _write(src, [{"id": "a", "text": "abc"}, "not json", {"id": "b"}, {"id": "c", "text": "x"}])
     one, many = tmp_path / "one.jsonl", tmp_path / "many.jsonl"
     assert main(["detect", "--input", str(src), "--output", str(one), "--quiet"]) == 0
-    flags = ["--accelerator", "cpu", "--devices", "1", "--strategy", "auto"]
+    flags = ["--parallel.accelerator", "cpu", "--parallel.devices", "1"]
+    flags += ["--parallel.strategy", "auto"]
     assert main(["detect", "--input", str(src), "--output", str(many), "--quiet", *flags]) == 0
     assert _lines(one) == _lines(many)
     assert [r["status"] for r in _lines(many)] == ["ok", "error", "error", "ok"]
-    # Device settings spread --input files; one text is placed with --device instead.
-    with pytest.raises(SystemExit, match="--device"):
-        main(["detect", "--text", "One. Two.", "--devices", "2"])
+    # Device settings spread --input files; one text is placed with --model.device instead.
+    assert main(["detect", "--text", "One. Two.", "--parallel.devices", "2"]) == 2
+    assert "--model.device" in capsys.readouterr().err
 
 
 PROMPTS = [
@@ -163,17 +168,18 @@ PROMPTS = [
 ]
 # A fixed seed: two processes must write what one writes.
 FAST = [
-    "--max-new-tokens",
+    "--sampling.max_new_tokens",
     "24",
-    "--max-candidates",
+    "--search.max_candidates",
     "4",
-    "--threads",
+    "--model.threads",
     "1",
-    "--seed",
+    "--sampling.seed",
     "0",
     "--quiet",
 ]
-TWO = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn"]
+TWO = ["--parallel.accelerator", "cpu", "--parallel.devices", "2"]
+TWO += ["--parallel.strategy", "ddp_spawn"]
 
 
 def _same_records(a, b):
@@ -197,7 +203,7 @@ def test_two_processes_write_what_one_process_writes(tmp_path, capfd):
     # `--device cuda` (no GPU here) would fail if a process built its models there: each
     # builds them on the device its trainer gave it instead.
     argv = ["generate", "--input", str(src), "--output", str(two), *FAST, *TWO]
-    assert main([*argv, "--device", "cuda"]) == 0
+    assert main([*argv, "--model.device", "cuda"]) == 0
     err = capfd.readouterr().err
     assert "rank 0/2: models on cpu: encoder float32, partition float32, lm" in err
     assert "rank 1/2: models on cpu:" in err

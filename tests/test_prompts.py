@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from ksemstamp.prompts import (
+from ksemstamp.generation.prompts import (
     CHAT,
     COMPLETE,
     CONTINUE,
@@ -16,7 +16,7 @@ from ksemstamp.prompts import (
     prompt_budget,
     start_text,
 )
-from ksemstamp.splitter import get_splitter
+from ksemstamp.text.splitter import get_splitter
 
 
 class WordTokenizer:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ksemstamp.pruning import PruneRule, rows_to_keep
+from ksemstamp.generation.pruning import PruneRule, rows_to_keep
 
 
 def test_first_check_keeps_the_best_rows_finished_ones_included():
@@ -56,7 +56,7 @@ class PruningSampler:
         self.rows = []
 
     def sample_round(self, prefixes, rows, judge, generator=None, contexts=None, pruner=None):
-        from ksemstamp.sampler import Candidate, GroupResult
+        from ksemstamp.generation.sampler import Candidate, GroupResult
 
         assert pruner is not None and pruner.every == 8
         script = self.script.pop(0)
@@ -77,8 +77,7 @@ class PruningSampler:
 
 def test_the_watermarker_keeps_the_best_finished_of_the_rows_the_rule_lets_run(hash_encoder):
     from test_direction import _pool, _scheme, _scored
-
-    from ksemstamp.watermarker import Watermarker
+    from test_watermarker import _watermarker
 
     scheme = _scheme(hash_encoder)
     prompt = "A prompt sentence."
@@ -87,7 +86,7 @@ def test_the_watermarker_keeps_the_best_finished_of_the_rows_the_rule_lets_run(h
     partial, whole = pool[:6], pool[6:]
     p_scores, w_scores = _scored(scheme, previous, partial), _scored(scheme, previous, whole)
     sampler = PruningSampler(list(zip(partial, whole, strict=True)))
-    wm = Watermarker(
+    wm = _watermarker(
         scheme,
         sampler,
         max_candidates=6,
@@ -111,17 +110,15 @@ def test_the_watermarker_keeps_the_best_finished_of_the_rows_the_rule_lets_run(h
 @pytest.mark.parametrize("mark", ["direction", "region"])
 def test_no_pruner_for_the_region_mark_or_a_threshold(hash_encoder, mark):
     from test_direction import _scheme
-    from test_watermarker import ScriptedSampler
+    from test_watermarker import ScriptedSampler, _watermarker
     from test_watermarker import _scheme as _region_scheme
-
-    from ksemstamp.watermarker import Watermarker
 
     # ScriptedSampler takes no pruner: these runs would fail if one were passed. The region
     # mark accepts the first valid candidate; the direction mark with a threshold the first
     # reaching it: neither waits for a best of many, so nothing is pruned.
     scheme = _scheme(hash_encoder) if mark == "direction" else _region_scheme(hash_encoder)
     pool = ["One sentence here.", "Two sentence here.", "Three sentence here."]
-    wm = Watermarker(
+    wm = _watermarker(
         scheme,
         ScriptedSampler([pool]),
         max_candidates=3,
@@ -138,15 +135,14 @@ def test_a_pruned_round_without_a_sentence_is_followed_by_another(hash_encoder):
     # The two rows let run make no sentence (the LM ran past the length cap): the budget counts
     # finished rows only, so the sentence is drawn again with the rest of it (6 - 2 rows).
     from test_direction import _pool, _scheme
-
-    from ksemstamp.watermarker import Watermarker
+    from test_watermarker import _watermarker
 
     scheme = _scheme(hash_encoder)
     pool = _pool(10)
     first = [(pool[i], "") for i in range(6)]
     second = [(pool[i], pool[i]) for i in range(6, 10)]
     sampler = PruningSampler(first, second)
-    wm = Watermarker(
+    wm = _watermarker(
         scheme,
         sampler,
         max_candidates=6,

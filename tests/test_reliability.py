@@ -13,9 +13,11 @@ import pytest
 import torch
 
 from ksemstamp.assets import encoder_fingerprint
+from ksemstamp.builders import build_scheme
 from ksemstamp.centroids import CentroidFile
 from ksemstamp.cli import command_line, main
-from ksemstamp.config import WatermarkConfig, build_scheme, build_watermarker, load_settings_file
+from ksemstamp.settings import WatermarkSettings
+from ksemstamp.settings_files import load_settings_file, load_watermark_settings
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--max-new-tokens", "12", "--max-candidates", "3", "--quiet"]
@@ -112,20 +114,22 @@ def test_key_appears_in_no_output_stream_or_error(tmp_path, monkeypatch, capfd):
     run(["detect", "--text", "One sentence here. Another one there. A third.", "--quiet"])
     run(["detect", "--text", " Monday. It voted.", "--prompt", "The council met on", "--quiet"])
     run(["detect", "--text", "北京今天下雨。明天是晴天。", "--quiet"])
-    run(["detect", "--config", str(good), "--print-config"])
-    run(["detect", "--key", FLAG_KEY, "--print-config"])
+    run(["detect", "--config", str(good), "--print_config"])
+    run(["detect", "--key", FLAG_KEY, "--print_config"])
     # error paths: a record made under another key, a broken YAML file, a bad setting
     run(["detect", "--config", str(good), "--input", str(gen), "--output", str(tmp_path / "e")])
     run(["detect", "--config", str(broken), "--text", "A. B."])
-    run(["detect", "--config", str(good), "--mark", "region", "--gamma", "0.3", "--text", "A. B."])
-    run(["detect", "--config", str(good), "--candidate-batch", "0", "--text", "A. B."])
+    gamma = ["--mark.kind", "region", "--mark.gamma", "0.3"]
+    run(["detect", "--config", str(good), *gamma, "--text", "A. B."])
+    run(["detect", "--config", str(good), "--search.candidate_batch", "0", "--text", "A. B."])
     run(
-        ["calibrate", "--key", FLAG_KEY, "--sources", "news", "--max-texts", "6"]
-        + ["--num-keys", "2", "--simulated-per-key", "2", "--quiet"]
-        + ["--output-dir", str(tmp_path / "cal"), "--no-embedding-cache"]
+        ["calibrate", "--key", FLAG_KEY, "--calibration.sources", "news"]
+        + ["--calibration.max_texts", "6", "--calibration.num_keys", "2"]
+        + ["--calibration.simulated_per_key", "2", "--quiet"]
+        + ["--output_dir", str(tmp_path / "cal"), "--calibration.reuse_embeddings", "false"]
     )
     with pytest.raises(ValueError) as err:
-        WatermarkConfig(key=YAML_KEY, gamma=2.0, margin=-1)
+        WatermarkSettings.from_dict({"mark": {"gamma": 2.0, "margin": -1}, "key": YAML_KEY})
     errors.append(str(err.value))
     with pytest.raises(ValueError) as err:
         load_settings_file(broken)
@@ -158,7 +162,7 @@ def test_broken_yaml_error_names_the_file_not_its_content(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(f'key: "{YAML_KEY}\n')
     with pytest.raises(ValueError) as err:
-        WatermarkConfig.from_yaml(path)
+        load_watermark_settings([path])
     assert str(path) in str(err.value) and "line" in str(err.value)
     assert YAML_KEY not in str(err.value) and err.value.__cause__ is None
     assert err.value.__context__ is None or err.value.__suppress_context__
@@ -189,55 +193,48 @@ class _Encoder:
 
 
 @pytest.mark.parametrize(
-    "setting,value",
+    "place,value",
     [
-        ("gamma", 1.5),
-        ("gamma", 0.0),
-        ("margin", -0.01),
-        ("candidate_batch", 0),
-        ("max_candidates", 0),
-        ("max_new_tokens", 0),
-        ("prompt_batch", 0),
-        ("lsh_bits", 0),
-        ("alpha", 0.0),
-        ("statistic", "z"),
-        ("valid_mode", "open"),
-        ("partition", "grid"),
-        ("max_text_chars", 0),
-        ("max_prompt_tokens", 0),
-        ("context_temperature", -0.1),
+        ("mark.gamma", 1.5),
+        ("mark.gamma", 0.0),
+        ("mark.margin", -0.01),
+        ("search.candidate_batch", 0),
+        ("search.max_candidates", 0),
+        ("sampling.max_new_tokens", 0),
+        ("search.prompt_batch", 0),
+        ("partition.lsh_bits", 0),
+        ("detection.alpha", 0.0),
+        ("detection.statistic", "z"),
+        ("mark.valid_mode", "open"),
+        ("partition.kind", "grid"),
+        ("limits.max_text_chars", 0),
+        ("limits.max_prompt_tokens", 0),
+        ("mark.context_temperature", -0.1),
+        ("sampling.temperature", 0.0),
+        ("sampling.top_p", 0.0),
+        ("sampling.top_k", -1),
+        ("sampling.repetition_penalty", 0.0),
+        ("sampling.max_sentence_tokens", 0),
     ],
 )
-def test_bad_setting_is_named(setting, value, capsys):
-    with pytest.raises(ValueError, match=setting):
-        WatermarkConfig(**{setting: value})
+def test_bad_setting_is_named(place, value, capsys):
+    group, name = place.split(".")
+    kind = {"kind": "region"} if name in ("gamma", "margin", "valid_mode") else {}
+    data = {group: {**(kind if group == "mark" else {}), name: value}}
+    with pytest.raises(ValueError, match=place):
+        WatermarkSettings.from_dict(data)
     # the same through the command line: a usage error naming the setting, exit status 2
-    flag = "--" + setting.replace("_", "-")
+    argv = ["detect", *(["--mark.kind", "region"] if kind else []), f"--{place}", str(value)]
     with pytest.raises(SystemExit) as exit_:
-        main(["detect", flag, str(value), "--print-config"])
-    assert exit_.value.code == 2 and setting in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    "setting,value",
-    [
-        ("temperature", 0.0),
-        ("top_p", 0.0),
-        ("top_k", -1),
-        ("repetition_penalty", 0.0),
-        ("max_sentence_tokens", 0),
-    ],
-)
-def test_bad_sampling_setting_is_named(setting, value):
-    cfg = WatermarkConfig(partition="lsh", key="k", **{setting: value})
-    scheme = build_scheme(cfg, encoder=_Encoder())
-    with pytest.raises(ValueError, match=setting):
-        build_watermarker(cfg, scheme, lm=(None, None))  # checked before the LM is touched
+        main([*argv, "--print_config"])
+    assert exit_.value.code == 2 and f"--{place}" in capsys.readouterr().err
 
 
 def test_lsh_partition_scores_on_hard_contexts():
     # Soft context weights need centroids; an LSH partition keeps the previous region.
-    cfg = WatermarkConfig(partition="lsh", key="k", context_temperature=0.05)
+    cfg = WatermarkSettings.from_dict(
+        {"partition": {"kind": "lsh"}, "mark": {"context_temperature": 0.05}, "key": "k"}
+    )
     assert build_scheme(cfg, encoder=_Encoder()).context_temperature == 0.0
 
 
@@ -245,18 +242,34 @@ def test_gamma_times_k_must_be_whole(tmp_path):
     # The valid table of the region mark needs gamma * K whole.
     with pytest.raises(ValueError, match="gamma"):
         build_scheme(
-            WatermarkConfig(partition="lsh", gamma=0.3, key="k", mark="region"), encoder=_Encoder()
+            WatermarkSettings.from_dict(
+                {"partition": {"kind": "lsh"}, "mark": {"gamma": 0.3, "kind": "region"}, "key": "k"}
+            ),
+            encoder=_Encoder(),
         )
     encoder = _Encoder()
     two = tmp_path / "k2.pt"
     CentroidFile(torch.randn(2, 16), "tiny", encoder_fingerprint(encoder)).save(two)
     with pytest.raises(ValueError, match=r"gamma \* K.*K=2"):
         build_scheme(
-            WatermarkConfig(centroids=str(two), gamma=0.25, key="k", mark="region"),
+            WatermarkSettings.from_dict(
+                {
+                    "partition": {"centroids": str(two)},
+                    "mark": {"gamma": 0.25, "kind": "region"},
+                    "key": "k",
+                }
+            ),
             encoder=encoder,
         )
     build_scheme(
-        WatermarkConfig(centroids=str(two), gamma=0.5, key="k", mark="region"), encoder=encoder
+        WatermarkSettings.from_dict(
+            {
+                "partition": {"centroids": str(two)},
+                "mark": {"gamma": 0.5, "kind": "region"},
+                "key": "k",
+            }
+        ),
+        encoder=encoder,
     )
 
 
@@ -268,18 +281,30 @@ def test_fewer_than_two_regions_is_refused(tmp_path):
     ).save(one)
     with pytest.raises(ValueError, match=r"centroids must be \(K >= 2"):
         build_scheme(
-            WatermarkConfig(centroids=str(one), gamma=0.5, key="k", whiten=0), encoder=encoder
+            WatermarkSettings.from_dict(
+                {
+                    "partition": {"centroids": str(one)},
+                    "mark": {"whiten": 0},
+                    "key": "k",
+                }
+            ),
+            encoder=encoder,
         )
     with pytest.raises(FileNotFoundError, match="centroid file not found"):
-        build_scheme(WatermarkConfig(centroids=str(tmp_path / "no.pt"), key="k"), encoder=encoder)
+        build_scheme(
+            WatermarkSettings.from_dict(
+                {"partition": {"centroids": str(tmp_path / "no.pt")}, "key": "k"}
+            ),
+            encoder=encoder,
+        )
 
 
 @pytest.mark.parametrize(
     "args",
     [
-        ["detect", "--batch-size", "0", "--text", "A. B."],
-        ["calibrate", "--num-keys", "0"],
-        ["calibrate", "--max-texts", "0"],
+        ["detect", "--batch_size", "0", "--text", "A. B."],
+        ["calibrate", "--calibration.num_keys", "0"],
+        ["calibrate", "--calibration.max_texts", "0"],
     ],
 )
 def test_bad_command_option_is_named(args, capsys):

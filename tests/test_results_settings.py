@@ -3,10 +3,11 @@
 Results files under ``docs/``, ``research/`` and ``benchmarks/results/`` record the settings they
 were made with: evaluation settings files and the ``settings`` of ``results.json``
 (``EvalSettings``, with ``watermark_overrides`` inside), the watermark settings of calibration
-reports, of benchmark variants and of study validation runs (``WatermarkConfig``). When a
-setting is renamed or removed, a reader can no longer tell what such a file ran with, nor rerun
-it; this test names the file and the setting so that the file is regenerated or annotated in
-the same change.
+reports, of benchmark variants and of study validation runs (``WatermarkSettings``, in its
+groups or in the flat spelling of earlier releases, which still loads). When a setting is
+renamed or removed, a reader can no longer tell what such a file ran with, nor rerun it; this
+test names the file and the setting so that the file is regenerated or annotated in the same
+change (``RETIRED``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from ksemstamp.config import WatermarkConfig
 from ksemstamp.evaluation.settings import EvalSettings
+from ksemstamp.settings import WatermarkSettings
+from ksemstamp.settings_files import FLAT_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("docs", "research", "benchmarks/results")
@@ -43,7 +45,14 @@ def field_names(cls: type) -> set[str]:
     return names
 
 
-KNOWN = {"watermark": field_names(WatermarkConfig), "evaluation": field_names(EvalSettings)}
+RETIRED = {
+    "progress": "evaluation: the progress bars are the `--quiet` option of `evaluate` now",
+}
+"""Settings that older results record and that no longer exist, and what took their place."""
+KNOWN = {
+    "watermark": field_names(WatermarkSettings) | set(FLAT_KEYS),
+    "evaluation": field_names(EvalSettings) | set(RETIRED),
+}
 
 
 def settings_blocks(data: Any, where: str) -> Iterator[tuple[str, dict, str]]:

@@ -4,8 +4,9 @@ import pytest
 import torch
 from transformers import RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper
 
-from ksemstamp.sampler import CandidateSampler, SamplingConfig
-from ksemstamp.splitter import get_splitter
+from ksemstamp.generation.sampler import CandidateSampler
+from ksemstamp.settings import SamplingSettings
+from ksemstamp.text.splitter import get_splitter
 
 pytestmark = pytest.mark.e2e
 
@@ -19,7 +20,7 @@ SHORT = "Scientists found water on the moon."
 @pytest.fixture(scope="module")
 def sampler(lm):
     model, tokenizer = lm
-    return CandidateSampler(model, tokenizer, get_splitter(), SamplingConfig())
+    return CandidateSampler(model, tokenizer, get_splitter(), SamplingSettings())
 
 
 def test_logit_processing_matches_transformers(sampler):
@@ -36,7 +37,7 @@ def test_logit_processing_matches_transformers(sampler):
     draws = 40000
     counts = torch.zeros(vocab)
     cfg = sampler.config
-    sampler.config = SamplingConfig(suppress_eos=False)
+    sampler.suppress_eos = False
     try:
         for _ in range(draws // 2000):
             ids = sampler._next_tokens(logits[:1].expand(2000, -1), seen[:1].expand(2000, -1), gen)
@@ -99,7 +100,7 @@ def test_batching_does_not_change_what_is_sampled(lm):
     # the text. One row alone, four rows of one prompt, and two prompts of different lengths
     # batched together must all give the same sentences.
     model, tokenizer = lm
-    sampler = CandidateSampler(model, tokenizer, get_splitter(), SamplingConfig(temperature=1e-4))
+    sampler = CandidateSampler(model, tokenizer, get_splitter(), SamplingSettings(temperature=1e-4))
     none = lambda g, t: [(False, None)] * len(t)  # noqa: E731
     split = get_splitter().split
     alone_long = sampler.sample_round([PROMPT], [1], none, None, [split(PROMPT)[-1]])[0]
@@ -119,14 +120,14 @@ def test_bad_arguments(sampler):
     with pytest.raises(ValueError):
         sampler.sample_round([PROMPT, SHORT], [1], lambda g, t: [], None)
     with pytest.raises(ValueError):
-        SamplingConfig(temperature=0)
+        SamplingSettings(temperature=0)
 
 
 def test_a_pruner_stops_rows_at_its_checks(sampler):
     # The pruner sees the running rows every 4 tokens, each holding exactly that many tokens of
     # text; at the first check it lets only the rows with an even index go on. Stopped rows
     # come back pruned, with no text and 4 tokens, all wasted; the others finish as usual.
-    from ksemstamp.sampler import Pruner
+    from ksemstamp.generation.sampler import Pruner
 
     seen = []
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from ksemstamp.sampler import Candidate, GroupResult, _resolve, _segments, _separator
+from ksemstamp.generation.sampler import Candidate, GroupResult, _resolve, _segments, _separator
 
 
 def _cand(accepted: bool) -> Candidate:

@@ -4,7 +4,7 @@ are calibrated under it."""
 import numpy as np
 import pytest
 
-from ksemstamp.scan import (
+from ksemstamp.detection.scan import (
     ALL_SPANS_UP_TO,
     _spread,
     combined_test,
@@ -13,7 +13,7 @@ from ksemstamp.scan import (
     score_covariance,
     spans,
 )
-from ksemstamp.stats import normal_sf
+from ksemstamp.detection.stats import normal_sf
 
 
 def _text(rng, units=12, k=6, dim=16):

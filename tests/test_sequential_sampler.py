@@ -5,10 +5,10 @@ import inspect
 import pytest
 import torch
 
-from ksemstamp.config import WatermarkConfig
-from ksemstamp.sampler import CandidateSampler, SamplingConfig
-from ksemstamp.sequential import SequentialCandidateSampler
-from ksemstamp.splitter import get_splitter
+from ksemstamp.generation.sampler import CandidateSampler
+from ksemstamp.generation.sequential import SequentialCandidateSampler
+from ksemstamp.settings import SamplingSettings, WatermarkSettings
+from ksemstamp.text.splitter import get_splitter
 
 PROMPT = (
     "The city council approved a new budget on Monday after months of debate. "
@@ -27,16 +27,16 @@ def test_same_interface_as_the_batched_sampler():
 
 
 def test_strategy_setting_is_checked():
-    assert WatermarkConfig().sampler_strategy == "batched"
-    WatermarkConfig(sampler_strategy="sequential")
-    with pytest.raises(ValueError, match="sampler_strategy"):
-        WatermarkConfig(sampler_strategy="parallel")
+    assert WatermarkSettings().search.strategy == "batched"
+    WatermarkSettings.from_dict({"search": {"strategy": "sequential"}})
+    with pytest.raises(ValueError, match="search.strategy"):
+        WatermarkSettings.from_dict({"search": {"strategy": "parallel"}})
 
 
 @pytest.fixture(scope="module")
 def sequential(lm):
     model, tokenizer = lm
-    return SequentialCandidateSampler(model, tokenizer, get_splitter(), SamplingConfig())
+    return SequentialCandidateSampler(model, tokenizer, get_splitter(), SamplingSettings())
 
 
 @pytest.mark.e2e
@@ -93,7 +93,7 @@ def test_per_document_streams_are_reproducible(sequential):
 def test_near_greedy_sentence_matches_the_batched_sampler(lm):
     # With (almost) no randomness both strategies must cut the same first sentence.
     model, tokenizer = lm
-    cfg = SamplingConfig(temperature=1e-4)
+    cfg = SamplingSettings(temperature=1e-4)
     none = lambda g, t: [(False, None)] * len(t)  # noqa: E731
     batched = CandidateSampler(model, tokenizer, get_splitter(), cfg)
     sequential = SequentialCandidateSampler(model, tokenizer, get_splitter(), cfg)
@@ -114,9 +114,11 @@ def test_bad_arguments(sequential):
 
 @pytest.mark.e2e
 def test_build_watermarker_selects_the_strategy(lm, default_scheme):
-    from ksemstamp.config import build_watermarker
+    from ksemstamp.builders import build_watermarker
 
-    cfg = WatermarkConfig(key="test-suite-key", sampler_strategy="sequential", seed=0)
+    cfg = WatermarkSettings.from_dict(
+        {"search": {"strategy": "sequential"}, "sampling": {"seed": 0}, "key": "test-suite-key"}
+    )
     wm = build_watermarker(cfg, default_scheme, lm)
     assert isinstance(wm.sampler, SequentialCandidateSampler)
     # One unwatermarked sentence keeps this cheap (one candidate) and still runs the loop.

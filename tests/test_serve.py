@@ -10,12 +10,12 @@ import threading
 import pytest
 from fastapi.testclient import TestClient
 
-from ksemstamp.config import WatermarkConfig
 from ksemstamp.detector import DetectionResult
 from ksemstamp.io import parse_jsonl
 from ksemstamp.serve import Limits, create_app
 from ksemstamp.serve.jobs import GenerationQueue, JobFailed, QueueFull
 from ksemstamp.serve.present import _segments, check_record, null_chart
+from ksemstamp.settings import WatermarkSettings
 
 SECRET = "fast-serve-secret-key-7f3a91"
 SENTENCES = [f"Sentence number {i} talks about topic {i * 7 % 13}." for i in range(40)]
@@ -24,7 +24,9 @@ SENTENCES = [f"Sentence number {i} talks about topic {i * 7 % 13}." for i in ran
 @pytest.fixture
 def app(hash_encoder):
     # SemStamp's region mark: the chains below are built from its valid table.
-    cfg = WatermarkConfig(partition="lsh", key=SECRET, mark="region")
+    cfg = WatermarkSettings.from_dict(
+        {"partition": {"kind": "lsh"}, "mark": {"kind": "region"}, "key": SECRET}
+    )
     return create_app(cfg, limits=Limits(max_chars=2_000), encoder=hash_encoder, generation=False)
 
 
@@ -204,7 +206,7 @@ def test_bad_uploads_get_a_clear_4xx(client, name, data, status, words):
 
 def test_upload_limits(hash_encoder):
     app = create_app(
-        WatermarkConfig(partition="lsh", key=SECRET),
+        WatermarkSettings.from_dict({"partition": {"kind": "lsh"}, "key": SECRET}),
         limits=Limits(max_upload_bytes=100, max_records=2),
         encoder=hash_encoder,
         generation=False,
@@ -258,7 +260,9 @@ def test_uploads_are_read_off_the_event_loop(client, monkeypatch):
 
 def test_the_page_and_the_detector_share_one_size_limit(hash_encoder):
     # Without limits the page takes max_text_chars; given limits replace it for the detector too.
-    cfg = WatermarkConfig(partition="lsh", key=SECRET, max_text_chars=120)
+    cfg = WatermarkSettings.from_dict(
+        {"partition": {"kind": "lsh"}, "limits": {"max_text_chars": 120}, "key": SECRET}
+    )
     app = create_app(cfg, encoder=hash_encoder, generation=False)
     client = TestClient(app)
     assert client.get("/api/info").json()["max_chars"] == 120 == app.state.detector.max_chars
@@ -345,8 +349,12 @@ def test_null_chart_uses_the_prompt_seed():
 
 
 def test_direction_mark_view_scores_and_normal_chart(hash_encoder):
-    cfg = WatermarkConfig(
-        partition="lsh", key=SECRET, mark="direction", context="previous", scan=False
+    cfg = WatermarkSettings.from_dict(
+        {
+            "partition": {"kind": "lsh"},
+            "mark": {"kind": "direction", "context": "previous", "scan": False},
+            "key": SECRET,
+        }
     )
     app = create_app(cfg, encoder=hash_encoder, generation=False)
     client = TestClient(app)
@@ -376,7 +384,13 @@ def test_direction_mark_view_scores_and_normal_chart(hash_encoder):
 
 
 def test_own_context_view_names_the_sentence_itself_and_the_marked_span(hash_encoder):
-    cfg = WatermarkConfig(partition="lsh", key=SECRET, mark="direction", context="own")
+    cfg = WatermarkSettings.from_dict(
+        {
+            "partition": {"kind": "lsh"},
+            "mark": {"kind": "direction", "context": "own"},
+            "key": SECRET,
+        }
+    )
     app = create_app(cfg, encoder=hash_encoder, generation=False)
     client = TestClient(app)
     info = client.get("/api/info").json()
@@ -490,46 +504,51 @@ def test_serve_command_passes_host_port_settings_and_limits(monkeypatch, tmp_pat
     calls = []
     monkeypatch.setattr(serve_module, "serve", lambda *args: calls.append(args))
     config = tmp_path / "s.yaml"
-    config.write_text("gamma: 0.5\n")
+    config.write_text("mark: {kind: region, gamma: 0.5}\n")
     argv = [
         "serve",
         "--config",
         str(config),
         "--port",
         "9123",
-        "--max-chars",
+        "--max_chars",
         "50",
-        "--no-generate",
-        "--alpha",
+        "--generation",
+        "false",
+        "--detection.alpha",
         "0.05",
     ]
     assert main(argv) == 0
     cfg, host, port, limits, generation = calls[0]
     assert (host, port, limits.max_chars, generation) == ("127.0.0.1", 9123, 50, False)
-    assert (cfg.gamma, cfg.alpha) == (0.5, 0.05)
-    # without --max-chars the page keeps the detector's own limit
-    config.write_text("max_text_chars: 1234\n")
-    assert main(["serve", "--config", str(config), "--no-generate"]) == 0
+    assert (cfg.mark.gamma, cfg.detection.alpha) == (0.5, 0.05)
+    # without --max_chars the page keeps the detector's own limit
+    config.write_text("limits: {max_text_chars: 1234}\n")
+    assert main(["serve", "--config", str(config), "--generation", "false"]) == 0
     assert calls[1][3].max_chars == 1234
 
 
-def test_serve_prints_the_address(monkeypatch, capsys, app):
+def test_serve_logs_the_address(monkeypatch, capsys, app):
     import uvicorn
 
     import ksemstamp.serve as serve_module
+    from ksemstamp.console import console_output
 
     ran = []
     monkeypatch.setattr(serve_module, "create_app", lambda *a, **k: app)
     monkeypatch.setattr(uvicorn.Server, "run", lambda self: ran.append(self.config.port))
-    serve_module.serve(WatermarkConfig(partition="lsh", key=SECRET), port=0)
-    out = capsys.readouterr().out
-    assert f"http://127.0.0.1:{ran[0]}/" in out and app.state.key_fingerprint in out
-    assert SECRET not in out
+    with console_output():  # as under `ksemstamp serve`: the library's log on stderr
+        serve_module.serve(
+            WatermarkSettings.from_dict({"partition": {"kind": "lsh"}, "key": SECRET}), port=0
+        )
+    err = capsys.readouterr().err
+    assert f"http://127.0.0.1:{ran[0]}/" in err and app.state.key_fingerprint in err
+    assert SECRET not in err
 
 
 def test_an_oversized_body_is_refused_before_it_is_read(hash_encoder):
     app = create_app(
-        WatermarkConfig(partition="lsh", key=SECRET),
+        WatermarkSettings.from_dict({"partition": {"kind": "lsh"}, "key": SECRET}),
         limits=Limits(max_chars=10, max_upload_bytes=10),
         encoder=hash_encoder,
         generation=False,

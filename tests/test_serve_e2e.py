@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from ksemstamp.config import WatermarkConfig
-from ksemstamp.corpora import news_articles
 from ksemstamp.serve import create_app, free_port
+from ksemstamp.settings import WatermarkSettings
+from ksemstamp.text.corpora import news_articles
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +25,13 @@ PROMPT = "The city council approved a new budget on Monday. The plan raises spen
 @pytest.fixture(scope="module")
 def app(encoder, lm):
     # Few candidates per sentence: generation tests only need the machinery to run.
-    cfg = WatermarkConfig(key=SECRET, max_candidates=8, max_new_tokens=200, seed=0)
+    cfg = WatermarkSettings.from_dict(
+        {
+            "search": {"max_candidates": 8},
+            "sampling": {"max_new_tokens": 200, "seed": 0},
+            "key": SECRET,
+        }
+    )
     return create_app(cfg, encoder=encoder, lm=lm)
 
 

@@ -13,13 +13,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_io_input import LINES, _cut, _strict
 
-from ksemstamp.config import WatermarkConfig
 from ksemstamp.serve import Limits, create_app
 from ksemstamp.serve.guard import SECURITY_HEADERS, allowed_hosts, host_name
 from ksemstamp.serve.jobs import GenerationQueue
+from ksemstamp.settings import WatermarkSettings
 
 SECRET = "fast-serve-secret-key-7f3a91"
-CFG = WatermarkConfig(partition="lsh", key=SECRET, mark="region")
+CFG = WatermarkSettings.from_dict(
+    {"partition": {"kind": "lsh"}, "mark": {"kind": "region"}, "key": SECRET}
+)
 TEXT = "The council met on Monday. It approved the budget. Schools get more money."
 ANY_TEXT = st.text(st.characters(codec=None, categories=None), max_size=60)
 
@@ -142,7 +144,7 @@ class Gate:
 def test_max_new_tokens_zero_is_refused_and_null_is_the_setting():
     gate = Gate()
     client = TestClient(_app(generation=False, jobs=GenerationQueue(gate)))
-    for bad in (0, -1, CFG.max_new_tokens + 1):
+    for bad in (0, -1, CFG.sampling.max_new_tokens + 1):
         response = client.post("/api/generate", json={"prompt": "Hi.", "max_new_tokens": bad})
         assert response.status_code == 422 and "between 1 and 200" in response.json()["error"]
     snap = client.post("/api/generate", json={"prompt": "Hi.", "max_new_tokens": None}).json()

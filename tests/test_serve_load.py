@@ -17,9 +17,9 @@ import pytest
 import uvicorn
 from conftest import HashEncoder
 
-from ksemstamp.config import WatermarkConfig
 from ksemstamp.serve import Limits, create_app, free_port
 from ksemstamp.serve.jobs import GenerationQueue
+from ksemstamp.settings import WatermarkSettings
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +91,9 @@ async def _load(base: str) -> dict:
 def test_info_stays_fast_under_streams_and_detections():
     stop = threading.Event()
     app = create_app(
-        WatermarkConfig(partition="lsh", key="load-test-key-0123456789abcdef"),
+        WatermarkSettings.from_dict(
+            {"partition": {"kind": "lsh"}, "key": "load-test-key-0123456789abcdef"}
+        ),
         limits=Limits(max_streams=STREAMS),
         encoder=SlowEncoder(),
         generation=False,

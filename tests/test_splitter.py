@@ -2,7 +2,7 @@ import textwrap
 
 import pytest
 
-from ksemstamp.splitter import get_splitter
+from ksemstamp.text.splitter import get_splitter
 
 
 @pytest.fixture

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from ksemstamp.keys import valid_table
-from ksemstamp.stats import (
+from ksemstamp.detection.stats import (
     exact_p_value,
     normal_sf,
     null_count_pmf,
@@ -14,6 +13,7 @@ from ksemstamp.stats import (
     subset_sum_pmf,
     transition_matrix,
 )
+from ksemstamp.keys import valid_table
 
 
 def test_paper_z_by_hand():

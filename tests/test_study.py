@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ksemstamp.stats import exact_p_value, subset_sum_pmf
+from ksemstamp.detection.stats import exact_p_value, subset_sum_pmf
 from research.study.design import Design, DesignView, margin_for_pass_rate
 from research.study.ingredients import Ingredients, displaced
 from research.study.simulate import (
@@ -305,7 +305,7 @@ def test_direction_human_p_values_are_uniform_over_keys():
 
 
 def test_attribution_normaliser_and_tables():
-    from ksemstamp.stats import direction_z
+    from ksemstamp.detection.stats import direction_z
     from research.study.attribution import _z, markdown
 
     rng = np.random.default_rng(5)

@@ -12,12 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ksemstamp.detector import Detector
-from ksemstamp.normalize import normalize_text
+from ksemstamp.generation.prompts import plan_prompt
 from ksemstamp.partition import LSHPartition
-from ksemstamp.prompts import plan_prompt
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
-from ksemstamp.textcheck import printable, readable
+from ksemstamp.settings import RegionSettings
+from ksemstamp.text.normalize import normalize_text
+from ksemstamp.text.splitter import get_splitter
+from ksemstamp.text.textcheck import printable, readable
 
 # Every code point, lone surrogates included (Hypothesis leaves category Cs out by default).
 ANY_CHAR = st.characters(codec=None, categories=None)
@@ -31,7 +32,9 @@ PROPERTY = settings(
 
 
 def _detector() -> Detector:
-    scheme = WatermarkScheme(HashEncoder(), LSHPartition(32, bits=3), 0.25, "k", get_splitter())
+    scheme = WatermarkScheme(
+        HashEncoder(), LSHPartition(32, bits=3), "k", get_splitter(), RegionSettings()
+    )
     return Detector(scheme, max_chars=10_000)
 
 

@@ -290,13 +290,16 @@ def test_warmup_factor_against_transformers_schedule():
 
 @pytest.mark.e2e
 def test_watermark_from_the_final_checkpoint_and_refusals(tmp_path):
+    from ksemstamp.builders import build_detector, build_scheme
     from ksemstamp.checkpoint import CheckpointError
-    from ksemstamp.config import WatermarkConfig, build_detector, build_scheme
+    from ksemstamp.settings import WatermarkSettings
 
     fit(make_config(tmp_path))
     final = tmp_path / "run" / "final.ckpt"
     saved = CentroidFile.load(tmp_path / "centroids.pt")
-    scheme = build_scheme(WatermarkConfig(checkpoint=str(final), key="k"))
+    scheme = build_scheme(
+        WatermarkSettings.from_dict({"model": {"checkpoint": str(final)}, "key": "k"})
+    )
     # The fine-tuned encoder, in eval mode, with the checkpoint's centroids and mean.
     assert encoder_fingerprint(scheme.encoder) == saved.encoder_fingerprint
     assert not scheme.encoder.training
@@ -304,17 +307,34 @@ def test_watermark_from_the_final_checkpoint_and_refusals(tmp_path):
     assert torch.equal(scheme.center, saved.mean)
     # The same scheme as the exported folder and centroid file give.
     exported = build_scheme(
-        WatermarkConfig(encoder=saved.encoder, centroids=str(tmp_path / "centroids.pt"), key="k")
+        WatermarkSettings.from_dict(
+            {
+                "model": {"encoder": saved.encoder},
+                "partition": {"centroids": str(tmp_path / "centroids.pt")},
+                "key": "k",
+            }
+        )
     )
     texts = ["The council met on Monday. It approved the budget. Then it went home."]
-    ours = build_detector(WatermarkConfig(key="k"), scheme).detect_batch(texts)[0]
-    theirs = build_detector(WatermarkConfig(key="k"), exported).detect_batch(texts)[0]
+    ours = build_detector(WatermarkSettings.from_dict({"key": "k"}), scheme).detect_batch(texts)[0]
+    theirs = build_detector(WatermarkSettings.from_dict({"key": "k"}), exported).detect_batch(
+        texts
+    )[0]
     assert ours.regions == theirs.regions and ours.z_score == pytest.approx(theirs.z_score)
     # last.ckpt is written before k-means: refused, saying which file to use.
     with pytest.raises(CheckpointError, match="final.ckpt"):
-        build_scheme(WatermarkConfig(checkpoint=str(tmp_path / "run" / "last.ckpt"), key="k"))
+        build_scheme(
+            WatermarkSettings.from_dict(
+                {"model": {"checkpoint": str(tmp_path / "run" / "last.ckpt")}, "key": "k"}
+            )
+        )
     with pytest.raises(ValueError, match="not both"):
-        WatermarkConfig(checkpoint=str(final), centroids=str(tmp_path / "centroids.pt"))
+        WatermarkSettings.from_dict(
+            {
+                "model": {"checkpoint": str(final)},
+                "partition": {"centroids": str(tmp_path / "centroids.pt")},
+            }
+        )
 
 
 @pytest.mark.e2e
@@ -359,7 +379,8 @@ def make_units(tmp_path: Path) -> Path:
 
 @pytest.mark.e2e
 def test_kernel_objective_with_an_adapter_ships_in_the_centroid_file(tmp_path):
-    from ksemstamp.config import WatermarkConfig, build_detector, build_scheme
+    from ksemstamp.builders import build_detector, build_scheme
+    from ksemstamp.settings import WatermarkSettings
 
     units = make_units(tmp_path)
     config = make_config(tmp_path)
@@ -380,7 +401,11 @@ def test_kernel_objective_with_an_adapter_ships_in_the_centroid_file(tmp_path):
     assert saved.encoder == "all-minilm-l6-v2" and saved.adapter is not None
     base = load_encoder("all-minilm-l6-v2")
     assert saved.encoder_fingerprint == encoder_fingerprint(base)
-    scheme = build_scheme(WatermarkConfig(centroids=str(tmp_path / "centroids.pt"), key="k"))
+    scheme = build_scheme(
+        WatermarkSettings.from_dict(
+            {"partition": {"centroids": str(tmp_path / "centroids.pt")}, "key": "k"}
+        )
+    )
     exported = load_encoder(str(tmp_path / "encoder"))  # the merged weights, as a folder
     texts = ["The council met on Monday.", "Floods hit the north after heavy rain."]
     ours = scheme.embed(texts)
@@ -389,14 +414,16 @@ def test_kernel_objective_with_an_adapter_ships_in_the_centroid_file(tmp_path):
     untrained = torch.nn.functional.normalize(base.encode(texts, convert_to_tensor=True), dim=-1)
     assert not torch.allclose(ours, untrained, atol=1e-4)
     text = " ".join(PAIRS[0])
-    result = build_detector(WatermarkConfig(key="k"), scheme).detect(text)
+    result = build_detector(WatermarkSettings.from_dict({"key": "k"}), scheme).detect(text)
     assert result.status == "ok"
     # The final checkpoint gives the same scheme.
     from_ckpt = build_scheme(
-        WatermarkConfig(checkpoint=str(tmp_path / "run" / "final.ckpt"), key="k")
+        WatermarkSettings.from_dict(
+            {"model": {"checkpoint": str(tmp_path / "run" / "final.ckpt")}, "key": "k"}
+        )
     )
     assert torch.allclose(from_ckpt.embed(texts), ours, atol=1e-5)
-    again = build_detector(WatermarkConfig(key="k"), from_ckpt).detect(text)
+    again = build_detector(WatermarkSettings.from_dict({"key": "k"}), from_ckpt).detect(text)
     assert again.z_score == pytest.approx(result.z_score, abs=1e-4)
 
 

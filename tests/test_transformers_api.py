@@ -17,8 +17,8 @@ import torch
 from test_kvcache import SIZES, VOCAB, CharTokenizer
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
 
-from ksemstamp.kvcache import CopiedCacheDecoder, PrefixStore, SharedPrefixDecoder
-from ksemstamp.kvcache import enable_shared_prefix as shared
+from ksemstamp.generation.kvcache import CopiedCacheDecoder, PrefixStore, SharedPrefixDecoder
+from ksemstamp.generation.kvcache import enable_shared_prefix as shared
 
 
 class _Collect(logging.Handler):

@@ -1,12 +1,17 @@
 """Round sizing and bookkeeping of the sentence loop, without a real LM."""
 
+import dataclasses
+
 import pytest
 import torch
 
+from ksemstamp.generation.pruning import prune_rule
+from ksemstamp.generation.sampler import Candidate, GroupResult
+from ksemstamp.marks import make_mark
 from ksemstamp.partition import LSHPartition
-from ksemstamp.sampler import Candidate, GroupResult
 from ksemstamp.scheme import WatermarkScheme
-from ksemstamp.splitter import get_splitter
+from ksemstamp.settings import LimitSettings, RegionSettings, SamplingSettings, SearchSettings
+from ksemstamp.text.splitter import get_splitter
 from ksemstamp.watermarker import Watermarker, summarize
 
 
@@ -35,12 +40,52 @@ class ScriptedSampler:
         return out
 
 
+PAPER_RULE = RegionSettings(novelty_patience=0, margin_patience=None)
+"""Algorithm 1's acceptance rule, the loop tests' default."""
+SEARCH = {f.name for f in dataclasses.fields(SearchSettings)}
+RULE = ("novelty_patience", "margin_patience", "threshold", "selection")
+
+
 def _scheme(hash_encoder):
-    return WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), 0.25, "k", get_splitter())
+    return WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), "k", get_splitter(), PAPER_RULE)
+
+
+def _watermarker(scheme, sampler, chat=False, mark=None, max_sentences=None, **given):
+    """A ``Watermarker`` with the settings named by their fields: search's, ``max_new_tokens``
+    and ``seed``, ``max_prompt_chars`` (``limits.max_text_chars``), ``prune`` (a
+    ``PruneRule``), and the mark's generation rule (region: patience; direction: threshold,
+    selection). As the loop's tests expect: the paper's N_max (100) and no pruning unless
+    given."""
+    prune = given.pop("prune", None)
+    pruning = {"prune_tokens": None}
+    if prune is not None:
+        pruning = {
+            "prune_tokens": prune.every,
+            "prune_keep": prune.keep,
+            "prune_margin": prune.margin,
+        }
+    search = {"max_candidates": 100, **pruning, **{k: given[k] for k in SEARCH & set(given)}}
+    sampling = SamplingSettings(**{k: given[k] for k in ("max_new_tokens", "seed") if k in given})
+    chars = {"max_text_chars": given["max_prompt_chars"]} if "max_prompt_chars" in given else {}
+    own = {f.name for f in dataclasses.fields(scheme.settings)}
+    rule = {k: given[k] for k in RULE if k in given and k in own}
+    if rule and mark is None:
+        settings = dataclasses.replace(scheme.settings, **rule)
+        mark = make_mark(scheme, prune_rule(SearchSettings(**search)), settings)
+    return Watermarker(
+        scheme,
+        sampler,
+        SearchSettings(**search),
+        sampling,
+        LimitSettings(**chars),
+        chat=chat,
+        mark=mark,
+        max_sentences=max_sentences,
+    )
 
 
 def test_round_size_grows_as_acceptance_falls(hash_encoder):
-    wm = Watermarker(_scheme(hash_encoder), sampler=None, candidate_batch=32)
+    wm = _watermarker(_scheme(hash_encoder), None, candidate_batch=32)
     sizes = []
     for p in (0.9, 0.5, 0.2, 0.05, 0.01):
         stats = {0: [p * 1000, 1000.0]}
@@ -48,7 +93,7 @@ def test_round_size_grows_as_acceptance_falls(hash_encoder):
     assert sizes == sorted(sizes) and sizes[0] <= 2 and sizes[-1] == 32
     assert wm.rows_for(0, 95, {0: [10.0, 1000.0]}) == 5  # never beyond the candidate budget
     assert wm.rows_for(0, 0, {}, watermark=False) == 1
-    fixed = Watermarker(_scheme(hash_encoder), None, candidate_batch=6, adaptive_batch=False)
+    fixed = _watermarker(_scheme(hash_encoder), None, candidate_batch=6, adaptive_batch=False)
     assert fixed.rows_for(0, 0, {}) == 6
 
 
@@ -74,7 +119,7 @@ def test_fallback_after_max_candidates_and_counts(hash_encoder):
     scheme, prompt, seed_region = _margin_free(hash_encoder)
     bad = _valid_after(scheme, seed_region, False)
     sampler = ScriptedSampler([[bad, bad], [bad, bad]])
-    wm = Watermarker(
+    wm = _watermarker(
         scheme, sampler, max_candidates=4, candidate_batch=2, adaptive_batch=False, max_new_tokens=5
     )
     res = wm.generate([prompt])[0]
@@ -105,7 +150,7 @@ def test_accepts_first_valid_and_chains_regions(hash_encoder):
 
     good2, bad2 = find(True), find(False)
     sampler = ScriptedSampler([[bad, good, bad], [bad2, good2, bad2]])
-    wm = Watermarker(scheme, sampler, candidate_batch=3, adaptive_batch=False, max_new_tokens=10)
+    wm = _watermarker(scheme, sampler, candidate_batch=3, adaptive_batch=False, max_new_tokens=10)
     res = wm.generate([prompt])[0]
     assert [s.text for s in res.sentences] == [good, good2]
     assert [s.candidates for s in res.sentences] == [2, 2]
@@ -136,7 +181,7 @@ def test_novelty_rejects_repeated_transitions_until_patience(hash_encoder):
 
     def run(patience, second):
         script = [[same[0]], second, [same[3]], [same[3]]]
-        wm = Watermarker(
+        wm = _watermarker(
             scheme,
             ScriptedSampler(script),
             candidate_batch=2,
@@ -166,7 +211,7 @@ def test_text_ended_by_the_model_is_kept_and_an_empty_one_is_an_error(hash_encod
 
     def run(script):
         sampler = ScriptedSampler(script)
-        wm = Watermarker(
+        wm = _watermarker(
             scheme,
             sampler,
             max_candidates=4,
@@ -195,7 +240,7 @@ def test_margin_patience_drops_the_margin_after_that_many_candidates(hash_encode
     cands = [f"Candidate number {i}." for i in range(6)]
 
     def run(patience):
-        wm = Watermarker(
+        wm = _watermarker(
             scheme,
             ScriptedSampler([cands[:2], cands[2:4], cands[4:6]]),
             max_candidates=6,
@@ -213,7 +258,7 @@ def test_margin_patience_drops_the_margin_after_that_many_candidates(hash_encode
     assert not patient.fallback and patient.candidates == 4 and patient.text == cands[3]
     assert patient.rejected_margin == 3
     with pytest.raises(ValueError, match="margin_patience"):
-        Watermarker(scheme, ScriptedSampler([]), margin_patience=-1)
+        _watermarker(scheme, ScriptedSampler([]), margin_patience=-1)
 
 
 def test_progress_is_reported_after_every_round(hash_encoder):
@@ -224,7 +269,7 @@ def test_progress_is_reported_after_every_round(hash_encoder):
     good = _valid_after(scheme, first_prev, True)
     bad = _valid_after(scheme, first_prev, False)
     sampler = ScriptedSampler([[bad, bad], [bad, good]])
-    wm = Watermarker(scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=5)
+    wm = _watermarker(scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=5)
     seen = []
     res = wm.generate([prompt], on_progress=seen.append)[0]
     assert [(p.sentences, p.candidates, p.drawn_for_current) for p in seen] == [
@@ -238,7 +283,7 @@ def test_sentence_time_budget_falls_back_between_rounds(hash_encoder, ten_second
     scheme, prompt, seed_region = _margin_free(hash_encoder)
     bad = _valid_after(scheme, seed_region, False)
     sampler = ScriptedSampler([[bad, bad]] * 10)
-    wm = Watermarker(
+    wm = _watermarker(
         scheme,
         sampler,
         max_candidates=100,
@@ -253,7 +298,7 @@ def test_sentence_time_budget_falls_back_between_rounds(hash_encoder, ten_second
     # second round's last candidate is kept, long before 100 draws.
     assert record.fallback and record.timed_out and record.candidates == 4
     assert len(sampler.rounds) == 2
-    untimed = Watermarker(
+    untimed = _watermarker(
         scheme,
         ScriptedSampler([[bad, bad]] * 2),
         max_candidates=4,
@@ -263,7 +308,7 @@ def test_sentence_time_budget_falls_back_between_rounds(hash_encoder, ten_second
     )
     assert not untimed.generate([prompt])[0].sentences[0].timed_out
     with pytest.raises(ValueError):
-        Watermarker(scheme, sampler, sentence_time_budget=0)
+        _watermarker(scheme, sampler, sentence_time_budget=0)
 
 
 # ---------------------------------------------------------------------- kinds of prompt
@@ -284,7 +329,7 @@ def test_a_prompt_ending_mid_sentence_is_completed_then_seeds(hash_encoder):
     good, bad = _valid_after(scheme, seed, True), _valid_after(scheme, seed, False)
     # A draw that does not continue the open sentence is refused; the next one completes it.
     sampler = ScriptedSampler([["Something else."], [straddling], [bad, good]])
-    wm = Watermarker(scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=9)
+    wm = _watermarker(scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=9)
     res = wm.generate([prompt])[0]
     assert res.status == "ok", res.error
     assert res.completion == " Monday." and res.text == " Monday. " + good
@@ -306,7 +351,7 @@ def test_a_prompt_ending_mid_sentence_is_completed_then_seeds(hash_encoder):
 def test_a_completion_that_never_comes_is_an_error(hash_encoder):
     scheme = _scheme(hash_encoder)
     sampler = ScriptedSampler([["Other words."], ["More words."]])
-    wm = Watermarker(scheme, sampler, max_candidates=2, max_new_tokens=9)
+    wm = _watermarker(scheme, sampler, max_candidates=2, max_new_tokens=9)
     res = wm.generate(["The council met on"])[0]
     assert res.status == "error" and "could not be completed in 2 draws" in res.error
     assert res.completion is None and res.text == ""
@@ -319,7 +364,9 @@ def test_an_empty_prompt_is_seeded_by_the_keyed_start_value(hash_encoder):
     good, bad = _valid_after(scheme, start, True), _valid_after(scheme, start, False)
     for prompt in ("", "  \n "):
         sampler = ScriptedSampler([[bad, good]])
-        wm = Watermarker(scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=5)
+        wm = _watermarker(
+            scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=5
+        )
         res = wm.generate([prompt])[0]
         assert res.status == "ok" and res.text == good and res.completion is None
         assert res.sentences[0].rejected_region == 1 and res.prompt_for_detection == prompt
@@ -341,12 +388,12 @@ def test_the_start_value_is_keyed(hash_encoder):
 
 def test_chat_needs_a_chat_template(hash_encoder):
     with pytest.raises(ValueError, match="no chat template"):
-        Watermarker(_scheme(hash_encoder), ScriptedSampler([]), chat=True)
+        _watermarker(_scheme(hash_encoder), ScriptedSampler([]), chat=True)
 
 
 def test_bad_prompts_cost_nothing(hash_encoder):
     sampler = ScriptedSampler([])
-    wm = Watermarker(_scheme(hash_encoder), sampler, max_prompt_chars=50)
+    wm = _watermarker(_scheme(hash_encoder), sampler, max_prompt_chars=50)
     binary = bytes(range(40)).decode("latin-1")  # control characters, as binary files hold
     results = wm.generate([5, "x" * 51, binary])
     assert [r.status for r in results] == ["error"] * 3
@@ -364,7 +411,7 @@ def test_a_lone_surrogate_in_a_prompt_is_dropped_not_raised_on(hash_encoder):
     seed = int(scheme.regions(["The storm hit the coast."])[0][0])
     good = _valid_after(scheme, seed, True)
     sampler = ScriptedSampler([[good]])
-    wm = Watermarker(scheme, sampler, candidate_batch=1, adaptive_batch=False, max_new_tokens=5)
+    wm = _watermarker(scheme, sampler, candidate_batch=1, adaptive_batch=False, max_new_tokens=5)
     res = wm.generate([prompt])[0]
     assert res.status == "ok" and res.text == good
     assert sampler.calls[0]["contexts"] == ["The storm hit the coast."]
@@ -388,16 +435,14 @@ class DrawingSampler:
 
 
 def test_sampling_is_fresh_each_call_unless_a_seed_is_set(hash_encoder):
-    from ksemstamp.config import WatermarkConfig
-
     prompt = "The council met on Monday. It approved the budget."
 
     def generate(seed, prompts=(prompt, prompt)):
-        wm = Watermarker(_scheme(hash_encoder), DrawingSampler(), max_new_tokens=10, seed=seed)
+        wm = _watermarker(_scheme(hash_encoder), DrawingSampler(), max_new_tokens=10, seed=seed)
         return wm.generate(list(prompts), watermark=False)
 
     # By default two users, or two clicks, asking the same prompt get different texts...
-    assert WatermarkConfig().seed is None
+    assert SamplingSettings().seed is None
     first, second = generate(None), generate(None)
     texts = [r.text for r in first + second]
     assert len(set(texts)) == 4

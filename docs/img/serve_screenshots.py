@@ -22,9 +22,9 @@ from pathlib import Path
 import uvicorn
 from playwright.sync_api import sync_playwright
 
-from ksemstamp.config import WatermarkConfig
-from ksemstamp.corpora import news_articles
 from ksemstamp.serve import create_app, free_port
+from ksemstamp.settings import SamplingSettings, WatermarkSettings
+from ksemstamp.text.corpora import news_articles
 
 OUT = Path(__file__).resolve().parent
 PROMPT = (
@@ -39,7 +39,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=200)
     args = parser.parse_args()
 
-    app = create_app(WatermarkConfig(seed=0))  # the texts shown in docs/web.md
+    # the texts shown in docs/web.md
+    app = create_app(WatermarkSettings(sampling=SamplingSettings(seed=0)))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()

@@ -25,11 +25,11 @@ from ksemstamp.assets import load_encoder
 from ksemstamp.calibration import CachedEncoder, embedding_store
 from ksemstamp.centroids import CentroidFile
 from ksemstamp.config import DEFAULT_CENTROIDS
-from ksemstamp.corpora import make_windows, news_articles
 from ksemstamp.evaluation.edits import EDITS, apply_edit, needs_human
 from ksemstamp.keys import keyed_directions
 from ksemstamp.settings_flags import SettingsGroup
-from ksemstamp.splitter import get_splitter
+from ksemstamp.text.corpora import make_windows, news_articles
+from ksemstamp.text.splitter import get_splitter
 from research import cli
 from research.study.ingredients import load_ingredients
 
@@ -86,7 +86,7 @@ def projection(design: Design, emb, mean):
     key = (design.pcs, design.alpha, design.source)
     if key not in PROJECTIONS:
         if design.source == "domain":
-            from ksemstamp.corpora import domain_sentences
+            from ksemstamp.text.corpora import domain_sentences
 
             emb = DOMAIN_EMBEDDER.emb([s for doc in domain_sentences(20000) for s in doc])
         centred = emb.double() - mean.double()

@@ -12,7 +12,7 @@ transitions that land in a valid region (gamma = 0.25 if regions were independen
 table, which human text is), and the share of human texts each p-value flags at 1%.
 
 Human texts: the calibration's held-out pieces (news ``val``/``test`` splits, House of Commons
-speeches, health-news tweets; ``ksemstamp.corpora.human_texts``), scored exactly as the detector
+speeches, health-news tweets; ``ksemstamp.text.corpora.human_texts``), scored exactly as the detector
 scores them. Writes ``research/paper/valid-table.json`` and ``valid-table.md``.
 """
 
@@ -30,10 +30,11 @@ import numpy as np
 import torch
 from jsonargparse import ArgumentParser
 
+from ksemstamp.builders import build_scheme
 from ksemstamp.calibration import embedding_store, p_values, score_texts, with_cached_encoder
-from ksemstamp.config import WatermarkConfig, build_scheme
-from ksemstamp.corpora import SOURCES, human_texts
 from ksemstamp.keys import PAPER_PRIME, num_valid, valid_table
+from ksemstamp.settings_files import load_watermark_settings
+from ksemstamp.text.corpora import SOURCES, human_texts
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = Path(__file__).resolve().parent / "valid-table.json"
@@ -75,9 +76,9 @@ def measure(
 ) -> dict[str, Any]:
     """Every figure of the module docstring for ``config``'s partition and gamma."""
     started = time.perf_counter()
-    cfg = WatermarkConfig.from_yaml(config, key="valid-table-measurement")
+    cfg = load_watermark_settings([config], {"key": "valid-table-measurement"})
     scheme = build_scheme(cfg)
-    k, gamma = scheme.num_regions, cfg.gamma
+    k, gamma = scheme.num_regions, cfg.mark.gamma
     texts, available = human_texts(scheme.splitter, sources, max_texts, seed=seed)
     scheme = with_cached_encoder(scheme, embedding_store(scheme.encoder))
     scored = score_texts(scheme, [t.text for t in texts], [t.source for t in texts], progress=True)

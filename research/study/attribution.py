@@ -36,10 +36,10 @@ import numpy as np
 import torch
 
 from ksemstamp.config import build_scheme, load_settings_file
+from ksemstamp.detection.stats import context_sums, direction_z
 from ksemstamp.evaluation.settings import EvalSettings
 from ksemstamp.io import read_jsonl_objects
 from ksemstamp.scheme import soft_context_weights
-from ksemstamp.stats import context_sums, direction_z
 
 TEMPERATURES = (0.0, 0.02, 0.03, 0.05, 0.07, 0.1)
 Z_AT_1_PERCENT = 2.3263478740408408
@@ -74,7 +74,7 @@ def attribute(
     def scheme_for(key_index: int):
         if key_index not in schemes:
             cfg = settings.watermark_config(algorithm, key_index)
-            if cfg.mark != "direction":
+            if cfg.mark.kind != "direction":
                 raise ValueError(f"{algorithm} does not use the direction mark")
             encoder = next(iter(schemes.values())).encoder if schemes else None
             schemes[key_index] = build_scheme(cfg, encoder=encoder)

@@ -104,7 +104,7 @@ class Design:
 
     def prune_rule(self):
         """The design's ``pruning.PruneRule``, or ``None``."""
-        from ksemstamp.pruning import PruneRule
+        from ksemstamp.generation.pruning import PruneRule
 
         if self.prune_tokens is None:
             return None

@@ -56,9 +56,9 @@ class PoolSettings:
 def study_prompts(split: str, count: int, words: int, min_rest: int = 5) -> list[dict]:
     """The first ``count`` articles of ``split`` with at least ``min_rest`` sentences after a
     prompt of about ``words`` words: ``{"id", "prompt", "human"}`` (``human`` = the rest)."""
-    from ksemstamp.corpora import news_articles
     from ksemstamp.evaluation.run import split_article
-    from ksemstamp.splitter import get_splitter
+    from ksemstamp.text.corpora import news_articles
+    from ksemstamp.text.splitter import get_splitter
 
     splitter = get_splitter()
     out = []
@@ -79,14 +79,15 @@ def _generator(seed: int, doc_id: str) -> torch.Generator:
 def build_pool(settings: PoolSettings, path: str | Path, progress: bool = True) -> Path:
     """Draw the pool into ``path`` (JSONL), resuming a partial file."""
     from ksemstamp.assets import load_lm
-    from ksemstamp.sampler import CandidateSampler, SamplingConfig
-    from ksemstamp.splitter import get_splitter
+    from ksemstamp.generation.sampler import CandidateSampler
+    from ksemstamp.settings import SamplingSettings
+    from ksemstamp.text.splitter import get_splitter
 
     path = Path(path)
     prompts = study_prompts(settings.split, settings.documents, settings.prompt_words)
     model, tokenizer = load_lm(settings.lm)
     splitter = get_splitter()
-    sampler = CandidateSampler(model, tokenizer, splitter, SamplingConfig())
+    sampler = CandidateSampler(model, tokenizer, splitter, SamplingSettings())
     never = lambda rows, texts: [(False, None)] * len(texts)  # noqa: E731
     with ResumableWriter(path) as out:
         done = set(out.done_ids)

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ksemstamp.detection.stats import direction_z, normal_sf, null_count_pmf
+from ksemstamp.generation.pruning import rows_to_keep
 from ksemstamp.keys import keyed_directions, valid_table
-from ksemstamp.pruning import rows_to_keep
-from ksemstamp.stats import direction_z, normal_sf, null_count_pmf
 
 from .design import Design, DesignView
 from .ingredients import Ingredients

@@ -1,8 +1,8 @@
-"""``python -m ksemstamp``: the same commands as ``watermark.py`` (generate, detect, ...)."""
+"""``python -m ksemstamp``: the ``ksemstamp`` commands (generate, detect, ...; ``ksemstamp.cli``)."""
 
 import sys
 
 from .cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m ksemstamp"))

@@ -145,7 +145,7 @@ def resolve_lm_path(spec: str) -> str:
 
 
 LM_DTYPES = ("auto", "fp32", "bf16", "int8")
-"""Weight formats of the generator (``WatermarkConfig.lm_dtype``)."""
+"""Weight formats of the generator (``model.lm_dtype``)."""
 
 
 def native_bf16(device: str | torch.device = "cpu") -> bool:

@@ -1,158 +1,181 @@
-"""The builders that turn ``WatermarkConfig`` settings into objects: the scheme (encoder,
-partition, key), the ``Watermarker`` (with its LM and sampler) and the ``Detector``.
+"""The builders: ``WatermarkSettings`` in, ready objects out: the scheme (encoder, partition,
+key, mark), the ``Watermarker`` (with its LM and sampler) and the ``Detector``.
 
-Models and files are loaded here, when a builder is called; importing this module loads none.
+Each builder takes loaded models as well as names: ``lm=(model, tokenizer)`` (a quantised, PEFT
+or GPU model as it is; ``model.lm_dtype`` then does not apply) or ``lm="gpt2"``,
+``encoder=SentenceTransformer(...)`` or ``encoder="all-mpnet-base-v2"``. What is not given is
+loaded from the settings. Models and files are loaded when a builder is called; importing this
+module loads none.
+
+    from ksemstamp import WatermarkSettings, build_watermarker, build_detector
+
+    settings = WatermarkSettings(key=my_key)
+    text = build_watermarker(settings, lm=(model, tokenizer)).generate([prompt])[0].text
+    result = build_detector(settings).detect(text, prompt)
 """
 
 from __future__ import annotations
 
-from .settings import WatermarkConfig
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
-SAMPLING_SETTINGS = ("temperature", "repetition_penalty", "top_k", "top_p", "max_sentence_tokens")
-"""Settings that pass to ``SamplingConfig`` under their own names."""
-WATERMARKER_SETTINGS = (
-    "max_candidates",
-    "candidate_batch",
-    "adaptive_batch",
-    "max_new_tokens",
-    "novelty_patience",
-    "margin_patience",
-    "threshold",
-    "selection",
-    "seed",
-    "sentence_time_budget",
-    "chat",
-    "max_prompt_tokens",
-)
-"""Settings that pass to ``Watermarker`` under their own names."""
+from .settings import WatermarkSettings
+
+if TYPE_CHECKING:
+    from .detector import Detector
+    from .scheme import WatermarkScheme
+    from .watermarker import Watermarker
 
 
-def _pick(cfg: WatermarkConfig, names: tuple[str, ...]) -> dict:
-    """``cfg``'s values of the settings ``names``, by name."""
-    return {name: getattr(cfg, name) for name in names}
+def as_settings(settings: Any) -> WatermarkSettings:
+    """``settings`` as ``WatermarkSettings``: itself, or the flat ``config.WatermarkConfig`` of
+    earlier releases (deprecated) in its groups."""
+    if isinstance(settings, WatermarkSettings):
+        return settings
+    to_settings = getattr(settings, "to_settings", None)
+    if to_settings is None:
+        raise TypeError(f"expected WatermarkSettings, got {type(settings).__name__}")
+    return to_settings()
 
 
-def load_scheme_encoder(cfg: WatermarkConfig):
-    """The sentence encoder of ``cfg`` on ``cfg.device``: the checkpoint's, or ``cfg.encoder``."""
+def load_scheme_encoder(settings: WatermarkSettings, encoder: Any = None):
+    """The sentence encoder on ``model.device``: ``encoder`` when it is a loaded model, else the
+    checkpoint's, or the one ``encoder`` (or ``model.encoder``) names."""
     from .assets import load_encoder
     from .checkpoint import load_checkpoint_encoder
 
-    if cfg.checkpoint:
-        return load_checkpoint_encoder(cfg.checkpoint, cfg.device)
-    return load_encoder(cfg.encoder, cfg.device)
+    settings = as_settings(settings)
+    if encoder is not None and not isinstance(encoder, str):
+        return encoder
+    if settings.model.checkpoint and encoder is None:
+        return load_checkpoint_encoder(settings.model.checkpoint, settings.model.device)
+    return load_encoder(encoder or settings.model.encoder, settings.model.device)
 
 
-def load_centroids(cfg: WatermarkConfig):
-    """The ``CentroidFile`` of ``cfg`` (its checkpoint's or its file), checked to hold what
-    ``cfg.mark`` needs (for the direction mark, ``cfg.whiten`` principal components)."""
+def load_centroids(settings: WatermarkSettings):
+    """The ``CentroidFile`` of the settings (their checkpoint's or their file), checked to hold
+    what the mark needs (for the direction mark, ``mark.whiten`` principal components)."""
     from .centroids import CentroidFile
     from .checkpoint import REFIT, checkpoint_centroids
 
-    whiten = cfg.whiten if cfg.mark == "direction" else 0
-    if cfg.checkpoint:
-        fitted = checkpoint_centroids(cfg.checkpoint)
-        fitted.require(cfg.mark, f"checkpoint {cfg.checkpoint}", refit=REFIT, whiten=whiten)
+    settings = as_settings(settings)
+    mark = settings.mark
+    whiten = mark.whiten if mark.kind == "direction" else 0
+    checkpoint = settings.model.checkpoint
+    if checkpoint:
+        fitted = checkpoint_centroids(checkpoint)
+        fitted.require(mark.kind, f"checkpoint {checkpoint}", refit=REFIT, whiten=whiten)
     else:
-        path = cfg.centroid_path()
+        path = settings.centroid_path()
         fitted = CentroidFile.load(path)
-        fitted.require(cfg.mark, f"centroid file {path}", whiten=whiten)
+        fitted.require(mark.kind, f"centroid file {path}", whiten=whiten)
     return fitted
 
 
-def build_scheme(cfg: WatermarkConfig, encoder=None):
-    """Encoder + partition + keyed table, checked for consistency (no LM needed)."""
+def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkScheme:
+    """Encoder + partition + key + mark, checked for consistency (no LM needed). ``encoder``: a
+    loaded sentence encoder or a name (default: the settings')."""
     from .keys import check_key, resolve_key
     from .partition import KMeansPartition, LSHPartition
     from .scheme import WatermarkScheme
-    from .splitter import get_splitter
+    from .text.splitter import get_splitter
 
+    settings = as_settings(settings)
+    mark = settings.mark
+    direction = mark.kind == "direction"
     # The key first, then the centroids: a weak key or a centroid file the mark cannot use is
     # refused before any model is loaded.
-    key = resolve_key(cfg.key) if cfg.valid_mode == "keyed" else None
+    keyed = direction or mark.valid_mode == "keyed"
+    key = resolve_key(settings.key) if keyed else None
     if key is not None:
-        check_key(key, cfg.allow_weak_key)
-    fitted = load_centroids(cfg) if cfg.partition == "kmeans" else None
-    given = encoder is not None
-    encoder = encoder if given else load_scheme_encoder(cfg)
+        check_key(key, settings.allow_weak_key)
+    kmeans = settings.partition.kind == "kmeans"
+    fitted = load_centroids(settings) if kmeans else None
+    given = encoder is not None and not isinstance(encoder, str)
+    encoder = load_scheme_encoder(settings, encoder)
+    # The margin is the region mark's; the direction mark does not read it.
+    margin = 0.0 if direction else mark.margin
     transition = center = components = None
-    direction = cfg.mark == "direction"
     if fitted is not None:
         # Checked against the file's fingerprint; a file that carries an adapter adapts the
         # encoder (a copy of one the caller passed in).
-        encoder = fitted.adapted(encoder, cfg.checkpoint or cfg.encoder, copy=given)
-        partition = KMeansPartition(fitted.centroids, cfg.margin)
-        transition = fitted.transition
-        center = fitted.mean
-        if direction and cfg.whiten:
-            components = fitted.components[: cfg.whiten]
+        name = settings.model.checkpoint or settings.model.encoder
+        encoder = fitted.adapted(encoder, name, copy=given)
+        partition = KMeansPartition(fitted.centroids, margin)
+        transition, center = fitted.transition, fitted.mean
+        if direction and mark.whiten:
+            components = fitted.components[: mark.whiten]
     else:
-        partition = LSHPartition(
-            encoder.get_embedding_dimension(), cfg.lsh_bits, cfg.margin, cfg.lsh_seed
-        )
+        lsh = settings.partition
+        dimension = encoder.get_embedding_dimension()
+        partition = LSHPartition(dimension, lsh.lsh_bits, margin, lsh.lsh_seed)
+        if direction:
+            # Soft contexts need centroids: an LSH partition scores on the context's region.
+            mark = dataclasses.replace(mark, context_temperature=0.0)
     return WatermarkScheme(
         encoder,
-        partition.to(cfg.device),
-        cfg.gamma,
+        partition.to(settings.model.device),
         key,
         get_splitter(),
-        valid_mode=cfg.valid_mode,
+        mark=mark,
         transition=transition,
-        mark=cfg.mark,
         center=center,
-        context_temperature=(
-            cfg.context_temperature if direction and cfg.partition == "kmeans" else 0.0
-        ),
-        context=cfg.context if direction else "previous",
         components=components,
     )
 
 
-def apply_threads(cfg: WatermarkConfig) -> None:
-    """Set torch's intra-op threads from ``cfg.threads`` (``None`` leaves them alone)."""
-    if cfg.threads is not None:
+def apply_threads(settings: WatermarkSettings) -> None:
+    """Set torch's intra-op threads from ``model.threads`` (``None`` leaves them alone)."""
+    threads = as_settings(settings).model.threads
+    if threads is not None:
         import torch
 
-        torch.set_num_threads(cfg.threads)
+        torch.set_num_threads(threads)
 
 
-def build_watermarker(cfg: WatermarkConfig, scheme=None, lm=None):
-    """A ready ``Watermarker``; pass ``lm=(model, tokenizer)`` to reuse a loaded LM (used as it
-    is: ``lm_dtype`` applies only to an LM loaded here)."""
+def build_watermarker(
+    settings: WatermarkSettings,
+    scheme: WatermarkScheme | None = None,
+    lm: Any = None,
+    encoder: Any = None,
+) -> Watermarker:
+    """A ready ``Watermarker``. ``scheme``: reuse a built scheme; ``lm``: a loaded
+    ``(model, tokenizer)``, used as it is, or a name (default: ``model.lm`` in
+    ``model.lm_dtype``); ``encoder``: as ``build_scheme`` takes it."""
     from .assets import load_lm
-    from .pruning import PruneRule
-    from .sampler import CandidateSampler, SamplingConfig
-    from .sequential import SequentialCandidateSampler
+    from .generation.sampler import CandidateSampler
+    from .generation.sequential import SequentialCandidateSampler
     from .watermarker import Watermarker
 
-    apply_threads(cfg)
-    scheme = scheme or build_scheme(cfg)
-    model, tokenizer = lm or load_lm(cfg.lm, cfg.device, cfg.lm_dtype)
-    sampling = SamplingConfig(**_pick(cfg, SAMPLING_SETTINGS))
-    strategy = (
-        SequentialCandidateSampler if cfg.sampler_strategy == "sequential" else CandidateSampler
-    )
-    sampler = strategy(model, tokenizer, scheme.splitter, sampling)
-    prune = None
-    if cfg.prune_tokens is not None:
-        prune = PruneRule(cfg.prune_tokens, cfg.prune_keep, cfg.prune_margin)
+    settings = as_settings(settings)
+    apply_threads(settings)
+    scheme = scheme or build_scheme(settings, encoder)
+    model_settings = settings.model
+    if lm is None or isinstance(lm, str):
+        lm = load_lm(lm or model_settings.lm, model_settings.device, model_settings.lm_dtype)
+    model, tokenizer = lm
+    sequential = settings.search.strategy == "sequential"
+    strategy = SequentialCandidateSampler if sequential else CandidateSampler
+    sampler = strategy(model, tokenizer, scheme.splitter, settings.sampling)
     return Watermarker(
-        scheme,
-        sampler,
-        **_pick(cfg, WATERMARKER_SETTINGS),
-        prune=prune,
-        max_prompt_chars=cfg.max_text_chars,
+        scheme, sampler, settings.search, settings.sampling, settings.limits, chat=settings.chat
     )
 
 
-def build_detector(cfg: WatermarkConfig, scheme=None):
-    """A ``Detector`` for the scheme of ``cfg``."""
+def build_detector(
+    settings: WatermarkSettings, scheme: WatermarkScheme | None = None, encoder: Any = None
+) -> Detector:
+    """A ``Detector`` for the scheme of the settings (``scheme``: reuse a built one;
+    ``encoder``: as ``build_scheme`` takes it)."""
     from .detector import Detector
 
-    apply_threads(cfg)
+    settings = as_settings(settings)
+    apply_threads(settings)
+    mark = settings.mark
     return Detector(
-        scheme or build_scheme(cfg),
-        statistic=cfg.statistic,
-        alpha=cfg.alpha,
-        max_chars=cfg.max_text_chars,
-        scan=cfg.scan,
+        scheme or build_scheme(settings, encoder),
+        statistic=settings.detection.statistic,
+        alpha=settings.detection.alpha,
+        max_chars=settings.limits.max_text_chars,
+        scan=mark.kind == "direction" and mark.scan,
     )

@@ -27,13 +27,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .assets import DEFAULT_ENCODER
 from .io import atomic_target
+
+DEFAULT_REGIONS = 64
+"""K of the default mark's centroids (the shipped file); the paper's K is 8."""
 
 FORMAT_VERSION = 1
 NUM_COMPONENTS = 128
@@ -117,7 +122,7 @@ class CentroidFile:
         except Exception as err:  # pickle, zip and format errors alike
             raise ValueError(f"{path} is not a ksemstamp centroid file ({err})") from None
         if isinstance(payload, dict) and "state_dict" in payload:
-            raise ValueError(f"{path} is a training checkpoint: pass it as `checkpoint`")
+            raise ValueError(f"{path} is a training checkpoint: pass it as `model.checkpoint`")
         return cls.from_payload(payload, str(path))
 
     def require(self, mark: str, origin: str, refit: str | None = None, whiten: int = 0) -> None:
@@ -256,7 +261,7 @@ def centroid_file_from(
 
 def fit_centroid_file(
     encoder_spec: str,
-    k: int = 64,
+    k: int = DEFAULT_REGIONS,
     max_sentences: int = 20000,
     seed: int = 0,
     batch_size: int = 64,
@@ -267,14 +272,14 @@ def fit_centroid_file(
 ) -> CentroidFile:
     """Embed domain sentences with an encoder and fit ``k`` centroids.
 
-    The sentences are those of ``corpus`` (a corpus file, see ``ksemstamp.corpusfile``) or,
+    The sentences are those of ``corpus`` (a corpus file, see ``ksemstamp.text.corpusfile``) or,
     when it is ``None``, of the bundled news corpus: ``split``'s sentences of at least
     ``min_words`` words, at most ``max_sentences``. The corpus is read and checked (not text,
     empty, too small for ``k``) before the encoder is loaded.
     """
     from .assets import encoder_fingerprint, load_encoder
-    from .corpusfile import domain_documents, require_sentences
     from .encoding import embed
+    from .text.corpusfile import domain_documents, require_sentences
 
     if k < 2:
         raise ValueError(f"k must be >= 2, got {k}")
@@ -292,60 +297,55 @@ def fit_centroid_file(
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ksemstamp.centroids``: fit centroids for an encoder and write them."""
-    import argparse
-    import sys
+def centroids(
+    output: str,
+    encoder: str = DEFAULT_ENCODER,
+    k: int = DEFAULT_REGIONS,
+    corpus: str | None = None,
+    split: Literal["fit", "val", "test", "all"] = "fit",
+    min_words: int = 5,
+    max_sentences: int = 20000,
+    seed: int = 0,
+    batch_size: int = 64,
+    quiet: bool = False,
+) -> int:
+    """Fit k-means centroids of an encoder's sentence embeddings and write a centroid file.
 
-    from .assets import DEFAULT_ENCODER
-    from .corpusfile import SPLITS, CorpusError
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--encoder", default=DEFAULT_ENCODER, help="alias, folder or Hub id")
-    parser.add_argument(
-        "--k", type=int, default=64, help="number of regions (the default mark: 64; paper: 8)"
+    Args:
+        output: the centroid file to write.
+        encoder: alias, folder or Hub id.
+        k: number of regions (the default mark: 64; paper: 8).
+        corpus: your corpus: plain text, one document per line, or JSONL with a 'text' field
+            (default: the bundled news corpus).
+        split: part of the corpus's documents to use.
+        min_words: skip shorter sentences.
+        max_sentences: sentences fitted on, at most.
+        seed: k-means seed.
+        batch_size: encoder batch size.
+        quiet: no progress bars.
+    """
+    fitted = fit_centroid_file(
+        encoder,
+        k,
+        max_sentences,
+        seed,
+        batch_size,
+        corpus=corpus,
+        split=split,
+        min_words=min_words,
+        progress=not quiet,
     )
-    parser.add_argument(
-        "--corpus",
-        help="your corpus: plain text, one document per line, or JSONL with a 'text' field "
-        "(default: the bundled news corpus)",
-    )
-    parser.add_argument(
-        "--split", choices=SPLITS, default="fit", help="part of the corpus's documents to use"
-    )
-    parser.add_argument("--min-words", type=int, default=5, help="skip shorter sentences")
-    parser.add_argument("--max-sentences", type=int, default=20000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("--output", required=True)
-    args = parser.parse_args(argv)
-    if args.quiet:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    try:
-        fitted = fit_centroid_file(
-            args.encoder,
-            args.k,
-            args.max_sentences,
-            args.seed,
-            args.batch_size,
-            corpus=args.corpus,
-            split=args.split,
-            min_words=args.min_words,
-            progress=not args.quiet,
-        )
-    except (CorpusError, ValueError) as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
-    fitted.save(args.output)
+    fitted.save(output)
     print(
-        f"wrote {args.output}: K={fitted.num_regions}, {fitted.settings['num_sentences']} "
+        f"wrote {output}: K={fitted.num_regions}, {fitted.settings['num_sentences']} "
         f"sentences of {fitted.settings['num_documents']} documents ({fitted.settings['source']})"
     )
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    import sys
+
+    from .console import call
+
+    raise SystemExit(call(centroids, sys.argv[1:], "python -m ksemstamp.centroids"))

@@ -2,9 +2,9 @@
 
 ``train.py`` ends by writing ``final.ckpt`` (``KMeansCallback``): the encoder's weights, the
 k-means ``centroids`` buffer, and under ``checkpoint["ksemstamp"]["centroid_file"]`` the complete
-centroid file (mean, transitions, source, K). The ``checkpoint`` setting (``--checkpoint PATH``,
-``WatermarkConfig(checkpoint=...)``, ``checkpoint:`` in YAML) takes the encoder and the centroids
-from there instead of ``encoder`` and ``centroids``.
+centroid file (mean, transitions, source, K). The ``model.checkpoint`` setting
+(``--model.checkpoint PATH``, ``model: {checkpoint: PATH}`` in YAML) takes the encoder and the
+centroids from there instead of ``model.encoder`` and ``partition.centroids``.
 
 Anything else is refused with one line saying what it is: a missing file, a file that is not a
 PyTorch checkpoint, a centroid file, a checkpoint of another program, and Lightning's
@@ -39,7 +39,7 @@ def read_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"{path} is not a PyTorch checkpoint ({first})") from None
     if isinstance(ckpt, dict) and "centroids" in ckpt and "state_dict" not in ckpt:
         raise CheckpointError(
-            f"{path} is a centroid file: pass it as `centroids`, not `checkpoint`"
+            f"{path} is a centroid file: pass it as `partition.centroids`, not `model.checkpoint`"
         )
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "ksemstamp" not in ckpt:
         raise CheckpointError(
@@ -76,8 +76,8 @@ def checkpoint_centroids(path: str | Path, ckpt: dict | None = None) -> Centroid
 
 REFIT = (
     "train again (final.ckpt then holds the centroid file), or fit centroids for the exported "
-    "encoder (`python -m ksemstamp.centroids --encoder EXPORT_DIR --output FILE`) and pass "
-    "`encoder` and `centroids` instead of `checkpoint`"
+    "encoder (`ksemstamp centroids --encoder EXPORT_DIR --output FILE`) and pass "
+    "`model.encoder` and `partition.centroids` instead of `model.checkpoint`"
 )
 """How to get what an incomplete checkpoint lacks (``CentroidFile.require``'s ``refit``)."""
 

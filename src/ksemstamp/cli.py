@@ -1,95 +1,80 @@
-"""Command handlers of ``python watermark.py {generate,detect,demo,calibrate,serve,evaluate,
-keygen}``.
+"""The command line: every command of the project in one registry, ``COMMANDS``.
 
-Each handler takes the subcommand's values (``args``) and its settings, built by
-``ksemstamp.cli_args`` from the settings dataclasses: defaults, then ``--config`` YAML files
-(later ones win), then flags (``--gamma 0.25``, ``--no-adaptive-batch``, ...).
+``ksemstamp COMMAND`` (the console script), ``python watermark.py COMMAND`` and
+``python -m ksemstamp COMMAND`` run the same commands. Each is a function whose signature and
+docstring are its options (``commandline``): the watermark settings at the top
+(``--search.max_candidates 8``, ``--mark.kind region``), ``--config FILE`` (repeatable),
+``--print_config``. The tools keep their own module's entry as well (``python -m
+ksemstamp.training.pairs`` is ``ksemstamp pairs``); ``train`` hands its command line to
+LightningCLI (``train.py``).
+
+The commands that generate and detect are here; the others are their modules' (``evaluate``:
+``evaluation.run``; the training tools: ``training``; ``centroids``; ``corpus``: ``text.corpusfile``).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 import os
 import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from .assets import AssetError
-from .cli_args import parse
-from .config import WatermarkConfig, build_detector, build_scheme, build_watermarker
-from .corpora import news_prompt
-from .parallel import Job
-from .records import ERROR_FIELDS, RecordProcessor, key_problem, process_jsonl, text_problem
-from .textcheck import printable
+from jsonargparse.typing import PositiveInt
+
+from .builders import build_detector, build_scheme, build_watermarker
+from .calibration.run import CalibrationSettings
+from .centroids import centroids
+from .commandline import CommandLineError
+from .console import ARGV, call
+from .evaluation.run import evaluate
+from .gpucheck import gpucheck
+from .parallel import DeviceSettings
+from .records import JsonlFiles, run_records
+from .settings import WatermarkSettings
+from .text.corpora import news_prompt
+from .text.corpusfile import export, prompts
+from .text.textcheck import printable
+from .training.evaluate import agreement
+from .training.pairs import pairs
+
+logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------- generate
 
 
-@dataclass
-class RecordJob:
-    """Builds a command's ``RecordProcessor`` in a process of its own, on that process's
-    device (picklable: settings, not models, cross to ``ddp_spawn`` processes)."""
+def generate(
+    settings: WatermarkSettings,
+    prompt: str | None = None,
+    input: str | None = None,
+    output: str | None = None,
+    watermark: bool = True,
+    parallel: DeviceSettings | None = None,
+    quiet: bool = False,
+) -> int:
+    """Generate watermarked continuations of one prompt, or of every prompt of a JSONL file.
 
-    command: str
-    settings: dict[str, Any]
-    """``WatermarkConfig`` fields, the key included (it stays in memory)."""
-    option: bool = False
-    """``generate``: ``--no-watermark``; ``detect``: progress bars."""
-
-    def __call__(self, device) -> Job:
-        cfg = WatermarkConfig.from_dict({**self.settings, "device": str(device)})
-        processor = PROCESSORS[self.command](cfg, self.option)
-        return Job(processor.rows, processor.models)
-
-
-def _generate_processor(cfg: WatermarkConfig, no_watermark: bool = False) -> RecordProcessor:
-    watermarker = build_watermarker(cfg)
-    fingerprint = None if no_watermark else watermarker.scheme.key_fingerprint
-
-    def check(data: dict) -> str | None:
-        prompt = data.get("prompt")
-        if prompt is None:
-            return "missing field 'prompt'"
-        if not isinstance(prompt, str):
-            return f"'prompt' must be a string, got {type(prompt).__name__}"
-        return None
-
-    def process(datas: list[dict]) -> list[dict]:
-        results = watermarker.generate([d["prompt"] for d in datas], watermark=not no_watermark)
-        return [{**res.to_record(), "key_fingerprint": fingerprint} for res in results]
-
-    models = _models(watermarker.scheme, watermarker)
-    return RecordProcessor(check, process, ERROR_FIELDS["generate"], models)
-
-
-def _models(scheme, watermarker=None) -> dict[str, Any]:
-    """The models a scheme (and a watermarker's LM) sit on, for device checks."""
-    models = {"encoder": scheme.encoder, "partition": scheme.partition}
-    model = getattr(getattr(watermarker, "sampler", None), "model", None)
-    return models | ({"lm": model} if model is not None else {})
-
-
-def cmd_generate(args, cfg: WatermarkConfig) -> int:
-    if args.input:
-        return _process_jsonl(
-            args,
-            cfg,
-            name="generate",
-            unit="prompt",
-            batch_size=cfg.prompt_batch,
-            option=args.no_watermark,
-        )
-    _single_process(args, "generate")
-    if args.prompt is None:
-        raise SystemExit("generate: give --prompt TEXT or --input FILE.jsonl")
-    watermarker = build_watermarker(cfg)
-    res = watermarker.generate(
-        [args.prompt], watermark=not args.no_watermark, progress=not args.quiet
-    )[0]
+    Args:
+        prompt: one prompt (the text is printed, a summary on stderr).
+        input: JSONL with {"id": ..., "prompt": ...} per line.
+        output: JSONL output (required with --input; resumable).
+        watermark: false: plain sentence-by-sentence sampling with the same settings.
+        parallel: the devices an --input file is spread over (Trainer.predict).
+        quiet: no progress bars.
+    """
+    parallel = parallel or DeviceSettings()
+    if prompt is not None and input is not None:
+        raise ValueError("generate: give --prompt or --input, not both")
+    if input:
+        files = JsonlFiles(input, output, parallel, quiet)
+        batch = settings.search.prompt_batch
+        return run_records(files, settings, "generate", "prompt", batch, not watermark)
+    _single_process(parallel, "generate")
+    if prompt is None:
+        raise ValueError("generate: give --prompt TEXT or --input FILE.jsonl")
+    res = build_watermarker(settings).generate([prompt], watermark=watermark, progress=not quiet)[0]
     if res.status != "ok":
         print(f"error: {res.error}", file=sys.stderr)
         return 1
@@ -100,7 +85,7 @@ def cmd_generate(args, cfg: WatermarkConfig) -> int:
     if res.completion is not None:
         notes.append(f"completion (not watermarked): {res.completion!r}")
     if res.seed is not None:
-        notes.append(f"seed {res.seed} (--seed {res.seed} gives this text again)")
+        notes.append(f"seed {res.seed} (--sampling.seed {res.seed} gives this text again)")
     print(
         f"\n[{res.num_sentences} sentences, {res.num_tokens} tokens, {res.candidates} candidates, "
         f"{res.fallbacks} fallbacks, {res.seconds:.1f} s" + "".join(f"; {n}" for n in notes) + "]",
@@ -154,95 +139,97 @@ def format_detection(result) -> str:
     return "\n".join(lines)
 
 
-def _detect_processor(cfg: WatermarkConfig, progress: bool = False) -> RecordProcessor:
-    detector = build_detector(cfg)
-    fingerprint = detector.scheme.key_fingerprint
-
-    def check(data: dict) -> str | None:
-        return text_problem(data) or key_problem(data, fingerprint)
-
-    def process(datas: list[dict]) -> list[dict]:
-        # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
-        # not seeded by its instruction.
-        prompts = [None if cfg.chat or d.get("chat") is True else d.get("prompt") for d in datas]
-        results = detector.detect_batch([d["text"] for d in datas], prompts, progress=progress)
-        return [res.to_record() for res in results]
-
-    return RecordProcessor(check, process, ERROR_FIELDS["detect"], _models(detector.scheme))
-
-
-PROCESSORS: dict[str, Callable[[WatermarkConfig, bool], RecordProcessor]] = {
-    "generate": _generate_processor,
-    "detect": _detect_processor,
-}
-
-
-def _process_jsonl(args, cfg: WatermarkConfig, **command) -> int:
-    """``records.process_jsonl`` with this module's processors (``PROCESSORS``, looked up at
-    run time) and ``RecordJob``."""
-    return process_jsonl(args, cfg, processors=PROCESSORS, job=RecordJob, **command)
-
-
-def _single_process(args, name: str) -> None:
+def _single_process(parallel: DeviceSettings, name: str) -> None:
     """Refuse device settings for one prompt or text: they spread ``--input`` files."""
-    if args.parallel.requested():
-        raise SystemExit(
-            f"{name}: --accelerator, --devices and --strategy spread an --input file over "
-            "devices; for one prompt or text choose the device with --device (cpu, cuda, ...)"
+    if parallel.requested():
+        raise ValueError(
+            f"{name}: --parallel.* spread an --input file over devices; for one prompt or "
+            "text choose the device with --model.device (cpu, cuda, ...)"
         )
 
 
-def cmd_detect(args, cfg: WatermarkConfig) -> int:
-    if args.input:
-        option = not args.quiet and not args.parallel.requested()
-        return _process_jsonl(
-            args, cfg, name="detect", unit="text", batch_size=args.batch_size, option=option
-        )
-    _single_process(args, "detect")
-    if args.text is not None:
-        text = args.text
-    elif args.file:
+def detect(
+    settings: WatermarkSettings,
+    text: str | None = None,
+    file: str | None = None,
+    input: str | None = None,
+    prompt: str | None = None,
+    output: str | None = None,
+    batch_size: PositiveInt = 64,
+    parallel: DeviceSettings | None = None,
+    quiet: bool = False,
+) -> int:
+    """Detect the watermark in one text, a text file, or every text of a JSONL file.
+
+    Args:
+        text: one text.
+        file: a plain-text file holding one text.
+        input: JSONL with {"text": ..., ["prompt": ...]} per line.
+        prompt: with --text or --file: the prompt the text continues.
+        output: JSONL output (required with --input; resumable).
+        batch_size: texts per encoder pass (--input).
+        parallel: the devices an --input file is spread over (Trainer.predict).
+        quiet: no progress bars.
+    """
+    parallel = parallel or DeviceSettings()
+    if sum(x is not None for x in (text, file, input)) > 1:
+        raise ValueError("detect: give one of --text, --file and --input")
+    if input:
+        files = JsonlFiles(input, output, parallel, quiet)
+        option = not quiet and not parallel.requested()
+        return run_records(files, settings, "detect", "text", batch_size, option)
+    _single_process(parallel, "detect")
+    limit = settings.limits.max_text_chars
+    if file:
         # At most the limit and one character more: enough to know the file is over it,
         # whatever its size (a 400 MB file, /dev/zero).
-        with open(args.file, encoding="utf-8-sig", errors="replace") as handle:
-            text = handle.read(cfg.max_text_chars + 1)
-        if len(text) > cfg.max_text_chars:
+        with open(file, encoding="utf-8-sig", errors="replace") as handle:
+            text = handle.read(limit + 1)
+        if len(text) > limit:
             print(
-                f"error: {args.file} has more than {cfg.max_text_chars:,} characters; the limit "
-                f"is {cfg.max_text_chars:,} (max_text_chars)",
+                f"error: {file} has more than {limit:,} characters; the limit is {limit:,} "
+                "(limits.max_text_chars)",
                 file=sys.stderr,
             )
             return 1
-    else:
-        raise SystemExit("detect: give --text TEXT, --file FILE or --input FILE.jsonl")
-    prompt = args.prompt
-    if cfg.chat and prompt is not None:
-        print("chat: the prompt is an instruction and seeds no sentence; ignored", file=sys.stderr)
+    elif text is None:
+        raise ValueError("detect: give --text TEXT, --file FILE or --input FILE.jsonl")
+    if settings.chat and prompt is not None:
+        logger.info("chat: the prompt is an instruction and seeds no sentence; ignored")
         prompt = None
-    result = build_detector(cfg).detect(text, prompt, progress=not args.quiet)
+    result = build_detector(settings).detect(text, prompt, progress=not quiet)
     print(format_detection(result))
     return 0 if result.status != "error" else 1
 
 
-# ---------------------------------------------------------------------- demo
+# ---------------------------------------------------------------------- demo, keygen
 
 
-def cmd_demo(args, cfg: WatermarkConfig) -> int:
+def demo(
+    settings: WatermarkSettings, article: int = 0, prompt_words: int = 32, quiet: bool = False
+) -> int:
+    """Watermark the opening of a held-out news article, then detect the mark.
+
+    Args:
+        article: index of the test-split article.
+        prompt_words: prompt length in words, cut back to a sentence end (paper: about 32).
+        quiet: no progress bars.
+    """
     from .keys import DEMO_KEY, KEY_ENV
 
-    prompt = news_prompt(args.article, args.prompt_words)
-    if cfg.valid_mode == "keyed" and not cfg.key and not os.environ.get(KEY_ENV):
+    prompt = news_prompt(article, prompt_words)
+    if not settings.key and not os.environ.get(KEY_ENV):
         # The demo's own key, said as part of the demo rather than as a warning.
-        cfg = dataclasses.replace(cfg, key=DEMO_KEY)
+        settings.key = DEMO_KEY
         print(
             "key: the public demo key, so anyone can forge or strip this mark; for real use\n"
-            f'  export {KEY_ENV}="$(python watermark.py keygen)"\n'
+            f'  export {KEY_ENV}="$(ksemstamp keygen)"\n'
         )
-    scheme = build_scheme(cfg)
-    watermarker = build_watermarker(cfg, scheme)
-    detector = build_detector(cfg, scheme)
-    print(f"prompt (held-out news article {args.article}):\n  {printable(prompt)}\n")
-    res = watermarker.generate([prompt], progress=not args.quiet)[0]
+    scheme = build_scheme(settings)
+    watermarker = build_watermarker(settings, scheme)
+    detector = build_detector(settings, scheme)
+    print(f"prompt (held-out news article {article}):\n  {printable(prompt)}\n")
+    res = watermarker.generate([prompt], progress=not quiet)[0]
     if res.status != "ok":
         print(f"error: {res.error}", file=sys.stderr)
         return 1
@@ -262,7 +249,15 @@ def cmd_demo(args, cfg: WatermarkConfig) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------- calibrate
+def keygen() -> int:
+    """Print a new random key (256 bits): export KSEMSTAMP_KEY="$(ksemstamp keygen)"."""
+    from .keys import new_key
+
+    print(new_key())
+    return 0
+
+
+# ---------------------------------------------------------------------- calibrate, serve
 
 
 def command_line(argv: Sequence[str]) -> str:
@@ -279,126 +274,173 @@ def command_line(argv: Sequence[str]) -> str:
             shown.append("--key=***")
         else:
             shown.append(arg)
-    return "python watermark.py " + shlex.join(shown)
+    return "ksemstamp " + shlex.join(shown)
 
 
-def cmd_calibrate(args, cfg: WatermarkConfig) -> int:
+def calibrate(
+    settings: WatermarkSettings,
+    calibration: CalibrationSettings | None = None,
+    output_dir: str = "docs/calibration",
+    quiet: bool = False,
+) -> int:
+    """Measure false-positive rates on held-out human text over many keys, with power.
+
+    Args:
+        calibration: what to measure.
+        output_dir: the JSON, report and PNG go here.
+        quiet: no progress bars.
+    """
     from .calibration import run_calibration, write_outputs
     from .keys import DEMO_KEY, key_fingerprint
 
-    settings = args.calibration
-    scheme = build_scheme(cfg)
-    shown = ("mark", "encoder", "partition", "centroids", "gamma", "valid_mode")
-    describe = {
-        "command": command_line(args.argv),
-        "settings": {k: v for k, v in cfg.to_dict().items() if k in shown},
-    }
-    if cfg.checkpoint:
-        describe["settings"]["checkpoint"] = cfg.checkpoint
-    elif cfg.partition == "kmeans":
-        path = cfg.centroid_path().resolve()
+    calibration = calibration or CalibrationSettings()
+    scheme = build_scheme(settings)
+    shown = {"model": {"encoder": settings.model.encoder}, "mark": settings.to_dict()["mark"]}
+    shown["partition"] = {"kind": settings.partition.kind}
+    if settings.model.checkpoint:
+        shown["model"]["checkpoint"] = settings.model.checkpoint
+    elif settings.partition.kind == "kmeans":
+        path = settings.centroid_path().resolve()
         root = Path(__file__).resolve().parents[2]
-        describe["settings"]["centroids"] = str(
+        shown["partition"]["centroids"] = str(
             path.relative_to(root) if path.is_relative_to(root) else path
         )
+    describe = {"command": command_line(ARGV), "settings": shown}
     if scheme.key_fingerprint == key_fingerprint(DEMO_KEY):
         describe["key"] = "the public demo key (KSEMSTAMP_KEY unset)"
-    result = run_calibration(scheme, settings, describe, progress=not args.quiet, scan=cfg.scan)
-    paths = write_outputs(result, args.output_dir)
+    scan = settings.mark.kind == "direction" and settings.mark.scan
+    result = run_calibration(scheme, calibration, describe, progress=not quiet, scan=scan)
+    paths = write_outputs(result, output_dir)
     overall = result["null"]["overall"]
     for stat in result["calibration"]["statistics"]:
         f = overall[stat]["fpr"]["0.01"]
-        print(
-            f"{stat}: FPR at nominal 1% = {100 * f['mean']:.2f}% (sd over keys "
-            f"{100 * f['sd']:.2f}%) on {overall['texts']} human texts x {settings.num_keys} keys",
-            file=sys.stderr,
+        logger.info(
+            "%s: FPR at nominal 1%% = %.2f%% (sd over keys %.2f%%) on %d human texts x %d keys",
+            stat,
+            100 * f["mean"],
+            100 * f["sd"],
+            overall["texts"],
+            calibration.num_keys,
         )
-    print("wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
+    logger.info("wrote %s", ", ".join(str(p) for p in paths.values()))
     return 0
 
 
-def cmd_serve(args, cfg: WatermarkConfig) -> int:
+def serve(
+    settings: WatermarkSettings,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_chars: PositiveInt | None = None,
+    generation: bool = True,
+    quiet: bool = False,
+) -> int:
+    """A local web page: detect, batch and generate.
+
+    Args:
+        host: address to listen on.
+        port: port (0: any free port).
+        max_chars: longest text (default: limits.max_text_chars).
+        generation: false: detection only, no LM loaded.
+        quiet: no progress bars while the models load.
+    """
     from .serve import Limits, serve
 
-    limits = Limits(max_chars=args.max_chars or cfg.max_text_chars)
-    serve(cfg, args.host, args.port, limits, not args.no_generate)
+    serve(
+        settings,
+        host,
+        port,
+        Limits(max_chars=max_chars or settings.limits.max_text_chars),
+        generation,
+    )
     return 0
 
 
-def cmd_keygen(args, _settings: None) -> int:
-    """Print a new random key: ``export KSEMSTAMP_KEY="$(python watermark.py keygen)"``."""
-    from .keys import new_key
+def train(argv: Sequence[str]) -> int:
+    """Fine-tune a sentence encoder and fit its centroids (LightningCLI, as train.py):
+    ksemstamp train fit --config configs/train/news.yaml."""
+    from .training.cli import cli_main
 
-    print(new_key())
+    cli_main(list(argv))
     return 0
 
 
-def cmd_evaluate(args, settings) -> int:
-    """``settings`` is an ``EvalSettings``; ``--quiet`` and ``--only-attacks`` narrow it."""
-    from .evaluation.run import main_from_settings
+train.takes_argv = True  # type: ignore[attr-defined]
 
-    if args.quiet:
-        settings = dataclasses.replace(settings, progress=False)
-    if args.only_attacks:
-        settings = settings.select_attacks(args.only_attacks)
-    return main_from_settings(settings)
+# ---------------------------------------------------------------------- the registry
 
-
-def quiet_model_loading() -> None:
-    """No progress bars while models load (transformers' and the Hugging Face Hub's)."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
+COMMANDS: dict[str, Callable | dict[str, Callable]] = {
+    "generate": generate,
+    "detect": detect,
+    "demo": demo,
+    "serve": serve,
+    "keygen": keygen,
+    "calibrate": calibrate,
+    "evaluate": evaluate,
+    "train": train,
+    "pairs": pairs,
+    "agreement": agreement,
+    "centroids": centroids,
+    "corpus": {"export": export, "prompts": prompts},
+    "gpucheck": gpucheck,
+}
+"""Every command, by name; a mapping holds subcommands (``ksemstamp corpus export``)."""
 
 RESUMABLE = ("evaluate",)
 """Commands without ``--input`` whose rerun resumes (their stages are kept as they finish)."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``watermark.py``; returns the exit status (bad settings exit with 2, Ctrl-C 130)."""
+def usage(prog: str) -> str:
+    """The list of commands, each with the first line of its docstring."""
+    lines = [f"usage: {prog} COMMAND [OPTIONS]  ({prog} COMMAND --help lists a command's)", ""]
+    for name, entry in COMMANDS.items():
+        entries = entry.items() if isinstance(entry, dict) else [("", entry)]
+        for sub, fn in entries:
+            first = (fn.__doc__ or "").strip().split("\n")[0].rstrip(".")
+            lines.append(f"  {(name + ' ' + sub).strip():<18} {first}")
+    return "\n".join(lines)
+
+
+def resolve(argv: Sequence[str], prog: str) -> tuple[Callable, str, list[str]]:
+    """The command function ``argv`` names, its program name and the rest of ``argv``."""
+    import difflib
+
+    name = argv[0] if argv else ""
+    entry = COMMANDS.get(name)
+    if entry is None:
+        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise CommandLineError(f"unknown command {name!r}{hint}; known: {', '.join(COMMANDS)}")
+    if isinstance(entry, dict):
+        sub = argv[1] if len(argv) > 1 else ""
+        if sub not in entry:
+            raise CommandLineError(f"{name}: give one of {', '.join(entry)}")
+        return entry[sub], f"{prog} {name} {sub}", list(argv[2:])
+    return entry, f"{prog} {name}", list(argv[1:])
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "ksemstamp") -> int:
+    """Run a command; returns the exit status (a bad command line exits with 2, Ctrl-C 130)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return _main(sys.argv[1:] if argv is None else argv)
+        if not argv or argv[0] in ("-h", "--help"):
+            print(usage(prog))
+            return 0 if argv else 2
+        try:
+            fn, name, rest = resolve(argv, prog)
+        except CommandLineError as err:
+            print(f"{prog}: error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+        return call(fn, rest, name)
     except KeyboardInterrupt as stop:
         # Ctrl-C: one line saying what was kept, not a traceback. Under the `ddp` strategy
         # every process gets it; the first one speaks for all.
         if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
-            command = next((a for a in (argv or sys.argv[1:]) if a in RESUMABLE), None)
+            command = next((a for a in argv if a in RESUMABLE), None)
             detail = str(stop) or (
                 "rerun the same command to resume" if command else "nothing was written"
             )
             print(f"interrupted: {detail}", file=sys.stderr)
         return 130
-
-
-def _main(argv: Sequence[str]) -> int:
-    invocation = parse(argv)
-    if invocation.args.print_config:
-        print(invocation.printed_config(), end="")
-        return 0
-    if invocation.args.quiet and invocation.command != "keygen":
-        quiet_model_loading()
-    handler = {
-        "generate": cmd_generate,
-        "detect": cmd_detect,
-        "demo": cmd_demo,
-        "calibrate": cmd_calibrate,
-        "evaluate": cmd_evaluate,
-        "serve": cmd_serve,
-        "keygen": cmd_keygen,
-    }[invocation.command]
-    try:
-        return handler(invocation.args, invocation.settings)
-    except (ValueError, FileNotFoundError, AssetError) as err:
-        # Settings that only fail once objects are built (gamma * K, centroid files, encoders):
-        # one line naming the problem, not a traceback. Messages never hold the key.
-        print("error: " + " ".join(str(err).split()), file=sys.stderr)
-        return 2
-    except OSError as err:
-        # An output that is read-only, a folder, or on a full disk: what and where, one line.
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
-        return 2
 
 
 if __name__ == "__main__":

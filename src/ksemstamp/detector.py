@@ -35,7 +35,7 @@ sentence's region gives each scored sentence a score (``scores``), positive scor
 ``z_score``: under the ``region`` mark always the paper's z (comparable with published numbers);
 under the ``direction`` mark the exact z of ``stats.direction_z``. ``p_value`` comes from the
 configured statistic (``exact`` by default) and alone decides ``watermarked``. With ``scan``
-(the direction mark's windowed detection, ``ksemstamp.scan``) the best span of consecutive
+(the direction mark's windowed detection, ``ksemstamp.detection.scan``) the best span of consecutive
 scored sentences is reported too (``span``), with the mixture statistic's p-value
 (``mixture_p_value``), and ``p_value`` combines the whole text's (``text_p_value``), the
 span's and the mixture's into one exact p-value.
@@ -47,47 +47,19 @@ from collections.abc import Sequence
 
 import torch
 
+from .detection.plans import REPEAT, SCORED, SEED, ScoringPlan
+from .detection.stats import STATISTICS
 from .marks import make_mark
-from .normalize import normalize_text, sentence_key
-from .plans import REPEAT, SCORED, SEED, ScoringPlan
 from .results import DetectionResult
 from .scheme import WatermarkScheme
-from .splitter import PunktSplitter
-from .stats import STATISTICS
-from .textcheck import not_text, unsupported_script
+from .settings import DetectionSettings, DirectionSettings, LimitSettings, Statistic
+from .text.normalize import normalize_text, sentence_key
+from .text.splitter import continuation_sentences
+from .text.textcheck import not_text, unsupported_script
 
 PROGRESS_SENTENCES = 512
 """Encoder passes over more sentences than this show a progress bar when asked for one (a few
 seconds and more on a CPU; a 200,000-character text has about 1,400 sentences, ~40 s)."""
-
-
-def continuation_sentences(
-    splitter: PunktSplitter, prompt: str | None, text: str
-) -> tuple[str | None, list[str], str | None]:
-    """How a ``text`` that continues ``prompt`` is cut: ``(seed, sentences, completion)``.
-
-    * no prompt, or a blank one: no seed; ``sentences`` are the text's own.
-    * a prompt that ends a sentence: its last sentence seeds; the text is split on its own.
-    * a prompt that ends mid-sentence: ``prompt.rstrip() + text`` is split as one text; the
-      sentence holding the prompt's end seeds, the sentences starting after it are the
-      text's, and ``completion`` is the part of the text inside the seed (``""`` when the
-      text adds nothing to it).
-
-    ``completion`` is ``None`` unless the prompt ends mid-sentence. Both are read in their
-    normalised form (``normalize``), and ``completion`` is part of the normalised text.
-    """
-    text = normalize_text(text).text
-    prompt = normalize_text(prompt).text if prompt else prompt
-    prompt_sentences = splitter.split(prompt) if prompt else []
-    if not prompt_sentences:
-        return None, splitter.split(text), None
-    if splitter.ends_sentence(prompt_sentences[-1]):
-        return prompt_sentences[-1], splitter.split(text), None
-    head = prompt.rstrip()
-    spans = splitter.spans(head + text)
-    start, seed = [(at, s) for at, s in spans if at < len(head)][-1]
-    completion = text[: max(0, start + len(seed) - len(head))]
-    return seed, [s for at, s in spans if at >= len(head)], completion
 
 
 def _roles(sentences: Sequence[str], seeded: bool) -> list[str]:
@@ -107,27 +79,28 @@ def _roles(sentences: Sequence[str], seeded: bool) -> list[str]:
 
 
 class Detector:
-    """Scores texts for the watermark of a ``WatermarkScheme``.
+    """Scores texts for the watermark of a ``WatermarkScheme``. Each argument's default is the
+    setting it stands for (``DetectionSettings``, ``LimitSettings``, ``DirectionSettings``).
 
     Args:
-        scheme: the same scheme (encoder, partition, key) that generated the text.
+        scheme: the same scheme (encoder, partition, key, mark) that generated the text.
         statistic: ``exact`` (key-randomisation p-value, calibrated) or ``paper`` (normal tail
             of the paper's z; ``region`` mark only).
         alpha: texts with ``p_value <= alpha`` are called watermarked.
         max_chars: longest text (with its prompt) to score, in characters; a longer one gets
             status ``error`` without being split or embedded. ``None``: no limit.
         scan: ``direction`` mark: also scan spans of consecutive sentences for the one that
-            carries the mark and test for scattered marked sentences (``scan``); ``p_value``
-            then combines the three tests.
+            carries the mark and test for scattered marked sentences (``detection.scan``);
+            ``p_value`` then combines the three tests. The region mark has no scan.
     """
 
     def __init__(
         self,
         scheme: WatermarkScheme,
-        statistic: str = "exact",
-        alpha: float = 0.01,
-        max_chars: int | None = None,
-        scan: bool = False,
+        statistic: Statistic = DetectionSettings.statistic,
+        alpha: float = DetectionSettings.alpha,
+        max_chars: int | None = LimitSettings.max_text_chars,
+        scan: bool = DirectionSettings.scan,
     ):
         if statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {STATISTICS}, not {statistic!r}")
@@ -175,7 +148,7 @@ class Detector:
         if self.max_chars is not None and size > self.max_chars:
             what = "text and prompt have" if prompt else "text has"
             return ScoringPlan.refused(
-                f"the {what} {size:,} characters; the limit is {self.max_chars:,} (max_text_chars)"
+                f"the {what} {size:,} characters; the limit is {self.max_chars:,} (limits.max_text_chars)"
             )
         for name, value in (("text", text), ("prompt", prompt)):
             problem = not_text(value, name) if value else None

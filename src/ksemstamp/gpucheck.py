@@ -1,14 +1,14 @@
 """Check the whole path on this machine's GPUs: train on one, generate and detect on all.
 
-    python -m ksemstamp.gpucheck                 # every visible GPU
-    python -m ksemstamp.gpucheck --devices 2     # the first two
-    python -m ksemstamp.gpucheck --cpu           # the same logic on 2 CPU processes (gloo)
+    ksemstamp gpucheck                 # every visible GPU (also python -m ksemstamp.gpucheck)
+    ksemstamp gpucheck --devices 2     # the first two
+    ksemstamp gpucheck --cpu           # the same logic on 2 CPU processes (gloo)
 
 In a scratch folder (``--workdir``, default a temporary one) it takes a small corpus (the
 bundled House of Commons speeches, or ``--corpus``), builds WordNet paraphrase pairs from it,
 trains the encoder for a few steps on one device and fits K = 64 centroids on the corpus
-(``train.py``'s CLI in this process), then runs ``watermark.py generate`` and ``detect`` from the
-checkpoint on all devices with ``--strategy ddp`` (as a user would, in subprocesses). It fails
+(``train.py``'s CLI in this process), then runs ``ksemstamp generate`` and ``detect`` from the
+checkpoint on all devices with ``--parallel.strategy ddp`` (as a user would, in subprocesses). It fails
 loudly, exit status 1 and a line starting with ``FAILED``, when a step fails, when training did
 not run on the accelerator, when a generating or detecting process reports its models on any
 device but its own (each process checks this itself, and this command checks that every device
@@ -17,13 +17,11 @@ was used once), or when the watermark is not found in most generated texts.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 from unittest import mock
 
@@ -126,8 +124,8 @@ def run_check(
     max_new_tokens: int = 96,
 ) -> list[str]:
     """Every step of the check; returns the report lines (raises ``CheckFailed``)."""
-    from .corpusfile import corpus_prompts, export_source
     from .io import read_jsonl_objects, write_jsonl_atomic, write_text_atomic
+    from .text.corpusfile import corpus_prompts, export_source
 
     expected = expected_devices(cpu, devices)
     accelerator = "cpu" if cpu else "gpu"
@@ -144,17 +142,17 @@ def run_check(
     write_jsonl_atomic(work / "prompts.jsonl", rows)
     env = {**os.environ, "KSEMSTAMP_KEY": os.environ.get("KSEMSTAMP_KEY", "ksemstamp-gpucheck")}
     flags = [
-        f"--checkpoint={checkpoint}",
-        f"--accelerator={accelerator}",
-        f"--devices={len(expected)}",
-        "--strategy=ddp",
+        f"--model.checkpoint={checkpoint}",
+        f"--parallel.accelerator={accelerator}",
+        f"--parallel.devices={len(expected)}",
+        "--parallel.strategy=ddp",
         "--quiet",
     ]
     for step, source, target in (
         ("generate", "prompts.jsonl", "generations.jsonl"),
         ("detect", "generations.jsonl", "detections.jsonl"),
     ):
-        more = [f"--max-new-tokens={max_new_tokens}"] if step == "generate" else []
+        more = [f"--sampling.max_new_tokens={max_new_tokens}"] if step == "generate" else []
         stderr = _run(
             [step, "--input", str(work / source), "--output", str(work / target), *flags, *more],
             step,
@@ -172,28 +170,37 @@ def run_check(
     return report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ksemstamp.gpucheck``: train, generate and detect on this machine's GPUs."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--devices", type=int, help="GPUs to use (default: every visible one)")
-    parser.add_argument("--cpu", action="store_true", help="check the logic on 2 CPU processes")
-    parser.add_argument("--workdir", help="scratch folder (default: a temporary one, removed)")
-    parser.add_argument("--corpus", help="a corpus file instead of the bundled speeches")
-    parser.add_argument("--steps", type=int, default=4, help="training steps")
-    parser.add_argument("--prompts", type=int, default=4, help="prompts per device")
-    parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens per text")
-    args = parser.parse_args(argv)
+def gpucheck(
+    devices: int | None = None,
+    cpu: bool = False,
+    workdir: str | None = None,
+    corpus: str | None = None,
+    steps: int = 4,
+    prompts: int = 4,
+    max_new_tokens: int = 96,
+) -> int:
+    """Train, generate and detect on this machine's GPUs, and check each ran where it should.
+
+    Args:
+        devices: GPUs to use (default: every visible one).
+        cpu: check the same logic on 2 CPU processes instead.
+        workdir: scratch folder (default: a temporary one, removed).
+        corpus: a corpus file instead of the bundled speeches.
+        steps: training steps.
+        prompts: prompts per device.
+        max_new_tokens: tokens per generated text.
+    """
     with tempfile.TemporaryDirectory(prefix="ksemstamp-gpucheck-") as scratch:
-        work = Path(args.workdir or scratch)
+        work = Path(workdir or scratch)
         try:
             report = run_check(
                 work,
-                cpu=args.cpu,
-                devices=args.devices,
-                steps=args.steps,
-                prompts=args.prompts,
-                corpus=Path(args.corpus) if args.corpus else None,
-                max_new_tokens=args.max_new_tokens,
+                cpu=cpu,
+                devices=devices,
+                steps=steps,
+                prompts=prompts,
+                corpus=Path(corpus) if corpus else None,
+                max_new_tokens=max_new_tokens,
             )
         except CheckFailed as err:
             print(f"FAILED: {err}", file=sys.stderr)
@@ -204,4 +211,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from .console import call
+
+    raise SystemExit(call(gpucheck, sys.argv[1:], "python -m ksemstamp.gpucheck"))

@@ -117,8 +117,8 @@ def check_key(key: str, allow_weak: bool = False) -> None:
         f"the watermark key is too weak: about {bits:.0f} bits by zxcvbn's estimate of the "
         f"guesses it takes to find it, under the {MIN_KEY_BITS} required. Every output record "
         "carries the key's fingerprint, from which a guessable key can be recovered. Make a "
-        "strong key with `python watermark.py keygen`; to use this one anyway (a test key), "
-        f"set allow_weak_key: true (--allow-weak-key) or {WEAK_KEY_ENV}=1"
+        "strong key with `ksemstamp keygen`; to use this one anyway (a test key), "
+        f"set allow_weak_key: true (--allow_weak_key) or {WEAK_KEY_ENV}=1"
     )
 
 

@@ -1,7 +1,7 @@
 """Work over many devices with ``Trainer.predict``: one process per device, a shard per process.
 
-Generation for the evaluation and ``watermark.py generate|detect --input ... --devices N`` run
-here. Records are spread over the processes by Lightning's distributed sampler for prediction
+Generation for the evaluation and ``ksemstamp generate|detect --input ... --parallel.devices N``
+run here. Records are spread over the processes by Lightning's distributed sampler for prediction
 (no record goes to two processes); each process builds its models on its own device, the
 strategy's root device, never on a global setting, and appends each batch's output records to
 its own shard file as soon as the batch is done. ``merge_shards`` folds the shards into one file
@@ -75,6 +75,21 @@ class Job:
 
 JobFactory = Callable[[torch.device], Job]
 
+logger = logging.getLogger(__name__)
+
+
+def _log_like_the_parent(level: int) -> None:
+    """In a process started by ``ddp_spawn`` (no handlers yet), log the package's records on
+    stderr at the level the starting process logged at; elsewhere, nothing changes."""
+    package = logging.getLogger("ksemstamp")
+    if package.handlers or level > logging.INFO:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    package.addHandler(handler)
+    package.setLevel(level)
+    package.propagate = False
+
 
 class DeviceMismatchError(RuntimeError):
     """A model of a process is not on the device that process was given."""
@@ -137,11 +152,14 @@ class PredictModule(L.LightningModule):
         self.factory = factory
         self.report = report
         self._job: Job | None = None
+        # A spawned process starts without this one's log handlers: it logs at this level.
+        self.log_level = logging.getLogger("ksemstamp").getEffectiveLevel()
 
     def on_predict_start(self) -> None:
         # torch's default intra-op threads on every rank would oversubscribe shared cores.
         if self.trainer.world_size > 1:
             torch.set_num_threads(1)
+        _log_like_the_parent(self.log_level)
         device = self.trainer.strategy.root_device
         self._job = self.factory(device)
         check_devices(self._job.models, device)
@@ -152,7 +170,7 @@ class PredictModule(L.LightningModule):
                 device=device,
                 models=describe_models(self._job.models),
             )
-            print(line, file=sys.stderr, flush=True)
+            logger.info(line)
 
     def predict_step(self, batch: list, batch_idx: int) -> list[dict]:
         assert self._job is not None

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .settings import PartitionSettings, RegionSettings
+
 
 def kmeans_regions(emb: Tensor, centroids: Tensor, margin: float) -> tuple[Tensor, Tensor]:
     """Nearest-centroid regions under cosine distance and the k-SemStamp margin mask.
@@ -61,9 +63,10 @@ def lsh_regions(emb: Tensor, normals: Tensor, margin: float) -> tuple[Tensor, Te
 
 
 class KMeansPartition(nn.Module):
-    """k-SemStamp partition: ``K`` centroids kept as a buffer (saved and restored with state)."""
+    """k-SemStamp partition: ``K`` centroids kept as a buffer (saved and restored with state);
+    ``margin`` is the region mark's (``RegionSettings.margin``)."""
 
-    def __init__(self, centroids: Tensor, margin: float = 0.035) -> None:
+    def __init__(self, centroids: Tensor, margin: float = RegionSettings.margin) -> None:
         super().__init__()
         if centroids.ndim != 2 or centroids.shape[0] < 2:
             raise ValueError(f"centroids must be (K >= 2, D), got {tuple(centroids.shape)}")
@@ -82,9 +85,17 @@ class KMeansPartition(nn.Module):
 
 
 class LSHPartition(nn.Module):
-    """SemStamp partition: ``bits`` random normals from a fixed seed, ``2**bits`` regions."""
+    """SemStamp partition: ``bits`` random normals from a fixed seed, ``2**bits`` regions
+    (``PartitionSettings.lsh_bits`` and ``lsh_seed``); ``margin`` is the region mark's (the
+    SemStamp paper's 0.02: ``configs/semstamp.yaml``)."""
 
-    def __init__(self, dim: int, bits: int = 3, margin: float = 0.02, seed: int = 0) -> None:
+    def __init__(
+        self,
+        dim: int,
+        bits: int = PartitionSettings.lsh_bits,
+        margin: float = RegionSettings.margin,
+        seed: int = PartitionSettings.lsh_seed,
+    ) -> None:
         super().__init__()
         if bits < 1:
             raise ValueError(f"bits must be >= 1, got {bits}")

@@ -1,15 +1,16 @@
 """Commands that turn a JSONL file of input records into a JSONL file of results.
 
-``generate --input`` and ``detect --input`` share the loop here: every input line gives one
-output line (the input's fields, ``line``, and the result or an error), the run resumes where
-an earlier one stopped, and records may be spread over devices (``parallel``). What a command
-does to a record is its ``RecordProcessor``.
+``generate --input`` and ``detect --input`` share the loop here (``run_records``): every input
+line gives one output line (the input's fields, ``line``, and the result or an error), the run
+resumes where an earlier one stopped, and records may be spread over devices (``parallel``).
+What a command does to a record is its ``RecordProcessor`` (``PROCESSORS``), built from the
+settings in this process or, as ``RecordJob``, in each process of a spread run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,24 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from .builders import build_detector, build_watermarker
 from .io import InputRecord, ResumableWriter, earlier_output_problem, read_jsonl, same_file
-from .parallel import read_records, run_jsonl, shard_paths
-from .settings import WatermarkConfig
+from .parallel import DeviceSettings, Job, read_records, run_jsonl, shard_paths
+from .settings import WatermarkSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class JsonlFiles:
+    """Where ``generate --input`` and ``detect --input`` read and write, and how."""
+
+    input: str
+    output: str | None
+    parallel: DeviceSettings = dataclasses.field(default_factory=DeviceSettings)
+    """Devices the records are spread over (none requested: this process)."""
+    quiet: bool = False
+    """No progress bars."""
 
 
 @dataclass
@@ -98,14 +114,14 @@ def _interrupted(written: int, where: str, done: int, total: int) -> Interrupted
 
 
 def process_jsonl(
-    args,
-    cfg: WatermarkConfig,
+    args: JsonlFiles,
+    cfg: WatermarkSettings,
     *,
     name: str,
     unit: str,
     batch_size: int,
     option: bool,
-    processors: dict[str, Callable[[WatermarkConfig, bool], RecordProcessor]],
+    processors: dict[str, Callable[[WatermarkSettings, bool], RecordProcessor]],
     job: Callable[[str, dict[str, Any], bool], Callable],
 ) -> int:
     """The JSONL loop shared by ``generate`` and ``detect``, resumable through ``ResumableWriter``.
@@ -120,7 +136,7 @@ def process_jsonl(
     ``option``; ``job(name, settings, option)`` builds it in a process of its own.
     """
     if not args.output:
-        raise SystemExit(f"{name}: --input needs --output")
+        raise ValueError(f"{name}: --input needs --output")
     if same_file(args.input, args.output):
         raise ValueError(
             f"--output {args.output} is the --input file: the results would be written into "
@@ -159,7 +175,7 @@ def process_jsonl(
             pending = [r for r in records if not out.is_done(r)]
             skipped = len(records) - len(pending)
             if skipped:
-                print(f"resuming: {skipped} records already in {args.output}", file=sys.stderr)
+                logger.info("resuming: %d records already in %s", skipped, args.output)
             bar = None
             try:
                 processor = processors[name](cfg, option) if pending else None
@@ -179,8 +195,96 @@ def process_jsonl(
     failures = statuses.count("error")
     successes = len(statuses) - failures
     counted_as_ok = "ok" if name == "generate" else "scored"
-    print(
-        f"{name}: {successes} {counted_as_ok}, {failures} failed, {skipped} already done",
-        file=sys.stderr,
+    logger.info(
+        "%s: %d %s, %d failed, %d already done", name, successes, counted_as_ok, failures, skipped
     )
     return 1 if failures and not successes and not skipped else 0
+
+
+# ---------------------------------------------------------------------- generate and detect
+
+
+@dataclass
+class RecordJob:
+    """Builds a command's ``RecordProcessor`` in a process of its own, on that process's
+    device (picklable: settings, not models, cross to ``ddp_spawn`` processes)."""
+
+    command: str
+    settings: dict[str, Any]
+    """``WatermarkSettings.to_dict()`` and the key (it stays in memory)."""
+    option: bool = False
+    """``generate``: no watermark; ``detect``: progress bars."""
+
+    def __call__(self, device) -> Job:
+        data = dict(self.settings)
+        data["model"] = {**data["model"], "device": str(device)}
+        processor = PROCESSORS[self.command](WatermarkSettings.from_dict(data), self.option)
+        return Job(processor.rows, processor.models)
+
+
+def _generate_processor(settings: WatermarkSettings, no_watermark: bool = False) -> RecordProcessor:
+    watermarker = build_watermarker(settings)
+    fingerprint = None if no_watermark else watermarker.scheme.key_fingerprint
+
+    def check(data: dict) -> str | None:
+        prompt = data.get("prompt")
+        if prompt is None:
+            return "missing field 'prompt'"
+        if not isinstance(prompt, str):
+            return f"'prompt' must be a string, got {type(prompt).__name__}"
+        return None
+
+    def process(datas: list[dict]) -> list[dict]:
+        results = watermarker.generate([d["prompt"] for d in datas], watermark=not no_watermark)
+        return [{**res.to_record(), "key_fingerprint": fingerprint} for res in results]
+
+    models = _models(watermarker.scheme, watermarker)
+    return RecordProcessor(check, process, ERROR_FIELDS["generate"], models)
+
+
+def _models(scheme, watermarker=None) -> dict[str, Any]:
+    """The models a scheme (and a watermarker's LM) sit on, for device checks."""
+    models = {"encoder": scheme.encoder, "partition": scheme.partition}
+    model = getattr(getattr(watermarker, "sampler", None), "model", None)
+    return models | ({"lm": model} if model is not None else {})
+
+
+def _detect_processor(settings: WatermarkSettings, progress: bool = False) -> RecordProcessor:
+    detector = build_detector(settings)
+    fingerprint = detector.scheme.key_fingerprint
+
+    def check(data: dict) -> str | None:
+        return text_problem(data) or key_problem(data, fingerprint)
+
+    def process(datas: list[dict]) -> list[dict]:
+        # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
+        # not seeded by its instruction.
+        chat = settings.chat
+        prompts = [None if chat or d.get("chat") is True else d.get("prompt") for d in datas]
+        results = detector.detect_batch([d["text"] for d in datas], prompts, progress=progress)
+        return [res.to_record() for res in results]
+
+    return RecordProcessor(check, process, ERROR_FIELDS["detect"], _models(detector.scheme))
+
+
+PROCESSORS: dict[str, Callable[[WatermarkSettings, bool], RecordProcessor]] = {
+    "generate": _generate_processor,
+    "detect": _detect_processor,
+}
+
+
+def run_records(
+    files: JsonlFiles, settings: WatermarkSettings, name: str, unit: str, batch: int, option: bool
+) -> int:
+    """``generate --input`` and ``detect --input``: ``process_jsonl`` with this module's
+    processors (``PROCESSORS``, looked up at run time) and ``RecordJob``."""
+    return process_jsonl(
+        files,
+        settings,
+        name=name,
+        unit=unit,
+        batch_size=batch,
+        option=option,
+        processors=PROCESSORS,
+        job=RecordJob,
+    )

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from .normalize import tampered
+from .text.normalize import tampered
 
 NO_REGION = -1
 """The region of a sentence no mark located: a plain candidate, a prompt not yet completed."""
@@ -228,7 +228,7 @@ class DetectionResult:
     """Windowed detection: the best span's z and its p-value under the scan's null law."""
     mixture_p_value: float | None = None
     """Windowed detection: the p-value of the mixture statistic (marked sentences scattered
-    among human ones; ``ksemstamp.scan``)."""
+    among human ones; ``ksemstamp.detection.scan``)."""
 
     @property
     def tampered(self) -> bool:

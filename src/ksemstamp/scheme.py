@@ -41,11 +41,10 @@ from torch import Tensor, nn
 
 from .encoding import embed
 from .keys import key_fingerprint, keyed_directions, start_region, valid_table
-from .normalize import normalize_text
-from .splitter import PunktSplitter
+from .settings import DirectionSettings, MarkSettings
+from .text.normalize import normalize_text
+from .text.splitter import PunktSplitter
 
-MARKS = ("region", "direction")
-CONTEXTS = ("previous", "own")
 WEIGHT_FLOOR = 0.01
 """Soft context weights below this share of a context's largest weight are dropped."""
 
@@ -62,83 +61,68 @@ def soft_context_weights(emb: Tensor, centroids: Tensor, temperature: float) -> 
 
 
 class WatermarkScheme:
-    """Maps sentences to regions and decides which regions are valid after which.
+    """Maps sentences to regions and decides which regions are valid after which, or which
+    direction scores a sentence.
 
     Args:
         encoder: a ``SentenceTransformer`` (or anything with ``encode``).
         partition: ``KMeansPartition`` or ``LSHPartition``.
-        gamma: share of valid regions per row of the table.
         key: the secret key (kept in memory only; never stored or printed).
-        valid_mode: ``keyed`` (HMAC table, default) or ``paper`` (public seeded table).
         splitter: the sentence splitter.
+        mark: the mark's settings: ``RegionSettings`` (the valid-region table of ``gamma`` and
+            ``valid_mode``) or ``DirectionSettings`` (keyed directions; ``context`` and
+            ``context_temperature``, k-means partitions only above 0; see the module
+            docstring). ``None``: the default mark's.
         transition: optional ``(K, K)`` domain transition counts, for acceptance estimates.
-        encode_batch_size: encoder batch size.
-        mark: ``region`` (valid-region table) or ``direction`` (keyed directions; needs
-            ``valid_mode="keyed"``).
         center: ``(D,)`` domain mean embedding subtracted before a ``direction`` score (the
             part all sentences of a domain share carries no information and only adds to the
             variance of the score); ``None`` subtracts nothing.
-        context_temperature: ``direction`` mark: ``0`` scores a sentence on the direction of
-            the previous sentence's region; ``tau > 0`` on a softmax-weighted sum of the
-            regions' directions (k-means partitions only; see the module docstring).
-        context: ``direction`` mark: ``previous`` (a sentence is scored on the context of the
-            sentence before it) or ``own`` (on its own; see the module docstring).
         components: ``(M, D)`` the domain's top principal components, projected out of the
             ``direction`` mark's vectors (``None``: none).
+        encode_batch_size: encoder batch size.
     """
 
     def __init__(
         self,
         encoder,
         partition: nn.Module,
-        gamma: float,
-        key: str,
+        key: str | None,
         splitter: PunktSplitter,
-        valid_mode: str = "keyed",
+        mark: MarkSettings | None = None,
         transition: Tensor | None = None,
-        encode_batch_size: int = 64,
-        mark: str = "region",
         center: Tensor | None = None,
-        context_temperature: float = 0.0,
-        context: str = "previous",
         components: Tensor | None = None,
+        encode_batch_size: int = 64,
     ) -> None:
-        if mark not in MARKS:
-            raise ValueError(f"mark must be one of {MARKS}, not {mark!r}")
-        if context_temperature < 0:
-            raise ValueError(f"context_temperature must be >= 0, got {context_temperature}")
-        if context_temperature > 0 and not hasattr(partition, "centroids"):
+        mark = DirectionSettings() if mark is None else mark
+        direction = mark.kind == "direction"
+        self.settings = mark
+        self.mark = mark.kind
+        self.gamma = None if direction else float(mark.gamma)
+        self.valid_mode = "keyed" if direction else mark.valid_mode
+        self.context = mark.context if direction else "previous"
+        self.context_temperature = float(mark.context_temperature) if direction else 0.0
+        if self.context_temperature > 0 and not hasattr(partition, "centroids"):
             raise ValueError("a context temperature needs a k-means partition (centroids)")
-        if mark == "direction" and valid_mode != "keyed":
-            raise ValueError("the direction mark needs valid_mode='keyed' (a secret key)")
-        if context not in CONTEXTS:
-            raise ValueError(f"context must be one of {CONTEXTS}, not {context!r}")
-        if context == "own" and mark != "direction":
-            raise ValueError("context 'own' is defined for the direction mark only")
         self.encoder = encoder
         self.partition = partition
-        self.gamma = float(gamma)
         self.splitter = splitter
-        self.valid_mode = valid_mode
-        self.mark = mark
-        self.context_temperature = float(context_temperature)
         self.table: Tensor | None = None
         self.directions: Tensor | None = None
-        if mark == "region":
-            self.table = valid_table(partition.num_regions, gamma, key, valid_mode)
+        if not direction:
+            self.table = valid_table(partition.num_regions, mark.gamma, key, self.valid_mode)
         else:
             dim = int(encoder.get_embedding_dimension())
             self.directions = keyed_directions(partition.num_regions, dim, key)
         self.center = None if center is None else center.float().reshape(-1).cpu()
-        self.context = context
         self.components = None
         if components is not None and len(components):
             # Orthonormal rows, so the projection is v - (v C^T) C.
             self.components = torch.linalg.qr(components.float().cpu().T).Q.T.contiguous()
         # Seeds the first sentence of a text that continues none (empty prompt, chat answer);
         # generation only: never shown, as it is derived from the key.
-        self.start_region = start_region(partition.num_regions, key, valid_mode)
-        self.key_fingerprint = key_fingerprint(key) if valid_mode == "keyed" else "paper"
+        self.start_region = start_region(partition.num_regions, key, self.valid_mode)
+        self.key_fingerprint = key_fingerprint(key) if self.valid_mode == "keyed" else "paper"
         self.encode_batch_size = encode_batch_size
         self.transition = transition
 

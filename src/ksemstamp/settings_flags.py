@@ -1,4 +1,9 @@
-"""Settings dataclasses as jsonargparse flags, the way ``watermark.py`` spells them.
+"""Settings dataclasses as dashed jsonargparse flags, the way the research and benchmark commands
+spell them (``python -m research.study sweep --contexts-per-doc 14``).
+
+The package's own commands speak the grouped language of ``commandline`` instead
+(``--search.max_candidates 8``); this module serves the repository's research and benchmark
+scripts, which are not part of the package's interface.
 
 ``SettingsGroup`` gives every field of a settings dataclass a flag, so that a new field needs no
 edit anywhere else: dashes for underscores (``max_new_tokens`` is ``--max-new-tokens``), a
@@ -28,7 +33,7 @@ import docstring_parser
 import yaml
 from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser, Namespace
 
-from .config import load_settings_file
+from .settings_files import load_settings_file
 
 SECRET_FIELDS = frozenset({"key"})
 """Settings never printed and never echoed in an error message."""

@@ -35,10 +35,12 @@ from functools import partial
 import torch
 from tqdm.auto import tqdm
 
-from .documents import Document, document_generator, random_seed
+from .generation.documents import Document, document_generator, random_seed
+from .generation.prompts import CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
+from .generation.pruning import prune_rule
+from .generation.rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
+from .generation.sampler import Candidate, CandidateSampler
 from .marks import Mark, Round, make_mark
-from .prompts import CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
-from .pruning import PruneRule
 from .results import (
     NO_REGION,
     GenerationProgress,
@@ -47,10 +49,9 @@ from .results import (
     SentenceRecord,
     summarize,
 )
-from .rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
-from .sampler import Candidate, CandidateSampler
 from .scheme import WatermarkScheme
-from .textcheck import readable
+from .settings import LimitSettings, SamplingSettings, SearchSettings, WatermarkSettings
+from .text.textcheck import readable
 
 __all__ = [
     "GenerationProgress",
@@ -61,13 +62,6 @@ __all__ = [
     "summarize",
 ]
 
-PAPER_MAX_CANDIDATES = 100
-"""``N_max`` of the paper: candidates drawn for a sentence before falling back."""
-PAPER_MAX_NEW_TOKENS = 200
-"""The paper's continuation length, in tokens (about 200)."""
-CANDIDATE_BATCH = 32
-"""Most rows per document in one round: 32 rows decode in about 2.9x one row's time
-(``rounds.ROW_COST``), and more rarely pay off."""
 PLAIN = Judgement(NO_REGION, True, True, True)
 """The verdict on a candidate drawn without a watermark: always kept."""
 
@@ -76,99 +70,65 @@ class Watermarker:
     """Generates watermarked text with a ``WatermarkScheme`` and a ``CandidateSampler``.
 
     Args:
-        scheme: encoder, partition and valid table.
+        scheme: encoder, partition, key and the mark's settings (``scheme.settings``: the
+            region mark's patience, the direction mark's threshold and selection).
         sampler: the batched candidate sampler.
-        max_candidates: ``N_max``, candidates per sentence before falling back (paper: 100).
-        candidate_batch: most rows per document per round.
-        adaptive_batch: size rounds from the expected acceptance (else always ``candidate_batch``).
-        row_cost: relative cost of one extra row in a batched decode step.
-        max_new_tokens: stop a document once its continuation has this many tokens.
-        max_sentences: optional cap on sentences per document.
-        novelty_patience: ``region`` mark: candidates after which a repeated valid transition
-            is accepted (0: always, the paper's rule; see ``marks.region``).
-        margin_patience: ``region`` mark: candidates after which the margin is no longer
-            required: a candidate in a valid region is then accepted whatever its distance to
-            the region's border (``None``: the margin holds until ``max_candidates``, the
-            paper's rule).
-        threshold: ``direction`` mark: the score that accepts a candidate at once (``None``:
-            none does; the best of ``max_candidates`` is kept).
-        prune: ``direction`` mark without a threshold: when running candidate rows stop early
-            (``None``: every row finishes).
-        seed: seed of the sampling RNG: the same seed, prompt and settings give the same text.
-            ``None``: each document draws a fresh seed, so every call samples anew; its result
-            carries that seed (``GenerationResult.seed``), which reproduces it.
-        sentence_time_budget: seconds after which a sentence's search falls back as at
-            ``max_candidates`` (checked between rounds; ``None``: no limit, the paper's rule).
+        search: how a sentence's candidates are drawn: ``max_candidates`` (``N_max``),
+            ``candidate_batch``, ``adaptive_batch`` (size rounds from the expected acceptance,
+            else always ``candidate_batch``), ``sentence_time_budget``, and the direction mark's
+            pruning (``prune_*``). ``None``: the defaults.
+        sampling: ``max_new_tokens`` (stop a document once its continuation has this many
+            tokens) and ``seed`` (the same seed, prompt and settings give the same text;
+            ``None``: each document draws a fresh seed, which its result carries,
+            ``GenerationResult.seed``). The sampler holds the rest. ``None``: the defaults.
+        limits: ``max_prompt_tokens`` (most prompt tokens the LM sees, the left part of a
+            longer prompt dropped; also bounded by the LM's context less the continuation) and
+            ``max_text_chars`` (longest prompt accepted; longer: an error record).
         chat: prompts are instructions, wrapped in the LM's chat template (see ``prompts``).
-        max_prompt_tokens: most prompt tokens the LM sees (the left part of a longer prompt is
-            dropped); also bounded by the LM's context less the continuation.
-        max_prompt_chars: longest prompt accepted, in characters (longer: an error record).
-        mark: the ``marks.Mark`` to generate with, instead of the one ``scheme.mark`` names
-            (built from ``novelty_patience``, ``margin_patience``, ``threshold`` and ``prune``).
+        mark: the ``marks.Mark`` to generate with, instead of the one the scheme holds the
+            settings of (with the pruning of ``search``).
+        max_sentences: optional cap on sentences per document.
+        row_cost: relative cost of one extra row in a batched decode step.
     """
 
     def __init__(
         self,
         scheme: WatermarkScheme,
         sampler: CandidateSampler,
-        max_candidates: int = PAPER_MAX_CANDIDATES,
-        candidate_batch: int = CANDIDATE_BATCH,
-        adaptive_batch: bool = True,
-        row_cost: float = ROW_COST,
-        max_new_tokens: int = PAPER_MAX_NEW_TOKENS,
-        max_sentences: int | None = None,
-        novelty_patience: int = 0,
-        margin_patience: int | None = None,
-        threshold: float | None = None,
-        prune: PruneRule | None = None,
-        selection: str = "text",
-        seed: int | None = None,
-        sentence_time_budget: float | None = None,
-        chat: bool = False,
-        max_prompt_tokens: int | None = None,
-        max_prompt_chars: int | None = None,
+        search: SearchSettings | None = None,
+        sampling: SamplingSettings | None = None,
+        limits: LimitSettings | None = None,
+        *,
+        chat: bool = WatermarkSettings.chat,
         mark: Mark | None = None,
+        max_sentences: int | None = None,
+        row_cost: float = ROW_COST,
     ) -> None:
-        for name, value in (
-            ("max_candidates", max_candidates),
-            ("candidate_batch", candidate_batch),
-            ("max_new_tokens", max_new_tokens),
-        ):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        if sentence_time_budget is not None and sentence_time_budget <= 0:
-            raise ValueError(
-                f"sentence_time_budget must be > 0 or None, got {sentence_time_budget}"
-            )
+        search = search or SearchSettings()
+        sampling = sampling or SamplingSettings()
+        limits = limits or LimitSettings()
         self.scheme = scheme
         self.sampler = sampler
-        self.mark = mark or make_mark(
-            scheme,
-            threshold=threshold,
-            prune=prune,
-            selection=selection,
-            novelty_patience=novelty_patience,
-            margin_patience=margin_patience,
-        )
-        self.max_candidates = max_candidates
-        self.candidate_batch = candidate_batch
-        self.adaptive_batch = adaptive_batch
+        self.mark = mark or make_mark(scheme, prune=prune_rule(search))
+        self.max_candidates = search.max_candidates
+        self.candidate_batch = search.candidate_batch
+        self.adaptive_batch = search.adaptive_batch
+        self.sentence_time_budget = search.sentence_time_budget
         self.row_cost = row_cost
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = sampling.max_new_tokens
+        self.seed = sampling.seed
         self.max_sentences = max_sentences
-        self.seed = seed
-        self.sentence_time_budget = sentence_time_budget
         self.prior_weight = PRIOR_WEIGHT
         self.chat = chat
-        self.max_prompt_chars = max_prompt_chars
+        self.max_prompt_chars = limits.max_text_chars
         # The sampler's tokenizer and LM decide how much of a prompt the LM can see; a sampler
         # without them (tests) sees every prompt whole.
         self.tokenizer = getattr(sampler, "tokenizer", None)
         sentence_tokens = getattr(getattr(sampler, "config", None), "max_sentence_tokens", 0)
         self.prompt_budget = prompt_budget(
-            max_prompt_tokens,
+            limits.max_prompt_tokens,
             lm_context(getattr(sampler, "model", None)),
-            max_new_tokens,
+            self.max_new_tokens,
             sentence_tokens,
         )
         if chat:

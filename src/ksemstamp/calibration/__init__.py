@@ -1,5 +1,5 @@
 """Calibration of the detector on human text, with detection power beside it.
-May import: ksemstamp core modules; never cli, cli_args, config or builders.
+May import: ksemstamp core modules and detection, text; never cli, config or builders.
 
 Human-written text does not depend on the secret key, so the share of human texts a detector
 flags at level ``alpha`` is its false-positive rate. One key gives one valid table and therefore
@@ -15,7 +15,7 @@ one draw of that rate; this module measures it over many keyed tables at once:
    look-up: the paper's normal tail of the z-score, and the exact key-randomisation p-value,
    whose null law (computed once per text) does not depend on the table at all.
 4. Detection power is reported beside it, from real generations (``watermarked=(FILE.jsonl, ...)``
-   written by ``watermark.py generate``) and, for k-means partitions, from *simulated* region
+   written by ``ksemstamp generate``) and, for k-means partitions, from *simulated* region
    sequences that move by the domain transition matrix restricted to each valid set (an ideal
    rejection sampler: no fallbacks, no margin).
 
@@ -24,11 +24,11 @@ Outputs (``write_outputs``): ``calibration.json`` (all numbers), ``report.md`` a
 Modules: ``embeddings`` (each distinct sentence embedded once, kept on disk), ``scoring``
 (key-free scoring and p-values under many tables), ``summary`` (rates and spreads over keys),
 ``run`` (settings and the measurement), ``report`` (markdown, plot, files). The human texts come
-from ``ksemstamp.corpora``.
+from ``ksemstamp.text.corpora``.
 """
 
 # Corpus helpers are re-exported: they were defined here before ``corpora`` held them.
-from ..corpora import SOURCE_LABELS, SOURCES, HumanText, allocate, human_texts, make_windows
+from ..text.corpora import SOURCE_LABELS, SOURCES, HumanText, allocate, human_texts, make_windows
 from .embeddings import CachedEncoder, embedding_store, with_cached_encoder
 from .report import plot_pvalues, render_report, write_outputs
 from .run import ALPHAS, CalibrationSettings, run_calibration

@@ -20,14 +20,26 @@ def _pct(x: float) -> str:
 
 
 def render_report(result: dict[str, Any]) -> str:
-    """The markdown report of a calibration result."""
+    """The markdown report of a calibration result: its sections in order."""
+    sections = (
+        _head,
+        _headline,
+        _human_texts,
+        _false_positives,
+        _uniformity,
+        _power,
+        _configured_key,
+    )
+    return "\n".join(line for section in sections for line in section(result)) + "\n"
+
+
+def _head(result: dict[str, Any]) -> list[str]:
+    """The title, how the run was made, the mark and the run time."""
     cal = result["calibration"]
-    null = result["null"]
-    alphas = cal["alphas"]
-    stats = _stats(result)
-    direction = cal.get("mark") == "direction"
+    direction = result["calibration"].get("mark") == "direction"
+    lines: list[str] = []
     keys = "keys (keyed directions)" if direction else "keyed valid tables"
-    lines = [
+    lines += [
         "# Detector calibration on human text",
         "",
         "Human-written text does not depend on the watermark key, so the share of human texts",
@@ -53,13 +65,23 @@ def render_report(result: dict[str, Any]) -> str:
             if direction
             else f"Partition: K = {cal['num_regions']} regions, gamma = {cal['gamma']}; "
         )
-        + ", ".join(f"{k} `{v}`" for k, v in result.get("settings", {}).items())
+        + ", ".join(f"{k} `{v}`" for k, v in _dotted(result.get("settings", {})))
         + ".",
         f"Run time {result['seconds']:.0f} s.",
         "",
         "## Headline",
         "",
     ]
+    return lines
+
+
+def _headline(result: dict[str, Any]) -> list[str]:
+    """One line a statistic and alpha, the false positives by group, and one line per power
+    measurement at 1%."""
+    null = result["null"]
+    alphas = result["calibration"]["alphas"]
+    stats = _stats(result)
+    lines: list[str] = []
     overall = null["overall"]
     for stat in stats:
         for a in alphas:
@@ -79,6 +101,13 @@ def render_report(result: dict[str, Any]) -> str:
                     f"{_pct(emp['mean'])} at the threshold that flags 1% of human news text "
                     "under the same key."
                 )
+    return lines
+
+
+def _human_texts(result: dict[str, Any]) -> list[str]:
+    """What the human texts are, per source."""
+    cal = result["calibration"]
+    lines: list[str] = []
     lines += [
         "",
         "## Human texts",
@@ -100,6 +129,16 @@ def render_report(result: dict[str, Any]) -> str:
             f"| {name} | {s['description']} | {s['texts']} (of {s['available_pieces']}) | "
             f"{s['too_short']} | {s['scored_mean']:.1f} | {_pct(s['same_region_share'])} |"
         )
+    return lines
+
+
+def _false_positives(result: dict[str, Any]) -> list[str]:
+    """The false-positive rate at nominal alpha over keys, per source."""
+    cal = result["calibration"]
+    null = result["null"]
+    alphas = result["calibration"]["alphas"]
+    stats = _stats(result)
+    lines: list[str] = []
     lines += [
         "",
         f"With independent regions, a sentence would share its predecessor's region about "
@@ -125,6 +164,15 @@ def render_report(result: dict[str, Any]) -> str:
                     f"{_pct(f['sd'])} | [{_pct(f['q05'])}, {_pct(f['q95'])}] | {_pct(f['max'])} | "
                     f"{_pct(f['keys_above_alpha'])} |"
                 )
+    return lines
+
+
+def _uniformity(result: dict[str, Any]) -> list[str]:
+    """How far the p-values are from uniform, per key and pooled."""
+    null = result["null"]
+    stats = _stats(result)
+    direction = result["calibration"].get("mark") == "direction"
+    lines: list[str] = []
     lines += [
         "",
         "## Distance from uniform",
@@ -163,6 +211,14 @@ def render_report(result: dict[str, Any]) -> str:
                 f"{ex['mean']:.3f} [{ex['q05']:.3f}, {ex['q95']:.3f}] | "
                 f"{row['ks_pooled']:.3f} | {row['ks_excess_pooled']:.3f} |"
             )
+    return lines
+
+
+def _power(result: dict[str, Any]) -> list[str]:
+    """Power on simulated and real watermarked texts."""
+    stats = _stats(result)
+    direction = result["calibration"].get("mark") == "direction"
+    lines: list[str] = []
     lines += [
         "",
         "![p-value histograms](pvalues.png)",
@@ -218,6 +274,14 @@ def render_report(result: dict[str, Any]) -> str:
             cells += [_pct(emp[key]["mean"]) if key in emp else "-" for key in ("0.01", "0.001")]
             lines.append(f"| {stat} | " + " | ".join(cells) + " |")
         lines.append("")
+    return lines
+
+
+def _configured_key(result: dict[str, Any]) -> list[str]:
+    """The human texts' FPR under the configured key."""
+    alphas = result["calibration"]["alphas"]
+    stats = _stats(result)
+    lines: list[str] = []
     conf = result["configured_key"]
     lines += [
         "## The configured key",
@@ -232,8 +296,7 @@ def render_report(result: dict[str, Any]) -> str:
     for stat in stats:
         cells = [_pct(conf["human_fpr"][stat][str(a)]) for a in alphas]
         lines.append(f"| {stat} | " + " | ".join(cells) + " |")
-    lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def _group_lines(groups: dict[str, Any]) -> list[str]:
@@ -252,6 +315,18 @@ def _group_lines(groups: dict[str, Any]) -> list[str]:
             f"{g['independent_tail']:.2g}."
         )
     return lines
+
+
+def _dotted(settings: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """The recorded settings as ``(place, value)`` pairs: a group's fields as ``group.field``
+    (reports written before the settings groups recorded them flat)."""
+    out = []
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            out += _dotted(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
 
 
 def _stats(result: dict[str, Any]) -> list[str]:

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..corpora import SOURCE_LABELS, SOURCES, human_texts
 from ..io import read_jsonl
 from ..scheme import WatermarkScheme
+from ..text.corpora import SOURCE_LABELS, SOURCES, human_texts
 from .embeddings import embedding_store, with_cached_encoder
 from .scoring import (
     DIAGNOSTIC,
@@ -105,7 +105,7 @@ def run_calibration(
         describe: extra fields recorded as they are (command line, watermark settings).
         progress: show progress bars.
         scan: direction mark: the p-values include the detector's windowed detection
-            (``WatermarkConfig.scan``), as ``detect`` reports them.
+            (the direction mark's ``scan``), as ``detect`` reports them.
 
     Returns:
         A JSON-ready dict of numbers (see ``write_outputs`` for the files made from it).

@@ -7,7 +7,7 @@ z-score, and the exact key-randomisation p-value, whose null law (``stats.null_c
 computed once per text) does not depend on the table at all. Direction mark: each text keeps
 the sums of its scored sentences' vectors per context and their squared norm; under a key's
 directions the exact z is one dot product per context (``stats.direction_z``). With the
-scan (``ksemstamp.scan``), each text also keeps its scored sentences' vectors and context
+scan (``ksemstamp.detection.scan``), each text also keeps its scored sentences' vectors and context
 weights and the null draws of the span and mixture statistics, drawn once (they do not depend
 on the key); a key's p-value is then the detector's combined p-value.
 """
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..detection.scan import NullLaw, combined_test, null_law, scan_seed, score_covariance
+from ..detection.stats import context_sums, normal_sf, null_count_pmf, paper_z
 from ..detector import Detector
 from ..keys import keyed_directions, valid_table
-from ..scan import NullLaw, combined_test, null_law, scan_seed, score_covariance
 from ..scheme import WatermarkScheme
-from ..stats import context_sums, normal_sf, null_count_pmf, paper_z
 from .embeddings import with_cached_encoder
 
 STATS = ("paper", "exact")

@@ -1,7 +1,7 @@
 """Evaluation as in the paper: generate, attack, detect, and score detection and text quality.
-May import: ksemstamp core modules and training; never cli, cli_args or serve.
+May import: ksemstamp core modules and training, text; never cli or serve.
 
-``run`` holds the pipeline behind ``watermark.py evaluate`` (its ``settings`` and its ``report``
+``run`` holds the pipeline behind ``ksemstamp evaluate`` (its ``settings`` and its ``report``
 beside it); ``attacks``, ``metrics`` and
 ``baselines`` are usable on their own; ``predict`` spreads generation over processes.
 """

@@ -10,23 +10,32 @@ SemStamp is this project's watermarker with ``partition: lsh`` (``configs/semsta
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
-from ..normalize import normalize_text
+from ..settings import SamplingSettings
+from ..text.normalize import normalize_text
 
 
 @dataclass
 class KGWSettings:
-    """KGW parameters (the paper's comparison uses gamma 0.25, delta 2 and a one-token context)."""
+    """KGW's parameters, as transformers' ``WatermarkingConfig`` names them (the paper's
+    comparison: gamma 0.25, delta 2 and a one-token context)."""
 
     greenlist_ratio: float = 0.25
+    """gamma: the share of the vocabulary on the green list."""
     bias: float = 2.0
+    """delta: added to the logits of green tokens."""
     hashing_key: int = 15485863
-    seeding_scheme: str = "lefthash"
+    """The key of the green lists (public: KGW is the baseline)."""
+    seeding_scheme: Literal["lefthash", "selfhash"] = "lefthash"
+    """How the previous tokens seed the green list."""
     context_width: int = 1
+    """Previous tokens that seed the green list."""
 
     def watermarking_config(self):
         from transformers import WatermarkingConfig
@@ -43,8 +52,10 @@ class KGWSettings:
 class KGWGenerator:
     """Samples continuations with a KGW watermark, with the same sampling settings as ours.
 
-    Each prompt is generated on its own with a generator seeded by ``seed`` and the prompt, so a
-    text never depends on its batch or on a restart (as the project's watermarker).
+    ``sampling`` gives the temperature, repetition penalty, length and seed. Each prompt is
+    generated on its own with a generator seeded by the seed and the prompt, so a text never
+    depends on its batch or on a restart (as the project's watermarker); a ``None`` seed is
+    drawn once, when the generator is made.
     """
 
     def __init__(
@@ -52,18 +63,16 @@ class KGWGenerator:
         model,
         tokenizer,
         settings: KGWSettings | None = None,
-        max_new_tokens: int = 200,
-        temperature: float = 0.7,
-        repetition_penalty: float = 1.05,
-        seed: int = 0,
+        sampling: SamplingSettings | None = None,
     ) -> None:
+        sampling = sampling or SamplingSettings()
         self.model = model
         self.tokenizer = tokenizer
         self.settings = settings or KGWSettings()
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.repetition_penalty = repetition_penalty
-        self.seed = seed
+        self.max_new_tokens = sampling.max_new_tokens
+        self.temperature = sampling.temperature
+        self.repetition_penalty = sampling.repetition_penalty
+        self.seed = secrets.randbits(63) if sampling.seed is None else sampling.seed
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[str]) -> list[dict]:

@@ -88,7 +88,7 @@ class ArticleSentences:
         self._cache: dict[str, list[str]] = {}
 
     def __call__(self, prompt: dict) -> list[str]:
-        from ..corpora import news_articles
+        from ..text.corpora import news_articles
 
         if self._texts is None:
             self._texts = {a.article_id: a.text for a in news_articles("test")}
@@ -117,7 +117,7 @@ def edit_stage(
 
     ``sentences_of`` gives the human sentences of a prompt's article (default: the news test
     split, ``ArticleSentences``)."""
-    from ..splitter import get_splitter
+    from ..text.splitter import get_splitter
     from .predict import read_records
 
     splitter = get_splitter()

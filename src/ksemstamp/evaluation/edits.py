@@ -28,7 +28,7 @@ import re
 import textwrap
 from collections.abc import Callable, Sequence
 
-from ..splitter import PunktSplitter, get_splitter
+from ..text.splitter import PunktSplitter, get_splitter
 
 EDITS = (
     "reorder",

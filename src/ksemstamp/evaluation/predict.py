@@ -10,7 +10,6 @@ The generator is built inside each process, on that process's device, from a pic
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,9 +33,10 @@ class GeneratorFactory:
 
     ``algorithm`` is ``ksemstamp``/``semstamp`` (the project's watermarker with the settings of
     ``watermark_configs``), ``none`` (the same sentence-by-sentence sampler, unwatermarked) or
-    ``kgw`` (transformers' KGW watermark over the settings' ``lm``). ``watermark_configs`` holds
-    one ``WatermarkConfig`` dict (key included) per evaluation key; a prompt record's
-    ``key_index`` picks its own (default 0). The LM is loaded once and shared by every key.
+    ``kgw`` (transformers' KGW watermark over the settings' ``model.lm``). ``watermark_configs``
+    holds one ``WatermarkSettings`` dict (``to_dict`` and the key) per evaluation key; a prompt
+    record's ``key_index`` picks its own (default 0). The LM is loaded once and shared by every
+    key. ``kgw``: ``KGWSettings`` fields.
     """
 
     algorithm: str
@@ -45,15 +45,15 @@ class GeneratorFactory:
 
     def __call__(self, device: torch.device) -> Job:
         from ..assets import load_lm
-        from ..config import WatermarkConfig, build_scheme, build_watermarker, load_scheme_encoder
+        from ..builders import build_scheme, build_watermarker, load_scheme_encoder
+        from ..settings import WatermarkSettings
 
         if self.algorithm not in LABELS:
             raise ValueError(f"unknown algorithm {self.algorithm!r}")
-        configs = [
-            dataclasses.replace(WatermarkConfig.from_dict(c), device=str(device))
-            for c in self.watermark_configs
-        ]
-        model, tokenizer = load_lm(configs[0].lm, device, configs[0].lm_dtype)
+        configs = [WatermarkSettings.from_dict(c) for c in self.watermark_configs]
+        for cfg in configs:
+            cfg.model.device = str(device)
+        model, tokenizer = load_lm(configs[0].model.lm, device, configs[0].model.lm_dtype)
         models: dict[str, torch.nn.Module] = {"lm": model}
         if self.algorithm != "kgw":  # one encoder for every key's scheme
             models["encoder"] = load_scheme_encoder(configs[0])
@@ -67,13 +67,7 @@ class GeneratorFactory:
                 from .baselines import KGWGenerator, KGWSettings
 
                 built[key_index] = KGWGenerator(
-                    model,
-                    tokenizer,
-                    KGWSettings(**self.kgw),
-                    max_new_tokens=cfg.max_new_tokens,
-                    temperature=cfg.temperature,
-                    repetition_penalty=cfg.repetition_penalty,
-                    seed=cfg.seed,
+                    model, tokenizer, KGWSettings(**self.kgw), cfg.sampling
                 ).generate
             else:
                 scheme = build_scheme(cfg, encoder=models["encoder"])

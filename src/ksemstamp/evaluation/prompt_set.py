@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..corpora import leading_sentences, news_articles
+from ..text.corpora import leading_sentences, news_articles
 from .settings import EvalSettings
 
 # The prompt rule of every command; other modules import it under this name.
@@ -42,7 +42,7 @@ def human_continuation(
     and how many sentences of ``rest`` start after the prompt's end. When the prompt ends
     mid-sentence the negative starts with the rest of that sentence, as a generation starts with
     its completion (and then always has a watermarked sentence); sentences are cut as detection
-    cuts prompt and text (``detector.continuation_sentences``)."""
+    cuts prompt and text (``splitter.continuation_sentences``)."""
     head = prompt.rstrip()
     spans = splitter.spans(head + rest)
     inside = [at + len(s) for at, s in spans if at < len(head)]
@@ -63,7 +63,7 @@ def build_prompts(settings: EvalSettings, count_tokens, token_starts=None) -> li
     Prompts are whole sentences of about ``prompt_words`` words, or, with ``prompt_tokens``,
     the article's first tokens cut wherever they end (``token_starts`` is then required).
     """
-    from ..splitter import get_splitter
+    from ..text.splitter import get_splitter
 
     splitter = get_splitter()
     out = []

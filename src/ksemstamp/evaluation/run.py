@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from ..io import (
     write_jsonl_atomic,
     write_text_atomic,
 )
+from .baselines import KGWSettings
 from .prompt_set import (  # noqa: F401  (re-exported: the prompt rules' former home)
     build_prompts,
     cut_at_token,
@@ -58,8 +59,10 @@ from .prompt_set import (  # noqa: F401  (re-exported: the prompt rules' former 
     split_article,
 )
 from .report import LABELS, markdown_table, plot_roc, statistic_label
-from .scoring import MISSING_SCORE, exact_score, flagged_at_alpha, generation_stats, roc_score
-from .settings import FIXED_SETTINGS, EvalSettings
+from .scoring import MISSING_SCORE, detection_entry, generation_stats
+from .settings import FIXED_SETTINGS, EvalSettings, same_overrides
+
+logger = logging.getLogger(__name__)
 
 WATERMARKED = tuple(name for name in LABELS if name != "none")
 
@@ -69,8 +72,10 @@ WATERMARKED = tuple(name for name in LABELS if name != "none")
 class Run:
     """One evaluation run in ``settings.output_dir``; each stage method is resumable."""
 
-    def __init__(self, settings: EvalSettings) -> None:
+    def __init__(self, settings: EvalSettings, progress: bool = True) -> None:
         self.settings = settings
+        self.progress = progress
+        """Progress bars."""
         self.root = Path(settings.output_dir)
         self.root.mkdir(parents=True, exist_ok=True)
         self._check_settings()
@@ -81,11 +86,18 @@ class Run:
 
     def _check_settings(self) -> None:
         fixed: dict[str, Any] = {k: getattr(self.settings, k) for k in FIXED_SETTINGS}
+        fixed["kgw"] = dataclasses.asdict(self.settings.kgw)
         # Attacks are kept by name: running a subset later is fine, redefining a name is not.
         fixed["attacks"] = {a["name"]: a for a in self.settings.attacks}
         path = self.root / "settings.json"
         if path.exists():
             stored = json.loads(path.read_text())
+            # What earlier releases stored: KGW's settings as given, the overrides flat.
+            stored["kgw"] = dataclasses.asdict(KGWSettings(**(stored.get("kgw") or {})))
+            if same_overrides(
+                stored.get("watermark_overrides") or {}, fixed["watermark_overrides"]
+            ):
+                stored["watermark_overrides"] = fixed["watermark_overrides"]
             changed = sorted(k for k in FIXED_SETTINGS if stored.get(k) != fixed[k])
             attacks = stored.get("attacks", {})
             changed += sorted(
@@ -102,7 +114,7 @@ class Run:
         write_json_atomic(path, fixed)
 
     def _progress(self, **kwargs) -> tqdm:
-        return tqdm(disable=not self.settings.progress, **kwargs)
+        return tqdm(disable=not self.progress, **kwargs)
 
     def lm(self, spec: str):
         from ..assets import load_lm
@@ -132,7 +144,7 @@ class Run:
             return self._assign_keys(stored[: self.settings.num_prompts])
         lm = self.settings.watermark_config(
             "ksemstamp" if "ksemstamp" in self.settings.algorithms else self.settings.algorithms[0]
-        ).lm
+        ).model.lm
         tokenizer = AutoTokenizer.from_pretrained(resolve_lm_path(lm))
 
         def count(text: str) -> int:
@@ -170,12 +182,14 @@ class Run:
             key=lambda row: row["key_index"],
         )
         if pending:
-            print(f"generate {algorithm}: {len(pending)} prompts", file=sys.stderr)
+            logger.info("generate %s: %d prompts", algorithm, len(pending))
         configs = [
             self.settings.watermark_config(algorithm, k) for k in range(self.settings.num_keys)
         ]
         factory = GeneratorFactory(
-            algorithm, [{**c.to_dict(), "key": c.key} for c in configs], dict(self.settings.kgw)
+            algorithm,
+            [{**c.to_dict(), "key": c.key} for c in configs],
+            dataclasses.asdict(self.settings.kgw),
         )
         # One predict call for every key: under `ddp` each call starts the other processes.
         predict_to_shards(
@@ -187,7 +201,7 @@ class Run:
             accelerator=self.settings.accelerator,
             strategy=self.settings.strategy,
             batch_size=self.settings.prompt_batch,
-            progress=self.settings.progress,
+            progress=self.progress,
         )
         records = merge_shards(shard_paths(folder, algorithm), target, order)
         return {r["id"]: r for r in records if r["id"] in set(order)}
@@ -203,7 +217,7 @@ class Run:
         """Attack the generations, or with ``source`` (the records of the attack that
         ``spec["source"]`` names) the texts that attack left: a paraphrase of a paraphrase,
         whose similarities are then measured against the original generation."""
-        from ..splitter import get_splitter
+        from ..text.splitter import get_splitter
         from .attacks import embed_unit
         from .rewrite import build_attack
 
@@ -267,17 +281,17 @@ class Run:
     def _detector(self, algorithm: str, key_index: int = 0):
         cfg = self.settings.watermark_config(algorithm, key_index)
         if algorithm == "kgw":
-            from .baselines import KGWDetector, KGWSettings
+            from .baselines import KGWDetector
 
-            model, tokenizer = self.lm(cfg.lm)
-            kgw = KGWDetector(model.config, tokenizer, KGWSettings(**self.settings.kgw))
+            model, tokenizer = self.lm(cfg.model.lm)
+            kgw = KGWDetector(model.config, tokenizer, self.settings.kgw)
             return lambda texts, prompts: kgw.detect_batch(texts)
-        from ..config import build_detector, build_scheme
+        from ..builders import build_detector, build_scheme
 
         key = (algorithm, "detector", key_index)
         if key not in self._encoders:
-            scheme = build_scheme(cfg, None if cfg.checkpoint else self.encoder(cfg.encoder))
-            self._encoders[key] = build_detector(cfg, scheme)
+            encoder = None if cfg.model.checkpoint else self.encoder(cfg.model.encoder)
+            self._encoders[key] = build_detector(cfg, build_scheme(cfg, encoder))
         detector = self._encoders[key]
 
         def run(texts: list[str], prompts: list[str]) -> list[dict]:
@@ -320,15 +334,12 @@ class Run:
 # ---------------------------------------------------------------------- whole pipeline
 
 
-def run_evaluation(settings: EvalSettings) -> dict:
-    """Run (or resume) every stage and write ``results.json``, ``results.md`` and ``roc.png``."""
-
-    from .edit_stage import edit_stage
-    from .metrics import detection_metrics, ngram_entropy, semantic_entropy
-    from .rewrite import attack_summary
+def run_evaluation(settings: EvalSettings, progress: bool = True) -> dict:
+    """Run (or resume) every stage and write ``results.json``, ``results.md`` and ``roc.png``
+    (``progress``: progress bars)."""
     from .size import size_stage
 
-    run = Run(settings)
+    run = Run(settings, progress)
     prompts = run.prompts()
     prompt_of = {p["id"]: p["prompt"] for p in prompts}
     human = {p["id"]: p["human"] for p in prompts}
@@ -345,80 +356,32 @@ def run_evaluation(settings: EvalSettings) -> dict:
         "size": {},
     }
     generations = {a: run.generate(a, prompts) for a in settings.algorithms}
-
-    def quality_of(name: str, texts: dict[str, str], extra: dict) -> dict:
-        scores = run.quality(name, texts, prompt_of)
-        ppl = [s["perplexity"] for s in scores.values() if s["perplexity"] is not None]
-        emb = np.array([s["embedding"] for s in scores.values() if s["embedding"]])
-        sem, k = semantic_entropy(emb, settings.sem_ent_k, settings.seed) if len(emb) else (0.0, 0)
-        return {
-            "texts": len(texts),
-            "perplexity": float(np.mean(ppl)) if ppl else None,
-            # The mean is what papers report; one degenerate text can dominate it.
-            "perplexity_median": float(np.median(ppl)) if ppl else None,
-            "ent3": ngram_entropy(list(texts.values()), 3),
-            "sem_ent": sem,
-            "sem_ent_k": k,
-            **extra,
-        }
-
     for algorithm in settings.algorithms:
         gens = {i: g for i, g in generations[algorithm].items() if g.get("status") == "ok"}
         texts = {i: g["text"] for i, g in gens.items()}
-        results["quality"][algorithm] = quality_of(
-            algorithm, texts, generation_stats(gens.values())
-        )
+        stats = generation_stats(gens.values())
+        results["quality"][algorithm] = _quality(run, algorithm, texts, prompt_of, stats)
         if algorithm not in WATERMARKED:
             continue
         negatives = run.detect(algorithm, "human", {i: human[i] for i in texts}, prompt_of)
         # The sentence schemes' exact p-value also ranks the texts (KGW's p is z's normal tail).
-        rank_by_exact = (
-            algorithm != "kgw" and settings.watermark_config(algorithm).statistic == "exact"
-        )
-        per_attack: dict[str, Any] = {}
-        variants = {"none": (texts, None)}
-        stored: dict[str, dict[str, dict]] = {}
-        for spec in settings.attacks:
-            source = stored[spec["source"]] if "source" in spec else None
-            attacked = stored[spec["name"]] = run.attack(algorithm, spec, gens, source)
-            variants[spec["name"]] = ({i: a["text"] for i, a in attacked.items()}, attacked)
-        # Edits without a language model (edit_stage): detected like the attacked texts.
-        for name, edited in edit_stage(run, algorithm, texts, prompts).items():
-            variants[name] = ({i: e["text"] for i, e in edited.items()}, None)
-        for name, (variant, attacked) in variants.items():
-            positives = run.detect(algorithm, name, variant, prompt_of)
-            ids = sorted(positives)
-            scores = [roc_score(positives[i]) for i in ids] + [
-                roc_score(negatives[i]) for i in sorted(negatives)
-            ]
-            labels = [1] * len(ids) + [0] * len(negatives)
-            if not ids or not negatives:
-                # Every generation failed (see the generation records): nothing to rank.
-                print(f"{algorithm}/{name}: no positives or no negatives", file=sys.stderr)
-                continue
-            entry = detection_metrics(scores, labels)
-            entry["kind"] = "none" if name == "none" else "edit" if attacked is None else "attack"
-            if rank_by_exact:
-                exact = [exact_score(positives[i]) for i in ids] + [
-                    exact_score(negatives[i]) for i in sorted(negatives)
-                ]
-                entry["exact"] = {
-                    k: v for k, v in detection_metrics(exact, labels).items() if k != "roc"
-                }
-            # Every algorithm decided by its own p-value (labelled in results["statistics"]).
-            entry["at_alpha"] = flagged_at_alpha(
-                [positives[i] for i in ids], [negatives[i] for i in sorted(negatives)]
-            )
-            if attacked is not None:
-                entry.update(attack_summary(list(attacked.values())))
-            per_attack[name] = entry
-        results["detection"][algorithm] = per_attack
         cfg = settings.watermark_config(algorithm)
+        rank_by_exact = algorithm != "kgw" and cfg.detection.statistic == "exact"
+        per_attack: dict[str, Any] = {}
+        for name, (variant, attacked) in _variants(run, algorithm, gens, prompts).items():
+            positives = run.detect(algorithm, name, variant, prompt_of)
+            if not positives or not negatives:
+                # Every generation failed (see the generation records): nothing to rank.
+                logger.warning("%s/%s: no positives or no negatives", algorithm, name)
+                continue
+            per_attack[name] = detection_entry(name, positives, negatives, attacked, rank_by_exact)
+        results["detection"][algorithm] = per_attack
+        scan = cfg.mark.kind == "direction" and cfg.mark.scan
         results["statistics"][algorithm] = statistic_label(
-            algorithm, cfg.mark, cfg.statistic, cfg.scan
+            algorithm, cfg.mark.kind, cfg.detection.statistic, scan
         )
         results["size"][algorithm] = size_stage(run, algorithm, texts, prompt_of)
-    results["quality"]["human"] = quality_of("human", human, {})
+    results["quality"]["human"] = _quality(run, "human", human, prompt_of, {})
 
     write_json_atomic(run.root / "results.json", results)
     write_text_atomic(run.root / "results.md", markdown_table(results))
@@ -426,15 +389,67 @@ def run_evaluation(settings: EvalSettings) -> dict:
     return results
 
 
+def _quality(
+    run: Run, name: str, texts: dict[str, str], prompt_of: dict[str, str], extra: dict
+) -> dict[str, Any]:
+    """The oracle's perplexity, Ent-3 and Sem-Ent of ``texts``, with ``extra`` beside them."""
+    from .metrics import ngram_entropy, semantic_entropy
+
+    settings = run.settings
+    scores = run.quality(name, texts, prompt_of)
+    ppl = [s["perplexity"] for s in scores.values() if s["perplexity"] is not None]
+    emb = np.array([s["embedding"] for s in scores.values() if s["embedding"]])
+    sem, k = semantic_entropy(emb, settings.sem_ent_k, settings.seed) if len(emb) else (0.0, 0)
+    return {
+        "texts": len(texts),
+        "perplexity": float(np.mean(ppl)) if ppl else None,
+        # The mean is what papers report; one degenerate text can dominate it.
+        "perplexity_median": float(np.median(ppl)) if ppl else None,
+        "ent3": ngram_entropy(list(texts.values()), 3),
+        "sem_ent": sem,
+        "sem_ent_k": k,
+        **extra,
+    }
+
+
+def _variants(
+    run: Run, algorithm: str, gens: dict[str, dict], prompts: list[dict]
+) -> dict[str, tuple[dict[str, str], dict[str, dict] | None]]:
+    """The texts each variant holds, by name: ``none`` (the generations), every attack (with
+    its records) and every edit without a language model (``edit_stage``, no records)."""
+    from .edit_stage import edit_stage
+
+    texts = {i: g["text"] for i, g in gens.items()}
+    variants: dict[str, tuple[dict[str, str], dict[str, dict] | None]] = {"none": (texts, None)}
+    stored: dict[str, dict[str, dict]] = {}
+    for spec in run.settings.attacks:
+        source = stored[spec["source"]] if "source" in spec else None
+        attacked = stored[spec["name"]] = run.attack(algorithm, spec, gens, source)
+        variants[spec["name"]] = ({i: a["text"] for i, a in attacked.items()}, attacked)
+    for name, edited in edit_stage(run, algorithm, texts, prompts).items():
+        variants[name] = ({i: e["text"] for i, e in edited.items()}, None)
+    return variants
+
+
 # ---------------------------------------------------------------------- command line
 
 
-def main_from_settings(settings: EvalSettings) -> int:
-    """Entry of ``watermark.py evaluate``: run, print the table, say what was written."""
-    results = run_evaluation(settings)
+def evaluate(
+    settings: EvalSettings, only_attacks: list[str] | None = None, quiet: bool = False
+) -> int:
+    """Evaluate as the paper does: generate, attack, detect; AUC, TPR at low FPR, quality.
+
+    Resumable: every stage keeps what it finished in ``output_dir``, and a rerun goes on from
+    there.
+
+    Args:
+        only_attacks: run only these of the configured attacks (names).
+        quiet: no progress bars.
+    """
+    if only_attacks:
+        settings = settings.select_attacks(only_attacks)
+    results = run_evaluation(settings, progress=not quiet)
     root = Path(settings.output_dir)
     print((root / "results.md").read_text())
-    print(
-        f"wrote {root / 'results.json'}, {root / 'results.md'}, {root / 'roc.png'}", file=sys.stderr
-    )
+    logger.info("wrote %s, %s, %s", root / "results.json", root / "results.md", root / "roc.png")
     return 0 if results["detection"] or results["quality"] else 1

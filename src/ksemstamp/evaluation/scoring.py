@@ -84,3 +84,32 @@ def generation_stats(records) -> dict:
             else None
         ),
     }
+
+
+def detection_entry(
+    name: str,
+    positives: dict[str, dict],
+    negatives: dict[str, dict],
+    attacked: dict[str, dict] | None,
+    rank_by_exact: bool,
+) -> dict[str, Any]:
+    """AUROC and TPRs of one variant's detections against the human ones, by z (and by the
+    exact p-value when ``rank_by_exact``), its decisions at alpha and its attack's summary."""
+    from .metrics import detection_metrics
+    from .rewrite import attack_summary
+
+    ids, human = sorted(positives), sorted(negatives)
+    labels = [1] * len(ids) + [0] * len(human)
+    scores = [roc_score(positives[i]) for i in ids] + [roc_score(negatives[i]) for i in human]
+    entry = detection_metrics(scores, labels)
+    entry["kind"] = "none" if name == "none" else "edit" if attacked is None else "attack"
+    if rank_by_exact:
+        exact = [exact_score(positives[i]) for i in ids] + [
+            exact_score(negatives[i]) for i in human
+        ]
+        entry["exact"] = {k: v for k, v in detection_metrics(exact, labels).items() if k != "roc"}
+    # Every algorithm decided by its own p-value (labelled in results["statistics"]).
+    entry["at_alpha"] = flagged_at_alpha([positives[i] for i in ids], [negatives[i] for i in human])
+    if attacked is not None:
+        entry.update(attack_summary(list(attacked.values())))
+    return entry

@@ -1,16 +1,18 @@
 """Settings of an evaluation run (``EvalSettings``): YAML files under ``configs/eval/`` mirror
-its fields; ``watermark.py evaluate`` takes them with ``--config`` and has a flag for each
-field (``--num-prompts 50``, ``--algorithms ksemstamp,kgw``)."""
+its fields; ``ksemstamp evaluate`` takes them with ``--config`` and has a flag for each field
+(``--num_prompts 50``, ``--algorithms ksemstamp,kgw``, ``--kgw.bias 2.0``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ..config import REPO_ROOT, WatermarkConfig, load_settings_file
+from ..settings import WatermarkSettings
+from ..settings_files import load_watermark_settings, unflatten
+from .baselines import KGWSettings
 from .edits import EDITS
 from .report import LABELS
 
@@ -101,21 +103,26 @@ class EvalSettings:
         }
     )
     """Watermark settings files per algorithm (later files win)."""
-    watermark_overrides: dict[str, Any] = field(default_factory=lambda: {"statistic": "exact"})
-    """Applied on top of every algorithm's settings (e.g. a smaller ``max_candidates``). The
-    default ``statistic: exact`` decides the paper's configuration too by its exact p-value
-    (its z for the ROC stays the paper's); generation does not depend on it."""
+    watermark_overrides: dict[str, Any] = field(
+        default_factory=lambda: {"detection": {"statistic": "exact"}}
+    )
+    """Watermark settings in the file's form applied on top of every algorithm's (e.g.
+    ``search: {max_candidates: 20}``); fields of ``mark`` (without a ``kind``) reach the
+    algorithms whose kind of mark has them. The default ``detection: {statistic: exact}``
+    decides the paper's configuration too by its exact p-value (its z for the ROC stays the
+    paper's); generation does not depend on it."""
     checkpoint: str | None = None
     """A ``final.ckpt`` that ``train.py`` wrote: the sentence-level algorithms (and ``none``)
-    take its fine-tuned encoder, centroids and mean (``WatermarkConfig.checkpoint``); KGW has
-    no encoder."""
+    take its fine-tuned encoder, centroids and mean (``model.checkpoint``); KGW has no
+    encoder."""
     num_keys: int = 1
     """Watermark keys, taken by the prompts in turn: prompt ``i`` is generated and detected
     (with its human negative) under key ``i mod num_keys``, derived from the configured key
     (``key_for``). A design that works for one key and not another shows up in the averages
     instead of deciding them. ``1``: the configured key itself. KGW keeps its own seeding."""
-    kgw: dict[str, Any] = field(default_factory=dict)
-    """``KGWSettings`` fields (defaults: gamma 0.25, delta 2.0, lefthash, context 1)."""
+    kgw: KGWSettings = field(default_factory=KGWSettings)
+    """KGW's own settings (the paper's comparison: gamma 0.25, delta 2.0, a one-token context);
+    its sampling is the watermark settings' (``sampling``)."""
     attacks: list[dict] = field(default_factory=_default_attacks)
     """Attacks by ``name``. Sentence by sentence: ``paraphraser`` (lm, wordnet, seq2seq),
     ``select`` (best, bigram) and the paraphraser's options (``model``, ``prompts``,
@@ -157,10 +164,12 @@ class EvalSettings:
     """Texts per attack call."""
     seed: int = 0
     """Sampling seed of every algorithm (it replaces the watermark files' ``seed``)."""
-    progress: bool = True
-    """Progress bars (``--quiet`` turns them off)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.kgw, dict):
+            self.kgw = KGWSettings(**self.kgw)
+        # Flat keys of earlier releases, read once (with a warning) and kept in groups.
+        self.watermark_overrides = unflatten(self.watermark_overrides, "watermark_overrides")
         problems = []
         unknown = sorted(set(self.algorithms) - set(LABELS))
         if unknown:
@@ -209,22 +218,34 @@ class EvalSettings:
             raise ValueError(f"unknown attacks {unknown}; configured: {sorted(known)}")
         return dataclasses.replace(self, attacks=[known[n] for n in names])
 
-    def watermark_config(self, algorithm: str, key_index: int = 0) -> WatermarkConfig:
-        """The watermark settings of ``algorithm`` (its files, then the overrides), with the
-        ``key_index``-th evaluation key (``key_for``)."""
-        data: dict[str, Any] = {}
-        for name in self.watermark_configs[algorithm]:
-            path = Path(name)
-            data.update(load_settings_file(path if path.exists() else REPO_ROOT / path))
-        data.update(self.watermark_overrides)
+    def watermark_config(self, algorithm: str, key_index: int = 0) -> WatermarkSettings:
+        """The watermark settings of ``algorithm`` (its files, then the overrides, then this
+        run's length, seed and checkpoint), with the ``key_index``-th evaluation key
+        (``key_for``)."""
+        fixed: dict[str, Any] = {
+            "sampling": {"max_new_tokens": self.max_new_tokens, "seed": self.seed}
+        }
         if self.checkpoint and algorithm != "kgw":
-            data["checkpoint"] = self.checkpoint
-        data["max_new_tokens"] = self.max_new_tokens
-        data["seed"] = self.seed
-        cfg = WatermarkConfig.from_dict(data)
+            fixed["model"] = {"checkpoint": self.checkpoint}
+        settings = load_watermark_settings(self.watermark_configs[algorithm])
+        overrides = dict(self.watermark_overrides)
+        mark = overrides.get("mark")
+        if isinstance(mark, dict) and "kind" not in mark:
+            # The overrides reach algorithms of both kinds of mark: each takes its own fields.
+            own = {f.name for f in dataclasses.fields(settings.mark)}
+            overrides["mark"] = {k: v for k, v in mark.items() if k in own}
+        settings = settings.updated(overrides).updated(fixed)
         if self.num_keys > 1 and algorithm != "kgw":
-            cfg.key = key_for(cfg.key, key_index)
-        return cfg
+            settings.key = key_for(settings.key, key_index)
+        return settings
+
+
+def same_overrides(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two ``watermark_overrides`` say the same, whatever their spelling (a run folder
+    made before the settings groups stored the flat one)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return unflatten(a) == unflatten(b)
 
 
 def key_for(key: str | None, index: int) -> str:

@@ -18,14 +18,14 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..normalize import normalize_text
+from ..text.normalize import normalize_text
 
 SIZE_ALPHA = 0.01
 
 
 def sentence_ends(splitter, prompt: str | None, text: str) -> list[int]:
     """Offsets in the normalised ``text`` where each of its sentences ends, the sentences being
-    those detection cuts from ``text`` after ``prompt`` (``detector.continuation_sentences``):
+    those detection cuts from ``text`` after ``prompt`` (``splitter.continuation_sentences``):
     when the prompt ends mid-sentence, the completion of that sentence is not one of them."""
     text = normalize_text(text).text
     prompt = normalize_text(prompt).text if prompt else prompt
@@ -117,7 +117,7 @@ def size_stage(
     detected under its evaluation key with its prompt; stored and resumed per prompt id.
     ``count_tokens`` defaults to the generator's tokenizer."""
     from ..io import ResumableWriter
-    from ..splitter import get_splitter
+    from ..text.splitter import get_splitter
     from .predict import read_records
 
     path = run.root / "sizes" / f"{algorithm}.jsonl"

@@ -1,5 +1,5 @@
 """The watermark marks: one module per key rule, behind the ``Mark`` interface of ``base``.
-May import: ksemstamp core modules; never cli, config, builders, watermarker, detector or documents.
+May import: ksemstamp core modules and generation, detection, text; never cli, config, builders, watermarker or detector.
 
 ``region`` is k-SemStamp's (and SemStamp's) valid-region rule, ``direction`` the keyed-direction
 score. The sentence loop (``watermarker``) and the ``Detector`` ask a mark; neither branches on
@@ -15,8 +15,9 @@ from .direction import DirectionMark
 from .region import RegionMark
 
 if TYPE_CHECKING:
-    from ..pruning import PruneRule
+    from ..generation.pruning import PruneRule
     from ..scheme import WatermarkScheme
+    from ..settings import MarkSettings
 
 __all__ = ["MARKS", "DirectionMark", "Mark", "RegionMark", "Round", "SentenceState", "make_mark"]
 
@@ -25,16 +26,23 @@ MARKS: dict[str, type[Mark]] = {RegionMark.name: RegionMark, DirectionMark.name:
 
 def make_mark(
     scheme: WatermarkScheme,
-    *,
-    threshold: float | None = None,
     prune: PruneRule | None = None,
-    selection: str = "text",
-    novelty_patience: int = 0,
-    margin_patience: int | None = None,
+    settings: MarkSettings | None = None,
 ) -> Mark:
-    """The mark of ``scheme.mark`` with the generation settings that apply to it (the others
-    are ignored, as ``WatermarkConfig`` documents)."""
-    RegionMark.check(novelty_patience, margin_patience)
-    if scheme.mark == DirectionMark.name:
-        return DirectionMark(scheme, threshold=threshold, prune=prune, selection=selection)
-    return RegionMark(scheme, novelty_patience=novelty_patience, margin_patience=margin_patience)
+    """The mark ``scheme`` holds the settings of (``scheme.settings``), and for the direction
+    mark the rule that stops running candidates early (``prune``; the region mark has none).
+    ``settings``: the same kind's settings to generate with instead of the scheme's (they give
+    the region mark's patience, the direction mark's threshold and selection; the scheme's
+    decide everything else)."""
+    settings = settings or scheme.settings
+    if settings.kind != scheme.mark:
+        raise ValueError(f"the scheme's mark is {scheme.mark}, the settings' {settings.kind}")
+    if settings.kind == DirectionMark.name:
+        return DirectionMark(
+            scheme, threshold=settings.threshold, prune=prune, selection=settings.selection
+        )
+    return RegionMark(
+        scheme,
+        novelty_patience=settings.novelty_patience,
+        margin_patience=settings.margin_patience,
+    )

@@ -25,8 +25,8 @@ from torch import Tensor
 from ..results import DetectionResult, Judgement
 
 if TYPE_CHECKING:
-    from ..plans import ScoringPlan
-    from ..sampler import Pruner
+    from ..detection.plans import ScoringPlan
+    from ..generation.sampler import Pruner
     from ..scheme import WatermarkScheme
 
 PLAN_FIELDS = ("sentences", "regions", "seed_region", "seed", "completion", "normalized")

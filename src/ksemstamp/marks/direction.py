@@ -26,16 +26,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..normalize import sentence_key
-from ..pruning import PruneRule, rows_to_keep
+from ..detection.scan import combined_test, scan_seed, score_covariance
+from ..detection.stats import direction_z, normal_sf
+from ..generation.pruning import PruneRule, rows_to_keep
+from ..generation.sampler import Candidate, Pruner
 from ..results import DetectionResult, Judgement, rank_of, too_short
-from ..sampler import Candidate, Pruner
-from ..scan import combined_test, scan_seed, score_covariance
-from ..stats import direction_z, normal_sf
+from ..settings import DirectionSettings
+from ..text.normalize import sentence_key
 from .base import Mark, Round, SentenceState, Verdict, plan_result
 
 if TYPE_CHECKING:
-    from ..plans import ScoringPlan
+    from ..detection.plans import ScoringPlan
     from ..scheme import WatermarkScheme
 
 
@@ -86,9 +87,9 @@ class DirectionMark(Mark):
     def __init__(
         self,
         scheme: WatermarkScheme,
-        threshold: float | None = None,
+        threshold: float | None = DirectionSettings.threshold,
         prune: PruneRule | None = None,
-        selection: str = "text",
+        selection: str = DirectionSettings.selection,
     ) -> None:
         super().__init__(scheme)
         if selection not in SELECTIONS:

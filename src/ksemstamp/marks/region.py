@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..detection.stats import exact_p_value, normal_sf, paper_z
 from ..results import DetectionResult, Judgement, too_short
-from ..stats import exact_p_value, normal_sf, paper_z
+from ..settings import RegionSettings
 from .base import Mark, Round, Verdict, plan_result
 
 if TYPE_CHECKING:
-    from ..plans import ScoringPlan
+    from ..detection.plans import ScoringPlan
     from ..scheme import WatermarkScheme
 
 MARGIN_PASS_RATE = 0.74
@@ -51,8 +52,8 @@ class RegionMark(Mark):
     def __init__(
         self,
         scheme: WatermarkScheme,
-        novelty_patience: int = 0,
-        margin_patience: int | None = None,
+        novelty_patience: int = RegionSettings.novelty_patience,
+        margin_patience: int | None = RegionSettings.margin_patience,
     ) -> None:
         self.check(novelty_patience, margin_patience)
         super().__init__(scheme)

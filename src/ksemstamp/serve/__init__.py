@@ -1,5 +1,5 @@
-"""A local web page for the detector and the generator: ``python watermark.py serve``.
-May import: ksemstamp core modules; never cli or cli_args.
+"""A local web page for the detector and the generator: ``ksemstamp serve``.
+May import: ksemstamp core modules and generation, detection, text; never cli.
 
 ``create_app`` builds the FastAPI app (models loaded once); ``serve`` runs it with uvicorn and
 prints the address. The page and its script are package data under ``static/``: nothing is
@@ -8,15 +8,17 @@ fetched from elsewhere, so it works offline.
 
 from __future__ import annotations
 
+import logging
 import socket
-import sys
 
-from ..config import WatermarkConfig
+from ..settings import WatermarkSettings
 from .app import create_app
 from .guard import install_redaction
 from .present import Limits
 
 __all__ = ["Limits", "create_app", "free_port", "serve"]
+
+logger = logging.getLogger(__name__)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -27,26 +29,27 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def serve(
-    settings: WatermarkConfig,
+    settings: WatermarkSettings,
     host: str = "127.0.0.1",
     port: int = 8000,
     limits: Limits | None = None,
     generation: bool = True,
     log_level: str = "info",
 ) -> None:
-    """Load the models, print the address, and serve until interrupted (``port=0``: any free)."""
+    """Load the models, log the address, and serve until interrupted (``port=0``: any free)."""
     import uvicorn
 
-    print("loading models ...", file=sys.stderr, flush=True)
+    logger.info("loading models ...")
     app = create_app(settings, limits=limits, generation=generation, host=host)
     port = port or free_port(host)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
     # uvicorn sets up its loggers in Config: blank the key in them too.
     install_redaction(app.state.redact)
     shown = f"[{host}]" if ":" in host else host
-    print(
-        f"ksemstamp: serving on http://{shown}:{port}/ (key fingerprint "
-        f"{app.state.key_fingerprint}); Ctrl+C stops",
-        flush=True,
+    logger.info(
+        "ksemstamp: serving on http://%s:%d/ (key fingerprint %s); Ctrl+C stops",
+        shown,
+        port,
+        app.state.key_fingerprint,
     )
     uvicorn.Server(config).run()

@@ -30,8 +30,10 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..config import WatermarkConfig, build_detector, build_scheme, build_watermarker
+from ..builders import as_settings, build_detector, build_scheme, build_watermarker
 from ..keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key
+from ..scheme import WatermarkScheme
+from ..settings import WatermarkSettings
 from .guard import (
     RedactKey,
     StrictJSONResponse,
@@ -58,7 +60,7 @@ at a time anyway; the second keeps a batch's bookkeeping from waiting behind it)
 
 
 def create_app(
-    settings: WatermarkConfig,
+    settings: WatermarkSettings,
     *,
     limits: Limits | None = None,
     encoder: Any = None,
@@ -70,11 +72,11 @@ def create_app(
     """The web app for ``settings``, with the models loaded now, once.
 
     Args:
-        settings: the watermark settings (key, encoder, partition, gamma, statistic, ...), as
+        settings: the watermark settings (key, model, partition, mark, detection, ...), as
             for every other command.
         limits: input limits (text size, upload size, queue length); the text size defaults
-            to ``settings.max_text_chars``, and a given one replaces it, so the page and the
-            detector refuse the same texts.
+            to ``settings.limits.max_text_chars``, and a given one replaces it, so the page
+            and the detector refuse the same texts.
         encoder: an already loaded sentence encoder to reuse (tests share one).
         lm: an already loaded ``(model, tokenizer)`` to reuse.
         generation: load the LM and offer the Generate tab.
@@ -82,25 +84,17 @@ def create_app(
             (``guard``). ``None``: no check (a test client's host).
         jobs: a generation queue to use instead of one running the watermarker (tests).
     """
+    settings = as_settings(settings)
     if limits is None:
-        limits = Limits(max_chars=settings.max_text_chars)
-    settings = dataclasses.replace(settings, max_text_chars=limits.max_chars)
-    secret = resolve_key(settings.key) if settings.valid_mode == "keyed" else None
+        limits = Limits(max_chars=settings.limits.max_text_chars)
+    settings = settings.updated({"limits": {"max_text_chars": limits.max_chars}})
+    keyed = settings.mark.kind == "direction" or settings.mark.valid_mode == "keyed"
+    secret = resolve_key(settings.key) if keyed else None
     if secret is not None:  # resolved once: the demo-key warning is given once
         settings = dataclasses.replace(settings, key=secret)
     redact = RedactKey(secret)
     install_redaction(redact)
-    scheme = build_scheme(settings, encoder=encoder)
-    # The encoder's tokenizer is not safe to call from two threads at once (the generation
-    # worker and a detection request): one lock around every encoder pass.
-    encoder_lock = threading.Lock()
-    unlocked_embed = scheme.embed
-
-    def embed(sentences, progress=False):
-        with encoder_lock:
-            return unlocked_embed(sentences, progress=progress)
-
-    scheme.embed = embed  # type: ignore[method-assign]
+    scheme = _one_encoder_pass_at_a_time(build_scheme(settings, encoder=encoder))
     fingerprint = scheme.key_fingerprint
     state = ServeState(
         settings=settings,
@@ -145,6 +139,26 @@ def create_app(
     app.state.key_fingerprint = fingerprint
     app.state.redact = redact
 
+    _add_routes(app, limits, host)
+    return app
+
+
+def _one_encoder_pass_at_a_time(scheme: WatermarkScheme) -> WatermarkScheme:
+    """``scheme`` with one lock around every encoder pass: the encoder's tokenizer is not safe
+    to call from two threads at once (the generation worker and a detection request)."""
+    encoder_lock = threading.Lock()
+    unlocked_embed = scheme.embed
+
+    def embed(sentences, progress=False):
+        with encoder_lock:
+            return unlocked_embed(sentences, progress=progress)
+
+    scheme.embed = embed  # type: ignore[method-assign]
+    return scheme
+
+
+def _add_routes(app: FastAPI, limits: Limits, host: str | None) -> None:
+    """The guards, error handlers, page, static files and API routes of the app."""
     install_guards(app, limits, host)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
@@ -153,7 +167,6 @@ def create_app(
     app.add_api_route("/api/info", info, methods=["GET"])
     app.include_router(detect_routes)
     app.include_router(generate_routes)
-    return app
 
 
 async def on_validation(_: Request, err: RequestValidationError) -> JSONResponse:
@@ -184,11 +197,11 @@ async def info(state: ServeState = Depends(serve_state)) -> dict[str, Any]:  # n
         "alpha": detector.alpha,
         "gamma": scheme.gamma,
         "num_regions": scheme.num_regions,
-        "partition": settings.partition,
-        "encoder": settings.checkpoint or settings.encoder,
-        "lm": settings.lm if state.generation else None,
+        "partition": settings.partition.kind,
+        "encoder": settings.model.checkpoint or settings.model.encoder,
+        "lm": settings.model.lm if state.generation else None,
         "generation": state.generation,
-        "max_new_tokens": settings.max_new_tokens,
+        "max_new_tokens": settings.sampling.max_new_tokens,
         "max_chars": limits.max_chars,
         "max_upload_bytes": limits.max_upload_bytes,
         "max_streams": limits.max_streams,

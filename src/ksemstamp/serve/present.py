@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..detection.stats import null_count_pmf, transition_matrix
 from ..detector import DetectionResult
-from ..normalize import normalize_text, tampered
 from ..records import ERROR_FIELDS as RECORD_ERROR_FIELDS
 from ..records import key_problem, text_problem
-from ..stats import null_count_pmf, transition_matrix
+from ..text.normalize import normalize_text, tampered
 
 # The detector's verdicts, as the page names them (under the direction mark, "valid" is a
 # sentence whose score is positive, "blocked" one whose score is not).
@@ -124,7 +124,7 @@ def _scored_transitions(result: DetectionResult) -> set[tuple[int, int]]:
 
 def explanation(
     result: DetectionResult,
-    gamma: float,
+    gamma: float | None,
     alpha: float,
     mark: str = "region",
     soft_contexts: bool = False,
@@ -227,7 +227,7 @@ def detection_view(
     result: DetectionResult,
     text: str,
     *,
-    gamma: float,
+    gamma: float | None,
     alpha: float,
     valid_per_row: int,
     num_regions: int,

@@ -51,7 +51,7 @@ async def batch(
     file: UploadFile = File(...),  # noqa: B008
     state: ServeState = STATE,
 ) -> dict[str, Any]:
-    """Score an uploaded .txt (one text) or .jsonl (``watermark.py detect --input``)."""
+    """Score an uploaded .txt (one text) or .jsonl (``ksemstamp detect --input``)."""
     limits = state.limits
     name = PurePath(file.filename or "upload").name
     suffix = PurePath(name).suffix.lower()
@@ -96,14 +96,14 @@ def read_upload(state: ServeState, name: str, raw: bytes) -> list[tuple[int, Any
         raise HTTPException(
             422,
             f"{name}: no line is a JSON object ({first}); expected JSONL as for "
-            '`watermark.py detect --input`: one {"text": ...} object per line',
+            '`ksemstamp detect --input`: one {"text": ...} object per line',
         )
     return [(p.line, p.data, p.error) for p in parsed]
 
 
 def score_batch(state: ServeState, name: str, lines: list) -> dict[str, Any]:
     """Detect the valid records of an upload; one output row per input line, as
-    ``watermark.py detect --input`` writes them, with counts per status."""
+    ``ksemstamp detect --input`` writes them, with counts per status."""
     errors = {
         line: error or check_record(data, state.fingerprint, state.limits.max_chars)
         for line, data, error in lines

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from ..generation.prompts import plan_prompt
 from ..io import json_line
-from ..prompts import plan_prompt
 from .jobs import FINISHED, QueueFull
 from .state import ServeState, serve_state
 
@@ -37,7 +37,7 @@ async def generate(body: GenerateRequest, state: ServeState = STATE) -> dict[str
     if not state.generates:
         raise HTTPException(503, "this server was started without a language model")
     state.check_size("prompt", body.prompt)
-    most = state.settings.max_new_tokens
+    most = state.settings.sampling.max_new_tokens
     tokens = most if body.max_new_tokens is None else body.max_new_tokens
     if not 1 <= tokens <= most:
         raise HTTPException(422, f"max_new_tokens must be between 1 and {most}")

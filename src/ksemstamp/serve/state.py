@@ -16,9 +16,9 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 
-from ..config import WatermarkConfig
 from ..detector import DetectionResult, Detector
 from ..scheme import WatermarkScheme
+from ..settings import WatermarkSettings
 from ..watermarker import Watermarker
 from .jobs import GenerationQueue, JobFailed
 from .present import Limits, detection_view
@@ -28,7 +28,7 @@ from .present import Limits, detection_view
 class ServeState:
     """The app's models and settings (``settings`` without the key in any output)."""
 
-    settings: WatermarkConfig
+    settings: WatermarkSettings
     scheme: WatermarkScheme
     detector: Detector
     watermarker: Watermarker | None

@@ -1,5 +1,5 @@
 """Fine-tuning a paraphrase-robust sentence encoder for k-SemStamp.
-May import: ksemstamp core modules; never cli, cli_args, config, builders, watermarker or detector.
+May import: ksemstamp core modules and text; never cli, config, builders, watermarker or detector.
 
 * ``loss``: the margin contrastive loss and the kernel objective as pure tensor functions;
 * ``units``: windows of units (a passage and what else says the same) for the kernel objective;
@@ -7,8 +7,8 @@ May import: ksemstamp core modules; never cli, cli_args, config, builders, water
 * ``module``: ``EncoderModule``, the Lightning system around a sentence-transformers encoder;
 * ``callbacks``: ``KMeansCallback``, which fits the k-means centroids after training;
 * ``cli``: ``TrainCLI``, the LightningCLI behind ``train.py`` (two forced callbacks);
-* ``pairs``: ``python -m ksemstamp.training.pairs`` builds pairs offline (WordNet, small LM);
-* ``evaluate``: ``python -m ksemstamp.training.evaluate`` measures region agreement on pairs.
+* ``pairs``: ``ksemstamp pairs`` builds pairs offline (WordNet, small LM);
+* ``evaluate``: ``ksemstamp agreement`` measures region agreement on pairs.
 
 Heavy imports (Lightning, sentence-transformers) stay inside the submodules.
 """

@@ -12,14 +12,14 @@ from lightning.pytorch.utilities import rank_zero_info
 from ..adapter import adapter_payload, base_fingerprint, merge_adapters
 from ..assets import encoder_fingerprint, load_encoder
 from ..centroids import centroid_file_from
-from ..corpusfile import DomainSentences, domain_documents, require_sentences
+from ..text.corpusfile import DomainSentences, domain_documents, require_sentences
 from .module import EncoderModule
 
 
 class KMeansCallback(L.Callback):
     """After training: embed domain sentences, fit k-means, store, checkpoint and export.
 
-    The domain is ``corpus`` (a corpus file, see ``ksemstamp.corpusfile``) or the bundled news
+    The domain is ``corpus`` (a corpus file, see ``ksemstamp.text.corpusfile``) or the bundled news
     corpus. ``train.py`` passes the model's ``num_regions`` on, so the corpus is read and checked
     (not text, empty, too few sentences for K) when the callback is built, before training.
 
@@ -31,7 +31,7 @@ class KMeansCallback(L.Callback):
        ``centroids`` buffer, and the complete centroid file (mean, transitions, source) in
        ``module.centroid_file``;
     3. the checkpoint is written again (``final.ckpt`` beside the other checkpoints, or
-       ``final_checkpoint``) so that it holds both: ``watermark.py --checkpoint`` reads it;
+       ``final_checkpoint``) so that it holds both: ``--model.checkpoint`` reads it;
     4. rank 0 exports the encoder as a sentence-transformers folder and writes the same
        ``CentroidFile`` naming that folder.
     """

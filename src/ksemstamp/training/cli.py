@@ -14,7 +14,7 @@ import sys
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
-from ..corpusfile import CorpusError
+from ..text.corpusfile import CorpusError
 from .callbacks import KMeansCallback
 from .data import PairDataModule
 from .module import EncoderModule

@@ -1,16 +1,18 @@
 """Measure how well an encoder and its centroids keep paraphrases in one region.
 
-    python -m ksemstamp.training.evaluate --encoder all-minilm-l6-v2 \
-        --pairs data/pairs/news-val.jsonl --fit-sentences 20000
-    python -m ksemstamp.training.evaluate --encoder checkpoints/encoder-news \
-        --centroids checkpoints/centroids-encoder-news-k8.pt --pairs data/pairs/news-val.jsonl
+    ksemstamp agreement --encoder all-minilm-l6-v2 --pairs data/pairs/news-val.jsonl \
+        --fit_sentences 20000 --k 8
+    ksemstamp agreement --encoder checkpoints/encoder-news \
+        --centroids checkpoints/centroids-encoder-news-k64.pt --pairs data/pairs/news-val.jsonl
+
+(``python -m ksemstamp.training.evaluate`` takes the same options.)
 
 Reports, over held-out pairs (overall and per paraphrase method):
 
 * ``region_agreement``: share of pairs whose text and paraphrase share a k-means region;
 * ``region_agreement_margin``: the same among texts that pass the generation margin ``m``
   (the watermark only ever emits such sentences, so this is the share that matters for it);
-* ``region_agreement_top``: the same among the ``--top-share`` of texts farthest from a region
+* ``region_agreement_top``: the same among the ``--top_share`` of texts farthest from a region
   boundary (largest gap between the two nearest centroids), with ``top_margin`` the margin
   that keeps that share. The margin ``m`` is a cosine threshold, and fine-tuning changes the
   scale of cosines, so one ``m`` rejects different shares of candidates for different
@@ -21,23 +23,26 @@ Reports, over held-out pairs (overall and per paraphrase method):
   kappa with the texts' shares for both sides). Raw agreement also rises when regions merely
   become unequal in size; kappa does not reward that;
 * ``cos_gap``: cos(text, own paraphrase) minus cos(text, hardest other paraphrase) within
-  consecutive batches of ``--batch-size`` pairs, as logged during validation;
+  consecutive batches of ``--batch_size`` pairs, as logged during validation;
 * ``pos_cos``: mean cos(text, own paraphrase).
 """
 
 from __future__ import annotations
 
-import argparse
+import inspect
 import json
 import math
+import sys
 from collections.abc import Sequence
 from operator import itemgetter
 from pathlib import Path
 
 import torch
 
+from ..centroids import DEFAULT_REGIONS
 from ..io import read_jsonl_objects, write_json_atomic
 from ..partition import kmeans_gap, kmeans_regions
+from ..settings import RegionSettings
 from .data import distinct_texts
 from .loss import cosine_gap
 
@@ -46,7 +51,7 @@ def agreement_report(
     text_emb: torch.Tensor,
     para_emb: torch.Tensor,
     centroids: torch.Tensor,
-    margin: float = 0.035,
+    margin: float = RegionSettings.margin,
     batch_size: int = 32,
     top_share: float = 0.7,
 ) -> dict[str, float]:
@@ -84,9 +89,9 @@ def evaluate(
     pairs: str | Path | Sequence[str | Path],
     centroids_file: str | None = None,
     fit_sentences: int = 20000,
-    k: int = 8,
+    k: int = DEFAULT_REGIONS,
     seeds: Sequence[int] = (0,),
-    margin: float = 0.035,
+    margin: float = RegionSettings.margin,
     batch_size: int = 32,
     top_share: float = 0.7,
 ) -> dict:
@@ -101,8 +106,8 @@ def evaluate(
     """
     from ..assets import encoder_fingerprint, load_encoder
     from ..centroids import CentroidFile, fit_kmeans
-    from ..corpora import domain_sentences
     from ..encoding import embed
+    from ..text.corpora import domain_sentences
 
     encoder = load_encoder(encoder_spec)
     files = [pairs] if isinstance(pairs, str | Path) else list(pairs)
@@ -220,67 +225,72 @@ def plot_agreement(reports: dict[str, dict], path: str | Path) -> None:
     plt.close(fig)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m ksemstamp.training.evaluate``: region agreement of an encoder on pairs."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--encoder", required=True, help="encoder spec (alias, folder, Hub id)")
-    parser.add_argument(
-        "--pairs", required=True, nargs="+", help="JSONL pair file(s), held out from training"
-    )
-    parser.add_argument("--centroids", help="CentroidFile for this encoder (else fit them)")
-    parser.add_argument("--fit-sentences", type=int, default=20000)
-    parser.add_argument("--k", type=int, default=8)
-    parser.add_argument(
-        "--seeds", type=int, nargs="+", default=[0], help="k-means seeds when fitting centroids"
-    )
-    parser.add_argument("--margin", type=float, default=0.035)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument(
-        "--top-share",
-        type=float,
-        default=0.7,
-        help="share of texts farthest from a boundary for region_agreement_top (0, 1]",
-    )
-    parser.add_argument("--output", help="also write the report as JSON here")
-    parser.add_argument(
-        "--compare",
-        nargs="+",
-        default=[],
-        metavar="LABEL=REPORT.json",
-        help="earlier reports (--output files) to plot beside this one",
-    )
-    parser.add_argument("--label", help="this encoder's label in the plot (default: --encoder)")
-    parser.add_argument("--plot", help="write a bar chart of region agreement (PNG) here")
-    args = parser.parse_args(argv)
-    if not 0.0 < args.top_share <= 1.0:
-        parser.error(f"--top-share must be in (0, 1], got {args.top_share}")
+def _default(name: str):
+    """``evaluate``'s default of ``name``: the command's flags default to it."""
+    return inspect.signature(evaluate).parameters[name].default
+
+
+def agreement(
+    encoder: str,
+    pairs: list[str],
+    centroids: str | None = None,
+    fit_sentences: int = _default("fit_sentences"),
+    k: int = _default("k"),
+    seeds: list[int] | None = None,
+    margin: float = _default("margin"),
+    batch_size: int = _default("batch_size"),
+    top_share: float = _default("top_share"),
+    output: str | None = None,
+    compare: list[str] | None = None,
+    label: str | None = None,
+    plot: str | None = None,
+) -> int:
+    """Measure how well an encoder and its centroids keep a text and its paraphrase in one region.
+
+    Args:
+        encoder: encoder spec (alias, folder, Hub id).
+        pairs: JSONL pair files, held out from training (a,b or the flag again).
+        centroids: the centroid file of this encoder (else they are fitted here).
+        fit_sentences: sentences the centroids are fitted on, when they are fitted here.
+        k: regions, when the centroids are fitted here (the default mark's K; paper: 8).
+        seeds: k-means seeds when fitting centroids (default: 0).
+        margin: the generation margin (the region mark's).
+        batch_size: pairs per batch for the cosine gap.
+        top_share: share of texts farthest from a boundary for region_agreement_top, (0, 1].
+        output: also write the report as JSON here.
+        compare: earlier reports to plot beside this one, as LABEL=REPORT.json.
+        label: this encoder's label in the plot (default: the encoder).
+        plot: write a bar chart of region agreement (PNG) here.
+    """
+    if not 0.0 < top_share <= 1.0:
+        raise ValueError(f"top_share must be in (0, 1], got {top_share}")
     earlier = {}
-    for item in args.compare:
-        label, sep, path = item.partition("=")
+    for item in compare or []:
+        name, sep, path = item.partition("=")
         if not sep:
-            parser.error(f"--compare takes LABEL=REPORT.json, got {item!r}")
-        earlier[label] = json.loads(Path(path).read_text())
+            raise ValueError(f"compare takes LABEL=REPORT.json, got {item!r}")
+        earlier[name] = json.loads(Path(path).read_text())
     report = evaluate(
-        args.encoder,
-        args.pairs,
-        args.centroids,
-        args.fit_sentences,
-        args.k,
-        args.seeds,
-        args.margin,
-        args.batch_size,
-        args.top_share,
+        encoder,
+        pairs,
+        centroids,
+        fit_sentences,
+        k,
+        seeds or [0],
+        margin,
+        batch_size,
+        top_share,
     )
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.output:
-        write_json_atomic(args.output, report)
-    if args.plot:
-        plot_agreement({**earlier, args.label or args.encoder: report}, args.plot)
-        print(f"wrote {args.plot}")
+    print(json.dumps(report, indent=2))
+    if output:
+        write_json_atomic(output, report)
+    if plot:
+        plot_agreement({**earlier, label or encoder: report}, plot)
+        print(f"wrote {plot}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from ..console import call
+
+    raise SystemExit(call(agreement, sys.argv[1:], "python -m ksemstamp.training.evaluate"))

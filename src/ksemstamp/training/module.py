@@ -19,9 +19,9 @@ from torch import Tensor
 from ..adapter import add_adapters
 from ..assets import DEFAULT_ENCODER, encoder_fingerprint, load_encoder
 from ..centroids import CentroidFile, fit_kmeans
-from ..corpusfile import domain_documents
 from ..partition import kmeans_regions
 from ..settings import DEFAULT_CENTROIDS
+from ..text.corpusfile import domain_documents
 from .loss import (
     cosine_gap,
     kernel_alignment_loss,
@@ -104,7 +104,7 @@ class EncoderModule(L.LightningModule):
                 current encoder at the start of training and of every validation epoch).
             region_temperature: softmax temperature of that term, on cosines.
             corpus: corpus file whose sentences the provisional centroids are fitted on
-                (``ksemstamp.corpusfile``; ``None``: the bundled news corpus). ``train.py``
+                (``ksemstamp.text.corpusfile``; ``None``: the bundled news corpus). ``train.py``
                 sets it from ``kmeans.corpus``, so that validation sees the final centroids'
                 domain.
             objective: ``margin`` (the paper's loss on pairs) or ``kernel``

@@ -1,16 +1,18 @@
 """Build paraphrase pairs from news sentences or your corpus, offline and resumably.
 
-    python -m ksemstamp.training.pairs --split fit --num 4000 --output data/pairs/news-train.jsonl
-    python -m ksemstamp.training.pairs --split val --num 500 --output data/pairs/news-val.jsonl
-    python -m ksemstamp.training.pairs --corpus data/domain.txt --num 2000 --output data/pairs/domain-train.jsonl
+    ksemstamp pairs --split fit --num 4000 --output data/pairs/news-train.jsonl
+    ksemstamp pairs --split val --num 500 --output data/pairs/news-val.jsonl
+    ksemstamp pairs --corpus data/domain.txt --num 2000 --output data/pairs/domain-train.jsonl
+
+(``python -m ksemstamp.training.pairs`` takes the same options.)
 
 Sources are sentences of the ``fit`` split (training) or ``val`` split (held-out pairs) of the
-news corpus or of a corpus file (``--corpus``, see ``ksemstamp.corpusfile``), shuffled with a
+news corpus or of a corpus file (``--corpus``, see ``ksemstamp.text.corpusfile``), shuffled with a
 seed. Each source gets a paraphrase from the small chat LM (a share
-``--lm-share`` of sources, chosen by a hash of their id) or from WordNet substitution, and a
+``--lm_share`` of sources, chosen by a hash of their id) or from WordNet substitution, and a
 paraphrase is kept only when it is semantically close to its source (cosine under
-``--filter-encoder`` of at least ``--min-similarity``) and different enough (word-set overlap of
-at most ``--max-overlap``). An LM source whose candidates all fail falls back to WordNet.
+``--filter_encoder`` of at least ``--min_similarity``) and different enough (word-set overlap of
+at most ``--max_overlap``). An LM source whose candidates all fail falls back to WordNet.
 
 Every kept pair is appended and flushed at once; a rerun skips the ids already in the file, so
 an interrupted build resumes where it stopped.
@@ -18,15 +20,21 @@ an interrupted build resumes where it stopped.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
+import inspect
 import json
+import logging
 import random
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Literal
 
+from ..assets import DEFAULT_ENCODER, DEFAULT_LM
 from ..io import drop_cut_last_line, read_jsonl_objects
+
+logger = logging.getLogger(__name__)
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -50,7 +58,7 @@ def source_sentences(
     """Shuffled ``(id, sentence)`` of a split of the news corpus, ids
     ``<article_id>:<sentence index>``, or of a corpus file, ids ``<split>-<document index>:<sentence
     index>`` (documents counted within the split)."""
-    from ..corpora import article_sentences
+    from ..text.corpora import article_sentences
 
     if corpus is None:
         out = [
@@ -58,8 +66,8 @@ def source_sentences(
             for article, index, sentence in article_sentences(split, min_words, max_words)
         ]
     else:
-        from ..corpusfile import read_documents, split_documents
-        from ..splitter import get_splitter
+        from ..text.corpusfile import read_documents, split_documents
+        from ..text.splitter import get_splitter
 
         splitter = get_splitter()
         out = [
@@ -89,9 +97,9 @@ def build_pairs(
     split: str = "fit",
     seed: int = 0,
     lm_share: float = 0.0,
-    lm: str = "smollm2-135m-instruct",
+    lm: str = DEFAULT_LM,
     lm_candidates: int = 4,
-    filter_encoder: str = "all-minilm-l6-v2",
+    filter_encoder: str = DEFAULT_ENCODER,
     min_similarity: float = 0.75,
     max_similarity: float = 0.99,
     max_overlap: float = 0.85,
@@ -194,72 +202,82 @@ def build_pairs(
                 bar.update(1)
     bar.close()
     if len(done) + written < num:
-        print(f"warning: ran out of {split} sentences at {len(done) + written} of {num} pairs")
+        logger.warning("ran out of %s sentences at %d of %d pairs", split, len(done) + written, num)
     return written
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m ksemstamp.training.pairs``: build paraphrase pairs (resumable)."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--output", required=True, help="JSONL file to append pairs to")
-    parser.add_argument("--num", type=int, required=True, help="pairs the file should hold")
-    parser.add_argument("--split", default="fit", choices=["fit", "val", "test"])
-    parser.add_argument(
-        "--corpus",
-        help="your corpus: plain text, one document per line, or JSONL with a 'text' field "
-        "(default: the bundled news corpus)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--lm-share", type=float, default=0.0, help="share of sources paraphrased by the LM"
-    )
-    parser.add_argument("--lm", default="smollm2-135m-instruct", help="chat LM spec")
-    parser.add_argument("--lm-candidates", type=int, default=4)
-    parser.add_argument("--filter-encoder", default="all-minilm-l6-v2")
-    parser.add_argument("--min-similarity", type=float, default=0.75)
-    parser.add_argument("--max-similarity", type=float, default=0.99)
-    parser.add_argument("--max-overlap", type=float, default=0.85)
-    parser.add_argument("--wordnet-rate", type=float, default=0.5)
-    parser.add_argument("--chunk-size", type=int, default=16)
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch CPU threads; one is the safe choice on a shared CPU, where a second thread "
-        "that loses its core makes every small matrix product wait for it",
-    )
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    if args.threads > 0:
+def _default(name: str):
+    """``build_pairs``'s default of ``name``: the command's flags default to it."""
+    return inspect.signature(build_pairs).parameters[name].default
+
+
+def pairs(
+    output: str,
+    num: int,
+    split: Literal["fit", "val", "test"] = _default("split"),
+    corpus: str | None = None,
+    seed: int = _default("seed"),
+    lm_share: float = _default("lm_share"),
+    lm: str = _default("lm"),
+    lm_candidates: int = _default("lm_candidates"),
+    filter_encoder: str = _default("filter_encoder"),
+    min_similarity: float = _default("min_similarity"),
+    max_similarity: float = _default("max_similarity"),
+    max_overlap: float = _default("max_overlap"),
+    wordnet_rate: float = _default("wordnet_rate"),
+    chunk_size: int = _default("chunk_size"),
+    threads: int = 1,
+    quiet: bool = False,
+) -> int:
+    """Build paraphrase pairs for fine-tuning, offline and resumably.
+
+    Args:
+        output: JSONL file to append pairs to.
+        num: pairs the file should hold.
+        split: which documents give the sources: fit (training) or val (held out).
+        corpus: your corpus: plain text, one document per line, or JSONL with a 'text' field
+            (default: the bundled news corpus).
+        seed: seed of the sources' order and of the paraphrasers.
+        lm_share: share of sources paraphrased by the LM (the rest by WordNet).
+        lm: the chat LM that paraphrases.
+        lm_candidates: LM paraphrases sampled per source.
+        filter_encoder: encoder of the similarity filter.
+        min_similarity: least cosine of a kept paraphrase to its source.
+        max_similarity: most cosine of a kept paraphrase to its source.
+        max_overlap: most word-set overlap of a kept paraphrase with its source.
+        wordnet_rate: share of content words WordNet replaces.
+        chunk_size: sources paraphrased together.
+        threads: torch CPU threads; one is the safe choice on a shared CPU, where a second
+            thread that loses its core makes every small matrix product wait for it (0: torch's
+            default).
+        quiet: no progress bar.
+    """
+    if threads > 0:
         import torch
 
-        torch.set_num_threads(args.threads)
-    from ..corpusfile import CorpusError
-
-    try:
-        written = build_pairs(
-            args.output,
-            args.num,
-            split=args.split,
-            seed=args.seed,
-            lm_share=args.lm_share,
-            lm=args.lm,
-            lm_candidates=args.lm_candidates,
-            filter_encoder=args.filter_encoder,
-            min_similarity=args.min_similarity,
-            max_similarity=args.max_similarity,
-            max_overlap=args.max_overlap,
-            wordnet_rate=args.wordnet_rate,
-            chunk_size=args.chunk_size,
-            progress=not args.no_progress,
-            corpus=args.corpus,
-        )
-    except CorpusError as err:
-        raise SystemExit(f"error: {err}") from None
-    print(f"wrote {written} pairs to {args.output}")
+        torch.set_num_threads(threads)
+    written = build_pairs(
+        output,
+        num,
+        split=split,
+        seed=seed,
+        lm_share=lm_share,
+        lm=lm,
+        lm_candidates=lm_candidates,
+        filter_encoder=filter_encoder,
+        min_similarity=min_similarity,
+        max_similarity=max_similarity,
+        max_overlap=max_overlap,
+        wordnet_rate=wordnet_rate,
+        chunk_size=chunk_size,
+        progress=not quiet,
+        corpus=corpus,
+    )
+    print(f"wrote {written} pairs to {output}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from ..console import call
+
+    raise SystemExit(call(pairs, sys.argv[1:], "python -m ksemstamp.training.pairs"))

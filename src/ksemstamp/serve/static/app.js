@@ -371,12 +371,32 @@ $("batch-form").addEventListener("submit", async (event) => {
 });
 
 // ---------------------------------------------------------------- start
+
+// The mark in force, as the server's settings describe it: the direction mark (the default)
+// has no valid sets and no gamma; the region mark (the papers') has.
+function markSummary(info) {
+  const regions = `${info.partition}, ${info.num_regions} regions`;
+  if (info.mark !== "direction") return `region mark, ${regions}, γ = ${info.gamma}`;
+  const contexts = info.context === "own" ? "own contexts" : "previous sentence's context";
+  const scan = info.scan ? ", span scan" : "";
+  return `direction mark, ${regions}, ${contexts}${scan}`;
+}
+
+// What a prompt does at detection: it seeds the first sentence only when a sentence is scored
+// on the one before it (the region mark, or the direction mark on the previous context).
+function promptHint(info) {
+  if (info.mark === "direction" && info.context === "own") {
+    return "(optional: under this mark every sentence is scored on its own, and the prompt " +
+      "only tells where the text starts when it ended mid-sentence)";
+  }
+  return "(optional: its last sentence seeds the text's first sentence, which is then scored)";
+}
 (async () => {
   try {
     info = await api("/api/info");
     $("fingerprint").textContent = info.key_fingerprint;
-    $("settings").textContent = ` · ${info.partition}, ${info.num_regions} regions, γ = ${info.gamma}, ` +
-      `${info.statistic} test, α = ${info.alpha}`;
+    $("settings").textContent = ` · ${markSummary(info)}, ${info.statistic} test, α = ${info.alpha}`;
+    $("prompt-hint").textContent = promptHint(info);
     $("demo-warning").hidden = !info.demo_key;
     $("generate-tokens").max = info.max_new_tokens;
     $("generate-tokens").value = info.max_new_tokens;

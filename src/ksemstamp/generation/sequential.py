@@ -2,7 +2,7 @@
 
 ``SequentialCandidateSampler`` has ``CandidateSampler``'s interface and yields the same kind of
 candidates (cut by the same splitter rule); only the cost differs. It is selected with
-``sampler_strategy: sequential`` and exists to be measured against (``python -m benchmarks.bench``).
+``search.strategy: sequential`` and exists to be measured against (``python -m benchmarks.bench``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .decoding import SamplingConfig
+from ..settings import SamplingSettings
+from ..text.splitter import PunktSplitter
 from .sampler import Candidate, GroupResult, Judge, Pruner, _check_round, _LMSampler, _separator
-from .splitter import PunktSplitter
 
 
 class _WholeTextSentenceStop:
@@ -40,7 +40,7 @@ class _WholeTextSentenceStop:
 class SequentialCandidateSampler(_LMSampler):
     """One candidate per ``model.generate`` call: the reference implementation's strategy.
 
-    A baseline for benchmarks, selected with ``sampler_strategy: sequential``. Each candidate
+    A baseline for benchmarks, selected with ``search.strategy: sequential``. Each candidate
     re-encodes the whole prefix, decodes one row with Hugging Face ``generate`` (same
     temperature, repetition penalty, top-k/top-p and EOS suppression as ``CandidateSampler``)
     and stops through a criterion that re-decodes and re-splits the whole text after every
@@ -55,15 +55,21 @@ class SequentialCandidateSampler(_LMSampler):
         model: a Hugging Face causal LM.
         tokenizer: its tokenizer.
         splitter: the sentence splitter shared with detection.
-        config: decoding settings.
+        config: the sampling settings (``None``: their defaults).
+        suppress_eos: the LM never ends its text (see ``_LMSampler``).
     """
 
     def __init__(
-        self, model, tokenizer, splitter: PunktSplitter, config: SamplingConfig | None = None
+        self,
+        model,
+        tokenizer,
+        splitter: PunktSplitter,
+        config: SamplingSettings | None = None,
+        suppress_eos: bool = True,
     ):
         from transformers import GenerationConfig
 
-        super().__init__(model, tokenizer, splitter, config)
+        super().__init__(model, tokenizer, splitter, config, suppress_eos)
         cfg = self.config
         self.generation_config = GenerationConfig(
             do_sample=True,
@@ -72,7 +78,7 @@ class SequentialCandidateSampler(_LMSampler):
             top_k=cfg.top_k,  # 0 disables top-k in transformers, as here
             top_p=cfg.top_p,
             max_new_tokens=cfg.max_sentence_tokens,
-            suppress_tokens=self.eos_ids if cfg.suppress_eos and self.eos_ids else None,
+            suppress_tokens=self.eos_ids if self.suppress_eos and self.eos_ids else None,
             eos_token_id=self.eos_ids or None,
             pad_token_id=tokenizer.pad_token_id,
         )

@@ -5,7 +5,7 @@
 * **Ends mid-sentence** (the paper's 32-token prompts, a cut article): the open sentence is
   completed first, sampled as usual but not watermarked, stopping at its sentence end; the
   completed (straddling) sentence seeds the first watermarked sentence. Detection with the
-  prompt cuts the same sentences (``detector.continuation_sentences``).
+  prompt cuts the same sentences (``splitter.continuation_sentences``).
 * **Empty**: the LM starts from its start-of-text token; a keyed start value seeds the first
   sentence (``WatermarkScheme.start_region``).
 * **Instruction** (``chat``): the prompt is wrapped in the LM's chat template and the answer
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .normalize import normalize_text
-from .splitter import PunktSplitter
-from .textcheck import not_text, readable
+from ..text.normalize import normalize_text
+from ..text.splitter import PunktSplitter
+from ..text.textcheck import not_text, readable
 
 CONTINUE, COMPLETE, EMPTY, CHAT = "continue", "complete", "empty", "chat"
 
@@ -148,7 +148,7 @@ def plan_prompt(
     if max_chars is not None and len(prompt) > max_chars:
         return PromptStart(
             error=f"the prompt has {len(prompt):,} characters; the limit is {max_chars:,} "
-            "(max_text_chars)"
+            "(limits.max_text_chars)"
         )
     problem = not_text(prompt, "prompt")
     if problem:

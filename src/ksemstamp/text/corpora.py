@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from .assets import AssetError, _package_dir
+from ..assets import AssetError, _package_dir
 
 # ---------------------------------------------------------------------- the news corpus
 

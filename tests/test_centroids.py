@@ -1,35 +1,15 @@
+"""Centroid files: fitting, saving, loading, the checks against an encoder, the shipped ones."""
+
 from pathlib import Path
 
 import pytest
 import torch
 
 from ksemstamp.assets import encoder_fingerprint
+from ksemstamp.builders import build_scheme
 from ksemstamp.centroids import CentroidFile, CentroidMismatchError, fit_kmeans, transition_counts
-from ksemstamp.config import WatermarkConfig, build_scheme, load_settings_file
-
-
-def test_validation_lists_every_problem():
-    with pytest.raises(ValueError) as err:
-        WatermarkConfig(gamma=1.5, margin=-1, candidate_batch=0, partition="grid")
-    message = str(err.value)
-    for word in ("gamma", "margin", "candidate_batch", "partition"):
-        assert word in message
-
-
-def test_key_never_in_dict_or_repr():
-    cfg = WatermarkConfig(key="super-secret-value")
-    assert "super-secret-value" not in repr(cfg)
-    assert "key" not in cfg.to_dict()
-
-
-def test_yaml_roundtrip_and_unknown_keys(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("gamma: 0.5\nmargin: 0.01\n")
-    cfg = WatermarkConfig.from_yaml(path, seed=3)
-    assert (cfg.gamma, cfg.margin, cfg.seed) == (0.5, 0.01, 3)
-    path.write_text("gama: 0.5\n")
-    with pytest.raises(ValueError, match="unknown settings"):
-        WatermarkConfig.from_yaml(path)
+from ksemstamp.settings import PartitionSettings, WatermarkSettings
+from ksemstamp.settings_files import load_watermark_settings
 
 
 def test_fit_kmeans_and_transitions():
@@ -65,16 +45,13 @@ def test_centroid_file_roundtrip_and_mismatch(tmp_path, encoder):
     )
     other.save(tmp_path / "other.pt")
     with pytest.raises(CentroidMismatchError):
-        build_scheme(
-            WatermarkConfig(centroids=str(tmp_path / "other.pt"), key="k"), encoder=encoder
-        )
+        partition = PartitionSettings(centroids=str(tmp_path / "other.pt"))
+        build_scheme(WatermarkSettings(partition=partition, key="k"), encoder=encoder)
 
 
 def test_shipped_centroids_belong_to_the_default_encoder(encoder):
-    paper = WatermarkConfig.from_dict(
-        load_settings_file(Path(__file__).parents[1] / "configs/ksemstamp-paper.yaml")
-    )
-    for cfg, k in ((WatermarkConfig(), 64), (paper, 8)):
+    paper = load_watermark_settings([Path(__file__).parents[1] / "configs/ksemstamp-paper.yaml"])
+    for cfg, k in ((WatermarkSettings(), 64), (paper, 8)):
         cf = CentroidFile.load(cfg.centroid_path())
         cf.check_encoder(encoder_fingerprint(encoder))
         assert cf.num_regions == k and cf.transition is not None
@@ -83,7 +60,7 @@ def test_shipped_centroids_belong_to_the_default_encoder(encoder):
 
 def test_default_centroids_ship_inside_the_package():
     import ksemstamp
-    from ksemstamp.config import DEFAULT_CENTROIDS, REPO_ROOT
+    from ksemstamp.settings import DEFAULT_CENTROIDS, REPO_ROOT
 
     package = Path(ksemstamp.__file__).resolve().parent
     for path in DEFAULT_CENTROIDS.values():
@@ -91,25 +68,3 @@ def test_default_centroids_ship_inside_the_package():
         # the checkout's checkpoints/ path keeps working for settings that name it
         old = REPO_ROOT / "checkpoints" / path.name
         assert old.resolve() == path.resolve()
-
-
-@pytest.mark.parametrize(
-    "path", sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")), ids=lambda p: p.name
-)
-def test_every_shipped_watermark_config_loads(path):
-    # A typo in a shipped file (an unknown key, a bad value) fails here, not in a user's run.
-    cfg = WatermarkConfig.from_dict(load_settings_file(path))
-    assert cfg.max_candidates >= 1
-
-
-def test_choices_are_literal_types_checked_once():
-    from typing import get_args
-
-    from ksemstamp.assets import LM_DTYPES
-    from ksemstamp.settings import LmDtype, WatermarkConfig, _choices
-
-    choices = _choices(WatermarkConfig)
-    assert {"lm_dtype", "partition", "valid_mode", "mark", "context", "statistic"} <= set(choices)
-    assert set(get_args(LmDtype)) == set(LM_DTYPES)
-    with pytest.raises(ValueError, match=r"context must be one of \['own', 'previous'\]"):
-        WatermarkConfig(context="next")

@@ -15,8 +15,8 @@ never saw.
 Problems with the file (missing, not text, no documents, a bad JSONL line, too few sentences for
 K regions) raise ``CorpusError`` with a one-line message, before any model is loaded.
 
-    python -m ksemstamp.corpusfile export --source parliament --output data/speeches.txt
-    python -m ksemstamp.corpusfile prompts --corpus data/speeches.txt --num 20 --output prompts.jsonl
+    ksemstamp corpus export --source parliament --output data/speeches.txt
+    ksemstamp corpus prompts --corpus data/speeches.txt --num 20 --output prompts.jsonl
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from .corpora import domain_sentences, leading_sentences, news_split
 from .textcheck import not_text
@@ -190,42 +191,55 @@ def corpus_prompts(path: str | Path, num: int, words: int = 32, split: str = "te
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ksemstamp.corpusfile``: write a bundled corpus as a corpus file, or prompts
-    from a corpus file's held-out documents."""
-    import argparse
-    import sys
+def export(source: Literal["parliament", "tweets", "news"], output: str) -> int:
+    """Write a bundled corpus as a corpus file, one document per line.
 
-    from .io import write_jsonl_atomic, write_text_atomic
+    Args:
+        source: which bundled corpus.
+        output: the corpus file to write.
+    """
+    from ..io import write_text_atomic
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    export = commands.add_parser("export", help="a bundled corpus as one document per line")
-    export.add_argument("--source", choices=["parliament", "tweets", "news"], required=True)
-    export.add_argument("--output", required=True)
-    prompts = commands.add_parser("prompts", help="JSONL prompts for `watermark.py generate`")
-    prompts.add_argument("--corpus", required=True, help="plain text or JSONL corpus file")
-    prompts.add_argument("--num", type=int, default=20, help="how many prompts")
-    prompts.add_argument("--words", type=int, default=32, help="prompt length in words")
-    prompts.add_argument("--split", choices=SPLITS, default="test", help="documents to use")
-    prompts.add_argument("--output", required=True)
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "export":
-            documents = export_source(args.source)
-            write_text_atomic(args.output, "".join(d + "\n" for d in documents))
-            print(f"wrote {args.output}: {len(documents)} documents ({args.source})")
-        else:
-            rows = corpus_prompts(args.corpus, args.num, args.words, args.split)
-            if not rows:
-                raise CorpusError(f"no {args.split} document of {args.corpus} gives a prompt")
-            write_jsonl_atomic(args.output, rows)
-            print(f"wrote {args.output}: {len(rows)} prompts from {args.split} documents")
-    except CorpusError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    documents = export_source(source)
+    write_text_atomic(output, "".join(d + "\n" for d in documents))
+    print(f"wrote {output}: {len(documents)} documents ({source})")
+    return 0
+
+
+def prompts(
+    corpus: str,
+    output: str,
+    num: int = 20,
+    words: int = 32,
+    split: Literal["fit", "val", "test", "all"] = "test",
+) -> int:
+    """Write JSONL prompts for `ksemstamp generate --input` from a corpus file's held-out documents.
+
+    Args:
+        corpus: plain text or JSONL corpus file.
+        output: the JSONL file to write.
+        num: how many prompts.
+        words: prompt length in words.
+        split: documents to use.
+    """
+    from ..io import write_jsonl_atomic
+
+    rows = corpus_prompts(corpus, num, words, split)
+    if not rows:
+        raise CorpusError(f"no {split} document of {corpus} gives a prompt")
+    write_jsonl_atomic(output, rows)
+    print(f"wrote {output}: {len(rows)} prompts from {split} documents")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    import sys
+
+    from ..console import call
+
+    command = {"export": export, "prompts": prompts}.get(sys.argv[1] if len(sys.argv) > 1 else "")
+    if command is None:
+        raise SystemExit("usage: python -m ksemstamp.text.corpusfile {export,prompts} [OPTIONS]")
+    raise SystemExit(
+        call(command, sys.argv[2:], f"python -m ksemstamp.text.corpusfile {sys.argv[1]}")
+    )

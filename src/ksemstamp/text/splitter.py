@@ -110,3 +110,32 @@ def get_splitter(name: str = "punkt") -> PunktSplitter:
     if name != "punkt":
         raise ValueError(f"unknown sentence splitter {name!r}; available: 'punkt'")
     return PunktSplitter()
+
+
+def continuation_sentences(
+    splitter: PunktSplitter, prompt: str | None, text: str
+) -> tuple[str | None, list[str], str | None]:
+    """How a ``text`` that continues ``prompt`` is cut: ``(seed, sentences, completion)``.
+
+    * no prompt, or a blank one: no seed; ``sentences`` are the text's own.
+    * a prompt that ends a sentence: its last sentence seeds; the text is split on its own.
+    * a prompt that ends mid-sentence: ``prompt.rstrip() + text`` is split as one text; the
+      sentence holding the prompt's end seeds, the sentences starting after it are the
+      text's, and ``completion`` is the part of the text inside the seed (``""`` when the
+      text adds nothing to it).
+
+    ``completion`` is ``None`` unless the prompt ends mid-sentence. Both are read in their
+    normalised form (``normalize``), and ``completion`` is part of the normalised text.
+    """
+    text = normalize_text(text).text
+    prompt = normalize_text(prompt).text if prompt else prompt
+    prompt_sentences = splitter.split(prompt) if prompt else []
+    if not prompt_sentences:
+        return None, splitter.split(text), None
+    if splitter.ends_sentence(prompt_sentences[-1]):
+        return prompt_sentences[-1], splitter.split(text), None
+    head = prompt.rstrip()
+    spans = splitter.spans(head + text)
+    start, seed = [(at, s) for at, s in spans if at < len(head)][-1]
+    completion = text[: max(0, start + len(seed) - len(head))]
+    return seed, [s for at, s in spans if at >= len(head)], completion

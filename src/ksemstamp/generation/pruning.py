@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..settings import SearchSettings
+
 
 @dataclass(frozen=True)
 class PruneRule:
@@ -35,9 +37,9 @@ class PruneRule:
             finished candidate's score minus this; ``None`` never stops a row this way.
     """
 
-    every: int = 8
-    keep: int = 12
-    margin: float | None = 0.3
+    every: int = SearchSettings.prune_tokens
+    keep: int = SearchSettings.prune_keep
+    margin: float | None = SearchSettings.prune_margin
 
     def __post_init__(self) -> None:
         if self.every < 1:
@@ -46,6 +48,14 @@ class PruneRule:
             raise ValueError(f"prune_keep must be >= 1, got {self.keep}")
         if self.margin is not None and self.margin < 0:
             raise ValueError(f"prune_margin must be >= 0 or null, got {self.margin}")
+
+
+def prune_rule(search: SearchSettings) -> PruneRule | None:
+    """The rule of ``search.prune_tokens``, ``prune_keep`` and ``prune_margin``; ``None`` when
+    ``prune_tokens`` is ``None`` (every candidate finishes)."""
+    if search.prune_tokens is None:
+        return None
+    return PruneRule(search.prune_tokens, search.prune_keep, search.prune_margin)
 
 
 def rows_to_keep(

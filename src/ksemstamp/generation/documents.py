@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .detector import continuation_sentences
-from .normalize import sentence_key
+from ..results import NO_REGION, GenerationResult, Judgement, SentenceRecord, rank_of
+from ..text.normalize import sentence_key
+from ..text.splitter import PunktSplitter, continuation_sentences
 from .prompts import CHAT, COMPLETE, CONTINUE, PromptStart
-from .results import NO_REGION, GenerationResult, Judgement, SentenceRecord, rank_of
 from .sampler import Candidate, GroupResult
-from .splitter import PunktSplitter
 
 
 @dataclass

@@ -1,0 +1,434 @@
+"""Commands from functions: one way to configure and call every command, the jsonargparse
+language that ``train.py`` speaks through LightningCLI.
+
+A command is a function; its signature and docstring are its options, as in litgpt:
+
+* a parameter ``settings: WatermarkSettings`` puts the settings groups at the top of the
+  command line and of a settings file: ``--search.max_candidates 8`` and
+  ``search: {max_candidates: 8}``, ``--mark.kind region --mark.gamma 0.3``, ``--key``; a
+  ``settings`` of another settings class (``EvalSettings``) puts its fields at the top;
+* a parameter typed with a settings dataclass is a group of its own:
+  ``calibration: CalibrationSettings`` gives ``--calibration.num_keys 50`` and
+  ``calibration: {num_keys: 50}``;
+* any other parameter is an option, ``--prompt TEXT``, helped by its line of the docstring.
+
+Every command takes ``--config FILE`` (YAML, repeatable: later files win, and flags win over
+every file wherever they stand) and ``--print_config``: the merged settings and options as a
+complete file that ``--config`` reads back, never the key. A boolean option alone means
+``true`` (``--quiet``); a list takes ``a,b``, the flag again or a YAML list. The mark's fields
+are those of its kind: ``--mark.kind region`` (or a file's ``mark: {kind: region}``) replaces
+the mark whole, and ``--help`` after it lists the region mark's fields.
+
+A command line that cannot be used raises ``CommandLineError`` with a one-line message; how
+that message reaches a terminal without the key is ``console``'s. The spelling of earlier
+releases (``--max-new-tokens 40``, ``--no-adaptive-batch``, flat keys in files) is read for one
+more release, with a warning naming the new spelling (``legacy``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import docstring_parser
+import yaml
+from jsonargparse import ActionConfigFile, ArgumentParser
+
+from .settings import GROUPS, MARK_KINDS, SettingsError, WatermarkSettings
+from .settings_files import command_line_layers
+
+
+class CommandLineError(ValueError):
+    """A command line or settings that cannot be used (``console.one_line`` puts the message
+    on one line)."""
+
+
+class _OptionalText:
+    """A ``str | None`` value: the command line's string as typed, a string or null in files.
+
+    jsonargparse would read ``--key '#x'`` or ``--key null`` as YAML, that is as ``None``, and
+    silently fall back to another key. The message of a wrong value does not repeat it: the
+    value may be the key.
+    """
+
+    def __call__(self, value: Any) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        raise TypeError(f"expected a string or null, got a {type(value).__name__}")
+
+    def __repr__(self) -> str:  # the type shown in the help
+        return "str | null"
+
+
+optional_text = _OptionalText()
+
+
+# ---------------------------------------------------------------------- what a command takes
+
+
+@dataclass(frozen=True)
+class Option:
+    """One flag: its place (``search.max_candidates``), type, default and help."""
+
+    dest: str
+    hint: Any
+    default: Any
+    help: str | None = None
+    required: bool = False
+    """The command has no default for it: the command line or a file must give it."""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.dest
+
+    @property
+    def is_bool(self) -> bool:
+        return self.hint is bool
+
+    @property
+    def item(self) -> type | None:
+        """The item type of a list or tuple of plain values (``str`` for ``tuple[str, ...]``),
+        optional or not; ``None`` for any other type."""
+        hint = self.hint
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            inner = [a for a in typing.get_args(hint) if a is not type(None)]
+            if len(inner) != 1:
+                return None
+            hint = inner[0]
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        sequence = (origin is list and len(args) == 1) or (
+            origin is tuple and len(args) == 2 and args[1] is Ellipsis
+        )
+        return args[0] if sequence and args[0] in (str, int, float) else None
+
+
+def _docs(obj: Any) -> dict[str, str]:
+    """Parameter and attribute docs of a function or a dataclass, by name."""
+    parsed = docstring_parser.parse_from_object(obj)
+    return {p.arg_name: " ".join((p.description or "").split()) for p in parsed.params}
+
+
+def is_settings_class(hint: Any) -> bool:
+    return inspect.isclass(hint) and dataclasses.is_dataclass(hint)
+
+
+def group_options(cls: type, prefix: str, instance: Any = None) -> list[Option]:
+    """The options of a settings dataclass under ``prefix`` (``""``: at the top); a field that
+    is itself a settings dataclass is a group of its own (one level)."""
+    hints = typing.get_type_hints(cls)
+    docs = _docs(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        default = getattr(instance, f.name) if instance is not None else _default(f)
+        dest = f"{prefix}{f.name}"
+        if is_settings_class(hints[f.name]) and not prefix:
+            out += group_options(hints[f.name], f"{dest}.", default)
+        else:
+            out.append(Option(dest, hints[f.name], default, docs.get(f.name)))
+    return out
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+def watermark_options(kind: str) -> list[Option]:
+    """The options of ``WatermarkSettings`` with a mark of ``kind``: one per field of each group
+    (``--model.lm``), ``--mark.kind`` and the kind's own fields, ``--key``, ``--allow_weak_key``,
+    ``--chat``."""
+    out = []
+    for name, group in GROUPS.items():
+        if name == "mark":
+            out.append(Option("mark.kind", typing.Literal[tuple(MARK_KINDS)], kind, _KIND_HELP))
+            group = MARK_KINDS[kind]
+        out += group_options(group, f"{name}.")
+    docs = _docs(WatermarkSettings)
+    hints = typing.get_type_hints(WatermarkSettings)
+    for name in ("key", "allow_weak_key", "chat"):
+        default = WatermarkSettings.__dataclass_fields__[name].default
+        out.append(Option(name, hints[name], default, docs.get(name)))
+    return out
+
+
+_KIND_HELP = (
+    "the mark: direction (the default) or region (k-SemStamp, SemStamp); another kind replaces "
+    "the mark whole, and --help after it lists that kind's fields"
+)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One parameter of a command function and how it is given."""
+
+    name: str
+    hint: Any
+    default: Any
+    help: str | None
+    role: str
+    """``settings`` (fields at the top), ``group`` (``--name.field``) or ``option``."""
+    required: bool = False
+    """No default: the command line or a file must give it."""
+
+
+def parameters(fn: Callable) -> list[Parameter]:
+    """The parameters of a command function, in order."""
+    hints = typing.get_type_hints(fn)
+    docs = _docs(fn)
+    out = []
+    for p in inspect.signature(fn).parameters.values():
+        hint = hints.get(p.name, Any)
+        default = None if p.default is inspect.Parameter.empty else p.default
+        group = _optional_class(hint)
+        if p.name == "settings":
+            role = "settings"
+        elif group is not None:
+            # A group given as ``name: Settings | None = None``: its defaults when not given.
+            role, hint, default = "group", group, default if default is not None else group()
+        else:
+            role = "option"
+        required = p.default is inspect.Parameter.empty and role == "option"
+        out.append(Parameter(p.name, hint, default, docs.get(p.name), role, required))
+    return out
+
+
+def _optional_class(hint: Any) -> type | None:
+    """The settings class of ``hint`` (``Settings`` or ``Settings | None``), else ``None``."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = inner[0] if len(inner) == 1 else None
+    return hint if is_settings_class(hint) else None
+
+
+def options_of(fn: Callable, kind: str = "direction") -> list[Option]:
+    """Every option of a command (its settings', its groups', its own)."""
+    out = []
+    for p in parameters(fn):
+        if p.role == "settings":
+            out += (
+                watermark_options(kind)
+                if p.hint is WatermarkSettings
+                else group_options(p.hint, "")
+            )
+        elif p.role == "group":
+            out += group_options(p.hint, f"{p.name}.", p.default)
+        else:
+            out.append(Option(p.name, p.hint, p.default, p.help, p.required))
+    return out
+
+
+# ---------------------------------------------------------------------- the parser
+
+
+def build_parser(fn: Callable, prog: str, kind: str = "direction") -> ArgumentParser:
+    """The jsonargparse parser of command ``fn`` (with a mark of ``kind``)."""
+    doc = docstring_parser.parse_from_object(fn)
+    description = "\n\n".join(d for d in (doc.short_description, doc.long_description) if d)
+    parser = ArgumentParser(
+        prog=prog,
+        description=description or None,
+        exit_on_error=False,
+        print_config=None,
+        env_prefix=False,
+        default_env=False,
+    )
+    parser.add_argument(
+        "--config",
+        action=ActionConfigFile,
+        help="YAML settings file (repeatable: later files win, flags win over every file)",
+    )
+    parser.add_argument(
+        "--print_config",
+        action="store_true",
+        help="print the settings and options as a file --config reads back (never the key)",
+    )
+    groups: dict[str, Any] = {}
+    for option in options_of(fn, kind):
+        head = option.dest.split(".")[0] if "." in option.dest else ""
+        if head and head not in groups:
+            groups[head] = parser.add_argument_group(f"{head}: {_group_title(fn, head)}")
+        target = groups.get(head, parser)
+        hint = optional_text if option.hint == (str | None) else option.hint
+        given = {"required": True} if option.required else {"default": option.default}
+        target.add_argument(option.flag, type=hint, help=option.help, **given)
+    return parser
+
+
+def _group_title(fn: Callable, head: str) -> str:
+    """The first line of a group's docstring."""
+    cls = None
+    for p in parameters(fn):
+        if p.role == "group" and p.name == head:
+            cls = p.hint
+        elif p.role == "settings" and p.hint is WatermarkSettings and head in GROUPS:
+            cls = GROUPS[head]
+        elif p.role == "settings" and is_settings_class(p.hint):
+            hint = typing.get_type_hints(p.hint).get(head)
+            cls = hint if is_settings_class(hint) else cls
+    doc = (cls.__doc__ or "").strip().split("\n\n")[0] if cls is not None else ""
+    return " ".join(doc.split()) if head != "mark" else "what the key asks of a sentence"
+
+
+# ---------------------------------------------------------------------- the command line
+
+
+@dataclass
+class Invocation:
+    """A parsed command line: the function's arguments, built and checked."""
+
+    fn: Callable
+    kwargs: dict[str, Any]
+    values: dict[str, Any]
+    """Every option as parsed, in the file's form (for ``--print_config``)."""
+    print_config: bool
+    argv: list[str]
+
+    def printed_config(self) -> str:
+        """The settings and options as YAML, in the form ``--config`` reads; never the key."""
+        data = dict(self.values)
+        data.pop("key", None)
+        settings = self.kwargs.get("settings")
+        if isinstance(settings, WatermarkSettings):
+            data.update(settings.to_dict())
+        return yaml.safe_dump(_plain(data), sort_keys=False)
+
+
+def _plain(value: Any) -> Any:
+    """A value YAML can write: tuples as lists, throughout."""
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def parse(fn: Callable, argv: Sequence[str], prog: str) -> Invocation:
+    """Parse ``argv`` (the command's part) into ``fn``'s arguments; raises ``CommandLineError``
+    (``--help`` prints the help and exits with 0)."""
+    from .legacy import modernise
+
+    argv = list(argv)
+    options = {o.dest: o for kind in MARK_KINDS for o in options_of(fn, kind)}
+    takes_watermark = any(p.hint is WatermarkSettings for p in parameters(fn))
+    try:
+        tokens = modernise(argv, options, takes_watermark)
+        files, kind, rest = command_line_layers(tokens, takes_watermark)
+        rest = _normalise(rest, {o.flag: o for o in options.values()})
+        parser = build_parser(fn, prog, kind)
+        config = [a for layer in files for a in ("--config", yaml.safe_dump(layer))]
+        namespace = parser.parse_args(config + rest)
+    except (ValueError, TypeError, OSError) as err:
+        raise CommandLineError(str(err)) from None
+    except Exception as err:  # jsonargparse's ArgumentError
+        if type(err).__name__ != "ArgumentError":
+            raise
+        raise CommandLineError(str(err)) from None
+    values = namespace.as_dict()
+    print_config = bool(values.pop("print_config", False))
+    values.pop("config", None)
+    try:
+        kwargs = build(fn, values)
+    except (SettingsError, ValueError, TypeError) as err:
+        raise CommandLineError(str(err)) from None
+    return Invocation(fn, kwargs, values, print_config, argv)
+
+
+def build(fn: Callable, values: dict[str, Any]) -> dict[str, Any]:
+    """``fn``'s arguments from parsed ``values`` (the file's form): the settings and the groups
+    built, each checked; every problem named by its flag."""
+    kwargs: dict[str, Any] = {}
+    problems: list[str] = []
+    taken: set[str] = set()
+    for p in parameters(fn):
+        try:
+            if p.role == "settings" and p.hint is WatermarkSettings:
+                own = {*GROUPS, "key", "allow_weak_key", "chat"}
+                kwargs[p.name] = WatermarkSettings.from_dict({k: values[k] for k in own})
+                taken |= own
+            elif p.role == "settings":
+                names = [f.name for f in dataclasses.fields(p.hint) if f.init]
+                kwargs[p.name] = _build_class(p.hint, {k: values[k] for k in names}, "")
+                taken |= set(names)
+            elif p.role == "group":
+                kwargs[p.name] = _build_class(p.hint, values[p.name], f"{p.name}.")
+                taken.add(p.name)
+            else:
+                kwargs[p.name] = values[p.name]
+        except SettingsError as err:
+            problems += err.problems
+    if problems:
+        raise SettingsError("invalid settings", [_named(p) for p in problems])
+    return kwargs
+
+
+def _build_class(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    """``cls`` from ``data``; its ``ValueError`` becomes a ``SettingsError`` whose problems
+    start with their place (``calibration.num_keys must be >= 2``)."""
+    hints = typing.get_type_hints(cls)
+    data = {
+        k: _build_class(hints[k], v, f"{prefix}{k}.") if is_settings_class(hints[k]) else v
+        for k, v in data.items()
+    }
+    try:
+        return cls(**data)
+    except SettingsError as err:
+        raise SettingsError("invalid settings", [f"{prefix}{p}" for p in err.problems]) from None
+    except ValueError as err:
+        lines = [line.strip() for line in str(err).splitlines()[1:] if line.strip()]
+        lines = lines or [str(err)]
+        raise SettingsError("invalid settings", [f"{prefix}{line}" for line in lines]) from None
+
+
+def _named(problem: str) -> str:
+    """A problem that starts with a setting's place, with its flag beside it."""
+    head, _, tail = problem.partition(" ")
+    if head and all(part.isidentifier() for part in head.split(".")):
+        return f"{head} (--{head}) {tail}"
+    return problem
+
+
+def _normalise(tokens: list[str], options: dict[str, Option]) -> list[str]:
+    """A boolean flag alone becomes ``FLAG true``; a list flag's occurrences (``--x a,b --x c``)
+    become one JSON list at the first one's place (a YAML list ``'[a, b]'`` is taken as it is)."""
+    out: list[str] = []
+    lists: dict[str, list] = {}
+    i = 0
+    while i < len(tokens):
+        name, eq, inline = tokens[i].partition("=")
+        option = options.get(name)
+        has_value = bool(eq) or (i + 1 < len(tokens) and not tokens[i + 1].startswith("--"))
+        if option is not None and option.is_bool and not has_value:
+            out += [name, "true"]
+            i += 1
+            continue
+        if option is not None and option.item is not None and has_value:
+            value = inline if eq else tokens[i + 1]
+            i += 1 if eq else 2
+            if name not in lists:
+                lists[name] = []
+                out.append(name)  # its place; the value is filled in below
+            lists[name] += _list_items(value, option.item)
+            continue
+        out.append(tokens[i])
+        i += 1
+    return [
+        f"{t}={json.dumps(lists.pop(t))}" if t in lists and t.startswith("--") else t for t in out
+    ]
+
+
+def _list_items(value: str, item: type) -> list:
+    if value.lstrip().startswith("["):
+        loaded = yaml.safe_load(value)
+        if isinstance(loaded, list):
+            return loaded
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    return parts if item is str else [yaml.safe_load(p) for p in parts]

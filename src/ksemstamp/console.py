@@ -1,0 +1,180 @@
+"""Running a command in a terminal: what it shows, and never the key.
+
+``call`` parses a command line for a command function (``commandline``) and calls it, or prints
+its settings (``--print_config``). A command line that cannot be used is one line on stderr and
+exit status 2; settings that fail only once objects are built (gamma * K, a centroid file, an
+encoder) and unusable files are one line and status 2 as well. No value that may be the key is
+repeated in a message (``hide_secrets``). While a command runs, the library's log shows on
+stderr one plain line a record, and a warning (a deprecated spelling, the demo key) as one
+``warning:`` line (``console_output``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from .commandline import CommandLineError, options_of, parse
+
+ARGV: list[str] = []
+"""The command line of the command being run (``calibrate`` records it, the key hidden)."""
+
+
+def call(fn: Callable, argv: Sequence[str], prog: str) -> int:
+    """Parse ``argv`` for command ``fn`` and call it, or print its settings (``--print_config``).
+
+    A bad command line is one line on stderr and ``SystemExit(2)``; settings that fail only
+    once objects are built (gamma * K, centroid files, encoders) and unusable files are one line
+    and status 2. The library's log and warnings show on stderr while it runs
+    (``console_output``).
+    """
+    from .assets import AssetError
+
+    argv = list(argv)
+    if getattr(fn, "takes_argv", False):
+        return fn(argv)
+    with console_output():
+        try:
+            invocation = parse(fn, argv, prog)
+        except CommandLineError as err:
+            known = sorted({o.flag for o in options_of(fn)} | {"--config", "--print_config"})
+            message = hide_secrets(one_line(err), argv, known)
+            print(f"{prog}: error: {message}", file=sys.stderr)
+            raise SystemExit(2) from None
+        if invocation.print_config:
+            print(invocation.printed_config(), end="")
+            return 0
+        if invocation.kwargs.get("quiet"):
+            quiet_model_loading()
+        ARGV[:] = argv
+        try:
+            return fn(**invocation.kwargs)
+        except (ValueError, FileNotFoundError, AssetError) as err:
+            # Messages never hold the key; the key's value is blanked all the same.
+            print("error: " + hide_secrets(" ".join(str(err).split()), argv), file=sys.stderr)
+            return 2
+        except OSError as err:
+            # An output that is read-only, a folder, or on a full disk: what and where.
+            where = f"{err.filename}: " if err.filename else ""
+            print(f"error: {where}{err.strerror or err}", file=sys.stderr)
+            return 2
+
+
+def quiet_model_loading() -> None:
+    """No progress bars while models load (transformers' and the Hugging Face Hub's)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+class _StderrHandler(logging.Handler):
+    """Log records as plain lines on the current ``sys.stderr`` (tests capture it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stderr)
+
+
+@contextmanager
+def console_output() -> Iterator[None]:
+    """While a command runs: the library's log on stderr, one plain line each, and warnings
+    as one ``warning:`` line each (a deprecated spelling, the demo key)."""
+    package = logging.getLogger("ksemstamp")
+    if any(isinstance(h, _StderrHandler) for h in package.handlers):
+        yield  # already set up by an outer command
+        return
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level, propagate = package.level, package.propagate
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    package.propagate = False
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+        package.removeHandler(handler)
+        package.setLevel(level)
+        package.propagate = propagate
+
+
+# ---------------------------------------------------------------------- errors without secrets
+
+UNRECOGNIZED = "unrecognized arguments:"
+
+
+def hide_secrets(message: str, argv: Sequence[str], known: Sequence[str] = ()) -> str:
+    """``message`` without any value that may be the key.
+
+    Arguments the parser did not know are named by their flags only, each with the closest
+    flag of ``known``: the value after a mistyped ``--kye`` is most likely the key. The value of
+    ``--key`` and ``$KSEMSTAMP_KEY`` are blanked wherever else they appear (a key given under
+    another flag by mistake is quoted in that flag's message).
+    """
+    import os
+
+    from .keys import KEY_ENV
+
+    head, found, listed = message.partition(UNRECOGNIZED)
+    if found:
+        message = head + UNRECOGNIZED + " " + _unrecognized(listed.strip(), argv, known)
+    secrets = {os.environ.get(KEY_ENV) or ""}
+    for i, token in enumerate(argv):
+        if token == "--key" and i + 1 < len(argv):
+            secrets.add(argv[i + 1])
+        elif token.startswith("--key="):
+            secrets.add(token.removeprefix("--key="))
+    # A short key is refused as weak anyway; blanking a letter or two would garble messages.
+    for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message
+
+
+def _unrecognized(listed: str, argv: Sequence[str], known: Sequence[str]) -> str:
+    """The unknown arguments ``listed`` (space-separated, in command-line order): their flags
+    with a suggestion each, and how many values went with them, none shown."""
+    import difflib
+
+    taken, pos = [], 0
+    for token in argv:
+        end = pos + len(token)
+        if listed.startswith(token, pos) and (end == len(listed) or listed[end] == " "):
+            taken.append(token)
+            pos = end + 1
+    if pos < len(listed):  # not the tokens of this command line: show none of it
+        return "(not shown: one may be the key)"
+    parts, values = [], 0
+    for token in taken:
+        name, eq, _ = token.partition("=")
+        if not name.startswith("-"):
+            values += 1
+            continue
+        values += bool(eq)
+        close = difflib.get_close_matches(name, list(known), n=1)
+        parts.append(name + (f" (did you mean {close[0]}?)" if close else ""))
+    if values:
+        parts.append(f"{values} value{'s' if values > 1 else ''}")
+    return ", ".join(parts) + "; values are not shown, as one may be the key"
+
+
+def one_line(err: BaseException) -> str:
+    """``err``'s message on one line, each setting named by its place and its flag.
+
+    jsonargparse's messages span lines, name a setting ``Parser key "sampling.seed"`` and a type
+    ``<class 'float'>``; the settings list one problem a line.
+    """
+    message = ""
+    for line in (" ".join(line.split()) for line in str(err).splitlines()):
+        if line:
+            message += ("" if not message else " " if message.endswith(":") else "; ") + line
+    message = re.sub(r"<class '([\w.]+)'>", r"\1", message)
+    return re.sub(r'Parser key "([\w.]+)":', lambda m: f"{m[1]} (--{m[1]}):", message)

@@ -1,0 +1,7 @@
+"""What the ``Detector`` computes: key-free scoring plans and the exact tests on them.
+May import: ksemstamp core modules and text; never cli, builders, config, watermarker, detector or marks.
+
+* ``plans``: ``ScoringPlan``, a text's sentences, regions and vectors before any key;
+* ``stats``: the paper's z-test and the exact key-randomisation tests;
+* ``scan``: the span and mixture tests for a marked passage inside human text.
+"""

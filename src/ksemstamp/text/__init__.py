@@ -1,0 +1,9 @@
+"""Text handling shared by generation, detection and training: normalisation, sentences, corpora.
+May import: ksemstamp core modules; never cli, builders, config, watermarker, detector or marks.
+
+* ``normalize``: the normalised form every text is read in;
+* ``splitter``: sentence splitting, and how a continuation of a prompt is cut;
+* ``textcheck``: input that is not text, or in a script the models do not read;
+* ``corpora``: the offline news corpus and its held-out prompts;
+* ``corpusfile``: a user's domain corpus file, checked.
+"""

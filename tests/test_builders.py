@@ -1,0 +1,50 @@
+"""The builders take loaded models as well as names (no real model is loaded here)."""
+
+from __future__ import annotations
+
+import ksemstamp.assets as assets
+import ksemstamp.generation.sampler as sampler_module
+from ksemstamp.builders import build_detector, build_scheme, build_watermarker
+from ksemstamp.settings import WatermarkSettings
+
+SETTINGS = WatermarkSettings.from_dict(
+    {"partition": {"kind": "lsh"}, "mark": {"kind": "region"}, "key": "builders-test-key"}
+)
+
+
+def test_a_loaded_encoder_is_used_as_it_is_and_a_name_is_loaded(monkeypatch, hash_encoder):
+    loaded = []
+    monkeypatch.setattr(
+        assets, "load_encoder", lambda spec, device="cpu": loaded.append(spec) or hash_encoder
+    )
+    assert build_scheme(SETTINGS, encoder=hash_encoder).encoder is hash_encoder
+    assert build_detector(SETTINGS, encoder=hash_encoder).scheme.encoder is hash_encoder
+    assert loaded == []
+    build_scheme(SETTINGS, encoder="my-encoder")
+    build_scheme(SETTINGS)
+    assert loaded == ["my-encoder", SETTINGS.model.encoder]
+
+
+class _Sampler:
+    """Stands in for ``CandidateSampler``: records the model it was given."""
+
+    def __init__(self, model, tokenizer, splitter, config):
+        self.model, self.tokenizer, self.config = model, tokenizer, config
+
+
+def test_a_loaded_lm_is_used_as_it_is_and_a_name_is_loaded(monkeypatch, hash_encoder):
+    monkeypatch.setattr(sampler_module, "CandidateSampler", _Sampler)
+    loaded = []
+
+    def load_lm(spec, device="cpu", dtype="auto"):
+        loaded.append((spec, dtype))
+        return "model", "tokenizer"
+
+    monkeypatch.setattr(assets, "load_lm", load_lm)
+    held = ("my model", "my tokenizer")
+    watermarker = build_watermarker(SETTINGS, lm=held, encoder=hash_encoder)
+    assert (watermarker.sampler.model, watermarker.sampler.tokenizer) == held and loaded == []
+    assert watermarker.sampler.config is SETTINGS.sampling
+    build_watermarker(SETTINGS, lm="gpt2", encoder=hash_encoder)
+    build_watermarker(SETTINGS, encoder=hash_encoder)
+    assert loaded == [("gpt2", "auto"), (SETTINGS.model.lm, "auto")]

@@ -1,0 +1,250 @@
+"""The command line: flags from the settings groups and the commands' signatures, files,
+printing, errors, and the spelling of earlier releases. No model is loaded."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import yaml
+
+from ksemstamp.calibration import CalibrationSettings
+from ksemstamp.cli import COMMANDS, main, resolve
+from ksemstamp.commandline import CommandLineError, parameters, parse
+from ksemstamp.evaluation.settings import EvalSettings
+from ksemstamp.settings import GROUPS, MARK_KINDS, RegionSettings, WatermarkSettings
+
+SECRET = "s3cret-Key-Value-9b1e"
+
+
+def _parse(argv):
+    fn, prog, rest = resolve(argv, "ksemstamp")
+    return parse(fn, rest, prog)
+
+
+def _help(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        _parse([*argv, "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_every_command_is_one_function_in_one_registry():
+    for name, entry in COMMANDS.items():
+        for fn in entry.values() if isinstance(entry, dict) else [entry]:
+            assert callable(fn) and fn.__doc__, name
+
+
+@pytest.mark.parametrize("kind", list(MARK_KINDS))
+def test_every_setting_is_a_flag_of_its_group(kind, capsys):
+    shown = _help(["detect", "--mark.kind", kind], capsys)
+    for name, cls in {**GROUPS, "mark": MARK_KINDS[kind]}.items():
+        for f in dataclasses.fields(cls):
+            assert re.search(rf"--{name}\.{f.name}[ \n]", shown), f"--{name}.{f.name}"
+    other = next(k for k in MARK_KINDS if k != kind)
+    own = {f.name for f in dataclasses.fields(MARK_KINDS[kind])}
+    for f in dataclasses.fields(MARK_KINDS[other]):
+        if f.name not in own:
+            assert f"--mark.{f.name} " not in shown  # only the mark in force has its fields
+
+
+def test_every_command_shows_its_own_options_and_groups(capsys):
+    shown = _help(["calibrate"], capsys)
+    for f in dataclasses.fields(CalibrationSettings):
+        assert f"--calibration.{f.name}" in shown
+    assert "--output_dir" in shown and "--quiet" in shown
+    shown = _help(["evaluate"], capsys)
+    for f in dataclasses.fields(EvalSettings):
+        assert f"--{f.name}" in shown
+    assert "--kgw.bias" in shown and "--model.lm" not in shown
+
+
+def test_files_in_order_then_flags_wherever_they_stand(tmp_path):
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("mark: {kind: region, gamma: 0.5, margin: 0.01}\nsampling: {seed: 3}\n")
+    second.write_text("mark: {margin: 0.02}\nsearch: {adaptive_batch: false}\n")
+    argv = ["detect", "--sampling.seed", "9", "--config", str(first), f"--config={second}"]
+    settings = _parse([*argv, "--search.adaptive_batch"]).kwargs["settings"]
+    assert settings.mark == RegionSettings(gamma=0.5, margin=0.02)
+    assert settings.sampling.seed == 9 and settings.search.adaptive_batch is True
+    settings = _parse(argv).kwargs["settings"]
+    assert settings.search.adaptive_batch is False and settings.partition.lsh_bits == 3
+
+
+def test_another_kind_of_mark_replaces_the_mark_whole(tmp_path):
+    region = tmp_path / "region.yaml"
+    region.write_text("mark: {kind: region, gamma: 0.5}\n")
+    direction = tmp_path / "direction.yaml"
+    direction.write_text("mark: {kind: direction, whiten: 3}\n")
+    settings = _parse(["detect", "--config", str(region), "--config", str(direction)])
+    assert settings.kwargs["settings"].mark.whiten == 3
+    flagged = _parse(["detect", "--config", str(direction), "--mark.kind", "region"])
+    assert flagged.kwargs["settings"].mark == RegionSettings()
+    with pytest.raises(CommandLineError, match="mark.gamma"):
+        _parse(["detect", "--config", str(direction), "--mark.gamma", "0.3"])
+
+
+def test_booleans_nulls_lists_and_text_as_typed():
+    run = _parse(["detect", "--search.adaptive_batch", "false", "--quiet"])
+    assert run.kwargs["settings"].search.adaptive_batch is False and run.kwargs["quiet"] is True
+    run = _parse(
+        ["detect", "--mark.threshold", "null", "--key", "#x", "--model.lm", "null"]
+        + ["--text", "null", "--prompt", "# A: b"]
+    )
+    settings = run.kwargs["settings"]
+    # A str setting is what was typed: YAML would make '#x' and 'null' into None.
+    assert (settings.mark.threshold, settings.key, settings.model.lm) == (None, "#x", "null")
+    assert (run.kwargs["text"], run.kwargs["prompt"]) == ("null", "# A: b")
+    run = _parse(
+        ["calibrate", "--calibration.sources", "news,tweets", "--calibration.watermarked", "a"]
+        + ["--calibration.watermarked", "b", "--calibration.alphas", "[0.001, 0.01]"]
+    )
+    calibration = run.kwargs["calibration"]
+    assert calibration.sources == ("news", "tweets") and calibration.watermarked == ("a", "b")
+    assert calibration.alphas == (0.001, 0.01)
+
+
+def test_print_config_is_a_complete_file_that_reads_back(tmp_path, capsys):
+    file = tmp_path / "k.yaml"
+    file.write_text(f"key: {SECRET}\nmark: {{kind: region, gamma: 0.5}}\n")
+    argv = ["calibrate", "--config", str(file), "--key", SECRET, "--calibration.num_keys", "7"]
+    assert main([*argv, "--print_config"]) == 0
+    printed = capsys.readouterr().out
+    data = yaml.safe_load(printed)
+    assert SECRET not in printed and "key" not in data
+    assert data["mark"] == {**dataclasses.asdict(RegionSettings()), "gamma": 0.5}
+    assert data["calibration"]["num_keys"] == 7 and data["output_dir"] == "docs/calibration"
+    assert set(data) >= {*GROUPS, "calibration", "quiet"}
+    again = tmp_path / "printed.yaml"
+    again.write_text(printed)
+    first, back = _parse(argv), _parse(["calibrate", "--config", str(again)])
+    assert back.kwargs["calibration"] == first.kwargs["calibration"]
+    assert back.kwargs["settings"].to_dict() == first.kwargs["settings"].to_dict()
+
+
+@pytest.mark.parametrize(
+    "argv,named",
+    [
+        (["detect", "--mark.kind", "region", "--mark.gamma", "abc"], "--mark.gamma"),
+        (["detect", "--search.candidate_batch", "0"], "--search.candidate_batch"),
+        (["detect", "--gama", "0.5"], "--gama"),
+        (["detect", "--mark.kind", "region", "--mark.margin_patience", "x"], "margin_patience"),
+        (["calibrate", "--calibration.window_words", "0"], "--calibration.window_words"),
+        (["evaluate", "--num_prompts", "0"], "--num_prompts"),
+        (["evaluate", "--algorithms", "ksemstamp,unigram"], "unigram"),
+        (["launch"], "launch"),
+    ],
+)
+def test_bad_settings_are_one_line_and_exit_2(argv, named, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--key", SECRET] if argv[0] not in ("evaluate", "launch") else argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert named in err and SECRET not in err
+
+
+def test_bad_files_are_one_line_without_the_key(tmp_path, capsys):
+    cases = {
+        "broken.yaml": f'sampling: {{seed: 1}}\nkey: "{SECRET}\n',
+        "unknown.yaml": f"serch: {{max_candidates: 3}}\nkey: {SECRET}\n",
+        "wrong.yaml": f"search: {{max_candidates: high}}\nkey: {SECRET}\n",
+        "keytype.yaml": "key: [1, 2]\n",
+    }
+    for name, text in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(SystemExit) as exit_:
+            main(["detect", "--config", str(path), "--print_config"])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, err
+        assert SECRET not in err and "[1, 2]" not in err
+    with pytest.raises(SystemExit):
+        main(["detect", "--config", str(tmp_path / "broken.yaml")])
+    assert "broken.yaml: YAML error at line" in capsys.readouterr().err
+
+
+def test_evaluate_takes_its_settings_from_files_and_flags(tmp_path):
+    file = tmp_path / "eval.yaml"
+    attacks = [{"name": n, "paraphraser": "wordnet"} for n in ("a", "b", "c")]
+    file.write_text(yaml.safe_dump({"num_prompts": 9, "attacks": attacks, "seed": 2}))
+    run = _parse(
+        ["evaluate", "--config", str(file), "--algorithms", "ksemstamp", "--num_prompts", "5"]
+        + ["--only_attacks", "c,a", "--watermark_overrides", "{search: {max_candidates: 20}}"]
+        + ["--kgw.bias", "3.0"]
+    )
+    settings = run.kwargs["settings"]
+    assert isinstance(settings, EvalSettings)
+    assert (settings.algorithms, settings.num_prompts, settings.seed) == (["ksemstamp"], 5, 2)
+    assert settings.watermark_overrides == {"search": {"max_candidates": 20}}
+    assert settings.kgw.bias == 3.0 and settings.kgw.greenlist_ratio == 0.25
+    assert settings.watermark_config("ksemstamp").search.max_candidates == 20
+    chosen = settings.select_attacks(run.kwargs["only_attacks"])
+    assert [a["name"] for a in chosen.attacks] == ["c", "a"]
+    with pytest.raises(ValueError, match="unknown attacks"):
+        settings.select_attacks(["d"])
+
+
+def test_the_spelling_of_earlier_releases_reads_with_a_warning(tmp_path):
+    flat = tmp_path / "old.yaml"
+    flat.write_text("mark: region\ngamma: 0.3\nmax_candidates: 9\n")
+    with pytest.warns(FutureWarning) as caught:
+        run = _parse(
+            ["calibrate", "--config", str(flat), "--max-new-tokens", "40", "--no-adaptive-batch"]
+            + ["--num-keys", "5", "--calibration-seed", "2", "--seed", "7"]
+        )
+    messages = " ".join(str(w.message) for w in caught)
+    assert "gamma -> mark.gamma" in messages and "--max-new-tokens -> --sampling.max_new_tokens"
+    assert "--num-keys -> --calibration.num_keys" in messages
+    settings, calibration = run.kwargs["settings"], run.kwargs["calibration"]
+    assert settings.mark == RegionSettings(gamma=0.3) and settings.search.max_candidates == 9
+    assert settings.sampling.max_new_tokens == 40 and settings.search.adaptive_batch is False
+    assert (calibration.num_keys, calibration.seed, settings.sampling.seed) == (5, 2, 7)
+    with pytest.warns(FutureWarning, match="--no-watermark -> --watermark false"):
+        assert _parse(["generate", "--no-watermark"]).kwargs["watermark"] is False
+
+
+def test_a_command_s_signature_is_its_options():
+    roles = {p.name: p.role for p in parameters(COMMANDS["calibrate"])}
+    assert roles == {
+        "settings": "settings",
+        "calibration": "group",
+        "output_dir": "option",
+        "quiet": "option",
+    }
+    assert isinstance(_parse(["calibrate"]).kwargs["settings"], WatermarkSettings)
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (["detect", "--kye", SECRET, "--text", "A. B."], "--kye (did you mean --key?)"),
+        (["detect", "--kye=" + SECRET, "--text", "A. B."], "--kye (did you mean --key?)"),
+        (["detect", "--text", "A. B.", SECRET], "1 value"),
+        (["keygen", "--key", SECRET], "--key"),
+        (["generate", "--prompt", "A.", "--keyy", SECRET, "--gama", "0.5"], "--keyy"),
+    ],
+)
+def test_a_mistyped_flag_is_named_but_no_value_is_echoed(argv, shown, capsys):
+    # The value after a mistyped flag may be the key: an error names the flags it did not know,
+    # never the values around them.
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert SECRET not in err and "unrecognized arguments" in err and shown in err
+    assert "not shown" in err
+
+
+def test_the_key_never_appears_in_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setenv("KSEMSTAMP_KEY", SECRET)
+    for argv in (
+        ["generate", "--key", SECRET, "--search.max_candidates", SECRET],
+        ["generate", f"--key={SECRET}", "--mark.kind", SECRET],
+        ["generate", "--mark.context", SECRET],  # the key put in the wrong place
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
+        err = capsys.readouterr().err
+        assert SECRET not in err and "***" in err

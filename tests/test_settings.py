@@ -1,0 +1,274 @@
+"""The settings: one source for every default, complete files, layering, the flat spelling.
+
+No model is loaded: these build settings and inspect signatures only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import pkgutil
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+import ksemstamp
+from ksemstamp.settings import (
+    GROUPS,
+    MARK_KINDS,
+    DirectionSettings,
+    RegionSettings,
+    SearchSettings,
+    SettingsError,
+    WatermarkSettings,
+)
+from ksemstamp.settings_files import FLAT_KEYS, load_watermark_settings, merge, unflatten
+
+CONFIGS = Path(__file__).parents[1] / "configs"
+OWN = ("key", "allow_weak_key", "chat")
+
+
+def _default(place: str):
+    """The default of the setting at ``place`` (``search.max_candidates``, ``mark.threshold``
+    of the direction mark, ``mark.gamma`` of the region mark, ``chat``)."""
+    if "." not in place:
+        return WatermarkSettings.__dataclass_fields__[place].default
+    group, name = place.split(".")
+    classes = list(MARK_KINDS.values()) if group == "mark" else [GROUPS[group]]
+    cls = next(c for c in classes if name in c.__dataclass_fields__)
+    return cls.__dataclass_fields__[name].default
+
+
+# ---------------------------------------------------------------------- one source
+
+
+STANDS_FOR = {
+    ("ksemstamp.detector", "Detector"): {
+        "statistic": "detection.statistic",
+        "alpha": "detection.alpha",
+        "max_chars": "limits.max_text_chars",
+        "scan": "mark.scan",
+    },
+    ("ksemstamp.watermarker", "Watermarker"): {"chat": "chat"},
+    ("ksemstamp.marks.direction", "DirectionMark"): {
+        "threshold": "mark.threshold",
+        "selection": "mark.selection",
+    },
+    ("ksemstamp.marks.region", "RegionMark"): {
+        "novelty_patience": "mark.novelty_patience",
+        "margin_patience": "mark.margin_patience",
+    },
+    ("ksemstamp.generation.pruning", "PruneRule"): {
+        "every": "search.prune_tokens",
+        "keep": "search.prune_keep",
+        "margin": "search.prune_margin",
+    },
+    ("ksemstamp.partition", "KMeansPartition"): {"margin": "mark.margin"},
+    ("ksemstamp.partition", "LSHPartition"): {
+        "bits": "partition.lsh_bits",
+        "margin": "mark.margin",
+        "seed": "partition.lsh_seed",
+    },
+}
+"""The constructor arguments that stand for a setting under another name, or a field of one
+kind of mark, and the setting they stand for."""
+NOT_SETTINGS = {
+    ("ksemstamp.generation.prompts", "PromptStart"): {"kind", "context", "seed"},
+    ("ksemstamp.detection.plans", "ScoringPlan"): {"seed"},
+}
+"""Arguments that share a setting's name and mean something else (a prompt's kind, the sentence
+before a text, the sentence that seeds it)."""
+CORE = ("watermarker", "detector", "scheme", "partition", "marks", "generation", "detection")
+"""The modules of the classes the builders make from the settings."""
+SETTINGS_CLASSES = {*GROUPS.values(), *MARK_KINDS.values(), WatermarkSettings}
+
+
+def _core_classes():
+    for info in pkgutil.walk_packages(ksemstamp.__path__, "ksemstamp."):
+        if info.name.split(".")[1] not in CORE:
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if inspect.isclass(obj) and obj.__module__ == module.__name__ and name[0] != "_":
+                yield (module.__name__, name), obj
+
+
+def _setting_names() -> set[str]:
+    names = set(OWN)
+    for cls in [*GROUPS.values(), *MARK_KINDS.values()]:
+        names |= {f.name for f in dataclasses.fields(cls) if f.init}
+    return names
+
+
+def test_no_public_constructor_default_differs_from_the_settings():
+    """The single-source rule: every constructor argument of the classes built from the
+    settings that stands for a setting defaults to that setting's default; one that takes a
+    settings group defaults to ``None`` (the group's defaults) or to the group's defaults."""
+    names = _setting_names()
+    checked = set()
+    for where, cls in _core_classes():
+        if cls in SETTINGS_CLASSES:
+            continue
+        for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+            if p.default is inspect.Parameter.empty:
+                continue
+            # Annotations are strings here (``from __future__ import annotations``).
+            hint = str(p.annotation).replace("|", " ").split()
+            group = [c for c in SETTINGS_CLASSES if c.__name__ in hint]
+            if "MarkSettings" in hint:  # either kind: None is the default mark's
+                assert p.default is None, (where, p.name)
+                checked.add((where, p.name))
+                continue
+            if group:
+                assert p.default is None or p.default == group[0](), (where, p.name)
+                continue
+            place = STANDS_FOR.get(where, {}).get(p.name)
+            if place is None and p.name in names and p.name not in NOT_SETTINGS.get(where, ()):
+                place = next(f"{g}.{p.name}" for g in GROUPS if p.name in _group_fields(g))
+            if place is None:
+                continue
+            assert p.default == _default(place), f"{where[1]}({p.name}={p.default!r}): {place}"
+            checked.add((where, p.name))
+    # Every argument listed above exists and was checked (a rename would skip it silently).
+    listed = {(w, n) for w, args in STANDS_FOR.items() for n in args}
+    listed.add((("ksemstamp.scheme", "WatermarkScheme"), "mark"))
+    assert listed <= checked, listed - checked
+
+
+def _group_fields(group: str) -> set[str]:
+    classes = list(MARK_KINDS.values()) if group == "mark" else [GROUPS[group]]
+    return {f.name for c in classes for f in dataclasses.fields(c)}
+
+
+def test_the_rule_catches_a_default_of_its_own(monkeypatch):
+    from ksemstamp.detector import Detector
+
+    original = Detector.__init__
+
+    def own_default(self, scheme, statistic="exact", alpha=0.05, max_chars=None, scan=True):
+        original(self, scheme, statistic, alpha, max_chars, scan)
+
+    monkeypatch.setattr(Detector, "__init__", own_default)
+    with pytest.raises(AssertionError, match="alpha"):
+        test_no_public_constructor_default_differs_from_the_settings()
+
+
+# ---------------------------------------------------------------------- complete files
+
+
+def test_every_setting_is_in_the_default_file_with_its_default():
+    """``configs/ksemstamp.yaml`` lists every field of every group, each at its default (the
+    region mark's fields are in ``configs/ksemstamp-region.yaml``, the other kind's file)."""
+    data = yaml.safe_load((CONFIGS / "ksemstamp.yaml").read_text())
+    assert data == WatermarkSettings().to_dict()
+    region = yaml.safe_load((CONFIGS / "ksemstamp-region.yaml").read_text())["mark"]
+    assert region == dataclasses.asdict(RegionSettings())
+    # ... and every field of every group is one of them.
+    for name, cls in GROUPS.items():
+        if name != "mark":
+            assert set(data[name]) == {f.name for f in dataclasses.fields(cls)}, name
+    assert set(data) == {*GROUPS, "allow_weak_key", "chat"}  # the key is never in a file
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_file_loads_on_the_defaults_without_a_warning(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        settings = load_watermark_settings([CONFIGS / "ksemstamp.yaml", path])
+    assert settings.search.max_candidates >= 1
+
+
+# ---------------------------------------------------------------------- groups and checks
+
+
+def test_every_problem_is_named_by_its_place():
+    data = {
+        "partition": {"kind": "grid"},
+        "search": {"candidate_batch": 0},
+        "mark": {"kind": "region", "gamma": 1.5, "margin": -1},
+    }
+    with pytest.raises(SettingsError) as err:
+        WatermarkSettings.from_dict(data)
+    problems = err.value.problems
+    assert {p.split(" ")[0] for p in problems} == {
+        "partition.kind",
+        "search.candidate_batch",
+        "mark.gamma",
+        "mark.margin",
+    }
+
+
+def test_a_mark_has_only_its_own_fields():
+    with pytest.raises(TypeError):
+        DirectionSettings(gamma=0.3)
+    with pytest.raises(SettingsError, match="mark.gamma is not a setting of the direction mark"):
+        WatermarkSettings.from_dict({"mark": {"gamma": 0.3}})
+    region = WatermarkSettings.from_dict({"mark": {"kind": "region", "gamma": 0.5}})
+    assert isinstance(region.mark, RegionSettings) and region.mark.gamma == 0.5
+    assert region.to_dict()["mark"]["kind"] == "region" and "whiten" not in region.to_dict()["mark"]
+    with pytest.raises(SettingsError, match="'paper' is defined for the region mark only"):
+        WatermarkSettings(
+            detection=dataclasses.replace(WatermarkSettings().detection, statistic="paper")
+        )
+
+
+def test_the_key_is_never_in_a_dict_or_repr():
+    settings = WatermarkSettings(key="super-secret-value")
+    assert "super-secret-value" not in repr(settings)
+    assert "key" not in settings.to_dict()
+    assert settings.updated({"search": {"max_candidates": 3}}).key == "super-secret-value"
+
+
+def test_layers_merge_field_by_field_and_another_kind_replaces_the_mark():
+    base = WatermarkSettings().to_dict()
+    direction = merge(base, {"mark": {"context": "previous"}, "search": {"max_candidates": 7}})
+    assert direction["mark"]["context"] == "previous" and direction["mark"]["whiten"] == 64
+    assert direction["search"]["max_candidates"] == 7 and direction["search"]["prune_keep"] == 12
+    region = merge(direction, {"mark": {"kind": "region", "gamma": 0.5}})
+    assert region["mark"] == {"kind": "region", "gamma": 0.5}
+    assert WatermarkSettings.from_dict(region).mark == RegionSettings(gamma=0.5)
+    settings = WatermarkSettings().updated({"mark": {"kind": "region"}})
+    assert settings.mark == RegionSettings()
+
+
+# ---------------------------------------------------------------------- the flat spelling
+
+
+def test_flat_files_load_for_one_release_with_a_warning_naming_the_new_spelling(tmp_path):
+    flat = tmp_path / "old.yaml"
+    flat.write_text("mark: region\ngamma: 0.3\nmax_candidates: 9\nwhiten: 0\nseed: 4\n")
+    with pytest.warns(FutureWarning, match="gamma -> mark.gamma.*max_candidates -> search"):
+        settings = load_watermark_settings([CONFIGS / "ksemstamp.yaml", flat])
+    assert settings.mark == RegionSettings(gamma=0.3)  # whiten never applied to it
+    assert settings.search.max_candidates == 9 and settings.sampling.seed == 4
+    assert unflatten({"search": {"max_candidates": 2}}) == {"search": {"max_candidates": 2}}
+
+
+def test_every_flat_key_of_the_earlier_releases_has_a_place():
+    earlier = [
+        "lm", "lm_dtype", "threads", "encoder", "partition", "centroids", "checkpoint",
+        "lsh_bits", "lsh_seed", "gamma", "margin", "valid_mode", "mark", "context",
+        "context_temperature", "whiten", "scan", "threshold", "max_candidates", "selection",
+        "prune_tokens", "prune_keep", "prune_margin", "novelty_patience", "margin_patience",
+        "sentence_time_budget", "candidate_batch", "adaptive_batch", "sampler_strategy",
+        "max_new_tokens", "max_sentence_tokens", "temperature", "repetition_penalty", "top_k",
+        "top_p", "seed", "statistic", "alpha", "prompt_batch", "max_prompt_tokens",
+        "max_text_chars", "device",
+    ]  # fmt: skip
+    assert sorted(FLAT_KEYS) == sorted(earlier)
+
+
+def test_the_flat_class_still_builds_the_same_settings():
+    from ksemstamp.config import WatermarkConfig
+
+    with pytest.warns(DeprecationWarning, match="WatermarkSettings"):
+        flat = WatermarkConfig(key="k", mark="region", novelty_patience=3, max_candidates=12)
+    settings = flat.to_settings()
+    assert settings.mark == RegionSettings(novelty_patience=3) and settings.key == "k"
+    assert settings.search == SearchSettings(max_candidates=12)
+    assert flat.alpha == settings.detection.alpha  # its defaults are the groups'
+    with pytest.raises(ValueError, match="candidate_batch"):
+        WatermarkConfig(candidate_batch=0)
