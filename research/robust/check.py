@@ -1,0 +1,149 @@
+"""A design check on real generations (research only): held-out ``val`` prompts generated under
+a design, attacked by the evaluation's Gemma paraphrase, detected; the decision rate at alpha 1%
+(and per key), the median z and the effective sentences per text, clean and attacked.
+
+    KSEMSTAMP_ALLOW_WEAK_KEY=1 python -m research.robust.check --name base --prompts 24 \
+        [--encoder FOLDER --centroids FILE] [--selection text]
+
+Generations and attacks are cached under ``runs/robust/check-NAME/`` (reruns resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ksemstamp.assets import load_encoder, load_lm
+from ksemstamp.builders import build_detector, build_scheme, build_watermarker
+from ksemstamp.evaluation.rewrite import build_attack
+from ksemstamp.settings import WatermarkSettings
+from ksemstamp.text.splitter import get_splitter
+
+from .common import RUNS, read_jsonl
+
+KEYS = ("robust-check-key-0", "robust-check-key-1", "robust-check-key-2")
+ATTACK = {
+    "name": "lm-paraphrase",
+    "paraphraser": "lm",
+    "model": "gemma3-270m",
+    "prompts": "reword",
+    "num_candidates": 4,
+    "select": "best",
+}
+
+
+def config(args, key: str) -> WatermarkSettings:
+    model = {"lm_dtype": "fp32"}
+    if args.encoder:
+        model["encoder"] = args.encoder
+    partition = {"centroids": args.centroids} if args.centroids else {}
+    return WatermarkSettings.from_dict(
+        {
+            "key": key,
+            "allow_weak_key": True,
+            "model": model,
+            "partition": partition,
+            "mark": {"selection": args.selection},
+            "sampling": {"seed": 0, "max_new_tokens": 200},
+        }
+    )
+
+
+def append(path: Path, rows: list[dict]) -> None:
+    with path.open("a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--name", required=True)
+    p.add_argument("--prompts", type=int, default=24)
+    p.add_argument("--encoder", default=None)
+    p.add_argument("--centroids", default=None)
+    p.add_argument("--selection", default="text")
+    p.add_argument("--stage", default="all")
+    a = p.parse_args()
+    out = RUNS / f"check-{a.name}"
+    out.mkdir(parents=True, exist_ok=True)
+    prompts = read_jsonl(RUNS / "val-prompts.jsonl")[: a.prompts]
+    gen_path = out / "generations.jsonl"
+    done = {r["id"] for r in read_jsonl(gen_path)} if gen_path.exists() else set()
+    lm = None
+    if a.stage in ("all", "generate"):
+        for k, key in enumerate(KEYS):
+            mine = [q for i, q in enumerate(prompts) if i % len(KEYS) == k and q["id"] not in done]
+            if not mine:
+                continue
+            cfg = config(a, key)
+            lm = lm or load_lm(cfg.model.lm, "cpu", "fp32")
+            wm = build_watermarker(cfg, lm=lm)
+            for start in range(0, len(mine), 4):
+                chunk = mine[start : start + 4]
+                res = wm.generate([q["prompt"] for q in chunk])
+                append(
+                    gen_path,
+                    [
+                        {"id": q["id"], "key": k, "prompt": q["prompt"], **r.to_record()}
+                        for q, r in zip(chunk, res, strict=True)
+                    ],
+                )
+    gens = [g for g in read_jsonl(gen_path) if g["status"] == "ok"]
+    att_path = out / "attacked.jsonl"
+    have = {r["id"] for r in read_jsonl(att_path)} if att_path.exists() else set()
+    todo = [g for g in gens if g["id"] not in have]
+    if todo and a.stage in ("all", "attack"):
+        attack = build_attack(
+            ATTACK, load_lm("gemma3-270m"), load_encoder("all-mpnet-base-v2"), get_splitter()
+        )
+        for start in range(0, len(todo), 4):
+            chunk = todo[start : start + 4]
+            res = attack([g["text"] for g in chunk])
+            append(
+                att_path,
+                [
+                    {"id": g["id"], "text": r.text, "sentence_similarity": r.sentence_similarity}
+                    for g, r in zip(chunk, res, strict=True)
+                ],
+            )
+    attacked = {r["id"]: r for r in read_jsonl(att_path)} if att_path.exists() else {}
+    summary = {"name": a.name, "texts": len(gens)}
+    for variant in ("clean", "attacked"):
+        zs, ps, neff, keys = [], [], [], []
+        for k, key in enumerate(KEYS):
+            mine = [
+                g for g in gens if g["key"] == k and (variant == "clean" or g["id"] in attacked)
+            ]
+            if not mine:
+                continue
+            cfg = config(a, key)
+            det = build_detector(cfg, build_scheme(cfg))
+            texts = [g["text"] if variant == "clean" else attacked[g["id"]]["text"] for g in mine]
+            for r in det.detect_batch(texts, prompts=[g["prompt"] for g in mine]):
+                if r.z_score is None:
+                    continue
+                s = [x for x in r.scores if x is not None]
+                zs.append(r.z_score)
+                ps.append(r.p_value)
+                neff.append(len(s) ** 2 / (sum(s) / r.z_score) ** 2 / len(s) if r.z_score else 0)
+                keys.append(k)
+        ps, keys = np.array(ps), np.array(keys)
+        per_key = [
+            float((ps[keys == k] <= 0.01).mean()) for k in range(len(KEYS)) if (keys == k).any()
+        ]
+        summary[variant] = {
+            "texts": len(zs),
+            "detected_1pct": float((ps <= 0.01).mean()),
+            "worst_key": min(per_key),
+            "median_z": float(np.median(zs)),
+            "median_neff_share": float(np.median(neff)),
+        }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
