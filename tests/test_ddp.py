@@ -17,7 +17,7 @@ from test_training_fit import check_artefacts, make_config
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[1]
-DDP = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
+DDP = ["--parallel.accelerator", "cpu", "--parallel.devices", "2", "--parallel.strategy", "ddp"]
 # One thread a process: two processes share the two cores.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 
@@ -56,7 +56,15 @@ def test_generate_input_with_the_ddp_strategy_writes_what_one_process_writes(tmp
     src = tmp_path / "prompts.jsonl"
     src.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
-    fast = ["--max-new-tokens", "24", "--max-candidates", "4", "--seed", "0", "--quiet"]
+    fast = [
+        "--sampling.max_new_tokens",
+        "24",
+        "--search.max_candidates",
+        "4",
+        "--sampling.seed",
+        "0",
+        "--quiet",
+    ]
     generate = ["generate", "--input", str(src), *fast]
     assert _run("watermark.py", *generate, "--output", str(one), cwd=tmp_path).returncode == 0
     run = _run("watermark.py", *generate, "--output", str(two), *DDP, cwd=tmp_path)

@@ -110,7 +110,7 @@ def test_generation_is_deterministic(encoder, lm):
 def test_bad_prompts_get_clear_errors(pipeline):
     cfg, _, watermarker, _ = pipeline
     binary = bytes(range(32)).decode("latin-1")
-    results = watermarker.generate([None, binary, "x " * cfg.max_text_chars])
+    results = watermarker.generate([None, binary, "x " * cfg.limits.max_text_chars])
     assert [r.status for r in results] == ["error"] * 3
     assert "must be a string" in results[0].error and "not text" in results[1].error
     assert "the limit is" in results[2].error

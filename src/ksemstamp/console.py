@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from .commandline import CommandLineError, options_of, parse
 
 ARGV: list[str] = []
-"""The command line of the command being run (``calibrate`` records it, the key hidden)."""
+"""The command being run, its name first and then its arguments (``calibrate`` records it as
+``ksemstamp calibrate ...``, the key hidden)."""
 
 
 def call(fn: Callable, argv: Sequence[str], prog: str) -> int:
@@ -50,7 +51,7 @@ def call(fn: Callable, argv: Sequence[str], prog: str) -> int:
             return 0
         if invocation.kwargs.get("quiet"):
             quiet_model_loading()
-        ARGV[:] = argv
+        ARGV[:] = [*prog.split()[1:], *argv]  # the command's name and its arguments
         try:
             return fn(**invocation.kwargs)
         except (ValueError, FileNotFoundError, AssetError) as err:

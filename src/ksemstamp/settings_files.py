@@ -145,6 +145,7 @@ def command_line_layers(
     before the last change is dropped, and the parser takes the fields of the final kind only.
     """
     layers: list[dict] = []
+    flat: set[int] = set()  # layers read from flat files
     rest: list[str] = []
     i = 0
     while i < len(tokens):
@@ -154,6 +155,8 @@ def command_line_layers(
             i += 1 if eq else 2
             if name == "--config":
                 data = load_settings_file(value)
+                if takes_watermark and is_flat(data):
+                    flat.add(len(layers))
                 layers.append(unflatten(data, value) if takes_watermark else data)
             else:
                 layers.append({"mark": {"kind": value}})
@@ -172,4 +175,10 @@ def command_line_layers(
             {k: v for k, v in layer.items() if k != "mark"} if n < start else layer
             for n, layer in enumerate(layers)
         ]
+        # A flat file held the fields of both kinds of mark; those the final kind lacks never
+        # applied to it (a flat ``gamma`` under the direction mark), so they are dropped.
+        own = {f.name for f in dataclasses.fields(MARK_KINDS[kind])}
+        for n in flat:
+            if isinstance(layers[n].get("mark"), dict):
+                layers[n]["mark"] = {k: v for k, v in layers[n]["mark"].items() if k in own}
     return layers, kind, rest

@@ -124,7 +124,9 @@ def size_stage(
     with ResumableWriter(path) as out:
         pending = [i for i in texts if not out.has_id(i)]
         if pending and count_tokens is None:
-            count_tokens = generator_token_counter(run.settings.watermark_config(algorithm).lm)
+            count_tokens = generator_token_counter(
+                run.settings.watermark_config(algorithm).model.lm
+            )
         splitter = get_splitter()
         for key_index in range(run.settings.num_keys):
             group = [i for i in pending if run.key_index.get(i, 0) == key_index]

@@ -12,7 +12,8 @@ the units built from them::
 the sum of its sentences' features. The window's own sentences are the batch's sentence columns:
 the other sentences of the same text, which detection needs to vary independently. A pair file
 (``{"text", "paraphrase"}`` per line) reads as windows of one sentence and one unit.
-``python -m ksemstamp.training.pairs --units`` builds unit files.
+``ksemstamp pairs`` builds pair files; ``python -m research.robust.trainpairs`` builds unit
+files of news windows (the generator's rewrites, WordNet, merges and splits).
 
 ``Batch`` turns a list of windows into the rows and masks ``loss.kernel_alignment_loss`` needs.
 """
@@ -33,8 +34,8 @@ def read_units(path: str | Path, limit: int | None = None) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"unit file not found: {path} (build one with "
-            "`python -m ksemstamp.training.pairs --units`)"
+            f"unit file not found: {path} (a pair file from `ksemstamp pairs` reads as one; "
+            "`python -m research.robust.trainpairs` builds windows of news units)"
         )
     windows: list[dict] = []
     for number, row in iter_jsonl_objects(path):
