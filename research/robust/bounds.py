@@ -208,7 +208,7 @@ def main() -> None:
     out["retention"].update(structural_retention(docs, emb, feat))
     z = out["selected"]["z"]["median"]
     out["merit"] = {name: z * r["median"] for name, r in out["retention"].items() if r}
-    path = RUNS / f"bounds-{a.features.replace(':', '-').replace('/', '_')}.json"
+    path = RUNS / f"bounds-{a.features.replace(':', '-').replace('/', '_').replace(';', '-')}.json"
     path.write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
 

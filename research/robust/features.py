@@ -11,7 +11,9 @@ from .common import DEFAULT_CENTROIDS, RUNS, BaseFeatures
 
 def load_features(spec: str):
     """``base`` (the shipped default), ``base:k1`` (one direction), ``base:pcs=M``, or
-    ``head:NAME`` (a head trained by ``research.robust.head``)."""
+    ``head:NAME`` (a head trained by ``research.robust.head``), ``ft:NAME``, or ``file:CENTROIDS``
+    (a centroid file, with its adapter if it holds one; ``file:CENTROIDS;tau=T`` another
+    context temperature)."""
     if spec == "base":
         return BaseFeatures()
     if spec == "base:k1":
@@ -30,7 +32,8 @@ def load_features(spec: str):
     if spec.startswith("ft:"):
         return BaseFeatures(centroids=str(RUNS / f"ft-{spec[3:]}" / "centroids-k64.pt"))
     if spec.startswith("file:"):
-        return BaseFeatures(centroids=spec[5:])
+        path, _, tau = spec[5:].partition(";tau=")
+        return BaseFeatures(centroids=path, tau=float(tau) if tau else 0.1)
     raise ValueError(f"unknown features {spec!r}")
 
 
@@ -39,5 +42,5 @@ def encoder_of(spec: str) -> str:
     if spec.startswith("ft:"):
         return str(RUNS / f"ft-{spec[3:]}")
     if spec.startswith("file:"):
-        return spec  # the base encoder with the file's adapter (``EmbeddingCache``)
+        return spec.partition(";")[0]  # the base encoder with the file's adapter (``EmbeddingCache``)
     return "all-minilm-l6-v2"
