@@ -62,7 +62,8 @@ COMMA := ,
 CALIBRATE := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 50
 RESULTS := results-calibration results-calibration-hard results-calibration-region \
 	results-valid-table
-LONG_RESULTS := results-evaluation results-strength results-benchmarks results-study results-training
+LONG_RESULTS := results-evaluation results-strength results-robust results-benchmarks results-study \
+	results-training
 .PHONY: $(RESULTS) $(LONG_RESULTS)
 
 results: $(RESULTS)
@@ -105,6 +106,12 @@ results-strength: setup
 	$(call EVALUATE,strength-run,strength-run,strength-run,runs/eval-strength,--config docs/evaluation/strength-edits.yaml)
 	$(call EVALUATE,strength-run,strength-run,strength-run/lm-24,runs/eval-strength,--config docs/evaluation/strength-lm.yaml)
 	$(call EVALUATE,strength-run,strength-run,strength-run/paper-24,runs/eval-strength,--config docs/evaluation/strength-edits.yaml --num_prompts 24 --algorithms ksemstamp-paper)
+
+# The current default against KGW on the robust run's prompts: every edit (24 prompts) and the
+# evaluation's paraphrase (12 prompts); robust-run.yaml alone runs every attack on 50.
+results-robust: setup
+	$(call EVALUATE,robust-run,robust-run,robust-run/edits-24,runs/eval-robust,--config docs/evaluation/robust-edits.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-run/lm-12,runs/eval-robust,--config docs/evaluation/robust-lm.yaml)
 
 # Long: the benchmark of record (about an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup
