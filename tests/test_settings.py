@@ -25,7 +25,13 @@ from ksemstamp.settings import (
     SettingsError,
     WatermarkSettings,
 )
-from ksemstamp.settings_files import FLAT_KEYS, load_watermark_settings, merge, unflatten
+from ksemstamp.settings_files import (
+    FLAT_KEYS,
+    command_line_layers,
+    load_watermark_settings,
+    merge,
+    unflatten,
+)
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 OWN = ("key", "allow_weak_key", "chat")
@@ -245,6 +251,25 @@ def test_flat_files_load_for_one_release_with_a_warning_naming_the_new_spelling(
     assert settings.mark == RegionSettings(gamma=0.3)  # whiten never applied to it
     assert settings.search.max_candidates == 9 and settings.sampling.seed == 4
     assert unflatten({"search": {"max_candidates": 2}}) == {"search": {"max_candidates": 2}}
+
+
+def test_a_flat_file_without_a_kind_keeps_only_the_final_marks_fields(tmp_path):
+    # Flat files held both marks' fields; a flat gamma never applied to the direction mark.
+    flat = tmp_path / "old.yaml"
+    flat.write_text("gamma: 0.3\nmax_candidates: 9\n")
+    args = ["--config", str(flat)]
+    with pytest.warns(FutureWarning):
+        layers, kind, rest = command_line_layers(args, takes_watermark=True)
+    assert kind == "direction" and rest == [] and layers[0].get("mark", {}) == {}
+    assert layers[0]["search"] == {"max_candidates": 9}
+    with pytest.warns(FutureWarning):
+        layers, kind, _ = command_line_layers(["--mark.kind", "region", *args], True)
+    assert kind == "region" and layers[1]["mark"] == {"gamma": 0.3}
+    # A grouped file that gives the other kind's field is still an error, not dropped.
+    grouped = tmp_path / "new.yaml"
+    grouped.write_text("mark:\n  gamma: 0.3\n")
+    layers, kind, _ = command_line_layers(["--config", str(grouped)], True)
+    assert kind == "direction" and layers[0]["mark"] == {"gamma": 0.3}
 
 
 def test_every_flat_key_of_the_earlier_releases_has_a_place():
