@@ -42,5 +42,7 @@ def encoder_of(spec: str) -> str:
     if spec.startswith("ft:"):
         return str(RUNS / f"ft-{spec[3:]}")
     if spec.startswith("file:"):
-        return spec.partition(";")[0]  # the base encoder with the file's adapter (``EmbeddingCache``)
+        return spec.partition(";")[
+            0
+        ]  # the base encoder with the file's adapter (``EmbeddingCache``)
     return "all-minilm-l6-v2"
