@@ -108,7 +108,7 @@ results-strength: setup
 	$(call EVALUATE,strength-run,strength-run,strength-run/paper-24,runs/eval-strength,--config docs/evaluation/strength-edits.yaml --num_prompts 24 --algorithms ksemstamp-paper)
 
 # The current default against KGW on the robust run's prompts: every edit (24 prompts) and the
-# evaluation's paraphrase (12 prompts); robust-run.yaml alone runs every attack on 50.
+# language-model attacks (12 prompts); robust-run.yaml alone runs every attack on 50.
 results-robust: setup
 	$(call EVALUATE,robust-run,robust-run,robust-run/edits-24,runs/eval-robust,--config docs/evaluation/robust-edits.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-12,runs/eval-robust,--config docs/evaluation/robust-lm.yaml)
