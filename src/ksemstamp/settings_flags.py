@@ -33,30 +33,11 @@ import docstring_parser
 import yaml
 from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser, Namespace
 
+from .commandline import optional_text  # a str | None as typed, never echoed
 from .settings_files import load_settings_file
 
 SECRET_FIELDS = frozenset({"key"})
 """Settings never printed and never echoed in an error message."""
-
-
-class _OptionalText:
-    """A ``str | None`` setting: the command line's string as typed, a string or null in files.
-
-    jsonargparse would read ``--key '#x'`` or ``--key null`` as YAML, that is as ``None``, and
-    silently fall back to another key. The message of a wrong value does not repeat it: the
-    value may be the key.
-    """
-
-    def __call__(self, value: Any) -> str | None:
-        if value is None or isinstance(value, str):
-            return value
-        raise TypeError(f"expected a string or null, got a {type(value).__name__}")
-
-    def __repr__(self) -> str:  # the type shown in the help
-        return "str | null"
-
-
-optional_text = _OptionalText()
 
 
 def _list_item_type(hint: Any) -> type | None:
