@@ -299,15 +299,15 @@ class Invocation:
         settings = self.kwargs.get("settings")
         if isinstance(settings, WatermarkSettings):
             data.update(settings.to_dict())
-        return yaml.safe_dump(_plain(data), sort_keys=False)
+        return yaml.safe_dump(plain_values(data), sort_keys=False)
 
 
-def _plain(value: Any) -> Any:
+def plain_values(value: Any) -> Any:
     """A value YAML can write: tuples as lists, throughout."""
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain_values(v) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_values(v) for k, v in value.items()}
     return value
 
 

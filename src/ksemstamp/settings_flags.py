@@ -33,7 +33,7 @@ import docstring_parser
 import yaml
 from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser, Namespace
 
-from .commandline import optional_text  # a str | None as typed, never echoed
+from .commandline import optional_text, plain_values  # YAML-ready values; a str | None as typed
 from .settings_files import load_settings_file
 
 SECRET_FIELDS = frozenset({"key"})
@@ -127,7 +127,7 @@ class SettingsGroup:
     def dump(self, settings: Any) -> dict[str, Any]:
         """The settings under their file keys, secrets left out, tuples as lists."""
         return {
-            dest: _plain(getattr(settings, name))
+            dest: plain_values(getattr(settings, name))
             for name, dest in self.dests().items()
             if name not in SECRET_FIELDS
         }
@@ -135,15 +135,6 @@ class SettingsGroup:
 
 def flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
-
-
-def _plain(value: Any) -> Any:
-    """A value YAML can write: tuples as lists, throughout."""
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
 
 
 class SettingsFile(ActionConfigFile):
