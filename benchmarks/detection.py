@@ -21,13 +21,13 @@ from ksemstamp.settings import WatermarkSettings
 from ksemstamp.settings_files import load_watermark_settings
 from ksemstamp.text.corpora import news_windows
 
-from .harness import BENCH_KEY, REPO, Section, fmt, measure, section_main
+from .harness import BENCH_KEY_LAYER, REPO, Section, fmt, measure, section_main
 
 
 def bench_detection(args: Namespace, scheme: WatermarkScheme, skip: int) -> dict[str, Any]:
     """``Detector.detect_batch`` against ``encoder.encode`` on the same sentences: held-out news
     texts after the first ``skip`` articles (those the generation prompts come from)."""
-    detector = build_detector(WatermarkSettings(key=BENCH_KEY), scheme)
+    detector = build_detector(WatermarkSettings.from_dict(BENCH_KEY_LAYER), scheme)
     texts = news_windows(args.detect_texts, skip=skip)
     splitter = scheme.splitter
     split = measure(lambda: [s for t in texts for s in splitter.split(t)])
@@ -120,7 +120,7 @@ def add_arguments(p: ArgumentParser, config: bool = True) -> None:
 
 def default_scheme(args: Namespace) -> WatermarkScheme:
     """The scheme of ``--default-config`` under the benchmark key."""
-    return build_scheme(load_watermark_settings([args.default_config], {"key": BENCH_KEY}))
+    return build_scheme(load_watermark_settings([args.default_config], dict(BENCH_KEY_LAYER)))
 
 
 SECTION = Section(

@@ -40,7 +40,7 @@ from ksemstamp.text.corpora import news_prompts
 from ksemstamp.watermarker import GenerationResult, Watermarker
 
 from .harness import (
-    BENCH_KEY,
+    BENCH_KEY_LAYER,
     REPO,
     apply_threads,
     dist_cell,
@@ -81,7 +81,7 @@ def read_config(path: Path, args: Namespace) -> WatermarkSettings:
     (per-prompt timing); ``--lm-dtype`` and ``--max-candidates`` override it when given."""
     # A fixed seed: every variant and every rerun samples the same way.
     layer: dict[str, Any] = {
-        "key": BENCH_KEY,
+        **BENCH_KEY_LAYER,
         "sampling": {"max_new_tokens": args.max_new_tokens, "seed": 0},
         "search": {"prompt_batch": 1},
     }

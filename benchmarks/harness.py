@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 BENCH_KEY = "ksemstamp-benchmark-key"
 """A fixed, public key: benchmarks must be repeatable, and nothing here needs secrecy."""
+BENCH_KEY_LAYER = {"key": BENCH_KEY, "allow_weak_key": True}
+"""The benchmark key as a settings layer: public and guessable on purpose, so it says so."""
 
 
 # ---------------------------------------------------------------------- memory and time

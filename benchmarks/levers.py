@@ -43,10 +43,9 @@ from ksemstamp.settings_files import load_watermark_settings
 from ksemstamp.text.corpora import news_prompts, news_windows
 from ksemstamp.text.splitter import get_splitter
 
-from .harness import BENCH_KEY, REPO, header_markdown, new_report, parser, repo_relative
+from .harness import BENCH_KEY_LAYER, REPO, header_markdown, new_report, parser, repo_relative
 from .harness import write_report as _write_report
 
-KEY = BENCH_KEY
 STUDY_POOL = REPO / "research" / "study" / "data" / "pool.jsonl"
 """The design study's candidate pool, which ``early`` replays."""
 
@@ -226,7 +225,7 @@ def run_quality(args: Namespace, header: dict[str, Any]) -> None:
     models = _models(formats)
     base = load_watermark_settings(
         [args.config],
-        {"key": KEY, "sampling": {"max_new_tokens": args.max_new_tokens, "seed": 0}},
+        {**BENCH_KEY_LAYER, "sampling": {"max_new_tokens": args.max_new_tokens, "seed": 0}},
     )
     scheme = build_scheme(base)
     detector = build_detector(base, scheme)
@@ -337,7 +336,9 @@ def run_quality(args: Namespace, header: dict[str, Any]) -> None:
 
 
 def _early_config(path: str) -> tuple[str, WatermarkSettings]:
-    return Path(path).stem, load_watermark_settings([path], {"key": KEY, "sampling": {"seed": 0}})
+    return Path(path).stem, load_watermark_settings(
+        [path], {**BENCH_KEY_LAYER, "sampling": {"seed": 0}}
+    )
 
 
 def _fmt(value: float | None) -> str:

@@ -148,3 +148,21 @@ def test_detection_benchmark_runs_as_a_module(tmp_path):
     report = json.loads((tmp_path / "detection.json").read_text())
     assert report["detection"]["texts"] == 3 and report["detection"]["scored_ok"] == 3
     assert report["targets"][0]["target"].startswith("detection >=")
+
+
+def test_the_benchmark_key_is_accepted_without_the_weak_key_override(monkeypatch):
+    """The benchmarks' fixed public key says it is weak on purpose: without the test suite's
+    ``KSEMSTAMP_ALLOW_WEAK_KEY`` every settings layer they build passes the key check."""
+    from ksemstamp.keys import check_key, weak_keys_allowed
+
+    monkeypatch.delenv("KSEMSTAMP_ALLOW_WEAK_KEY", raising=False)
+    assert not weak_keys_allowed()
+    with pytest.raises(ValueError, match="too weak"):
+        check_key(harness.BENCH_KEY)
+    args = bench.parse_args(["--prompts", "1", "--no-warmup"])
+    settings = [v.config for v in generation.make_variants(args)]
+    settings.append(detection.WatermarkSettings.from_dict(harness.BENCH_KEY_LAYER))
+    settings.append(levers._early_config(args.default_config)[1])
+    for s in settings:
+        assert s.key == harness.BENCH_KEY
+        check_key(s.key, s.allow_weak_key)
