@@ -362,6 +362,15 @@ class GenerationBench:
 # ---------------------------------------------------------------------- summaries
 
 
+def variant_settings(cfg: WatermarkSettings) -> dict[str, Any]:
+    """The settings groups a variant's row reports (the report's ``settings`` of a variant)."""
+    return {
+        group: values
+        for group, values in cfg.to_dict().items()
+        if group in ("model", "partition", "mark", "search", "sampling")
+    }
+
+
 def summarize_variant(
     variant: Variant, runs: list[PromptRun], floor: list[PromptRun]
 ) -> dict[str, Any]:
@@ -386,11 +395,7 @@ def summarize_variant(
         "kind": variant.kind,
         "config_file": variant.source,
         "watermark": variant.watermark,
-        "settings": {
-            group: values
-            for group, values in cfg.to_dict().items()
-            if group in ("model", "partition", "mark", "search", "sampling")
-        },
+        "settings": variant_settings(cfg),
         "lm_dtype_resolved": resolve_lm_dtype(cfg.model.lm_dtype, cfg.model.device),
         "prompts": len(runs),
         "seconds": seconds,
@@ -525,9 +530,10 @@ def generation_markdown(section: dict[str, Any], settings: dict[str, Any]) -> li
         f"{section['prompts_completed']} of {settings['prompts']} requested held-out news prompts "
         f"(test split, ~{settings['prompt_words']} words cut at a sentence end), "
         f"{settings['max_new_tokens']} new tokens each, one prompt per call, one fixed key, "
-        f"variants in a rotating order. Generator {d['lm']} "
+        f"variants in a rotating order. Generator {d['model']['lm']} "
         f"({rows['default']['lm_dtype_resolved']}), sampling as the default configuration "
-        f"(temperature {d['temperature']}, repetition penalty {d['repetition_penalty']}).",
+        f"(temperature {d['sampling']['temperature']}, repetition penalty "
+        f"{d['sampling']['repetition_penalty']}).",
         "",
         "| variant | config | K / margin (or mark) / N_max | tokens / s | s per token: median / p90 "
         "/ worst prompt | x plain generate: median / p90 / worst prompt | candidates per "
@@ -536,13 +542,18 @@ def generation_markdown(section: dict[str, Any], settings: dict[str, Any]) -> li
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in section["variants"]:
-        st = r["settings"]
-        k = Path(st["centroids"]).stem.rsplit("-", 1)[-1].upper() if st["centroids"] else "K64"
-        scheme = f"{k} / {st['margin']} / {st['max_candidates']}" if r["watermark"] else "-"
-        if r["watermark"] and st.get("mark") == "direction":
-            scheme = f"{k} / direction / {st['max_candidates']}"
-            if st.get("prune_tokens"):
-                scheme += f", pruned to {st['prune_keep']} after {st['prune_tokens']} tokens"
+        mark, search = r["settings"]["mark"], r["settings"]["search"]
+        centroids = r["settings"]["partition"]["centroids"]
+        k = Path(centroids).stem.rsplit("-", 1)[-1].upper() if centroids else "K64"
+        scheme = "-"
+        if r["watermark"] and mark["kind"] == "direction":
+            scheme = f"{k} / direction / {search['max_candidates']}"
+            if search["prune_tokens"]:
+                scheme += (
+                    f", pruned to {search['prune_keep']} after {search['prune_tokens']} tokens"
+                )
+        elif r["watermark"]:
+            scheme = f"{k} / {mark['margin']} / {search['max_candidates']}"
         per_prompt = dist_cell(r["candidates_per_sentence_per_prompt"], 1)
         candidates = (
             f"{fmt(r['candidates_per_sentence'], 1)}; {per_prompt}" if r["watermark"] else "-"

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from benchmarks import bench, detection, generation, harness, levers, training
+from ksemstamp.settings_files import load_watermark_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,17 +73,17 @@ def _variant(name: str, over: float, worst_sentence: float, watermark: bool = Tr
         "kind": "loop",
         "watermark": watermark,
         "config_file": "configs/x.yaml",
-        "settings": {
-            "lm": "smollm2",
-            "centroids": None,
-            "margin": 0.035,
-            "max_candidates": 32,
-            "mark": "direction",
-            "prune_tokens": 8,
-            "prune_keep": 12,
-            "temperature": 0.7,
-            "repetition_penalty": 1.05,
-        },
+        # The settings as summarize_variant records them: the shipped default, or the paper's.
+        "settings": generation.variant_settings(
+            load_watermark_settings(
+                [
+                    ROOT
+                    / "configs"
+                    / ("ksemstamp-paper.yaml" if name == "paper" else "ksemstamp.yaml")
+                ],
+                dict(harness.BENCH_KEY_LAYER),
+            )
+        ),
         "lm_dtype_resolved": "fp32",
         "tokens_per_second": 3.0,
         "seconds_per_token_per_prompt": {"median": 0.3, "p90": 0.4, "worst": 0.5},
@@ -123,6 +124,8 @@ def test_generation_targets_and_table_from_a_section():
     assert (
         "| default | `configs/x.yaml` | K64 / direction / 32, pruned to 12 after 8 tokens |" in text
     )
+    assert "| paper | `configs/x.yaml` | K8 / 0.035 / 100 |" in text
+    assert "Generator smollm2-135m-instruct (fp32)" in text and "temperature 0.7," in text
     assert "2.50 / 2.50 / 2.50" in text
 
 
