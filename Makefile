@@ -62,8 +62,8 @@ COMMA := ,
 CALIBRATE := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 50
 RESULTS := results-calibration results-calibration-hard results-calibration-region \
 	results-valid-table
-LONG_RESULTS := results-evaluation results-strength results-robust results-benchmarks results-study \
-	results-training
+LONG_RESULTS := results-evaluation results-strength results-robust results-candidates \
+	results-benchmarks results-study results-training
 .PHONY: $(RESULTS) $(LONG_RESULTS)
 
 results: $(RESULTS)
@@ -107,11 +107,24 @@ results-strength: setup
 	$(call EVALUATE,strength-run,strength-run,strength-run/lm-24,runs/eval-strength,--config docs/evaluation/strength-lm.yaml)
 	$(call EVALUATE,strength-run,strength-run,strength-run/paper-24,runs/eval-strength,--config docs/evaluation/strength-edits.yaml --num_prompts 24 --algorithms ksemstamp-paper)
 
-# The current default against KGW on the robust run's prompts: every edit (24 prompts) and the
-# language-model attacks (12 prompts); robust-run.yaml alone runs every attack on 50.
+# The current default against KGW on the robust run's prompts: every edit (24 prompts), the
+# language-model attacks and the bigram attack (12 prompts); robust-run.yaml alone runs every
+# attack on 50.
 results-robust: setup
 	$(call EVALUATE,robust-run,robust-run,robust-run/edits-24,runs/eval-robust,--config docs/evaluation/robust-edits.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-12,runs/eval-robust,--config docs/evaluation/robust-lm.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-run/bigram-12,runs/eval-robust,--config docs/evaluation/robust-bigram.yaml)
+
+# Strength against cost: the default with 8, 16 and 64 candidates per sentence on the robust
+# run's first 12 prompts, clean and paraphrased (32 is results-robust's run), and the curve
+# (docs/evaluation/candidates/curve.md).
+results-candidates: setup results-robust
+	for n in 8 16 64; do KSEMSTAMP_KEY=robust-run KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) watermark.py evaluate \
+		--config docs/evaluation/robust-run.yaml --config docs/evaluation/robust-candidates.yaml \
+		--config docs/evaluation/candidates/n$$n.yaml && mkdir -p docs/evaluation/candidates/$$n \
+		&& cp runs/eval-candidates-$$n/results.json runs/eval-candidates-$$n/results.md \
+		docs/evaluation/candidates/$$n/ || exit 1; done
+	$(PY) -m research.robust.candidates
 
 # Long: the benchmark of record (about an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup
