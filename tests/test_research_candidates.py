@@ -43,6 +43,10 @@ def _folder(tmp_path: Path, name: str, p_clean: list[float], p_attacked: list[fl
             ],
         )
     _write(
+        folder / "attacks" / "ksemstamp.lm-paraphrase.jsonl",
+        [{"id": i, "similarity": 0.5 + 0.1 * k} for k, i in enumerate(ids)],
+    )
+    _write(
         folder / "quality" / "ksemstamp.jsonl",
         [{"id": i, "perplexity": 10.0 + k} for k, i in enumerate(ids)],
     )
@@ -68,6 +72,7 @@ def test_summary_of_one_folder_and_the_written_curve(tmp_path: Path) -> None:
     assert row["candidates_per_sentence"] == 8.0 and row["decoded_per_token"] == 5.0
     assert row["clean"]["rate"] == 0.75 and row["clean"]["worst_key"] == 0.5
     assert row["lm-paraphrase"]["rate"] == 0.25 and row["lm-paraphrase"]["worst_key"] == 0.0
+    assert row["paraphrase_similarity"] == pytest.approx(0.65)
     assert row["median_sentence_score"] == 2.0 and row["perplexity_median"] == 11.5
     _write(a / "quality" / "none.jsonl", [{"id": f"t{k}", "perplexity": 20.0} for k in range(4)])
     out = tmp_path / "out"

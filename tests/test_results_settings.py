@@ -28,7 +28,14 @@ from ksemstamp.settings_files import FLAT_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("docs", "research", "benchmarks/results")
-EVAL_MARKERS = {"algorithms", "attacks", "edits", "num_prompts", "watermark_configs"}
+EVAL_MARKERS = {
+    "algorithms",
+    "attacks",
+    "edits",
+    "num_prompts",
+    "watermark_configs",
+    "watermark_overrides",
+}
 """Keys only an evaluation's settings have."""
 
 

@@ -56,6 +56,7 @@ def summarise(folder: Path, ids: list[str]) -> dict:
     clean = _by_id(folder / "detections" / "ksemstamp.none.jsonl")
     attacked = _by_id(folder / "detections" / f"ksemstamp.{ATTACK}.jsonl")
     quality = _by_id(folder / "quality" / "ksemstamp.jsonl")
+    texts = _by_id(folder / "attacks" / f"ksemstamp.{ATTACK}.jsonl")
     missing = [i for i in ids if i not in gens or i not in clean or i not in attacked]
     if missing:
         raise SystemExit(f"{folder}: no records yet for {len(missing)} prompts ({missing[:3]})")
@@ -68,6 +69,9 @@ def summarise(folder: Path, ids: list[str]) -> dict:
         "candidates_per_sentence": sum(int(r["candidates"]) for r in g)
         / sum(int(r["num_sentences"]) for r in g),
         "decoded_per_token": sum(int(r["decoded_tokens"]) for r in g) / tokens,
+        "paraphrase_similarity": statistics.mean(texts[i]["similarity"] for i in ids)
+        if all(i in texts for i in ids)
+        else None,
         "median_sentence_score": statistics.median(x for r in g for x in r["scores"]),
         "perplexity_median": statistics.median(quality[i]["perplexity"] for i in ids)
         if all(i in quality for i in ids)
@@ -81,15 +85,16 @@ def table(rows: dict[int, dict]) -> str:
 
     lines = [
         "| candidates | clean at 1% (worst key) | clean median z | paraphrase at 1% (worst key) "
-        "| paraphrase median z | median sentence score | decoded tokens per output token "
+        "| paraphrase median z | paraphrase similarity | median sentence score | decoded tokens per output token "
         "| perplexity, median |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for n, r in sorted(rows.items()):
         c, a = r["clean"], r[ATTACK]
         lines.append(
             f"| {n} | {f(c['rate'])} ({f(c['worst_key'])}) | {f(c['median_z'])} "
             f"| {f(a['rate'])} ({f(a['worst_key'])}) | {f(a['median_z'])} "
+            f"| {f(r['paraphrase_similarity'])} "
             f"| {f(r['median_sentence_score'])} | {f(r['decoded_per_token'], '{:.1f}')} "
             f"| {f(r['perplexity_median'], '{:.1f}')} |"
         )
@@ -107,13 +112,15 @@ def plot(rows: dict[int, dict], path: Path) -> None:
     for name, style in (("clean", "o-"), (ATTACK, "s--")):
         left.plot(ns, [rows[n][name]["median_z"] for n in ns], style, label=name)
     left.axhline(2.326, color="grey", lw=0.8, ls=":", label="z at p = 0.01")
-    left.set(xscale="log", xlabel="candidates per sentence", ylabel="median z", xticks=ns)
-    left.set_xticklabels([str(n) for n in ns])
+    left.set_ylabel("median z")
     left.legend(fontsize=8)
     right.plot(ns, [rows[n]["decoded_per_token"] for n in ns], "o-")
-    right.set(xscale="log", xlabel="candidates per sentence", xticks=ns)
     right.set_ylabel("decoded tokens per output token")
-    right.set_xticklabels([str(n) for n in ns])
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.minorticks_off()
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_xlabel("candidates per sentence")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
