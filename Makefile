@@ -126,10 +126,10 @@ results-candidates: setup results-robust
 		docs/evaluation/candidates/$$n/ || exit 1; done
 	$(PY) -m research.robust.candidates
 
-# Long: the benchmark of record (about an hour), benchmarks/results/latest.{json,md}.
+# Long: the benchmark of record (half an hour to an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup
-	$(PY) -m benchmarks.bench --prompts 20 --max-new-tokens 200 --time-budget 5400 \
-		--sequential-sentences 6 --sequential-budget 420 --sections generation,detection
+	$(PY) -m benchmarks.bench --prompts 20 --max-new-tokens 200 --time-budget 1800 \
+		--sequential-sentences 4 --sequential-budget 300 --sections generation,detection
 
 # Long: the design study's sweeps on its committed pool, pairs and centroids.
 STUDY_DATA := --pool research/study/data/pool.jsonl --pairs research/study/data/pairs.jsonl \
