@@ -108,13 +108,14 @@ results-strength: setup
 	$(call EVALUATE,strength-run,strength-run,strength-run/paper-24,runs/eval-strength,--config docs/evaluation/strength-edits.yaml --num_prompts 24 --algorithms ksemstamp-paper)
 
 # The current default against KGW on the robust run's prompts: every edit (24 prompts), the
-# language-model attacks and the bigram attack (12 prompts), the sentence paraphrase again on
-# 24; robust-run.yaml alone runs every attack on 50.
+# language-model attacks, the bigram attack and a second paraphrase prompt (12 prompts), the
+# sentence paraphrase again on 24; robust-run.yaml alone runs every attack on 50.
 results-robust: setup
 	$(call EVALUATE,robust-run,robust-run,robust-run/edits-24,runs/eval-robust,--config docs/evaluation/robust-edits.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-12,runs/eval-robust,--config docs/evaluation/robust-lm.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/bigram-12,runs/eval-robust,--config docs/evaluation/robust-bigram.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-24,runs/eval-robust,--config docs/evaluation/robust-lm-24.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-run/fewshot-12,runs/eval-robust,--config docs/evaluation/robust-fewshot.yaml)
 
 # Strength against cost: the default with 8, 16 and 64 candidates per sentence on the robust
 # run's first 12 prompts, clean and paraphrased (32 is results-robust's run), and the curve
