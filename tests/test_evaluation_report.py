@@ -22,6 +22,13 @@ def test_flagged_at_alpha_shares_per_key_and_worst_key():
     assert "tpr_worst_key" not in single["0.01"]
 
 
+def test_flagged_at_alpha_without_negatives_has_no_false_positive_rate():
+    positives = [{"p_value": 0.001, "key_index": 0}, {"p_value": 0.2, "key_index": 1}]
+    out = flagged_at_alpha(positives, [])["0.01"]
+    assert out["tpr"] == 0.5 and out["tpr_worst_key"] == 0.0
+    assert out["fpr"] is None and out["fpr_worst_key"] is None and out["fpr_mean_over_keys"] is None
+
+
 def _entry(tpr1, tpr5, kind, **extra):
     alpha = {
         "0.01": {"tpr": tpr1, "fpr": 0.0, "tpr_worst_key": tpr1 / 2, "fpr_worst_key": 0.1},

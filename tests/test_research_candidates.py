@@ -63,6 +63,9 @@ def test_decisions_count_each_key_and_report_the_worst() -> None:
     d = candidates.decisions(records)
     assert d["rate"] == 0.75 and d["worst_key"] == 0.5 and d["texts"] == 4
     assert d["median_z"] == pytest.approx((2.4 + 3.5) / 2)
+    assert candidates.decisions(records[:2])["worst_key"] == 1.0  # one key: its own share
+    with pytest.raises(ValueError, match="alpha"):
+        candidates.decisions(records, alpha=0.02)
 
 
 def test_summary_of_one_folder_and_the_written_curve(tmp_path: Path) -> None:

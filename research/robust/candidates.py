@@ -18,6 +18,8 @@ import json
 import statistics
 from pathlib import Path
 
+from ksemstamp.evaluation.scoring import ALPHAS, flagged_at_alpha
+
 from .common import read_jsonl
 
 RUNS = {
@@ -27,7 +29,7 @@ RUNS = {
     64: "runs/eval-candidates-64",
 }
 OUT = Path("docs/evaluation/candidates")
-ALPHA = 0.01
+ALPHA = ALPHAS[0]  # 1%, the evaluation's first decision level
 ATTACK = "lm-paraphrase"
 
 
@@ -36,16 +38,15 @@ def _by_id(path: Path) -> dict[str, dict]:
 
 
 def decisions(records: list[dict], alpha: float = ALPHA) -> dict:
-    """Share of ``records`` with ``p_value <= alpha``, overall and under the worst key, and
-    their median z."""
-    by_key: dict[int, list[bool]] = {}
-    for r in records:
-        by_key.setdefault(r["key_index"], []).append(r["p_value"] <= alpha)
-    hits = [h for v in by_key.values() for h in v]
+    """Share of ``records`` with ``p_value <= alpha``, overall and under the worst key (the
+    evaluation's own ``flagged_at_alpha``), and their median z."""
+    if alpha not in ALPHAS:
+        raise ValueError(f"alpha must be one of the evaluation's {ALPHAS}, got {alpha}")
+    flagged = flagged_at_alpha(records, [])[str(alpha)]
     return {
-        "texts": len(hits),
-        "rate": sum(hits) / len(hits) if hits else None,
-        "worst_key": min(sum(v) / len(v) for v in by_key.values()) if by_key else None,
+        "texts": len(records),
+        "rate": flagged["tpr"],
+        "worst_key": flagged.get("tpr_worst_key", flagged["tpr"]),
         "median_z": statistics.median(r["z_score"] for r in records) if records else None,
     }
 

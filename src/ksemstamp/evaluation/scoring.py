@@ -35,6 +35,7 @@ def flagged_at_alpha(positives: list[dict], negatives: list[dict]) -> dict:
     """The decision a user makes: the share of texts with ``p_value <= alpha``, watermarked
     (TPR) and human (FPR), at each of ``ALPHAS``; a text without a p-value is not flagged. With
     several evaluation keys, also per key (each key's own texts) with the mean and the worst key.
+    Either list may be empty (its shares are then ``None``).
     """
 
     def share(records: list[dict], alpha: float) -> float | None:
@@ -54,12 +55,14 @@ def flagged_at_alpha(positives: list[dict], negatives: list[dict]) -> dict:
             per_key_fpr = [
                 share([r for r in negatives if r.get("key_index", 0) == k], alpha) for k in keys
             ]
+            tprs = [x for x in per_key if x is not None]
+            fprs = [x for x in per_key_fpr if x is not None]
             entry["tpr_per_key"] = per_key
             entry["fpr_per_key"] = per_key_fpr
-            entry["tpr_mean_over_keys"] = float(np.mean([x for x in per_key if x is not None]))
-            entry["tpr_worst_key"] = float(min(x for x in per_key if x is not None))
-            entry["fpr_mean_over_keys"] = float(np.mean([x for x in per_key_fpr if x is not None]))
-            entry["fpr_worst_key"] = float(max(x for x in per_key_fpr if x is not None))
+            entry["tpr_mean_over_keys"] = float(np.mean(tprs)) if tprs else None
+            entry["tpr_worst_key"] = float(min(tprs)) if tprs else None
+            entry["fpr_mean_over_keys"] = float(np.mean(fprs)) if fprs else None
+            entry["fpr_worst_key"] = float(max(fprs)) if fprs else None
         out[str(alpha)] = entry
     return out
 
