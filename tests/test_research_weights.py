@@ -1,0 +1,36 @@
+"""The sentence-weighting study's statistics (research/robust/weights.py), on tiny tensors."""
+
+import numpy as np
+import pytest
+
+from research.robust import weights
+
+
+def _cov(rng: np.random.Generator, n: int = 6, d: int = 5) -> np.ndarray:
+    u = rng.standard_normal((n, d)) + 1.5 * rng.standard_normal(d)  # a shared topic
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    return u @ u.T
+
+
+@pytest.mark.parametrize("lam", [None, 1.0, 0.1])
+def test_weighted_z_is_standard_normal_over_keys(lam) -> None:
+    rng = np.random.default_rng(0)
+    cov = _cov(rng)
+    w = weights.gls_weights(cov, lam)
+    factor = np.linalg.cholesky(cov + 1e-12 * np.eye(len(cov)))
+    z = np.array(
+        [weights.weighted_z(factor @ rng.standard_normal(len(cov)), cov, w) for _ in range(4000)]
+    )
+    assert abs(z.mean()) < 0.06 and abs(z.std() - 1.0) < 0.05
+
+
+def test_no_shrinkage_is_the_shipped_sum_and_gls_counts_correlated_sentences_once() -> None:
+    cov = np.array([[1.0, 0.99, 0.0], [0.99, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    s = np.array([1.0, 1.0, 2.0])
+    assert np.allclose(weights.gls_weights(cov, None), 1.0)
+    assert weights.weighted_z(s, cov, np.ones(3)) == pytest.approx(4.0 / np.sqrt(cov.sum()))
+    w = weights.gls_weights(cov, 1e-9)
+    # the pair weighs 1 / (1 + 0.99) each: together about as much as the third sentence
+    assert w[0] == pytest.approx(w[1]) and w[2] == pytest.approx(1.99 * w[0])
+    by_sum, by_gls = weights.effective_sentences(cov)
+    assert by_sum == pytest.approx(9 / cov.sum()) and by_gls == pytest.approx(2.0, rel=1e-2)
