@@ -4,8 +4,11 @@ a design, attacked by the evaluation's Gemma paraphrase, detected; the decision 
 
     KSEMSTAMP_ALLOW_WEAK_KEY=1 python -m research.robust.check --name base --prompts 24 \
         [--encoder FOLDER --centroids FILE] [--selection text]
+    python -m research.robust.check --compare base other   # paired by prompt, after both ran
 
-Generations and attacks are cached under ``runs/robust/check-NAME/`` (reruns resume).
+Generations and attacks are cached under ``runs/robust/check-NAME/`` (reruns resume); each
+text's detection goes to ``detections.jsonl`` there, which ``--compare`` pairs by prompt (the
+same prompts and keys, each design's own generations and attacks).
 """
 
 from __future__ import annotations
@@ -58,15 +61,46 @@ def append(path: Path, rows: list[dict]) -> None:
             f.write(json.dumps(r) + "\n")
 
 
+def compare(first: str, second: str) -> dict:
+    """Paired differences (second minus first) of the z of the same prompts, clean and attacked,
+    from two checks' ``detections.jsonl``."""
+    runs = [
+        {(r["variant"], r["id"]): r for r in read_jsonl(RUNS / f"check-{n}" / "detections.jsonl")}
+        for n in (first, second)
+    ]
+    out: dict = {"first": first, "second": second}
+    for variant in ("clean", "attacked"):
+        pairs = sorted(k for k in runs[0].keys() & runs[1].keys() if k[0] == variant)
+        diff = np.array([runs[1][k]["z"] - runs[0][k]["z"] for k in pairs])
+        out[variant] = {
+            "pairs": len(pairs),
+            "mean_z_difference": float(diff.mean()),
+            "standard_error": float(diff.std(ddof=1) / np.sqrt(len(diff))),
+            "second_higher": int((diff > 0).sum()),
+        }
+        if variant == "attacked":
+            # How far the attacker moved each design's texts (its own encoder's similarity).
+            out[variant]["similarity"] = [
+                float(np.mean([runs[j][k]["similarity"] for k in pairs])) for j in (0, 1)
+            ]
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--name", required=True)
+    p.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"), default=None)
+    p.add_argument("--name")
     p.add_argument("--prompts", type=int, default=24)
     p.add_argument("--encoder", default=None)
     p.add_argument("--centroids", default=None)
     p.add_argument("--selection", default="text")
     p.add_argument("--stage", default="all")
     a = p.parse_args()
+    if a.compare:
+        print(json.dumps(compare(*a.compare), indent=1))
+        return
+    if not a.name:
+        p.error("--name is required (or --compare FIRST SECOND)")
     out = RUNS / f"check-{a.name}"
     out.mkdir(parents=True, exist_ok=True)
     prompts = read_jsonl(RUNS / "val-prompts.jsonl")[: a.prompts]
@@ -111,6 +145,7 @@ def main() -> None:
             )
     attacked = {r["id"]: r for r in read_jsonl(att_path)} if att_path.exists() else {}
     summary = {"name": a.name, "texts": len(gens)}
+    records = []
     for variant in ("clean", "attacked"):
         zs, ps, neff, keys = [], [], [], []
         for k, key in enumerate(KEYS):
@@ -122,7 +157,8 @@ def main() -> None:
             cfg = config(a, key)
             det = build_detector(cfg, build_scheme(cfg))
             texts = [g["text"] if variant == "clean" else attacked[g["id"]]["text"] for g in mine]
-            for r in det.detect_batch(texts, prompts=[g["prompt"] for g in mine]):
+            results = det.detect_batch(texts, prompts=[g["prompt"] for g in mine])
+            for g, r in zip(mine, results, strict=True):
                 if r.z_score is None:
                     continue
                 s = [x for x in r.scores if x is not None]
@@ -130,6 +166,16 @@ def main() -> None:
                 ps.append(r.p_value)
                 neff.append(len(s) ** 2 / (sum(s) / r.z_score) ** 2 / len(s) if r.z_score else 0)
                 keys.append(k)
+                records.append(
+                    {
+                        "id": g["id"],
+                        "key": k,
+                        "variant": variant,
+                        "z": r.z_score,
+                        "p": r.p_value,
+                        "similarity": attacked.get(g["id"], {}).get("sentence_similarity"),
+                    }
+                )
         ps, keys = np.array(ps), np.array(keys)
         per_key = [
             float((ps[keys == k] <= 0.01).mean()) for k in range(len(KEYS)) if (keys == k).any()
@@ -141,6 +187,7 @@ def main() -> None:
             "median_z": float(np.median(zs)),
             "median_neff_share": float(np.median(neff)),
         }
+    (out / "detections.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
 

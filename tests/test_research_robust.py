@@ -1,4 +1,4 @@
-"""The sentence-weighting study's statistics (research/robust/weights.py), on tiny tensors."""
+"""The robustness study's statistics (research/robust: weights.py, check.py), on tiny inputs."""
 
 import numpy as np
 import pytest
@@ -34,3 +34,33 @@ def test_no_shrinkage_is_the_shipped_sum_and_gls_counts_correlated_sentences_onc
     assert w[0] == pytest.approx(w[1]) and w[2] == pytest.approx(1.99 * w[0])
     by_sum, by_gls = weights.effective_sentences(cov)
     assert by_sum == pytest.approx(9 / cov.sum()) and by_gls == pytest.approx(2.0, rel=1e-2)
+
+
+def test_check_compare_pairs_the_same_prompts(tmp_path, monkeypatch) -> None:
+    import json
+
+    from research.robust import check
+
+    monkeypatch.setattr(check, "RUNS", tmp_path)
+    for name, shift in (("a", 0.0), ("b", 1.0)):
+        folder = tmp_path / f"check-{name}"
+        folder.mkdir()
+        rows = [
+            {
+                "id": f"t{i}",
+                "variant": v,
+                "z": 2.0 + i + (shift if v == "attacked" else 0.0) * i,
+                "similarity": 0.7 + 0.1 * shift,
+            }
+            for i in range(3)
+            for v in ("clean", "attacked")
+        ]
+        if name == "b":
+            rows.append({"id": "t9", "variant": "attacked", "z": 50.0, "similarity": 0.5})
+        (folder / "detections.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = check.compare("a", "b")
+    assert out["clean"]["pairs"] == 3 and out["clean"]["mean_z_difference"] == 0.0
+    assert out["attacked"]["pairs"] == 3  # t9 has no counterpart
+    assert out["attacked"]["mean_z_difference"] == pytest.approx(1.0)
+    assert out["attacked"]["second_higher"] == 2
+    assert out["attacked"]["similarity"] == pytest.approx([0.7, 0.8])
