@@ -264,3 +264,26 @@ def test_the_demo_of_a_fresh_clone_prints_no_warning(tmp_path):
     assert "warn" not in (demo.stdout + demo.stderr).lower(), demo.stderr
     assert demo.stdout.startswith("key: the public demo key")
     assert "watermarked" in demo.stdout.lower() and "z = " in demo.stdout
+
+
+def test_the_shipped_trained_adapter_loads_offline_and_detects_its_own_text(encoder, lm):
+    # configs/ksemstamp-trained.yaml: the kernel objective's adapter, shipped in the package with
+    # its centroids, layered over the default. It adapts a copy of the encoder it is given, the
+    # text it watermarks is detected under it, and the base scheme scores that text differently.
+    from ksemstamp.settings_files import load_watermark_settings
+
+    cfg = load_watermark_settings(
+        ["configs/ksemstamp.yaml", "configs/ksemstamp-trained.yaml"],
+        {"key": "e2e-test-key", "sampling": {"max_new_tokens": 80, "seed": 0}},
+    )
+    scheme = build_scheme(cfg, encoder=encoder)
+    assert scheme.encoder is not encoder and getattr(scheme.encoder, "ksemstamp_adapter", None)
+    assert getattr(encoder, "ksemstamp_adapter", None) is None  # the shared model is untouched
+    marked = build_watermarker(cfg, scheme, lm=lm).generate([PROMPT])[0]
+    assert marked.status == "ok", marked.error
+    result = build_detector(cfg, scheme).detect(marked.text, PROMPT)
+    assert result.scores == pytest.approx([s.score for s in marked.sentences], abs=1e-4)
+    assert result.num_valid >= 0.7 * result.num_scored and result.z_score > 1.645
+    base = dataclasses.replace(cfg, partition=dataclasses.replace(cfg.partition, centroids=None))
+    plain = build_detector(base, build_scheme(base, encoder=encoder)).detect(marked.text, PROMPT)
+    assert plain.scores != pytest.approx(result.scores, abs=1e-3)
