@@ -115,12 +115,14 @@ results-strength: setup
 
 # The current default against KGW on the robust run's prompts: every edit (24 prompts), the
 # language-model attacks, the bigram attack and a second paraphrase prompt (12 prompts), the
-# sentence paraphrase again on 24; robust-run.yaml alone runs every attack on 50.
+# sentence paraphrase again on 24 and on all 50, and the default scored by the trained adapter
+# (24 prompts, clean and paraphrased); robust-run.yaml alone runs every attack on 50.
 results-robust: setup
 	$(call EVALUATE,robust-run,robust-run,robust-run/edits-24,runs/eval-robust,--config docs/evaluation/robust-edits.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-12,runs/eval-robust,--config docs/evaluation/robust-lm.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/bigram-12,runs/eval-robust,--config docs/evaluation/robust-bigram.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-24,runs/eval-robust,--config docs/evaluation/robust-lm-24.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-run/lm-50,runs/eval-robust,--config docs/evaluation/robust-lm-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/fewshot-12,runs/eval-robust,--config docs/evaluation/robust-fewshot.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel.yaml)
 
