@@ -63,6 +63,18 @@ def test_output_equal_to_input_is_refused_before_any_work(tmp_path, stand_in, ca
     assert src.read_bytes() == before and stand_in == []
 
 
+def test_output_without_input_is_refused_instead_of_ignored(tmp_path, stand_in, capsys):
+    # One --text or --prompt prints its result; an --output beside it would be silently left
+    # unwritten, so it is refused before any model loads.
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["detect", "--text", "One. Two.", "--output", str(out), "--quiet"]) == 2
+    assert cli.main(["generate", "--prompt", "One.", "--output", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "detect: --output goes with --input" in err
+    assert "generate: --output goes with --input" in err
+    assert not out.exists() and stand_in == []
+
+
 def test_a_file_that_is_no_earlier_output_is_refused_and_left_alone(tmp_path, stand_in, capsys):
     src, out = tmp_path / "in.jsonl", tmp_path / "notes.txt"
     _write(src, ROWS)

@@ -67,6 +67,8 @@ def generate(
     parallel = parallel or DeviceSettings()
     if prompt is not None and input is not None:
         raise ValueError("generate: give --prompt or --input, not both")
+    if output is not None and not input:
+        raise ValueError("generate: --output goes with --input (a --prompt's text is printed)")
     if input:
         files = JsonlFiles(input, output, parallel, quiet)
         batch = settings.search.prompt_batch
@@ -174,6 +176,8 @@ def detect(
     parallel = parallel or DeviceSettings()
     if sum(x is not None for x in (text, file, input)) > 1:
         raise ValueError("detect: give one of --text, --file and --input")
+    if output is not None and not input:
+        raise ValueError("detect: --output goes with --input (a --text's report is printed)")
     if input:
         files = JsonlFiles(input, output, parallel, quiet)
         option = not quiet and not parallel.requested()
