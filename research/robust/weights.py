@@ -70,19 +70,16 @@ def effective_sentences(cov: np.ndarray) -> tuple[float, float]:
     return len(cov) ** 2 / float(r.sum()), float(ones @ np.linalg.solve(r, ones))
 
 
-def scored_texts(settings: EvalSettings, run: Path, name: str, texts: dict[str, str]) -> list[dict]:
-    """Each text's scores, null covariance and sentence lengths under its prompt's key."""
-    prompts = read_jsonl(str(run / "prompts.jsonl"))
-    key_of = {p["id"]: i % settings.num_keys for i, p in enumerate(prompts)}
-    prompt_of = {p["id"]: p["prompt"] for p in prompts}
+def scored_texts(
+    detectors: list, key_of: dict[str, int], prompt_of: dict[str, str], name: str, texts: dict
+) -> list[dict]:
+    """Each text's scores, null covariance and sentence lengths under its prompt's key
+    (``detectors[k]`` is key ``k``'s)."""
     out = []
-    encoder = None
-    for k in range(settings.num_keys):
+    for k, det in enumerate(detectors):
         mine = [i for i in texts if key_of.get(i) == k]
         if not mine:
             continue
-        det = build_detector(settings.watermark_config("ksemstamp", k), encoder=encoder)
-        encoder = det.scheme.encoder
         plans = det.plan_batch([texts[i] for i in mine], [prompt_of[i] for i in mine])
         for i, plan in zip(mine, plans, strict=True):
             rows = plan.scored_contexts()[0] if plan.error is None else []
@@ -124,13 +121,20 @@ def main() -> None:
     settings = EvalSettings(**load_settings_file(args.config))
     table: dict[str, dict] = {}
     data: dict[str, list[dict]] = {}
-    prompts = {q["id"]: q for q in read_jsonl(str(args.run / "prompts.jsonl"))}
+    order = read_jsonl(str(args.run / "prompts.jsonl"))
+    prompts = {q["id"]: q for q in order}
+    key_of = {q["id"]: i % settings.num_keys for i, q in enumerate(order)}
+    prompt_of = {i: q["prompt"] for i, q in prompts.items()}
+    detectors: list = []
+    for k in range(settings.num_keys):  # one encoder for all keys
+        encoder = detectors[0].scheme.encoder if detectors else None
+        detectors.append(build_detector(settings.watermark_config("ksemstamp", k), encoder=encoder))
     for name, path in SOURCES.items():
         if (args.run / path).exists():
             texts = {r["id"]: r["text"] for r in read_jsonl(str(args.run / path))}
-            data[name] = scored_texts(settings, args.run, name, texts)
+            data[name] = scored_texts(detectors, key_of, prompt_of, name, texts)
     human = {i: prompts[i]["human"] for i in (r["id"] for r in data["clean"])}
-    data["human"] = scored_texts(settings, args.run, "human", human)
+    data["human"] = scored_texts(detectors, key_of, prompt_of, "human", human)
     for name, records in data.items():
         entry = {"texts": len(records)}
         for lam in SHRINKAGE:
