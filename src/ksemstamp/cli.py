@@ -67,13 +67,11 @@ def generate(
     parallel = parallel or DeviceSettings()
     if prompt is not None and input is not None:
         raise ValueError("generate: give --prompt or --input, not both")
-    if output is not None and not input:
-        raise ValueError("generate: --output goes with --input (a --prompt's text is printed)")
     if input:
         files = JsonlFiles(input, output, parallel, quiet)
         batch = settings.search.prompt_batch
         return run_records(files, settings, "generate", "prompt", batch, not watermark)
-    _single_process(parallel, "generate")
+    _single_process(parallel, output, "generate")
     if prompt is None:
         raise ValueError("generate: give --prompt TEXT or --input FILE.jsonl")
     res = build_watermarker(settings).generate([prompt], watermark=watermark, progress=not quiet)[0]
@@ -141,8 +139,11 @@ def format_detection(result) -> str:
     return "\n".join(lines)
 
 
-def _single_process(parallel: DeviceSettings, name: str) -> None:
-    """Refuse device settings for one prompt or text: they spread ``--input`` files."""
+def _single_process(parallel: DeviceSettings, output: str | None, name: str) -> None:
+    """Refuse what only an ``--input`` file takes, for one prompt or text (whose result is
+    printed): device settings, which spread the file, and ``--output``."""
+    if output is not None:
+        raise ValueError(f"{name}: --output goes with --input (one text's result is printed)")
     if parallel.requested():
         raise ValueError(
             f"{name}: --parallel.* spread an --input file over devices; for one prompt or "
@@ -176,13 +177,11 @@ def detect(
     parallel = parallel or DeviceSettings()
     if sum(x is not None for x in (text, file, input)) > 1:
         raise ValueError("detect: give one of --text, --file and --input")
-    if output is not None and not input:
-        raise ValueError("detect: --output goes with --input (a --text's report is printed)")
     if input:
         files = JsonlFiles(input, output, parallel, quiet)
         option = not quiet and not parallel.requested()
         return run_records(files, settings, "detect", "text", batch_size, option)
-    _single_process(parallel, "detect")
+    _single_process(parallel, output, "detect")
     limit = settings.limits.max_text_chars
     if file:
         # At most the limit and one character more: enough to know the file is over it,
