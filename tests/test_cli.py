@@ -1,6 +1,7 @@
 """The command line and its JSONL contract, in-process, on the real offline models."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -180,3 +181,25 @@ def test_ctrl_c_is_one_line_and_exit_130_and_the_rerun_resumes(tmp_path):
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0 and f"{written} already done" in done.stderr
     assert [r["line"] for r in _lines(out)] == list(range(1, count + 1))
+
+
+def test_every_stderr_line_is_one_write(monkeypatch):
+    """The processes of a multi-device run share stderr, unbuffered: a line written in two
+    parts (text, then its break) can get another process's line spliced in between."""
+    import logging
+    import sys
+    import warnings
+
+    from ksemstamp.console import console_output, print_err
+
+    writes = []
+    monkeypatch.setattr(sys, "stderr", SimpleNamespace(write=writes.append, flush=lambda: None))
+    with console_output():
+        logging.getLogger("ksemstamp.parallel").info("rank 0/2: models on cpu: encoder")
+        warnings.warn("a deprecated spelling", stacklevel=1)
+        print_err("error: one line")
+    assert writes == [
+        "rank 0/2: models on cpu: encoder\n",
+        "warning: a deprecated spelling\n",
+        "error: one line\n",
+    ]

@@ -41,7 +41,10 @@ def test_without_a_gpu_the_check_says_so_and_points_to_cpu(monkeypatch, capsys):
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_the_whole_check_passes_on_two_cpu_processes(tmp_path, capsys):
+def test_the_whole_check_passes_on_two_cpu_processes(tmp_path, capsys, monkeypatch):
+    # As a user runs it, without a key of their own: the check makes a strong one.
+    monkeypatch.delenv("KSEMSTAMP_KEY", raising=False)
+    monkeypatch.delenv("KSEMSTAMP_ALLOW_WEAK_KEY", raising=False)
     argv = ["gpucheck", "--cpu", "--workdir", str(tmp_path), "--prompts", "1", "--steps", "2"]
     assert main([*argv, "--max_new_tokens", "64"]) == 0
     out = capsys.readouterr().out

@@ -162,6 +162,25 @@ def test_detect_input_over_devices_writes_what_one_process_writes(tmp_path, monk
     assert "--model.device" in capsys.readouterr().err
 
 
+def test_a_weak_key_is_refused_before_any_process_starts(tmp_path, monkeypatch, capsys):
+    import ksemstamp.records
+
+    def no_processes(*args, **kwargs):
+        raise AssertionError("processes were started with a weak key")
+
+    monkeypatch.setattr(ksemstamp.records, "run_jsonl", no_processes)
+    monkeypatch.delenv("KSEMSTAMP_ALLOW_WEAK_KEY", raising=False)
+    monkeypatch.setenv("KSEMSTAMP_KEY", "password1")
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, [{"id": "a", "text": "One sentence here. Another one there."}])
+    argv = ["detect", "--input", str(src), "--output", str(out), "--quiet", *TWO]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the watermark key is too weak") and err.count("\n") == 1
+    assert "password1" not in err
+    assert not out.exists() and not list(tmp_path.glob("*.shard*"))
+
+
 PROMPTS = [
     {"id": f"p{i}", "prompt": f"Story {i} begins here. The town council met on Monday."}
     for i in range(4)

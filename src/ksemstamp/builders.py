@@ -72,10 +72,22 @@ def load_centroids(settings: WatermarkSettings):
     return fitted
 
 
+def checked_key(settings: WatermarkSettings) -> str | None:
+    """The key of a keyed mark (``keys.resolve_key``), refused when weak (``keys.check_key``);
+    ``None`` for the paper's public table, which takes none. Cheap: no model loads."""
+    from .keys import check_key, resolve_key
+
+    settings = as_settings(settings)
+    if settings.mark.kind != "direction" and settings.mark.valid_mode != "keyed":
+        return None
+    key = resolve_key(settings.key)
+    check_key(key, settings.allow_weak_key)
+    return key
+
+
 def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkScheme:
     """Encoder + partition + key + mark, checked for consistency (no LM needed). ``encoder``: a
     loaded sentence encoder or a name (default: the settings')."""
-    from .keys import check_key, resolve_key
     from .partition import KMeansPartition, LSHPartition
     from .scheme import WatermarkScheme
     from .text.splitter import get_splitter
@@ -85,10 +97,7 @@ def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkS
     direction = mark.kind == "direction"
     # The key first, then the centroids: a weak key or a centroid file the mark cannot use is
     # refused before any model is loaded.
-    keyed = direction or mark.valid_mode == "keyed"
-    key = resolve_key(settings.key) if keyed else None
-    if key is not None:
-        check_key(key, settings.allow_weak_key)
+    key = checked_key(settings)
     kmeans = settings.partition.kind == "kmeans"
     fitted = load_centroids(settings) if kmeans else None
     given = encoder is not None and not isinstance(encoder, str)

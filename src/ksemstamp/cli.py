@@ -28,7 +28,7 @@ from .builders import build_detector, build_scheme, build_watermarker
 from .calibration.run import CalibrationSettings
 from .centroids import centroids
 from .commandline import CommandLineError
-from .console import ARGV, call
+from .console import ARGV, call, print_err
 from .evaluation.run import evaluate
 from .gpucheck import gpucheck
 from .parallel import DeviceSettings
@@ -76,7 +76,7 @@ def generate(
         raise ValueError("generate: give --prompt TEXT or --input FILE.jsonl")
     res = build_watermarker(settings).generate([prompt], watermark=watermark, progress=not quiet)[0]
     if res.status != "ok":
-        print(f"error: {res.error}", file=sys.stderr)
+        print_err(f"error: {res.error}")
         return 1
     print(printable(res.text))  # a text's control characters never act on the terminal
     notes = []
@@ -86,10 +86,9 @@ def generate(
         notes.append(f"completion (not watermarked): {res.completion!r}")
     if res.seed is not None:
         notes.append(f"seed {res.seed} (--sampling.seed {res.seed} gives this text again)")
-    print(
+    print_err(
         f"\n[{res.num_sentences} sentences, {res.num_tokens} tokens, {res.candidates} candidates, "
-        f"{res.fallbacks} fallbacks, {res.seconds:.1f} s" + "".join(f"; {n}" for n in notes) + "]",
-        file=sys.stderr,
+        f"{res.fallbacks} fallbacks, {res.seconds:.1f} s" + "".join(f"; {n}" for n in notes) + "]"
     )
     return 0
 
@@ -189,10 +188,9 @@ def detect(
         with open(file, encoding="utf-8-sig", errors="replace") as handle:
             text = handle.read(limit + 1)
         if len(text) > limit:
-            print(
+            print_err(
                 f"error: {file} has more than {limit:,} characters; the limit is {limit:,} "
-                "(limits.max_text_chars)",
-                file=sys.stderr,
+                "(limits.max_text_chars)"
             )
             return 1
     elif text is None:
@@ -234,7 +232,7 @@ def demo(
     print(f"prompt (held-out news article {article}):\n  {printable(prompt)}\n")
     res = watermarker.generate([prompt], progress=not quiet)[0]
     if res.status != "ok":
-        print(f"error: {res.error}", file=sys.stderr)
+        print_err(f"error: {res.error}")
         return 1
     print(
         f"watermarked continuation ({res.num_tokens} tokens, {res.seconds:.1f} s):\n"
@@ -431,7 +429,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "ksemstamp") -> int:
         try:
             fn, name, rest = resolve(argv, prog)
         except CommandLineError as err:
-            print(f"{prog}: error: {err}", file=sys.stderr)
+            print_err(f"{prog}: error: {err}")
             raise SystemExit(2) from None
         return call(fn, rest, name)
     except KeyboardInterrupt as stop:
@@ -442,7 +440,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "ksemstamp") -> int:
             detail = str(stop) or (
                 "rerun the same command to resume" if command else "nothing was written"
             )
-            print(f"interrupted: {detail}", file=sys.stderr)
+            print_err(f"interrupted: {detail}")
         return 130
 
 

@@ -6,7 +6,8 @@ exit status 2; settings that fail only once objects are built (gamma * K, a cent
 encoder) and unusable files are one line and status 2 as well. No value that may be the key is
 repeated in a message (``hide_secrets``). While a command runs, the library's log shows on
 stderr one plain line a record, and a warning (a deprecated spelling, the demo key) as one
-``warning:`` line (``console_output``).
+``warning:`` line (``console_output``). Every such line is one write (``print_err``), so the
+processes of a multi-device run, which share stderr, never splice their lines together.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def call(fn: Callable, argv: Sequence[str], prog: str) -> int:
         except CommandLineError as err:
             known = sorted({o.flag for o in options_of(fn)} | {"--config", "--print_config"})
             message = hide_secrets(one_line(err), argv, known)
-            print(f"{prog}: error: {message}", file=sys.stderr)
+            print_err(f"{prog}: error: {message}")
             raise SystemExit(2) from None
         if invocation.print_config:
             print(invocation.printed_config(), end="")
@@ -56,13 +57,21 @@ def call(fn: Callable, argv: Sequence[str], prog: str) -> int:
             return fn(**invocation.kwargs)
         except (ValueError, FileNotFoundError, AssetError) as err:
             # Messages never hold the key; the key's value is blanked all the same.
-            print("error: " + hide_secrets(" ".join(str(err).split()), argv), file=sys.stderr)
+            print_err("error: " + hide_secrets(" ".join(str(err).split()), argv))
             return 2
         except OSError as err:
             # An output that is read-only, a folder, or on a full disk: what and where.
             where = f"{err.filename}: " if err.filename else ""
-            print(f"error: {where}{err.strerror or err}", file=sys.stderr)
+            print_err(f"error: {where}{err.strerror or err}")
             return 2
+
+
+def print_err(text: str = "") -> None:
+    """``text`` and its line break on ``sys.stderr`` in one write. ``print(..., file=sys.stderr)``
+    writes the break separately, and on the unbuffered stderr the other processes of a
+    multi-device run can write between the two: their line then ends up on the end of this one."""
+    sys.stderr.write(f"{text}\n")
+    sys.stderr.flush()
 
 
 def quiet_model_loading() -> None:
@@ -76,7 +85,7 @@ class _StderrHandler(logging.Handler):
     """Log records as plain lines on the current ``sys.stderr`` (tests capture it)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(self.format(record), file=sys.stderr)
+        print_err(self.format(record))
 
 
 @contextmanager
@@ -96,7 +105,7 @@ def console_output() -> Iterator[None]:
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        print(f"warning: {message}", file=sys.stderr)
+        print_err(f"warning: {message}")
 
     warnings.showwarning = show
     try:

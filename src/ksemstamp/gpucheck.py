@@ -25,6 +25,8 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
+from .console import print_err
+
 LINE = re.compile(r"^rank (\d+)/(\d+): models on (\S+): (.*)$", re.MULTILINE)
 """``parallel.DEVICE_LINE`` as printed by each process."""
 
@@ -125,6 +127,7 @@ def run_check(
 ) -> list[str]:
     """Every step of the check; returns the report lines (raises ``CheckFailed``)."""
     from .io import read_jsonl_objects, write_jsonl_atomic, write_text_atomic
+    from .keys import KEY_ENV, new_key
     from .text.corpusfile import corpus_prompts, export_source
 
     expected = expected_devices(cpu, devices)
@@ -140,7 +143,8 @@ def run_check(
 
     rows = corpus_prompts(corpus, prompts * len(expected), split="all")
     write_jsonl_atomic(work / "prompts.jsonl", rows)
-    env = {**os.environ, "KSEMSTAMP_KEY": os.environ.get("KSEMSTAMP_KEY", "ksemstamp-gpucheck")}
+    # The user's key if set; else a fresh strong one (the check marks and detects its own texts).
+    env = {**os.environ, KEY_ENV: os.environ.get(KEY_ENV) or new_key()}
     flags = [
         f"--model.checkpoint={checkpoint}",
         f"--parallel.accelerator={accelerator}",
@@ -203,7 +207,7 @@ def gpucheck(
                 max_new_tokens=max_new_tokens,
             )
         except CheckFailed as err:
-            print(f"FAILED: {err}", file=sys.stderr)
+            print_err(f"FAILED: {err}")
             return 1
     print("\n".join(report))
     print("ok: training, generation and detection ran on the expected devices")

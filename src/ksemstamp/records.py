@@ -18,7 +18,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .builders import build_detector, build_watermarker
+from .builders import build_detector, build_watermarker, checked_key
 from .io import InputRecord, ResumableWriter, earlier_output_problem, read_jsonl, same_file
 from .parallel import DeviceSettings, Job, read_records, run_jsonl, shard_paths
 from .settings import WatermarkSettings
@@ -126,9 +126,9 @@ def process_jsonl(
 ) -> int:
     """The JSONL loop shared by ``generate`` and ``detect``, resumable through ``ResumableWriter``.
 
-    Before any model loads, the output must not be the input, nor an existing file other than
-    an earlier output of this command on this input (``io.earlier_output_problem``), nor
-    locked by another run. Records already in ``args.output`` are skipped; the rest go in
+    Before any model loads, the key must be strong (``builders.checked_key``), and the output
+    must not be the input, nor an existing file other than an earlier output of this command
+    on this input (``io.earlier_output_problem``), nor locked by another run. Records already in ``args.output`` are skipped; the rest go in
     input order, in chunks of ``batch_size``, through the command's ``RecordProcessor``: in
     this process, or spread over devices with ``Trainer.predict`` when ``args.parallel`` asks
     for it (``parallel.run_jsonl``). Returns the exit code: 1 when nothing succeeded and
@@ -154,6 +154,11 @@ def process_jsonl(
                 "over (rerunning with the same input and output resumes a run)"
             )
 
+    # A weak key is refused before the output is opened and before any process starts (not
+    # by each process once started); resolved once, the demo key's warning shows once.
+    key = checked_key(cfg)
+    if key is not None:
+        cfg = dataclasses.replace(cfg, key=key)
     if args.parallel.requested():
         with ResumableWriter(args.output, accept=accept):
             pass  # the checks above, before any process starts

@@ -9,11 +9,10 @@ See docs/training.md.
 
 from __future__ import annotations
 
-import sys
-
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
+from ..console import print_err
 from ..text.corpusfile import CorpusError
 from .callbacks import KMeansCallback
 from .data import PairDataModule
@@ -69,7 +68,7 @@ def cli_main(args: list[str] | None = None) -> TrainCLI:
             save_config_kwargs={"overwrite": True},
         )
     except CorpusError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print_err(f"error: {err}")
         raise SystemExit(2) from None
 
 
