@@ -125,6 +125,7 @@ results-robust: setup
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-50,runs/eval-robust,--config docs/evaluation/robust-lm-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/fewshot-12,runs/eval-robust,--config docs/evaluation/robust-fewshot.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-kernel-t05,runs/eval-robust-kernel-t05,--config docs/evaluation/robust-kernel-t05.yaml)
 
 # Strength against cost: the default with 8, 16 and 64 candidates per sentence on the robust
 # run's first 12 prompts, clean and paraphrased (32 is results-robust's run), and the curve

@@ -3,7 +3,7 @@ a design, attacked by the evaluation's Gemma paraphrase, detected; the decision 
 (and per key), the median z and the effective sentences per text, clean and attacked.
 
     KSEMSTAMP_ALLOW_WEAK_KEY=1 python -m research.robust.check --name base --prompts 24 \
-        [--encoder FOLDER --centroids FILE] [--selection text]
+        [--encoder FOLDER --centroids FILE] [--selection text] [--temperature 0.05]
     python -m research.robust.check --compare base other   # paired by prompt, after both ran
 
 Generations and attacks are cached under ``runs/robust/check-NAME/`` (reruns resume); each
@@ -43,13 +43,14 @@ def config(args, key: str) -> WatermarkSettings:
     if args.encoder:
         model["encoder"] = args.encoder
     partition = {"centroids": args.centroids} if args.centroids else {}
+    temperature = {"context_temperature": args.temperature} if args.temperature else {}
     return WatermarkSettings.from_dict(
         {
             "key": key,
             "allow_weak_key": True,
             "model": model,
             "partition": partition,
-            "mark": {"selection": args.selection},
+            "mark": {"selection": args.selection, **temperature},
             "sampling": {"seed": 0, "max_new_tokens": 200},
         }
     )
@@ -94,6 +95,7 @@ def main() -> None:
     p.add_argument("--encoder", default=None)
     p.add_argument("--centroids", default=None)
     p.add_argument("--selection", default="text")
+    p.add_argument("--temperature", type=float, default=None, help="mark.context_temperature")
     p.add_argument("--stage", default="all")
     a = p.parse_args()
     if a.compare:
