@@ -173,12 +173,14 @@ def test_a_weak_key_is_refused_before_any_process_starts(tmp_path, monkeypatch, 
     monkeypatch.setenv("KSEMSTAMP_KEY", "password1")
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     _write(src, [{"id": "a", "text": "One sentence here. Another one there."}])
-    argv = ["detect", "--input", str(src), "--output", str(out), "--quiet", *TWO]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: the watermark key is too weak") and err.count("\n") == 1
-    assert "password1" not in err
-    assert not out.exists() and not list(tmp_path.glob("*.shard*"))
+    # Over two processes, and in this one (which left an empty --output behind).
+    for devices in (TWO, []):
+        argv = ["detect", "--input", str(src), "--output", str(out), "--quiet", *devices]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: the watermark key is too weak") and err.count("\n") == 1
+        assert "password1" not in err
+        assert not out.exists() and not list(tmp_path.glob("*.shard*"))
 
 
 PROMPTS = [

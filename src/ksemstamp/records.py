@@ -128,10 +128,10 @@ def process_jsonl(
 
     Before any model loads, the key must be strong (``builders.checked_key``), and the output
     must not be the input, nor an existing file other than an earlier output of this command
-    on this input (``io.earlier_output_problem``), nor locked by another run. Records already in ``args.output`` are skipped; the rest go in
-    input order, in chunks of ``batch_size``, through the command's ``RecordProcessor``: in
-    this process, or spread over devices with ``Trainer.predict`` when ``args.parallel`` asks
-    for it (``parallel.run_jsonl``). Returns the exit code: 1 when nothing succeeded and
+    on this input (``io.earlier_output_problem``), nor locked by another run. Records already
+    in ``args.output`` are skipped; the rest go in input order, in chunks of ``batch_size``,
+    through the command's ``RecordProcessor``: in this process, or spread over devices with
+    ``Trainer.predict`` when ``args.parallel`` asks for it (``parallel.run_jsonl``). Returns the exit code: 1 when nothing succeeded and
     something failed, else 0. ``processors[name]`` builds the processor from the settings and
     ``option``; ``job(name, settings, option)`` builds it in a process of its own.
     """
