@@ -361,7 +361,10 @@ def test_cli_report_shows_scores_and_the_exact_z():
     result.normalized = {"look_alike": 3}
     text = format_detection(result)
     assert "most marked span: sentences 2-3, z = 2.90, p = 0.002" in text
-    assert "scattered marked sentences p = 0.04" in text
+    assert "scattered marked sentences p = 0.04" in text and "combines the three" in text
+    result.weighted_p_value = 0.005
+    text = format_detection(result)
+    assert "weighted p = 0.005; p below combines the four" in text
     assert "3 look-alike" in text
     result.scores = None  # the region mark: the paper's z, no score column
     assert "(paper)" in format_detection(result) and "+1.25" not in format_detection(result)

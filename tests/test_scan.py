@@ -8,6 +8,7 @@ from ksemstamp.detection.scan import (
     ALL_SPANS_UP_TO,
     _spread,
     combined_test,
+    gls_weights,
     null_law,
     scan,
     score_covariance,
@@ -75,6 +76,7 @@ def test_p_values_are_calibrated_for_text_that_does_not_depend_on_the_key():
     for p in (
         np.array([r.span.p_value for r in results]),
         np.array([r.mixture_p_value for r in results]),
+        np.array([r.weighted_p_value for r in results]),
         np.array([r.p_value for r in results]),
     ):
         for alpha in (0.01, 0.05, 0.2):
@@ -93,11 +95,40 @@ def test_the_combined_p_value_is_never_worse_than_bonferroni_by_much_and_often_b
         scores[::4] += 2.0  # a quarter of the sentences marked, scattered
         p_text = float(_whole_text_p(scores, cov)[0])
         result = combined_test(scores, cov, p_text, null=null)
-        bonferroni = min(1.0, 3 * min(p_text, result.span.p_value, result.mixture_p_value))
+        tests = (p_text, result.weighted_p_value, result.span.p_value, result.mixture_p_value)
+        bonferroni = min(1.0, 4 * min(tests))
         # The combination's simulation error: a few draws' worth
         assert result.p_value <= bonferroni + 5 / (null.draws + 1)
         gains.append(bonferroni / max(result.p_value, 1e-12))
     assert np.median(gains) > 1.3
+
+
+def test_the_weighted_z_counts_sentences_that_move_together_about_once():
+    # two identical sentences and one unlike them: the pair weighs 4/3 of the third, not 2
+    cov = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    w = gls_weights(cov)
+    assert w[0] == pytest.approx(w[1]) and (w[0] + w[1]) / w[2] == pytest.approx(4 / 3)
+    assert float(w @ cov @ w) == pytest.approx(1.0)  # w . s is standard normal under the null
+    # independent sentences: the plain sum
+    assert np.allclose(gls_weights(np.eye(5)), 1 / np.sqrt(5))
+
+
+def test_the_weighted_z_finds_a_passage_among_human_sentences_on_one_topic():
+    rng = np.random.default_rng(7)
+    topic = rng.standard_normal(32)
+    human = rng.standard_normal((12, 32)) + 2.5 * topic  # sentences on one subject
+    marked = rng.standard_normal((4, 32))  # kept apart by generation
+    vectors = np.concatenate([human[:6], marked, human[6:]])
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    cov = score_covariance(np.ones((16, 1)), vectors)
+    null = null_law(cov, b"text")
+    wins = []
+    for _ in range(200):
+        scores = rng.multivariate_normal(np.zeros(16), cov)
+        scores[6:10] += 1.5
+        result = combined_test(scores, cov, float(_whole_text_p(scores, cov)[0]), null=null)
+        wins.append(result.weighted_p_value < float(_whole_text_p(scores, cov)[0]))
+    assert np.mean(wins) > 0.8
 
 
 def test_a_whole_marked_text_keeps_its_small_p_value():
@@ -108,7 +139,8 @@ def test_a_whole_marked_text_keeps_its_small_p_value():
     p_text = float(_whole_text_p(scores, cov)[0])
     result = combined_test(scores, cov, p_text, b"seed")
     # Below the simulation's floor the Bonferroni bound is reported.
-    assert p_text < 1e-6 and result.p_value == pytest.approx(3 * p_text)
+    smallest = min(p_text, result.weighted_p_value)
+    assert p_text < 1e-6 and result.p_value == pytest.approx(4 * smallest, rel=1e-9, abs=0)
     assert combined_test(scores[:2], cov[:2, :2], p_text, b"seed") is None
 
 

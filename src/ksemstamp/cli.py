@@ -124,7 +124,12 @@ def format_detection(result) -> str:
             f"most marked span: sentences {result.span[0] + 1}-{result.span[1]}, "
             f"z = {result.span_z:.2f}, p = {result.span_p_value:.3g}; scattered marked "
             f"sentences p = {result.mixture_p_value:.3g}; whole text p = "
-            f"{result.text_p_value:.3g}; p below combines the three"
+            f"{result.text_p_value:.3g}"
+            + (
+                "; p below combines the three"
+                if result.weighted_p_value is None
+                else f", weighted p = {result.weighted_p_value:.3g}; p below combines the four"
+            )
         )
     if result.normalized:
         changed = ", ".join(

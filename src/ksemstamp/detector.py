@@ -37,8 +37,9 @@ under the ``direction`` mark the exact z of ``stats.direction_z``. ``p_value`` c
 configured statistic (``exact`` by default) and alone decides ``watermarked``. With ``scan``
 (the direction mark's windowed detection, ``ksemstamp.detection.scan``) the best span of consecutive
 scored sentences is reported too (``span``), with the mixture statistic's p-value
-(``mixture_p_value``), and ``p_value`` combines the whole text's (``text_p_value``), the
-span's and the mixture's into one exact p-value.
+(``mixture_p_value``) and the weighted whole-text z's (``weighted_p_value``), and ``p_value``
+combines the whole text's (``text_p_value``), the span's, the mixture's and the weighted one's
+into one exact p-value.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ class Detector:
             status ``error`` without being split or embedded. ``None``: no limit.
         scan: ``direction`` mark: also scan spans of consecutive sentences for the one that
             carries the mark and test for scattered marked sentences (``detection.scan``);
-            ``p_value`` then combines the three tests. The region mark has no scan.
+            and weigh sentences that move together about once; ``p_value`` then combines the
+            four tests. The region mark has no scan.
     """
 
     def __init__(

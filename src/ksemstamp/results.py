@@ -229,6 +229,9 @@ class DetectionResult:
     mixture_p_value: float | None = None
     """Windowed detection: the p-value of the mixture statistic (marked sentences scattered
     among human ones; ``ksemstamp.detection.scan``)."""
+    weighted_p_value: float | None = None
+    """Windowed detection: the p-value of the weighted whole-text z (sentences that move
+    together under the null counted about once; ``ksemstamp.detection.scan``)."""
 
     @property
     def tampered(self) -> bool:
@@ -260,6 +263,7 @@ class DetectionResult:
             out["span_z"] = self.span_z
             out["span_p_value"] = self.span_p_value
             out["mixture_p_value"] = self.mixture_p_value
+            out["weighted_p_value"] = self.weighted_p_value
         if self.normalized:
             out["normalized"] = dict(self.normalized)
             out["tampered"] = self.tampered

@@ -8,8 +8,8 @@ computed once per text) does not depend on the table at all. Direction mark: eac
 the sums of its scored sentences' vectors per context and their squared norm; under a key's
 directions the exact z is one dot product per context (``stats.direction_z``). With the
 scan (``ksemstamp.detection.scan``), each text also keeps its scored sentences' vectors and context
-weights and the null draws of the span and mixture statistics, drawn once (they do not depend
-on the key); a key's p-value is then the detector's combined p-value.
+weights and the null draws of the span, mixture and weighted statistics, drawn once (they do
+not depend on the key); a key's p-value is then the detector's combined p-value.
 """
 
 from __future__ import annotations

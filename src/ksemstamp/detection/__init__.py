@@ -3,5 +3,5 @@ May import: ksemstamp core modules and text; never cli, builders, config, waterm
 
 * ``plans``: ``ScoringPlan``, a text's sentences, regions and vectors before any key;
 * ``stats``: the paper's z-test and the exact key-randomisation tests;
-* ``scan``: the span and mixture tests for a marked passage inside human text.
+* ``scan``: the span, mixture and weighted tests for marked sentences inside human text.
 """

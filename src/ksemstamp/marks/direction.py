@@ -243,6 +243,7 @@ class DirectionMark(Mark):
                 result.span = [rows[best.start], rows[best.stop - 1] + 1]
                 result.span_z, result.span_p_value = best.z, best.p_value
                 result.mixture_p_value = combined.mixture_p_value
+                result.weighted_p_value = combined.weighted_p_value
                 result.p_value = combined.p_value
         result.watermarked = result.p_value <= alpha
         return result

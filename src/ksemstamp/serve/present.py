@@ -155,7 +155,9 @@ def explanation(
                 f"{result.span_z:.2f}; the largest of all runs' z would be that high with "
                 f"probability {result.span_p_value:.3g} without our key. A third test asks "
                 f"whether some sentences, wherever they stand, lean the key's way (p = "
-                f"{result.mixture_p_value:.3g}). The p-value above combines the three: how "
+                f"{result.mixture_p_value:.3g}), and a fourth totals the scores again with "
+                f"sentences that say much the same thing counted about once (p = "
+                f"{result.weighted_p_value:.3g}). The p-value above combines the four: how "
                 f"often the smallest of their p-values would be this small without our key."
             )
         text_p = result.p_value if result.text_p_value is None else result.text_p_value
@@ -279,6 +281,7 @@ def detection_view(
         "span": result.span,
         "span_p_value": result.span_p_value,
         "mixture_p_value": result.mixture_p_value,
+        "weighted_p_value": result.weighted_p_value,
         "explanation": explanation(result, gamma, alpha, mark, soft_contexts, context),
     }
 
