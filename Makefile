@@ -60,8 +60,9 @@ clean-venv:
 # docs/results.md lists every results table, its target and the commit it was made on.
 COMMA := ,
 CALIBRATE := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 50
+CALIBRATE_200 := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 200
 RESULTS := results-calibration results-calibration-hard results-calibration-region \
-	results-calibration-kernel results-valid-table
+	results-calibration-kernel results-calibration-keys results-valid-table
 LONG_RESULTS := results-evaluation results-strength results-robust results-candidates \
 	results-benchmarks results-study results-training
 .PHONY: $(RESULTS) $(LONG_RESULTS)
@@ -83,6 +84,14 @@ results-calibration-region: setup
 results-calibration-kernel: setup
 	$(CALIBRATE) --partition.centroids checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt \
 		--output_dir docs/calibration/kernel
+
+# The spread over keys, which 50 keys measure only roughly (their worst key is one draw of the
+# tail): the default and the trained adapter under 200 keys each.
+results-calibration-keys: setup
+	$(CALIBRATE_200) --output_dir docs/calibration/keys-200
+	$(CALIBRATE_200) \
+		--partition.centroids checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt \
+		--output_dir docs/calibration/kernel/keys-200
 
 results-valid-table: setup
 	$(PY) -m research.paper.valid_table --max-texts 3000
@@ -116,7 +125,10 @@ results-strength: setup
 # The current default against KGW on the robust run's prompts: every edit (24 prompts), the
 # language-model attacks, the bigram attack and a second paraphrase prompt (12 prompts), the
 # sentence paraphrase again on 24 and on all 50, and the default scored by the trained adapter
-# (24 prompts, clean and paraphrased); robust-run.yaml alone runs every attack on 50.
+# (24 prompts clean and paraphrased, then all 50 with every edit, and the other attacks on 12);
+# robust-run.yaml alone runs every attack on 50. After a change to the detector, deleting the
+# runs' detections/ksemstamp.* and sizes/ksemstamp.jsonl and rerunning this target detects the
+# stored texts again (nothing is generated or attacked again).
 results-robust: setup
 	$(call EVALUATE,robust-run,robust-run,robust-run/edits-24,runs/eval-robust,--config docs/evaluation/robust-edits.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-12,runs/eval-robust,--config docs/evaluation/robust-lm.yaml)
@@ -125,6 +137,8 @@ results-robust: setup
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-50,runs/eval-robust,--config docs/evaluation/robust-lm-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/fewshot-12,runs/eval-robust,--config docs/evaluation/robust-fewshot.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-kernel-50,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel-50.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-kernel-attacks,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel-attacks.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel-t05,runs/eval-robust-kernel-t05,--config docs/evaluation/robust-kernel-t05.yaml)
 
 # Strength against cost: the default with 8, 16 and 64 candidates per sentence on the robust
