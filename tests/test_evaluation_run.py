@@ -147,6 +147,29 @@ def test_generation_batches_hold_one_key_and_records_keep_prompt_order(tmp_path,
     assert list(records) == [p["id"] for p in prompts]
 
 
+def test_a_smaller_run_in_a_larger_runs_folder_detects_only_its_own_attacked_texts(
+    monkeypatch,
+):
+    # The folder's attack file holds five prompts (a larger run stored them); this run has two.
+    from ksemstamp.evaluation import edit_stage
+    from ksemstamp.evaluation.run import _variants
+
+    class StoredRun:
+        settings = EvalSettings(
+            attacks=[{"name": "wordnet", "paraphraser": "wordnet", "num_candidates": 2}],
+            edits=[],
+        )
+
+        def attack(self, algorithm, spec, gens, source=None):
+            return {f"p{i}": {"id": f"p{i}", "text": f"attacked {i}"} for i in range(5)}
+
+    monkeypatch.setattr(edit_stage, "edit_stage", lambda *args: {})
+    gens = {"p0": {"text": "a"}, "p1": {"text": "b"}}
+    variants = _variants(StoredRun(), "ksemstamp", gens, [])
+    assert variants["wordnet"][0] == {"p0": "attacked 0", "p1": "attacked 1"}
+    assert list(variants["none"][0]) == ["p0", "p1"]
+
+
 @pytest.mark.e2e
 def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
     config = tmp_path / "eval.yaml"

@@ -416,7 +416,9 @@ def _variants(
     run: Run, algorithm: str, gens: dict[str, dict], prompts: list[dict]
 ) -> dict[str, tuple[dict[str, str], dict[str, dict] | None]]:
     """The texts each variant holds, by name: ``none`` (the generations), every attack (with
-    its records) and every edit without a language model (``edit_stage``, no records)."""
+    its records) and every edit without a language model (``edit_stage``, no records). An
+    attack's file may hold more prompts than this run (a larger run in the same folder): only
+    this run's are detected, since a text is scored with its prompt."""
     from .edit_stage import edit_stage
 
     texts = {i: g["text"] for i, g in gens.items()}
@@ -425,7 +427,8 @@ def _variants(
     for spec in run.settings.attacks:
         source = stored[spec["source"]] if "source" in spec else None
         attacked = stored[spec["name"]] = run.attack(algorithm, spec, gens, source)
-        variants[spec["name"]] = ({i: a["text"] for i, a in attacked.items()}, attacked)
+        mine = {i: a["text"] for i, a in attacked.items() if i in gens}
+        variants[spec["name"]] = (mine, attacked)
     for name, edited in edit_stage(run, algorithm, texts, prompts).items():
         variants[name] = ({i: e["text"] for i, e in edited.items()}, None)
     return variants
