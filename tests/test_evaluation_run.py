@@ -147,27 +147,26 @@ def test_generation_batches_hold_one_key_and_records_keep_prompt_order(tmp_path,
     assert list(records) == [p["id"] for p in prompts]
 
 
-def test_a_smaller_run_in_a_larger_runs_folder_detects_only_its_own_attacked_texts(
-    monkeypatch,
-):
-    # The folder's attack file holds five prompts (a larger run stored them); this run has two.
-    from ksemstamp.evaluation import edit_stage
-    from ksemstamp.evaluation.run import _variants
+def test_a_smaller_run_in_a_larger_runs_folder_reports_only_its_own_prompts(tmp_path):
+    # A larger run stored five prompts' records in the folder; this run has two of them.
+    from ksemstamp.evaluation.run import Run
 
-    class StoredRun:
-        settings = EvalSettings(
-            attacks=[{"name": "wordnet", "paraphraser": "wordnet", "num_candidates": 2}],
-            edits=[],
-        )
-
-        def attack(self, algorithm, spec, gens, source=None):
-            return {f"p{i}": {"id": f"p{i}", "text": f"attacked {i}"} for i in range(5)}
-
-    monkeypatch.setattr(edit_stage, "edit_stage", lambda *args: {})
-    gens = {"p0": {"text": "a"}, "p1": {"text": "b"}}
-    variants = _variants(StoredRun(), "ksemstamp", gens, [])
-    assert variants["wordnet"][0] == {"p0": "attacked 0", "p1": "attacked 1"}
-    assert list(variants["none"][0]) == ["p0", "p1"]
+    run = Run(EvalSettings(output_dir=str(tmp_path)), progress=False)
+    for stage, name in (("attacks", "ksemstamp.wordnet"), ("detections", "ksemstamp.wordnet")):
+        (tmp_path / stage).mkdir(exist_ok=True)
+        rows = [{"id": f"p{i}", "text": f"t{i}", "z_score": 1.0} for i in range(5)]
+        (tmp_path / stage / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "quality").mkdir()
+    (tmp_path / "quality" / "ksemstamp.jsonl").write_text(
+        "".join(json.dumps({"id": f"p{i}", "perplexity": 9.0}) + "\n" for i in range(5))
+    )
+    gens = {"p0": {"text": "a", "status": "ok"}, "p1": {"text": "b", "status": "ok"}}
+    texts = {"p0": "t0", "p1": "t1"}
+    spec = {"name": "wordnet", "paraphraser": "wordnet", "num_candidates": 2}
+    # Nothing is pending, so nothing is attacked, detected or scored again: only read back.
+    assert list(run.attack("ksemstamp", spec, gens)) == ["p0", "p1"]
+    assert list(run.detect("ksemstamp", "wordnet", texts, {})) == ["p0", "p1"]
+    assert list(run.quality("ksemstamp", texts, {})) == ["p0", "p1"]
 
 
 @pytest.mark.e2e

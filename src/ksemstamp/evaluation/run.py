@@ -3,6 +3,8 @@
 Every stage writes one JSONL file per algorithm (and attack) in the run folder, one record per
 prompt id, appended and flushed as it is made; a rerun skips the ids already there, so an
 interrupted run resumes where it stopped and a larger ``num_prompts`` extends a finished run.
+Every stage returns (and the report counts) the records of this run's prompts only, so a smaller
+``num_prompts`` reports its first prompts from a folder that holds more.
 
 Run folder layout::
 
@@ -252,7 +254,7 @@ class Run:
                 bar.close()
         from .predict import read_records
 
-        return {r["id"]: r for r in read_records(path)}
+        return {r["id"]: r for r in read_records(path) if r["id"] in inputs}
 
     # -- detection
     def detect(
@@ -276,7 +278,7 @@ class Run:
                         out.write({"id": i, "key_index": key_index, **res})
         from .predict import read_records
 
-        return {r["id"]: r for r in read_records(path)}
+        return {r["id"]: r for r in read_records(path) if r["id"] in texts}
 
     def _detector(self, algorithm: str, key_index: int = 0):
         cfg = self.settings.watermark_config(algorithm, key_index)
@@ -328,7 +330,7 @@ class Run:
                 bar.close()
         from .predict import read_records
 
-        return {r["id"]: r for r in read_records(path)}
+        return {r["id"]: r for r in read_records(path) if r["id"] in texts}
 
 
 # ---------------------------------------------------------------------- whole pipeline
@@ -416,9 +418,7 @@ def _variants(
     run: Run, algorithm: str, gens: dict[str, dict], prompts: list[dict]
 ) -> dict[str, tuple[dict[str, str], dict[str, dict] | None]]:
     """The texts each variant holds, by name: ``none`` (the generations), every attack (with
-    its records) and every edit without a language model (``edit_stage``, no records). An
-    attack's file may hold more prompts than this run (a larger run in the same folder): only
-    this run's are detected, since a text is scored with its prompt."""
+    its records) and every edit without a language model (``edit_stage``, no records)."""
     from .edit_stage import edit_stage
 
     texts = {i: g["text"] for i, g in gens.items()}
@@ -427,8 +427,7 @@ def _variants(
     for spec in run.settings.attacks:
         source = stored[spec["source"]] if "source" in spec else None
         attacked = stored[spec["name"]] = run.attack(algorithm, spec, gens, source)
-        mine = {i: a["text"] for i, a in attacked.items() if i in gens}
-        variants[spec["name"]] = (mine, attacked)
+        variants[spec["name"]] = ({i: a["text"] for i, a in attacked.items()}, attacked)
     for name, edited in edit_stage(run, algorithm, texts, prompts).items():
         variants[name] = ({i: e["text"] for i, e in edited.items()}, None)
     return variants
