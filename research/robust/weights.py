@@ -11,6 +11,12 @@ Two families are measured on an evaluation run's own texts (each text under its 
 * sentence length, ``w_t = words_t^b``: longer sentences might keep more of their score under a
   paraphrase.
 
+Last, the detector's combined p-value (``scan.combined_test``) is recomputed with its three
+former tests (whole text, span, mixture) and with the GLS-weighted whole-text z as a fourth,
+referred to the same null draws (``combined_p``; at ``scan.GLS_SHRINKAGE`` this is the shipped
+detector): does the fourth keep the text three quarters human, whose human sentences are the
+correlated ones, without losing the paraphrase?
+
     KSEMSTAMP_KEY=robust-run python -m research.robust.weights [--run runs/eval-robust]
 
 The table goes to ``runs/robust/weights.md`` (and ``.json``).
@@ -19,6 +25,7 @@ The table goes to ``runs/robust/weights.md`` (and ``.json``).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -28,6 +35,7 @@ import numpy as np
 from scipy.stats import norm
 
 from ksemstamp.builders import build_detector
+from ksemstamp.detection import scan
 from ksemstamp.detection.scan import score_covariance
 from ksemstamp.evaluation.settings import EvalSettings
 from ksemstamp.settings_files import load_settings_file
@@ -38,6 +46,8 @@ ALPHA = 0.01
 SHRINKAGE = (None, 3.0, 1.0, 0.3, 0.1)
 """``lam`` of the GLS weights in units of the mean null variance; ``None``: the shipped sum."""
 LENGTH_POWERS = (0.5, 1.0)
+COMBINED_SHRINKAGE = (None, scan.GLS_SHRINKAGE)
+"""The combined p-value without the weighted test (``None``) and with it, as shipped."""
 SOURCES = {
     "clean": "generations/ksemstamp.jsonl",
     "lm-paraphrase": "attacks/ksemstamp.lm-paraphrase.jsonl",
@@ -59,6 +69,40 @@ def gls_weights(cov: np.ndarray, lam: float | None) -> np.ndarray:
     if lam is None:
         return np.ones(n)
     return np.linalg.solve(cov + lam * float(np.mean(np.diag(cov))) * np.eye(n), np.ones(n))
+
+
+def combined_p(scores: np.ndarray, cov: np.ndarray, seed: bytes, lam: float | None) -> float:
+    """The combined p-value of the whole text, span and mixture tests (``scan.combined_test``)
+    with, for ``lam`` not ``None``, the GLS-weighted whole-text z as a fourth test referred to
+    the same null draws (key-free weights, so the p-value stays exact); ``lam`` at
+    ``scan.GLS_SHRINKAGE`` is the shipped detector."""
+    windows = scan.spans(len(cov))
+    if not len(windows):
+        return float(scan._normal_tail(scores.sum() / np.sqrt(cov.sum())))
+    draws = max(scan.MIN_DRAWS, min(scan.DRAWS, int(scan.DRAW_BUDGET / len(cov) ** 2)))
+    values, vectors = np.linalg.eigh(cov)
+    factor = vectors * np.sqrt(np.clip(values, 0.0, None))
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(seed).digest()[:8], "little"))
+    samples = rng.standard_normal((draws, len(cov))) @ factor.T
+    spread, unit = scan._spread(cov, windows), scan._unit_spread(cov)
+    weights = [np.ones(len(cov))] + ([] if lam is None else [gls_weights(cov, lam)])
+    draw_p, observed_p = [], []
+    for w in weights:
+        sd = np.sqrt(max(float(w @ cov @ w), 1e-12))
+        draw_p.append(scan._normal_tail(samples @ w / sd))
+        observed_p.append(float(scan._normal_tail(w @ scores / sd)))
+    span = scan._span_z(samples, windows, spread).max(axis=1)
+    mixture = scan.mixture_statistic(samples, unit)
+    draw_p += [scan._tail_share(span, span, True), scan._tail_share(mixture, mixture, True)]
+    observed_p += [
+        float(scan._tail_share(scan._span_z(scores, windows, spread).max(), span)),
+        float(scan._tail_share(scan.mixture_statistic(scores, unit), mixture)),
+    ]
+    smallest = min(observed_p)
+    p = (1.0 + int((np.minimum.reduce(draw_p) <= smallest + 1e-15).sum())) / (draws + 1)
+    if p <= 1.0 / (draws + 1):
+        p = min(p, len(observed_p) * smallest)
+    return float(min(1.0, p))
 
 
 def effective_sentences(cov: np.ndarray) -> tuple[float, float]:
@@ -100,6 +144,19 @@ def scored_texts(
     return out
 
 
+def p_row(records: list[dict], lam: float | None) -> dict:
+    """Share at ``ALPHA`` and its worst key of the combined p-value (``combined_p``)."""
+    p = np.array([combined_p(r["scores"], r["cov"], r["id"].encode(), lam) for r in records])
+    keys = np.array([r["key_index"] for r in records])
+    hit = p <= ALPHA
+    z = np.array([weighted_z(r["scores"], r["cov"], np.ones(len(r["scores"]))) for r in records])
+    return {
+        "median_z": float(np.median(z)),
+        "rate": float(hit.mean()),
+        "worst_key": float(min(hit[keys == k].mean() for k in set(keys.tolist()))),
+    }
+
+
 def row(records: list[dict], weights) -> dict:
     """Median z, share at ``ALPHA`` and its worst key, for one choice of weights."""
     z = np.array([weighted_z(r["scores"], r["cov"], weights(r)) for r in records])
@@ -132,7 +189,8 @@ def main() -> None:
     for name, path in SOURCES.items():
         if (args.run / path).exists():
             texts = {r["id"]: r["text"] for r in read_jsonl(str(args.run / path))}
-            data[name] = scored_texts(detectors, key_of, prompt_of, name, texts)
+            if texts:  # an attack the run has started but not yet written to
+                data[name] = scored_texts(detectors, key_of, prompt_of, name, texts)
     human = {i: prompts[i]["human"] for i in (r["id"] for r in data["clean"])}
     data["human"] = scored_texts(detectors, key_of, prompt_of, "human", human)
     for name, records in data.items():
@@ -141,6 +199,8 @@ def main() -> None:
             entry[f"gls {lam}"] = row(records, lambda r, lam=lam: gls_weights(r["cov"], lam))
         for b in LENGTH_POWERS:
             entry[f"words^{b}"] = row(records, lambda r, b=b: r["words"] ** b)
+        for lam in COMBINED_SHRINKAGE:
+            entry[f"combined {lam}"] = p_row(records, lam)
         table[name] = entry
     eff = [effective_sentences(r["cov"]) for r in data["clean"]]
     summary = {
@@ -149,8 +209,16 @@ def main() -> None:
         "effective_gls_median": statistics.median(b for _, b in eff),
     }
     cols = [f"gls {lam}" for lam in SHRINKAGE] + [f"words^{b}" for b in LENGTH_POWERS]
+    cols += [f"combined {lam}" for lam in COMBINED_SHRINKAGE]
     lines = [
-        "| texts | n | " + " | ".join(c.replace("gls None", "sum (shipped)") for c in cols) + " |",
+        "| texts | n | "
+        + " | ".join(
+            c.replace("gls None", "sum (shipped)")
+            .replace("combined None", "three tests")
+            .replace(f"combined {scan.GLS_SHRINKAGE}", "four tests (shipped)")
+            for c in cols
+        )
+        + " |",
         "|---|---|" + "---|" * len(cols),
     ]
     for name, entry in table.items():
