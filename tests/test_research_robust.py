@@ -36,35 +36,6 @@ def test_no_shrinkage_is_the_shipped_sum_and_gls_counts_correlated_sentences_onc
     assert by_sum == pytest.approx(9 / cov.sum()) and by_gls == pytest.approx(2.0, rel=1e-2)
 
 
-def test_combined_p_with_the_shipped_shrinkage_is_the_detectors_combined_test() -> None:
-    from ksemstamp.detection.scan import combined_test
-
-    rng = np.random.default_rng(1)
-    cov = _cov(rng, n=7)
-    for _ in range(5):
-        s = np.linalg.cholesky(cov + 1e-9 * np.eye(7)) @ rng.standard_normal(7) + 0.8
-        p_text = float(weights.scan._normal_tail(s.sum() / np.sqrt(cov.sum())))
-        shipped = combined_test(s, cov, p_text, b"seed").p_value
-        mine = weights.combined_p(s, cov, b"seed", weights.scan.GLS_SHRINKAGE)
-        assert mine == pytest.approx(shipped)
-
-
-@pytest.mark.parametrize("lam", [None, 1.0])
-def test_combined_p_is_uniform_over_keys(lam) -> None:
-    rng = np.random.default_rng(2)
-    cov = _cov(rng, n=6)
-    factor = np.linalg.cholesky(cov + 1e-9 * np.eye(6))
-    p = np.array(
-        [
-            weights.combined_p(factor @ rng.standard_normal(6), cov, str(i).encode(), lam)
-            for i in range(600)
-        ]
-    )
-    # exact: P(p <= a) <= a at every level; 600 draws give a standard error of 0.012 at 0.1
-    for a in (0.05, 0.1, 0.3):
-        assert abs((p <= a).mean() - a) < 3.5 * np.sqrt(a * (1 - a) / len(p))
-
-
 def test_check_compare_pairs_the_same_prompts(tmp_path, monkeypatch) -> None:
     import json
 

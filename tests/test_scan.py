@@ -6,6 +6,7 @@ import pytest
 
 from ksemstamp.detection.scan import (
     ALL_SPANS_UP_TO,
+    GLS_SHRINKAGE,
     _spread,
     combined_test,
     gls_weights,
@@ -63,11 +64,12 @@ def _whole_text_p(scores, cov):
     return np.array([normal_sf(float(v)) for v in z])
 
 
-def test_p_values_are_calibrated_for_text_that_does_not_depend_on_the_key():
+@pytest.mark.parametrize("shrinkage", [GLS_SHRINKAGE, None])
+def test_p_values_are_calibrated_for_text_that_does_not_depend_on_the_key(shrinkage):
     rng = np.random.default_rng(2)
     weights, vectors = _text(rng, units=10)
     cov = score_covariance(weights, vectors)
-    null = null_law(cov, b"text", draws=1999)
+    null = null_law(cov, b"text", draws=1999, shrinkage=shrinkage)
     keys = rng.standard_normal((3000, weights.shape[1], vectors.shape[1]))
     scores = _scores(weights, vectors, keys)
     p_text = _whole_text_p(scores, cov)
@@ -76,9 +78,11 @@ def test_p_values_are_calibrated_for_text_that_does_not_depend_on_the_key():
     for p in (
         np.array([r.span.p_value for r in results]),
         np.array([r.mixture_p_value for r in results]),
-        np.array([r.weighted_p_value for r in results]),
+        np.array([np.nan if r.weighted_p_value is None else r.weighted_p_value for r in results]),
         np.array([r.p_value for r in results]),
     ):
+        if shrinkage is None and np.isnan(p).all():
+            continue  # no weighted test
         for alpha in (0.01, 0.05, 0.2):
             # binomial sd over 3,000 keys at 0.05 is 0.004; the draws add a little more
             assert abs((p <= alpha).mean() - alpha) < 4 * np.sqrt(alpha / 3000) + 0.005
@@ -129,6 +133,19 @@ def test_the_weighted_z_finds_a_passage_among_human_sentences_on_one_topic():
         result = combined_test(scores, cov, float(_whole_text_p(scores, cov)[0]), null=null)
         wins.append(result.weighted_p_value < float(_whole_text_p(scores, cov)[0]))
     assert np.mean(wins) > 0.8
+
+
+def test_without_the_weighted_test_the_combination_is_of_three():
+    rng = np.random.default_rng(8)
+    weights, vectors = _text(rng, units=12, k=8, dim=32)
+    cov = score_covariance(weights, vectors)
+    scores = rng.multivariate_normal(np.zeros(12), cov) + 3.0
+    p_text = float(_whole_text_p(scores, cov)[0])
+    three = combined_test(scores, cov, p_text, b"seed", shrinkage=None)
+    four = combined_test(scores, cov, p_text, b"seed")
+    assert three.weighted_p_value is None and four.weighted_p_value is not None
+    assert three.p_value == pytest.approx(3 * p_text, rel=1e-9, abs=0)
+    assert (three.span, three.mixture_p_value) == (four.span, four.mixture_p_value)
 
 
 def test_a_whole_marked_text_keeps_its_small_p_value():

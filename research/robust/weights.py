@@ -11,11 +11,10 @@ Two families are measured on an evaluation run's own texts (each text under its 
 * sentence length, ``w_t = words_t^b``: longer sentences might keep more of their score under a
   paraphrase.
 
-Last, the detector's combined p-value (``scan.combined_test``) is recomputed with its three
-former tests (whole text, span, mixture) and with the GLS-weighted whole-text z as a fourth,
-referred to the same null draws (``combined_p``; at ``scan.GLS_SHRINKAGE`` this is the shipped
-detector): does the fourth keep the text three quarters human, whose human sentences are the
-correlated ones, without losing the paraphrase?
+Last, the detector's combined p-value (``scan.combined_test``) is computed without its
+weighted test (whole text, span, mixture: the detector before it had one) and with it as
+shipped (``combined_p``): does the weighted test keep the text three quarters human, whose human
+sentences are the correlated ones, without losing the paraphrase?
 
     KSEMSTAMP_KEY=robust-run python -m research.robust.weights [--run runs/eval-robust]
 
@@ -25,7 +24,6 @@ The table goes to ``runs/robust/weights.md`` (and ``.json``).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import statistics
@@ -72,37 +70,11 @@ def gls_weights(cov: np.ndarray, lam: float | None) -> np.ndarray:
 
 
 def combined_p(scores: np.ndarray, cov: np.ndarray, seed: bytes, lam: float | None) -> float:
-    """The combined p-value of the whole text, span and mixture tests (``scan.combined_test``)
-    with, for ``lam`` not ``None``, the GLS-weighted whole-text z as a fourth test referred to
-    the same null draws (key-free weights, so the p-value stays exact); ``lam`` at
-    ``scan.GLS_SHRINKAGE`` is the shipped detector."""
-    windows = scan.spans(len(cov))
-    if not len(windows):
-        return float(scan._normal_tail(scores.sum() / np.sqrt(cov.sum())))
-    draws = max(scan.MIN_DRAWS, min(scan.DRAWS, int(scan.DRAW_BUDGET / len(cov) ** 2)))
-    values, vectors = np.linalg.eigh(cov)
-    factor = vectors * np.sqrt(np.clip(values, 0.0, None))
-    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(seed).digest()[:8], "little"))
-    samples = rng.standard_normal((draws, len(cov))) @ factor.T
-    spread, unit = scan._spread(cov, windows), scan._unit_spread(cov)
-    weights = [np.ones(len(cov))] + ([] if lam is None else [gls_weights(cov, lam)])
-    draw_p, observed_p = [], []
-    for w in weights:
-        sd = np.sqrt(max(float(w @ cov @ w), 1e-12))
-        draw_p.append(scan._normal_tail(samples @ w / sd))
-        observed_p.append(float(scan._normal_tail(w @ scores / sd)))
-    span = scan._span_z(samples, windows, spread).max(axis=1)
-    mixture = scan.mixture_statistic(samples, unit)
-    draw_p += [scan._tail_share(span, span, True), scan._tail_share(mixture, mixture, True)]
-    observed_p += [
-        float(scan._tail_share(scan._span_z(scores, windows, spread).max(), span)),
-        float(scan._tail_share(scan.mixture_statistic(scores, unit), mixture)),
-    ]
-    smallest = min(observed_p)
-    p = (1.0 + int((np.minimum.reduce(draw_p) <= smallest + 1e-15).sum())) / (draws + 1)
-    if p <= 1.0 / (draws + 1):
-        p = min(p, len(observed_p) * smallest)
-    return float(min(1.0, p))
+    """The detector's combined p-value (``scan.combined_test``) with the weighted test at
+    shrinkage ``lam``, or without it for ``lam`` ``None`` (whole text, span and mixture only)."""
+    p_text = float(norm.sf(scores.sum() / np.sqrt(cov.sum())))
+    result = scan.combined_test(scores, cov, p_text, seed, shrinkage=lam)
+    return p_text if result is None else result.p_value
 
 
 def effective_sentences(cov: np.ndarray) -> tuple[float, float]:

@@ -133,17 +133,17 @@ class NullLaw:
         text: ``(B,)`` whole-text z of each draw.
         span: ``(B,)`` largest span z of each draw.
         mixture: ``(B,)`` mixture statistic of each draw.
-        weighted: ``(B,)`` weighted whole-text z of each draw.
+        weighted: ``(B,)`` weighted whole-text z of each draw (``None`` without that test).
         weights: ``(T,)`` the text's weights of that z (``gls_weights``), scaled so that it is
-            ``weights . s``.
-        smallest: ``(B,)`` each draw's smallest p over the four tests (``combined_test``).
+            ``weights . s`` (``None`` without that test).
+        smallest: ``(B,)`` each draw's smallest p over the tests (``combined_test``).
     """
 
     text: np.ndarray
     span: np.ndarray
     mixture: np.ndarray
-    weighted: np.ndarray
-    weights: np.ndarray
+    weighted: np.ndarray | None
+    weights: np.ndarray | None
     smallest: np.ndarray
 
     @property
@@ -187,10 +187,16 @@ def _normal_tail(z: np.ndarray) -> np.ndarray:
 
 
 def null_law(
-    cov: np.ndarray, seed: bytes, min_units: int = MIN_UNITS, draws: int = DRAWS
+    cov: np.ndarray,
+    seed: bytes,
+    min_units: int = MIN_UNITS,
+    draws: int = DRAWS,
+    shrinkage: float | None = GLS_SHRINKAGE,
 ) -> NullLaw | None:
     """The null draws of every statistic for scores of covariance ``cov`` (``draws``, fewer
-    for long texts under ``DRAW_BUDGET``), or ``None`` when there is no span to scan."""
+    for long texts under ``DRAW_BUDGET``), or ``None`` when there is no span to scan.
+    ``shrinkage``: the weighted test's (``gls_weights``); ``None`` leaves that test out (the
+    detector before it had one, for comparisons)."""
     windows = spans(len(cov), min_units)
     if not len(windows):
         return None
@@ -202,17 +208,13 @@ def null_law(
     text = samples.sum(axis=1) / np.sqrt(max(float(cov.sum()), 1e-12))
     span = _span_z(samples, windows, _spread(cov, windows)).max(axis=1)
     mixture = mixture_statistic(samples, _unit_spread(cov))
-    weights = gls_weights(cov)
-    weighted = samples @ weights
-    smallest = np.minimum.reduce(
-        [
-            _normal_tail(text),
-            _normal_tail(weighted),
-            _tail_share(span, span, True),
-            _tail_share(mixture, mixture, True),
-        ]
-    )
-    return NullLaw(text, span, mixture, weighted, weights, smallest)
+    tests = [_normal_tail(text), _tail_share(span, span, True), _tail_share(mixture, mixture, True)]
+    weights = weighted = None
+    if shrinkage is not None:
+        weights = gls_weights(cov, shrinkage)
+        weighted = samples @ weights
+        tests.append(_normal_tail(weighted))
+    return NullLaw(text, span, mixture, weighted, weights, np.minimum.reduce(tests))
 
 
 def _unit_spread(cov: np.ndarray) -> np.ndarray:
@@ -269,16 +271,16 @@ class CombinedResult:
         span: the best span (``ScanResult``, its own p-value included).
         mixture: the mixture statistic of the scores.
         mixture_p_value: its p-value under the null draws.
-        weighted_z: the weighted whole-text z (``gls_weights``).
-        weighted_p_value: its exact p-value (the normal tail).
+        weighted_z: the weighted whole-text z (``gls_weights``; ``None`` without that test).
+        weighted_p_value: its exact p-value (the normal tail; ``None`` without that test).
         p_value: the combined p-value (see the module docstring).
     """
 
     span: ScanResult
     mixture: float
     mixture_p_value: float
-    weighted_z: float
-    weighted_p_value: float
+    weighted_z: float | None
+    weighted_p_value: float | None
     p_value: float
 
 
@@ -290,23 +292,29 @@ def combined_test(
     null: NullLaw | None = None,
     min_units: int = MIN_UNITS,
     draws: int = DRAWS,
+    shrinkage: float | None = GLS_SHRINKAGE,
 ) -> CombinedResult | None:
-    """Span, mixture, weighted z and one p-value for ``scores`` ``(T,)`` of null covariance ``cov`` whose
-    whole-text test gave ``p_text``; ``None`` when the text is too short to scan (its p-value
-    is then ``p_text`` alone). ``null``: this text's ``null_law``, when already drawn."""
+    """Span, mixture, weighted z and one p-value for ``scores`` ``(T,)`` of null covariance
+    ``cov`` whose whole-text test gave ``p_text``; ``None`` when the text is too short to scan
+    (its p-value is then ``p_text`` alone). ``null``: this text's ``null_law``, when already
+    drawn (its own tests then count, whatever ``shrinkage`` says)."""
     scores = np.asarray(scores, dtype=np.float64)
     if null is None:
-        null = null_law(cov, seed, min_units, draws)
+        null = null_law(cov, seed, min_units, draws, shrinkage)
     if null is None:
         return None
     span = scan(scores, cov, seed, min_units, null=null)
     mixture = float(mixture_statistic(scores, _unit_spread(cov)))
     p_mixture = float(_tail_share(mixture, null.mixture))
-    weighted = float(null.weights @ scores)
-    p_weighted = float(_normal_tail(weighted))
-    smallest = min(p_text, p_weighted, span.p_value, p_mixture)
+    observed = [p_text, span.p_value, p_mixture]
+    weighted = p_weighted = None
+    if null.weights is not None:
+        weighted = float(null.weights @ scores)
+        p_weighted = float(_normal_tail(weighted))
+        observed.append(p_weighted)
+    smallest = min(observed)
     floor = 1.0 / (null.draws + 1)
     p = (1.0 + int((null.smallest <= smallest + 1e-15).sum())) / (null.draws + 1)
     if p <= floor:
-        p = min(p, 4.0 * smallest)
+        p = min(p, len(observed) * smallest)
     return CombinedResult(span, mixture, p_mixture, weighted, p_weighted, float(min(1.0, p)))
