@@ -31,9 +31,9 @@ the weighted whole text's exact p, the span's and the mixture's p (each the shar
 least as extreme), referred to the law of that smallest p over the same draws. The tests look at
 the same scores, so this costs far less than Bonferroni over four tests. The p-value
 ``(1 + #{draws <= observed}) / (draws + 1)`` is exact for any number of draws; below its floor
-``1 / (draws + 1)`` the Bonferroni bound ``4 min(p)`` is reported instead when it is smaller (still exact: that branch
-is only taken when the simulated p-value already sits at its floor), so a whole watermarked text
-keeps its arbitrarily small p.
+``1 / (draws + 1)`` the Bonferroni bound ``4 min(p)`` is reported instead when it is smaller
+(still exact: that branch is only taken when the simulated p-value already sits at its floor),
+so a whole watermarked text keeps its arbitrarily small p.
 """
 
 from __future__ import annotations
