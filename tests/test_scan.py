@@ -135,19 +135,6 @@ def test_the_weighted_z_finds_a_passage_among_human_sentences_on_one_topic():
     assert np.mean(wins) > 0.8
 
 
-def test_without_the_weighted_test_the_combination_is_of_three():
-    rng = np.random.default_rng(8)
-    weights, vectors = _text(rng, units=12, k=8, dim=32)
-    cov = score_covariance(weights, vectors)
-    scores = rng.multivariate_normal(np.zeros(12), cov) + 3.0
-    p_text = float(_whole_text_p(scores, cov)[0])
-    three = combined_test(scores, cov, p_text, b"seed", shrinkage=None)
-    four = combined_test(scores, cov, p_text, b"seed")
-    assert three.weighted_p_value is None and four.weighted_p_value is not None
-    assert three.p_value == pytest.approx(3 * p_text, rel=1e-9, abs=0)
-    assert (three.span, three.mixture_p_value) == (four.span, four.mixture_p_value)
-
-
 def test_a_whole_marked_text_keeps_its_small_p_value():
     rng = np.random.default_rng(6)
     weights, vectors = _text(rng, units=12, k=8, dim=32)
@@ -158,6 +145,10 @@ def test_a_whole_marked_text_keeps_its_small_p_value():
     # Below the simulation's floor the Bonferroni bound is reported.
     smallest = min(p_text, result.weighted_p_value)
     assert p_text < 1e-6 and result.p_value == pytest.approx(4 * smallest, rel=1e-9, abs=0)
+    # Without the weighted test (shrinkage None) the bound is over the other three.
+    three = combined_test(scores, cov, p_text, b"seed", shrinkage=None)
+    assert three.weighted_p_value is None and three.span == result.span
+    assert three.p_value == pytest.approx(3 * p_text, rel=1e-9, abs=0)
     assert combined_test(scores[:2], cov[:2, :2], p_text, b"seed") is None
 
 
