@@ -1,9 +1,12 @@
-"""The robustness study's statistics (research/robust: weights.py, check.py), on tiny inputs."""
+"""The robustness study's statistics (research/robust: weights.py, check.py, projection.py), on
+tiny inputs."""
 
 import numpy as np
 import pytest
+import torch
 
 from research.robust import weights
+from research.robust.projection import whitened_basis
 
 
 def _cov(rng: np.random.Generator, n: int = 6, d: int = 5) -> np.ndarray:
@@ -64,3 +67,15 @@ def test_check_compare_pairs_the_same_prompts(tmp_path, monkeypatch) -> None:
     assert out["attacked"]["mean_z_difference"] == pytest.approx(1.0)
     assert out["attacked"]["second_higher"] == 2
     assert out["attacked"]["similarity"] == pytest.approx([0.7, 0.8])
+
+
+def test_the_whitened_basis_keeps_what_varies_and_drops_what_a_paraphrase_moves() -> None:
+    # axes 0 and 1 vary alike between sentences; a paraphrase moves axis 0 a lot, axis 1 little
+    signal = torch.diag(torch.tensor([4.0, 4.0, 0.1], dtype=torch.float64))
+    noise = torch.diag(torch.tensor([3.0, 0.1, 0.1], dtype=torch.float64))
+    w = whitened_basis(signal, noise, dim=1, eps=0.0)
+    assert abs(float(w[1, 0])) > 10 * max(abs(float(w[0, 0])), abs(float(w[2, 0])))
+    # the basis whitens the regularised noise, so every kept direction moves by one unit
+    w = whitened_basis(signal, noise, dim=3, eps=0.5)
+    q = noise + 0.5 * torch.trace(noise) / 3 * torch.eye(3, dtype=torch.float64)
+    torch.testing.assert_close(w.T @ q @ w, torch.eye(3, dtype=torch.float64))

@@ -13,7 +13,8 @@ def load_features(spec: str):
     """``base`` (the shipped default), ``base:k1`` (one direction), ``base:pcs=M``, or
     ``head:NAME`` (a head trained by ``research.robust.head``), ``ft:NAME``, or ``file:CENTROIDS``
     (a centroid file, with its adapter if it holds one; ``file:CENTROIDS;tau=T`` another
-    context temperature)."""
+    context temperature), or ``proj:SIGNAL:d=D:eps=E:pcs=M`` (a closed-form projection,
+    ``research.robust.projection``)."""
     if spec == "base":
         return BaseFeatures()
     if spec == "base:k1":
@@ -31,6 +32,10 @@ def load_features(spec: str):
         return HeadFeatures(head, fitted.centroids.float(), args["tau"], bool(args["regions"]))
     if spec.startswith("ft:"):
         return BaseFeatures(centroids=str(RUNS / f"ft-{spec[3:]}" / "centroids-k64.pt"))
+    if spec.startswith("proj:"):
+        from .projection import parse
+
+        return parse(spec)
     if spec.startswith("file:"):
         path, _, tau = spec[5:].partition(";tau=")
         return BaseFeatures(centroids=path, tau=float(tau) if tau else 0.1)
