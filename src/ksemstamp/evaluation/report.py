@@ -34,7 +34,8 @@ def statistic_label(algorithm: str, mark: str, statistic: str, scan: bool = Fals
             "direction statistic: z of the summed projections on the key's directions, exactly "
             "standard normal over random keys; p is its normal tail"
             + (
-                ", combined with the span scan and the mixture statistic (one exact p-value)"
+                ", combined with the span scan, the mixture statistic and the correlation-weighted"
+                " sum (one exact p-value)"
                 if scan
                 else ""
             )
