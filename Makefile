@@ -124,8 +124,9 @@ results-strength: setup
 
 # The current default against KGW on the robust run's prompts: every edit (24 prompts), the
 # language-model attacks, the bigram attack and a second paraphrase prompt (12 prompts), the
-# sentence paraphrase again on 24 and on all 50, and the default scored by the trained adapter
-# (24 prompts clean and paraphrased, then all 50 with every edit, and the other attacks on 12);
+# sentence paraphrase again on 24 and on all 50, the rewrite of every window and the recursive
+# paraphrase on all 50; and the default scored by the trained adapter (24 prompts clean and
+# paraphrased, then all 50 with every edit, the other attacks on 12, the rewrite on 50).
 # robust-run.yaml alone runs every attack on 50. After a change to the detector, deleting the
 # runs' detections/ksemstamp.* and sizes/ksemstamp.jsonl and rerunning this target detects the
 # stored texts again (nothing is generated or attacked again).
@@ -136,9 +137,12 @@ results-robust: setup
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-24,runs/eval-robust,--config docs/evaluation/robust-lm-24.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-50,runs/eval-robust,--config docs/evaluation/robust-lm-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/fewshot-12,runs/eval-robust,--config docs/evaluation/robust-fewshot.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-run/rewrite-50,runs/eval-robust,--config docs/evaluation/robust-rewrite-50.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-run/recursive-50,runs/eval-robust,--config docs/evaluation/robust-recursive-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel-50,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel-attacks,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel-attacks.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-kernel-rewrite-50,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel-rewrite-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel-t05,runs/eval-robust-kernel-t05,--config docs/evaluation/robust-kernel-t05.yaml)
 
 # Strength against cost: the default with 8, 16 and 64 candidates per sentence on the robust
