@@ -137,10 +137,9 @@ class DirectionSettings:
     independent ones and the text's z stays low."""
     scan: bool = True
     """Detection also scans spans of consecutive sentences for the one that carries the mark (a
-    watermarked passage inside human text), tests whether some sentences anywhere carry it
-    (the mixture statistic) and weights the whole-text sum so that sentences moving together
-    count about once (the weighted z), each with its own exact p-value; ``p_value`` combines
-    them with the whole text's (``detection.scan``)."""
+    watermarked passage inside human text), tests for marked sentences anywhere (the mixture
+    statistic) and counts sentences that move together about once (the weighted z), each with
+    an exact p-value; ``p_value`` combines them with the whole text's (``detection.scan``)."""
 
     def __post_init__(self) -> None:
         problems = at_least(self, 0, "whiten")
