@@ -44,7 +44,7 @@ def signal_covariance(emb: EmbeddingCache, kind: str) -> tuple[torch.Tensor, tor
     """``(mean, S)`` of fit-split news sentences: ``within`` centres each article on its own
     mean, ``total`` on the domain's."""
     docs = [d for d in domain_sentences(DOMAIN_SENTENCES, split="fit") if len(d) >= 3]
-    blocks = [emb(d).double() for d in docs]
+    blocks = emb([s for d in docs for s in d]).double().split([len(d) for d in docs])
     mean = torch.cat(blocks).mean(0)
     if kind == "within":
         centred = torch.cat([b - b.mean(0) for b in blocks])
