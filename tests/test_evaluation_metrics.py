@@ -96,5 +96,7 @@ def test_semantic_entropy_of_separated_clusters():
     points = np.concatenate([c + rng.normal(size=(5, 4)) for c in centers])
     entropy, k = semantic_entropy(points, k=4)
     assert k == 4 and entropy == pytest.approx(math.log(4))
-    _, k = semantic_entropy(points[:3], k=50)
-    assert k == 3
+    # at most one cluster per five texts: 20 texts never get 20 singleton clusters (log 20)
+    entropy, k = semantic_entropy(points, k=50)
+    assert k == 4 and entropy == pytest.approx(math.log(4))
+    assert semantic_entropy(points[:9], k=50) == (0.0, 1)

@@ -159,16 +159,21 @@ def ngram_entropy(texts: Sequence[str], n: int = 3) -> float:
     return -sum(c / total * math.log(c / total) for c in counts.values())
 
 
+TEXTS_PER_CLUSTER = 5
+"""Sem-Ent uses at most one cluster per this many texts: with as many clusters as texts every
+text is its own cluster and the entropy is ``log(n)`` whatever the texts say."""
+
+
 def semantic_entropy(embeddings: np.ndarray, k: int = 50, seed: int = 0) -> tuple[float, int]:
     """Entropy (nats) of the k-means cluster shares of ``embeddings``; returns ``(entropy, k)``.
 
-    ``k`` is lowered to the number of texts when there are fewer (the paper uses k = 50 over
-    hundreds of texts; with a handful of texts the value says little).
+    ``k`` is lowered to one cluster per ``TEXTS_PER_CLUSTER`` texts when there are fewer (the
+    paper uses k = 50 over hundreds of texts); below two clusters the entropy is 0.
     """
     from sklearn.cluster import KMeans
 
     embeddings = np.asarray(embeddings, dtype=np.float64)
-    k = min(k, len(embeddings))
+    k = min(k, len(embeddings) // TEXTS_PER_CLUSTER)
     if k < 2:
         return 0.0, k
     labels = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(embeddings)

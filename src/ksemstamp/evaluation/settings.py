@@ -150,7 +150,8 @@ class EvalSettings:
     oracle_batch: int = 4
     """Texts per oracle pass."""
     sem_ent_k: int = 50
-    """k-means clusters for Sem-Ent (paper: 50)."""
+    """k-means clusters for Sem-Ent (paper: 50); fewer when there are under 5 texts per
+    cluster (``metrics.TEXTS_PER_CLUSTER``)."""
     devices: int | str = 1
     """Devices generation spreads over, one process each (Lightning's ``devices``: a number,
     ``0,2``, ``auto`` or ``-1`` for all); each builds its models on its own device."""
