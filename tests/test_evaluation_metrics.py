@@ -100,3 +100,4 @@ def test_semantic_entropy_of_separated_clusters():
     entropy, k = semantic_entropy(points, k=50)
     assert k == 4 and entropy == pytest.approx(math.log(4))
     assert semantic_entropy(points[:9], k=50) == (0.0, 1)
+    assert semantic_entropy(points[:2], k=50) == (0.0, 1)

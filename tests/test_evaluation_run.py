@@ -223,7 +223,7 @@ def test_evaluate_writes_json_table_and_plot(tmp_path, capsys):
             assert 0.0 <= m["auroc"] <= 1.0 and m["positives"] == 2 and m["negatives"] == 2
         assert 0.0 < rows["wordnet"]["similarity"] <= 1.0
     q = results["quality"]["ksemstamp"]
-    assert q["perplexity"] > 1 and q["ent3"] > 0 and q["sem_ent_k"] == 2
+    assert q["perplexity"] > 1 and q["ent3"] > 0 and q["sem_ent_k"] == 1  # two texts: one cluster
     assert q["candidates_per_sentence"] >= 1
     ppl = sorted(r["perplexity"] for r in read_records(out / "quality" / "ksemstamp.jsonl"))
     assert q["perplexity_median"] == pytest.approx((ppl[0] + ppl[1]) / 2)

@@ -168,12 +168,12 @@ def semantic_entropy(embeddings: np.ndarray, k: int = 50, seed: int = 0) -> tupl
     """Entropy (nats) of the k-means cluster shares of ``embeddings``; returns ``(entropy, k)``.
 
     ``k`` is lowered to one cluster per ``TEXTS_PER_CLUSTER`` texts when there are fewer (the
-    paper uses k = 50 over hundreds of texts); below two clusters the entropy is 0.
+    paper uses k = 50 over hundreds of texts), and at least 1 (entropy 0).
     """
     from sklearn.cluster import KMeans
 
     embeddings = np.asarray(embeddings, dtype=np.float64)
-    k = min(k, len(embeddings) // TEXTS_PER_CLUSTER)
+    k = max(1, min(k, len(embeddings) // TEXTS_PER_CLUSTER))
     if k < 2:
         return 0.0, k
     labels = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(embeddings)
