@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from research.robust import weights
+from research.robust.common import EmbeddingCache
 from research.robust.projection import whitened_basis
 
 
@@ -79,3 +80,15 @@ def test_the_whitened_basis_keeps_what_varies_and_drops_what_a_paraphrase_moves(
     w = whitened_basis(signal, noise, dim=3, eps=0.5)
     q = noise + 0.5 * torch.trace(noise) / 3 * torch.eye(3, dtype=torch.float64)
     torch.testing.assert_close(w.T @ q @ w, torch.eye(3, dtype=torch.float64))
+
+
+def test_two_embedding_caches_on_one_file_keep_each_others_entries(tmp_path) -> None:
+    path = tmp_path / "emb.pt"
+    first, second = EmbeddingCache(path=path), EmbeddingCache(path=path)
+    first.store["a"] = torch.ones(3)
+    first.save()
+    second.store["b"] = torch.zeros(3)
+    second.save()  # opened before "a" was written, so it must merge rather than overwrite
+    on_disk = torch.load(path, weights_only=True)
+    assert set(on_disk) == {"a", "b"} and torch.equal(on_disk["a"], torch.ones(3))
+    assert not path.with_suffix(".tmp").exists()

@@ -57,11 +57,22 @@ class EmbeddingCache:
             emb = embed(self._encoder, missing, batch_size=64, progress=len(missing) > 500)
             for k, e in zip(missing, emb, strict=True):
                 self.store[k] = e.float().cpu()
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(self.store, self.path)
+            self.save()
         if not keys:
             return torch.zeros(0, 384)
         return torch.stack([self.store[k] for k in keys])
+
+    def save(self) -> None:
+        """Write the store, merged with what another cache on the same file saved meanwhile
+        (a feature map that builds its own cache beside the caller's), through a temporary file
+        so that an interrupted save leaves the former file whole."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            for k, e in torch.load(self.path, weights_only=True).items():
+                self.store.setdefault(k, e)
+        tmp = self.path.with_suffix(".tmp")
+        torch.save(self.store, tmp)
+        tmp.replace(self.path)
 
 
 class BaseFeatures:
