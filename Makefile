@@ -124,9 +124,10 @@ results-strength: setup
 
 # The current default against KGW on the robust run's prompts: every edit (24 prompts), the
 # language-model attacks, the bigram attack and a second paraphrase prompt (12 prompts), the
-# sentence paraphrase again on 24 and on all 50, the rewrite of every window and the recursive
-# paraphrase on all 50; and the default scored by the trained adapter (24 prompts clean and
-# paraphrased, then all 50 with every edit, the other attacks on 12, the rewrite on 50).
+# sentence paraphrase again on 24 and on all 50, the rewrite of every window, the recursive
+# paraphrase and the bigram attack on all 50; and the default scored by the trained adapter
+# (24 prompts clean and paraphrased, then all 50 with every edit, the other attacks on 12, the
+# rewrite on 50).
 # robust-run.yaml alone runs every attack on 50. After a change to the detector, deleting the
 # runs' detections/ksemstamp.* and sizes/ksemstamp.jsonl and rerunning this target detects the
 # stored texts again (nothing is generated or attacked again).
@@ -134,6 +135,7 @@ results-robust: setup
 	$(call EVALUATE,robust-run,robust-run,robust-run/edits-24,runs/eval-robust,--config docs/evaluation/robust-edits.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-12,runs/eval-robust,--config docs/evaluation/robust-lm.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/bigram-12,runs/eval-robust,--config docs/evaluation/robust-bigram.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-run/bigram-50,runs/eval-robust,--config docs/evaluation/robust-bigram-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-24,runs/eval-robust,--config docs/evaluation/robust-lm-24.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/lm-50,runs/eval-robust,--config docs/evaluation/robust-lm-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-run/fewshot-12,runs/eval-robust,--config docs/evaluation/robust-fewshot.yaml)
