@@ -91,4 +91,4 @@ def test_two_embedding_caches_on_one_file_keep_each_others_entries(tmp_path) -> 
     second.save()  # opened before "a" was written, so it must merge rather than overwrite
     on_disk = torch.load(path, weights_only=True)
     assert set(on_disk) == {"a", "b"} and torch.equal(on_disk["a"], torch.ones(3))
-    assert not path.with_suffix(".tmp").exists()
+    assert [f.name for f in tmp_path.iterdir()] == ["emb.pt"]  # no temporary file left

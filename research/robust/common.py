@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from ksemstamp.assets import load_encoder
 from ksemstamp.centroids import CentroidFile
 from ksemstamp.encoding import embed
+from ksemstamp.io import atomic_target
 from ksemstamp.scheme import soft_context_weights
 from ksemstamp.text.normalize import normalize_text
 
@@ -66,13 +67,11 @@ class EmbeddingCache:
         """Write the store, merged with what another cache on the same file saved meanwhile
         (a feature map that builds its own cache beside the caller's), through a temporary file
         so that an interrupted save leaves the former file whole."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             for k, e in torch.load(self.path, weights_only=True).items():
                 self.store.setdefault(k, e)
-        tmp = self.path.with_suffix(".tmp")
-        torch.save(self.store, tmp)
-        tmp.replace(self.path)
+        with atomic_target(self.path) as tmp:
+            torch.save(self.store, tmp)
 
 
 class BaseFeatures:
