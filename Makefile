@@ -127,7 +127,7 @@ results-strength: setup
 # sentence paraphrase again on 24 and on all 50, the rewrite of every window, the recursive
 # paraphrase and the bigram attack on all 50; and the default scored by the trained adapter
 # (24 prompts clean and paraphrased, then all 50 with every edit, the other attacks on 12, the
-# rewrite on 50).
+# rewrite and the bigram attack on 50).
 # robust-run.yaml alone runs every attack on 50. After a change to the detector, deleting the
 # runs' detections/ksemstamp.* and sizes/ksemstamp.jsonl and rerunning this target detects the
 # stored texts again (nothing is generated or attacked again).
@@ -145,6 +145,7 @@ results-robust: setup
 	$(call EVALUATE,robust-run,robust-run,robust-kernel-50,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel-attacks,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel-attacks.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel-rewrite-50,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel-rewrite-50.yaml)
+	$(call EVALUATE,robust-run,robust-run,robust-kernel-bigram-50,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel-bigram-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel-t05,runs/eval-robust-kernel-t05,--config docs/evaluation/robust-kernel-t05.yaml)
 
 # Strength against cost: the default with 8, 16 and 64 candidates per sentence on the robust
