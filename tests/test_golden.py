@@ -11,7 +11,9 @@ human news windows) under both statistics, and a two-key calibration on 100 huma
 simulated and real power. For the default direction mark: two short generations and the
 detection of them and of 20 human windows (scores, span and p-values).
 Floats are compared to 1e-9 relative (they come from the same arithmetic; the tolerance only
-absorbs printing), everything else exactly. The tests run torch on one thread: float32 sums
+absorbs printing), everything else exactly; the default mark's floats to 1e-4 relative or 5e-6
+absolute, because its float32 projections come out a few units in the sixth digit apart on
+CPUs with other vector units (a change to the mark moves them by far more). The tests run torch on one thread: float32 sums
 split over another number of threads differ in their last bits, and a test run before these
 may have changed torch's thread count.
 """
@@ -63,32 +65,34 @@ def _clean(value):
     return value
 
 
-def _assert_same(actual, expected, where: str = "$") -> None:
+def _assert_same(
+    actual, expected, where: str = "$", rel: float = 1e-9, abs_: float = 1e-12
+) -> None:
     if isinstance(expected, dict):
         assert isinstance(actual, dict), where
         assert sorted(actual) == sorted(expected), f"{where}: keys differ"
         for key in expected:
-            _assert_same(actual[key], expected[key], f"{where}.{key}")
+            _assert_same(actual[key], expected[key], f"{where}.{key}", rel, abs_)
     elif isinstance(expected, list):
         assert isinstance(actual, list) and len(actual) == len(expected), f"{where}: length"
         for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            _assert_same(a, e, f"{where}[{i}]")
+            _assert_same(a, e, f"{where}[{i}]", rel, abs_)
     elif isinstance(expected, float) and not isinstance(actual, bool):
         if math.isnan(expected):
             assert isinstance(actual, float) and math.isnan(actual), where
         else:
-            assert actual == pytest.approx(expected, rel=1e-9, abs=1e-12), where
+            assert actual == pytest.approx(expected, rel=rel, abs=abs_), where
     else:
         assert actual == expected, f"{where}: {actual!r} != {expected!r}"
 
 
-def _check(name: str, actual) -> None:
+def _check(name: str, actual, rel: float = 1e-9, abs_: float = 1e-12) -> None:
     actual = json.loads(json.dumps(_clean(actual)))
     path = GOLDEN / f"{name}.json"
     if RECORD:
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(json.dumps(actual, indent=1, sort_keys=True) + "\n")
-    _assert_same(actual, json.loads(path.read_text()), name)
+    _assert_same(actual, json.loads(path.read_text()), name, rel, abs_)
 
 
 @pytest.fixture(scope="module")
@@ -201,4 +205,6 @@ def test_default_mark_is_unchanged(default_cfg, encoder, lm):
     _check(
         "default",
         {"prompts": prompts, "records": records, "detect": [r.to_record() for r in detected]},
+        rel=1e-4,
+        abs_=5e-6,
     )

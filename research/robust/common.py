@@ -29,9 +29,15 @@ from ksemstamp.encoding import embed
 from ksemstamp.io import atomic_target
 from ksemstamp.scheme import soft_context_weights
 from ksemstamp.text.normalize import normalize_text
+from ksemstamp.text.reading import READING_VERSION
 
 RUNS = Path("runs/robust")
 DEFAULT_CENTROIDS = "src/ksemstamp/data/centroids-all-minilm-l6-v2-k64.pt"
+
+
+def cache_path(encoder: str) -> Path:
+    """The default store of ``EmbeddingCache(encoder)``: one per encoder spec and reading rule."""
+    return RUNS / f"emb-{hashlib.sha1(encoder.encode()).hexdigest()[:8]}-read{READING_VERSION}.pt"
 
 
 class EmbeddingCache:
@@ -39,7 +45,7 @@ class EmbeddingCache:
 
     def __init__(self, encoder: str = "all-minilm-l6-v2", path: Path | None = None) -> None:
         self.spec = encoder
-        self.path = path or RUNS / f"emb-{hashlib.sha1(encoder.encode()).hexdigest()[:8]}.pt"
+        self.path = path or cache_path(encoder)
         self.store: dict[str, torch.Tensor] = {}
         if self.path.exists():
             self.store = torch.load(self.path, weights_only=True)

@@ -19,7 +19,7 @@ from torch import nn
 from ksemstamp.assets import load_encoder
 from ksemstamp.centroids import CentroidFile, fit_centroid_file
 
-from .common import DEFAULT_CENTROIDS, RUNS, read_jsonl
+from .common import DEFAULT_CENTROIDS, RUNS, cache_path, read_jsonl
 from .head import align_loss, batch_tensors, contrastive_loss, unit_features
 
 
@@ -143,10 +143,7 @@ def main() -> None:
     model.eval()
     out = RUNS / f"ft-{a.name}"
     model.save(str(out))
-    import hashlib
-
-    stale = RUNS / f"emb-{hashlib.sha1(str(out).encode()).hexdigest()[:8]}.pt"
-    stale.unlink(missing_ok=True)
+    cache_path(str(out)).unlink(missing_ok=True)  # embeddings of an earlier model of this name
     fitted = fit_centroid_file(str(out), k=64, max_sentences=6000, progress=False)
     fitted.save(out / "centroids-k64.pt")
     print(out)

@@ -13,6 +13,7 @@ from ..assets import cache_dir, encoder_fingerprint
 from ..encoding import embed
 from ..io import atomic_target
 from ..scheme import WatermarkScheme
+from ..text.reading import READING_VERSION
 
 
 class CachedEncoder:
@@ -75,8 +76,14 @@ def with_cached_encoder(
 
 def embedding_store(encoder) -> Path | None:
     """Where calibration keeps ``encoder``'s sentence embeddings: one file per weights
-    fingerprint and maximum sequence length (``None`` for an encoder that is not a module)."""
+    fingerprint, maximum sequence length and reading rule (``text.reading``: the file maps a
+    sentence to what the encoder made of its reading form), ``None`` for an encoder that is not
+    a module."""
     if not isinstance(encoder, torch.nn.Module):
         return None
     length = getattr(encoder, "max_seq_length", None)
-    return cache_dir() / "embeddings" / f"{encoder_fingerprint(encoder)}-len{length}.pt"
+    return (
+        cache_dir()
+        / "embeddings"
+        / f"{encoder_fingerprint(encoder)}-len{length}-read{READING_VERSION}.pt"
+    )

@@ -22,6 +22,7 @@ from ..centroids import CentroidFile, fit_kmeans
 from ..partition import kmeans_regions
 from ..settings import DEFAULT_CENTROIDS
 from ..text.corpusfile import domain_documents
+from ..text.reading import reading_form
 from .loss import (
     cosine_gap,
     kernel_alignment_loss,
@@ -188,8 +189,9 @@ class EncoderModule(L.LightningModule):
     # ------------------------------------------------------------------ model
 
     def forward(self, texts: list[str]) -> Tensor:
-        """``(N, D)`` sentence embeddings with gradients (``encode`` would run in inference mode)."""
-        features = self.encoder.preprocess(list(texts))
+        """``(N, D)`` sentence embeddings with gradients (``encode`` would run in inference mode),
+        each text read in its ``reading_form`` as every other encoder pass reads it."""
+        features = self.encoder.preprocess([reading_form(t) for t in texts])
         features = {
             k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in features.items()
         }
