@@ -18,8 +18,14 @@ from ksemstamp.text.reading import reading_form
         ("See www.example.com for details.", "See for details."),
         ("Hospital IT is a mess bit.ly/1pwhKO5 #NHS", "Hospital IT is a mess NHS"),
         ("A truncated link http://t\u2026", "A truncated link"),
-        ("As @AngelaHaupt told @Reuters, it came last.", "As AngelaHaupt told Reuters, it came last."),
-        ("Rates &gt; 3% &amp; rising, she said &quot;no&quot;.", 'Rates > 3% & rising, she said "no".'),
+        (
+            "As @AngelaHaupt told @Reuters, it came last.",
+            "As AngelaHaupt told Reuters, it came last.",
+        ),
+        (
+            "Rates &gt; 3% &amp; rising, she said &quot;no&quot;.",
+            'Rates > 3% & rising, she said "no".',
+        ),
     ],
 )
 def test_web_markup_is_left_out(sentence, read):
@@ -59,3 +65,28 @@ def test_every_encoder_pass_reads_the_reading_form(hash_encoder):
     assert (first == second).all()
     cached = CachedEncoder(hash_encoder)
     assert (cached.encode([with_link])[0] == second).all()
+
+
+def test_the_training_forward_pass_reads_the_reading_form():
+    # Training must embed sentences as generation and detection read them, or it would learn
+    # vectors the mark never sees for sentences with links.
+    from types import SimpleNamespace
+
+    import torch
+
+    from ksemstamp.training.module import EncoderModule
+
+    seen: list[str] = []
+
+    class Encoder:
+        def preprocess(self, texts):
+            seen.extend(texts)
+            return {"n": torch.tensor(len(texts))}
+
+        def __call__(self, features):
+            return {"sentence_embedding": torch.zeros(int(features["n"]), 4)}
+
+    module = SimpleNamespace(encoder=Encoder(), device=torch.device("cpu"))
+    out = EncoderModule.forward(module, ["Flu season peaks http://bit.ly/x #flu", "Plain."])
+    assert out.shape == (2, 4)
+    assert seen == ["Flu season peaks flu", "Plain."]
