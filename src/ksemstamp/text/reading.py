@@ -2,8 +2,8 @@
 
 A sentence's score comes from its meaning, so text that carries none should not move it. Three
 kinds of web markup do, and they recur across the texts of one source, so they make texts that
-share them score alike under a key (the false positives that cluster by account, see
-docs/calibration):
+share them score alike under a key (measured on health-news tweets in docs/evaluation/README.md,
+"Web markup and the false positives of one account"):
 
 * **web addresses** (``https://...``, ``www....``, and shortened links such as ``bit.ly/x``) are
   left out: a link's characters are an arbitrary string, the same site's links share a prefix,
