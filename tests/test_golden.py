@@ -13,9 +13,9 @@ detection of them and of 20 human windows (scores, span and p-values).
 Floats are compared to 1e-9 relative (they come from the same arithmetic; the tolerance only
 absorbs printing), everything else exactly; the default mark's floats to 1e-4 relative or 5e-6
 absolute, because its float32 projections come out a few units in the sixth digit apart on
-CPUs with other vector units (a change to the mark moves them by far more). The tests run torch on one thread: float32 sums
-split over another number of threads differ in their last bits, and a test run before these
-may have changed torch's thread count.
+CPUs with other vector units (a change to the mark moves them by far more). The tests run
+torch on one thread: float32 sums split over another number of threads differ in their last
+bits, and a test run before these may have changed torch's thread count.
 """
 
 from __future__ import annotations
