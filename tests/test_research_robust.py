@@ -92,3 +92,35 @@ def test_two_embedding_caches_on_one_file_keep_each_others_entries(tmp_path) -> 
     on_disk = torch.load(path, weights_only=True)
     assert set(on_disk) == {"a", "b"} and torch.equal(on_disk["a"], torch.ones(3))
     assert [f.name for f in tmp_path.iterdir()] == ["emb.pt"]  # no temporary file left
+
+
+def test_a_scaled_adapter_moves_the_weights_that_fraction_of_the_way() -> None:
+    from torch import nn
+
+    from ksemstamp.adapter import adapter_payload, add_adapters, load_adapter
+    from research.robust.scaled import scaled_adapter
+
+    torch.manual_seed(0)
+    block = nn.Module()
+    block.layer = nn.ModuleList([nn.Module()])
+    block.layer[0].query = nn.Linear(6, 4)
+    base = block.layer[0].query.weight.detach().clone()
+    add_adapters(block, rank=2, alpha=4.0, targets=("query",))
+    nn.init.normal_(block.layer[0].query.b)
+    payload = adapter_payload(block, rank=2, alpha=4.0)
+
+    def merged(p: dict) -> torch.Tensor:
+        fresh = nn.Module()
+        fresh.layer = nn.ModuleList([nn.Module()])
+        fresh.layer[0].query = nn.Linear(6, 4)
+        fresh.layer[0].query.weight.data.copy_(base)
+        return load_adapter(fresh, p).layer[0].query.weight.detach()
+
+    full = merged(payload) - base
+    assert full.abs().max() > 0.1
+    torch.testing.assert_close(merged(scaled_adapter(payload, 0.5)) - base, 0.5 * full)
+    assert payload["alpha"] == 4.0  # the original is left as it was
+    with pytest.raises(ValueError, match="no adapter"):
+        scaled_adapter(None, 0.5)
+    with pytest.raises(ValueError, match="scale"):
+        scaled_adapter(payload, 0.0)
