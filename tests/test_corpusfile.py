@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -181,6 +182,33 @@ def test_centroids_command_fits_a_complete_file_on_a_corpus(tmp_path, capsys):
     assert fitted.settings["source"].startswith(str(corpus))
     assert fitted.settings["num_documents"] == 10 and fitted.transition.sum() == 30
     assert fitted.encoder == "all-minilm-l6-v2" and fitted.mean.shape == (384,)
+
+
+@pytest.mark.e2e
+def test_centroids_for_an_adapted_encoder_carry_the_adapter(tmp_path, encoder):
+    from ksemstamp.assets import encoder_fingerprint
+    from ksemstamp.centroids import fit_centroid_file
+    from ksemstamp.encoding import embed
+    from ksemstamp.text.corpusfile import domain_documents
+
+    corpus = tmp_path / "speeches.jsonl"
+    corpus.write_text("".join(json.dumps({"text": d}) + "\n" for d in _documents(10)))
+    trained = Path(__file__).parents[1] / "checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt"
+    adapter = CentroidFile.load(trained).adapter
+    plain, adapted = (
+        fit_centroid_file(
+            "all-minilm-l6-v2", k=4, corpus=str(corpus), split="all", progress=False, adapter=a
+        )
+        for a in (None, adapter)
+    )
+    # Both name the base encoder; only the adapted file carries the adapter, and its centroids
+    # were fitted on what the adapted encoder makes of the corpus.
+    assert plain.encoder_fingerprint == adapted.encoder_fingerprint == encoder_fingerprint(encoder)
+    assert plain.adapter is None and adapted.adapter is adapter
+    assert not torch.allclose(plain.mean, adapted.mean, atol=1e-3)
+    sentences = domain_documents(str(corpus), split="all").sentences
+    reread = embed(adapted.adapted(encoder, copy=True), sentences)
+    torch.testing.assert_close(reread.mean(0), adapted.mean, atol=1e-5, rtol=0)
 
 
 def test_pair_sources_come_from_the_corpus_split(tmp_path, capsys):

@@ -19,11 +19,7 @@ from __future__ import annotations
 import argparse
 import copy
 
-from ksemstamp.adapter import load_adapter
-from ksemstamp.assets import DEFAULT_ENCODER, encoder_fingerprint, load_encoder
-from ksemstamp.centroids import CentroidFile, centroid_file_from, fit_kmeans
-from ksemstamp.encoding import embed
-from ksemstamp.text.corpusfile import domain_documents
+from ksemstamp.centroids import CentroidFile, fit_centroid_file
 
 TRAINED = "checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt"
 
@@ -41,31 +37,15 @@ def scaled_adapter(payload: dict | None, scale: float) -> dict:
     return scaled
 
 
-def scaled_file(trained: CentroidFile, scale: float, seed: int = 0) -> CentroidFile:
-    """``trained``'s adapter at ``scale`` of its strength, with centroids refitted for it."""
+def scaled_file(
+    trained: CentroidFile, scale: float, origin: str = TRAINED, seed: int = 0
+) -> CentroidFile:
+    """``trained`` (read from ``origin``)'s adapter at ``scale`` of its strength, with centroids
+    refitted for it."""
     adapter = scaled_adapter(trained.adapter, scale)
-    base = load_encoder(DEFAULT_ENCODER)
-    fingerprint = encoder_fingerprint(base)
-    if fingerprint != trained.encoder_fingerprint:
-        raise ValueError("the adapter was trained on another encoder than the default")
-    encoder = load_adapter(base, adapter)
-    domain = domain_documents(None, 20000, 5, "fit", True)
-    emb = embed(encoder, domain.sentences, batch_size=64, progress=True)
-    fitted = centroid_file_from(
-        emb,
-        [len(d) for d in domain.documents],
-        fit_kmeans(emb, k=trained.num_regions, seed=seed),
-        trained.encoder,
-        fingerprint,
-        {
-            "seed": seed,
-            "source": domain.source,
-            "base_encoder": trained.encoder,
-            "adapter_of": TRAINED,
-            "adapter_scale": scale,
-        },
-    )
-    fitted.adapter = adapter
+    fitted = fit_centroid_file(trained.encoder, k=trained.num_regions, seed=seed, adapter=adapter)
+    fitted.check_encoder(trained.encoder_fingerprint, trained.encoder)
+    fitted.settings |= {"adapter_of": origin, "adapter_scale": scale}
     return fitted
 
 
@@ -75,7 +55,7 @@ def main() -> None:
     p.add_argument("--trained", default=TRAINED)
     p.add_argument("--output", required=True)
     a = p.parse_args()
-    scaled_file(CentroidFile.load(a.trained), a.scale).save(a.output)
+    scaled_file(CentroidFile.load(a.trained), a.scale, a.trained).save(a.output)
     print(f"wrote {a.output}")
 
 

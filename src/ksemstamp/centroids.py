@@ -269,14 +269,18 @@ def fit_centroid_file(
     split: str = "fit",
     min_words: int = 5,
     progress: bool = True,
+    adapter: dict | None = None,
 ) -> CentroidFile:
     """Embed domain sentences with an encoder and fit ``k`` centroids.
 
     The sentences are those of ``corpus`` (a corpus file, see ``ksemstamp.text.corpusfile``) or,
     when it is ``None``, of the bundled news corpus: ``split``'s sentences of at least
     ``min_words`` words, at most ``max_sentences``. The corpus is read and checked (not text,
-    empty, too small for ``k``) before the encoder is loaded.
+    empty, too small for ``k``) before the encoder is loaded. ``adapter`` (``ksemstamp.adapter``
+    payload): merged into the encoder before it embeds; the file carries it, with the fingerprint
+    of the encoder it adapts.
     """
+    from .adapter import load_adapter
     from .assets import encoder_fingerprint, load_encoder
     from .encoding import embed
     from .text.corpusfile import domain_documents, require_sentences
@@ -286,15 +290,20 @@ def fit_centroid_file(
     domain = domain_documents(corpus, max_sentences, min_words, split, progress)
     require_sentences(domain, k)
     encoder = load_encoder(encoder_spec)
+    fingerprint = encoder_fingerprint(encoder)
+    if adapter is not None:
+        encoder = load_adapter(encoder, adapter)
     emb = embed(encoder, domain.sentences, batch_size=batch_size, progress=progress)
-    return centroid_file_from(
+    fitted = centroid_file_from(
         emb,
         [len(d) for d in domain.documents],
         fit_kmeans(emb, k=k, seed=seed),
         encoder_spec,
-        encoder_fingerprint(encoder),
+        fingerprint,
         {"seed": seed, "source": domain.source},
     )
+    fitted.adapter = adapter
+    return fitted
 
 
 def centroids(
