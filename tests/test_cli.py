@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from ksemstamp.cli import main
-from ksemstamp.io import ResumableWriter, read_jsonl
+from ksemstamp.io import ResumableWriter
+from ksemstamp.jsonl import read_jsonl
 
 pytestmark = pytest.mark.e2e
 

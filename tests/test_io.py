@@ -5,15 +5,13 @@ import json
 import pytest
 
 from ksemstamp.io import (
-    InputRecord,
     ResumableWriter,
     atomic_target,
     drop_cut_last_line,
-    read_jsonl,
-    read_jsonl_objects,
     write_json_atomic,
     write_jsonl_atomic,
 )
+from ksemstamp.jsonl import InputRecord, read_jsonl, read_jsonl_objects
 
 
 def test_reader_ignores_a_cut_last_line_only(tmp_path):

@@ -11,16 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ksemstamp.io import (
-    MAX_DEPTH,
-    InputRecord,
-    OutputLocked,
-    ResumableWriter,
-    earlier_output_problem,
-    json_line,
-    parse_jsonl,
-    read_jsonl,
-)
+from ksemstamp.io import OutputLocked, ResumableWriter, earlier_output_problem, json_line
+from ksemstamp.jsonl import MAX_DEPTH, InputRecord, parse_jsonl, read_jsonl
 
 ANY_CHAR = st.characters(codec=None, categories=None)  # lone surrogates included
 JSON_VALUES = st.recursive(

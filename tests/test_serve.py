@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ksemstamp.detector import DetectionResult
-from ksemstamp.io import parse_jsonl
+from ksemstamp.jsonl import parse_jsonl
 from ksemstamp.serve import Limits, create_app
 from ksemstamp.serve.jobs import GenerationQueue, JobFailed, QueueFull
 from ksemstamp.serve.present import _segments, check_record, null_chart
@@ -223,11 +223,13 @@ def test_a_flood_of_tiny_lines_is_refused_after_the_limit_not_after_parsing_all(
 ):
     # 2.1 million lines in 4 MB: the record limit is checked while the lines are read, and
     # reading stops one record past it.
-    import ksemstamp.io
+    import ksemstamp.jsonl
 
     parsed = []
-    parse_line = ksemstamp.io._parse_line
-    monkeypatch.setattr(ksemstamp.io, "_parse_line", lambda *a: parsed.append(1) or parse_line(*a))
+    parse_line = ksemstamp.jsonl._parse_line
+    monkeypatch.setattr(
+        ksemstamp.jsonl, "_parse_line", lambda *a: parsed.append(1) or parse_line(*a)
+    )
     response = _upload(client, "flood.jsonl", b"1\n" * 2_100_000)
     limit = Limits().max_records
     assert response.status_code == 413

@@ -38,7 +38,7 @@ import torch
 from ksemstamp.config import build_scheme, load_settings_file
 from ksemstamp.detection.stats import context_sums, direction_z
 from ksemstamp.evaluation.settings import EvalSettings
-from ksemstamp.io import read_jsonl_objects
+from ksemstamp.jsonl import read_jsonl_objects
 from ksemstamp.scheme import soft_context_weights
 
 TEMPERATURES = (0.0, 0.02, 0.03, 0.05, 0.07, 0.1)

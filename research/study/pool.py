@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ksemstamp.io import ResumableWriter, read_jsonl
+from ksemstamp.io import ResumableWriter
+from ksemstamp.jsonl import read_jsonl
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ksemstamp.io import read_jsonl
+from ksemstamp.jsonl import read_jsonl
 
 from .design import Design
 from .runner import Sweep

@@ -126,7 +126,8 @@ def run_check(
     max_new_tokens: int = 96,
 ) -> list[str]:
     """Every step of the check; returns the report lines (raises ``CheckFailed``)."""
-    from .io import read_jsonl_objects, write_jsonl_atomic, write_text_atomic
+    from .io import write_jsonl_atomic, write_text_atomic
+    from .jsonl import read_jsonl_objects
     from .keys import KEY_ENV, new_key
     from .text.corpusfile import corpus_prompts, export_source
 

@@ -34,7 +34,8 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
-from .io import ResumableWriter, read_jsonl, read_jsonl_objects, write_jsonl_atomic
+from .io import ResumableWriter, write_jsonl_atomic
+from .jsonl import read_jsonl, read_jsonl_objects
 
 
 @dataclass
@@ -327,7 +328,7 @@ def run_jsonl(
 ) -> tuple[list[dict], int]:
     """The ``--input``/``--output`` contract of ``generate`` and ``detect`` over devices.
 
-    Input lines go to the job as ``io.InputRecord`` objects; its output records carry ``line``.
+    Input lines go to the job as ``jsonl.InputRecord`` objects; its output records carry ``line``.
     Shards left by an interrupted run are folded into ``output`` first, input lines already
     there are skipped (an input that changed since is refused), and the new records are merged
     in input order. Returns the records written by this run and the number of lines skipped.

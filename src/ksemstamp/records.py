@@ -19,7 +19,8 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from .builders import build_detector, build_watermarker, checked_key
-from .io import InputRecord, ResumableWriter, earlier_output_problem, read_jsonl, same_file
+from .io import ResumableWriter, earlier_output_problem, same_file
+from .jsonl import InputRecord, read_jsonl
 from .parallel import DeviceSettings, Job, read_records, run_jsonl, shard_paths
 from .settings import WatermarkSettings
 

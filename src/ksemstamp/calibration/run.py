@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..io import read_jsonl
+from ..jsonl import read_jsonl
 from ..scheme import WatermarkScheme
 from ..text.corpora import SOURCE_LABELS, SOURCES, human_texts
 from .embeddings import embedding_store, with_cached_encoder

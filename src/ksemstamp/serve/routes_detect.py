@@ -10,7 +10,8 @@ from fastapi import APIRouter, Depends, File, HTTPException, UploadFile
 from pydantic import BaseModel
 
 from ..detector import DetectionResult
-from ..io import TooManyRecords, json_line, parse_jsonl
+from ..io import json_line
+from ..jsonl import TooManyRecords, parse_jsonl
 from .present import ERROR_FIELDS, check_record, decision
 from .state import ServeState, serve_state
 

@@ -17,7 +17,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
-from ..io import iter_jsonl_objects
+from ..jsonl import iter_jsonl_objects
 from .units import collate_windows, read_units
 
 T = TypeVar("T")

@@ -40,7 +40,8 @@ from pathlib import Path
 import torch
 
 from ..centroids import DEFAULT_REGIONS
-from ..io import read_jsonl_objects, write_json_atomic
+from ..io import write_json_atomic
+from ..jsonl import read_jsonl_objects
 from ..partition import kmeans_gap, kmeans_regions
 from ..settings import RegionSettings
 from .data import distinct_texts

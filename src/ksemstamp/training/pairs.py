@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Literal
 
 from ..assets import DEFAULT_ENCODER, DEFAULT_LM
-from ..io import drop_cut_last_line, read_jsonl_objects
+from ..io import drop_cut_last_line
+from ..jsonl import read_jsonl_objects
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..io import iter_jsonl_objects
+from ..jsonl import iter_jsonl_objects
 
 
 def read_units(path: str | Path, limit: int | None = None) -> list[dict]:
