@@ -15,7 +15,8 @@ import torch
 from ksemstamp.assets import encoder_fingerprint
 from ksemstamp.builders import build_scheme
 from ksemstamp.centroids import CentroidFile
-from ksemstamp.cli import command_line, main
+from ksemstamp.cli import main
+from ksemstamp.console import command_line
 from ksemstamp.settings import WatermarkSettings
 from ksemstamp.settings_files import load_settings_file, load_watermark_settings
 

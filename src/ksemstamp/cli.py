@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +27,7 @@ from .builders import build_detector, build_scheme, build_watermarker
 from .calibration.run import CalibrationSettings
 from .centroids import centroids
 from .commandline import CommandLineError
-from .console import ARGV, call, print_err
+from .console import ARGV, call, command_line, print_err
 from .evaluation.run import evaluate
 from .gpucheck import gpucheck
 from .parallel import DeviceSettings
@@ -264,23 +263,6 @@ def keygen() -> int:
 
 
 # ---------------------------------------------------------------------- calibrate, serve
-
-
-def command_line(argv: Sequence[str]) -> str:
-    """``argv`` as a shell command, with the value of any ``--key`` flag hidden."""
-    shown, hide_next = [], False
-    for arg in argv:
-        if hide_next:
-            shown.append("***")
-            hide_next = False
-        elif arg == "--key":
-            shown.append(arg)
-            hide_next = True
-        elif arg.startswith("--key="):
-            shown.append("--key=***")
-        else:
-            shown.append(arg)
-    return "ksemstamp " + shlex.join(shown)
 
 
 def calibrate(

@@ -4,16 +4,18 @@
 its settings (``--print_config``). A command line that cannot be used is one line on stderr and
 exit status 2; settings that fail only once objects are built (gamma * K, a centroid file, an
 encoder) and unusable files are one line and status 2 as well. No value that may be the key is
-repeated in a message (``hide_secrets``). While a command runs, the library's log shows on
-stderr one plain line a record, and a warning (a deprecated spelling, the demo key) as one
-``warning:`` line (``console_output``). Every such line is one write (``print_err``), so the
-processes of a multi-device run, which share stderr, never splice their lines together.
+repeated in a message (``hide_secrets``) or in the command line a run records (``command_line``).
+While a command runs, the library's log shows on stderr one plain line a record, and a warning
+(a deprecated spelling, the demo key) as one ``warning:`` line (``console_output``). Every such
+line is one write (``print_err``), so the processes of a multi-device run, which share stderr,
+never splice their lines together.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import shlex
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +25,7 @@ from .commandline import CommandLineError, options_of, parse
 
 ARGV: list[str] = []
 """The command being run, its name first and then its arguments (``calibrate`` records it as
-``ksemstamp calibrate ...``, the key hidden)."""
+``ksemstamp calibrate ...``, the key hidden: ``command_line``)."""
 
 
 def call(fn: Callable, argv: Sequence[str], prog: str) -> int:
@@ -117,9 +119,26 @@ def console_output() -> Iterator[None]:
         package.propagate = propagate
 
 
-# ---------------------------------------------------------------------- errors without secrets
+# ---------------------------------------------------------------------- without secrets
 
 UNRECOGNIZED = "unrecognized arguments:"
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """``argv`` as a shell command, with the value of any ``--key`` flag hidden."""
+    shown, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            shown.append("***")
+            hide_next = False
+        elif arg == "--key":
+            shown.append(arg)
+            hide_next = True
+        elif arg.startswith("--key="):
+            shown.append("--key=***")
+        else:
+            shown.append(arg)
+    return "ksemstamp " + shlex.join(shown)
 
 
 def hide_secrets(message: str, argv: Sequence[str], known: Sequence[str] = ()) -> str:
