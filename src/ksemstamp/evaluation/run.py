@@ -30,15 +30,14 @@ a stated alpha by their p-value (``at_alpha``), and the size of each mark is mea
 (``size``).
 
 The ``Run`` stages share the run folder's state and resume rules, and ``run_evaluation``
-assembles their records; prompts are built in ``prompt_set``, settings are in ``settings``,
-the edits, the rewrite and the size in ``edit_stage``, ``rewrite`` and ``size``, the report
-in ``report``.
+assembles their records; prompts are built in ``prompt_set``, settings (and the check that a
+run folder holds a run with the same ones) are in ``settings``, the edits, the rewrite and the
+size in ``edit_stage``, ``rewrite`` and ``size``, the report in ``report``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,6 @@ from ..io import (
     write_jsonl_atomic,
     write_text_atomic,
 )
-from .baselines import KGWSettings
 from .prompt_set import (  # noqa: F401  (re-exported: the prompt rules' former home)
     build_prompts,
     cut_at_token,
@@ -62,7 +60,7 @@ from .prompt_set import (  # noqa: F401  (re-exported: the prompt rules' former 
 )
 from .report import LABELS, markdown_table, plot_roc, statistic_label
 from .scoring import MISSING_SCORE, detection_entry, generation_stats
-from .settings import FIXED_SETTINGS, EvalSettings, same_overrides
+from .settings import EvalSettings, keep_fixed_settings
 
 logger = logging.getLogger(__name__)
 
@@ -80,40 +78,11 @@ class Run:
         """Progress bars."""
         self.root = Path(settings.output_dir)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._check_settings()
+        keep_fixed_settings(settings, self.root)
         self._lms: dict[str, tuple] = {}
         self._encoders: dict[str, Any] = {}
         self.key_index: dict[Any, int] = {}
         """Prompt id -> index of its evaluation key (set by ``prompts``)."""
-
-    def _check_settings(self) -> None:
-        fixed: dict[str, Any] = {k: getattr(self.settings, k) for k in FIXED_SETTINGS}
-        fixed["kgw"] = dataclasses.asdict(self.settings.kgw)
-        # Attacks are kept by name: running a subset later is fine, redefining a name is not.
-        fixed["attacks"] = {a["name"]: a for a in self.settings.attacks}
-        path = self.root / "settings.json"
-        if path.exists():
-            stored = json.loads(path.read_text())
-            # What earlier releases stored: KGW's settings as given, the overrides flat.
-            stored["kgw"] = dataclasses.asdict(KGWSettings(**(stored.get("kgw") or {})))
-            if same_overrides(
-                stored.get("watermark_overrides") or {}, fixed["watermark_overrides"]
-            ):
-                stored["watermark_overrides"] = fixed["watermark_overrides"]
-            changed = sorted(k for k in FIXED_SETTINGS if stored.get(k) != fixed[k])
-            attacks = stored.get("attacks", {})
-            changed += sorted(
-                f"attack {name}"
-                for name, spec in fixed["attacks"].items()
-                if name in attacks and attacks[name] != spec
-            )
-            if changed:
-                raise ValueError(
-                    f"{self.root} holds a run with other settings ({', '.join(changed)}): "
-                    "use a new output_dir, or delete the folder to start over"
-                )
-            fixed["attacks"] = {**attacks, **fixed["attacks"]}
-        write_json_atomic(path, fixed)
 
     def _progress(self, **kwargs) -> tqdm:
         return tqdm(disable=not self.progress, **kwargs)

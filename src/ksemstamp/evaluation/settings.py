@@ -1,15 +1,20 @@
 """Settings of an evaluation run (``EvalSettings``): YAML files under ``configs/eval/`` mirror
 its fields; ``ksemstamp evaluate`` takes them with ``--config`` and has a flag for each field
-(``--num_prompts 50``, ``--algorithms ksemstamp,kgw``, ``--kgw.bias 2.0``)."""
+(``--num_prompts 50``, ``--algorithms ksemstamp,kgw``, ``--kgw.bias 2.0``). A run folder keeps
+the settings that fix what its records mean in ``settings.json`` and refuses a run with others
+(``keep_fixed_settings``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from ..io import write_json_atomic
 from ..settings import WatermarkSettings
 from ..settings_files import load_watermark_settings, unflatten
 from .baselines import KGWSettings
@@ -247,6 +252,39 @@ def same_overrides(a: dict[str, Any], b: dict[str, Any]) -> bool:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         return unflatten(a) == unflatten(b)
+
+
+def keep_fixed_settings(settings: EvalSettings, root: Path) -> None:
+    """Write the settings that fix what the records of run folder ``root`` mean
+    (``FIXED_SETTINGS``, KGW's and the attacks) to its ``settings.json``, or raise ``ValueError``
+    when the folder holds a run made with others.
+
+    Attacks are kept by name: running a subset later is fine, redefining a name is not, and the
+    file keeps every attack the folder has run."""
+    fixed: dict[str, Any] = {k: getattr(settings, k) for k in FIXED_SETTINGS}
+    fixed["kgw"] = dataclasses.asdict(settings.kgw)
+    fixed["attacks"] = {a["name"]: a for a in settings.attacks}
+    path = root / "settings.json"
+    if path.exists():
+        stored = json.loads(path.read_text())
+        # What earlier releases stored: KGW's settings as given, the overrides flat.
+        stored["kgw"] = dataclasses.asdict(KGWSettings(**(stored.get("kgw") or {})))
+        if same_overrides(stored.get("watermark_overrides") or {}, fixed["watermark_overrides"]):
+            stored["watermark_overrides"] = fixed["watermark_overrides"]
+        changed = sorted(k for k in FIXED_SETTINGS if stored.get(k) != fixed[k])
+        attacks = stored.get("attacks", {})
+        changed += sorted(
+            f"attack {name}"
+            for name, spec in fixed["attacks"].items()
+            if name in attacks and attacks[name] != spec
+        )
+        if changed:
+            raise ValueError(
+                f"{root} holds a run with other settings ({', '.join(changed)}): "
+                "use a new output_dir, or delete the folder to start over"
+            )
+        fixed["attacks"] = {**attacks, **fixed["attacks"]}
+    write_json_atomic(path, fixed)
 
 
 def key_for(key: str | None, index: int) -> str:
