@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .assets import DEFAULT_ENCODER, DEFAULT_LM
-from .settings_checks import SettingsError, at_least, check
+from .settings_checks import SettingsError, at_least, build_group, check
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout's root (relative settings paths are tried against it); not used to find data."""
@@ -403,18 +403,11 @@ class WatermarkSettings:
                     problems.append(f"mark.kind must be one of {list(MARK_KINDS)}, not {kind!r}")
                     continue
                 group = MARK_KINDS[kind]
-            fields = {f.name for f in dataclasses.fields(group) if f.init}
-            stray = sorted(set(given) - fields)
-            if stray:
-                owner = f"the {kind} mark" if name == "mark" else name
-                problems += [f"{name}.{s} is not a setting of {owner}" for s in stray]
-                continue
-            try:
-                values[name] = group(**given)
-            except SettingsError as err:
-                problems += [f"{name}.{p}" for p in err.problems]
-            except TypeError as err:  # a value of the wrong type compared with a bound
-                problems.append(f"{name}: {err}")
+            owner = f"the {kind} mark" if name == "mark" else name
+            built, refused = build_group(group, given, name, owner)
+            problems += refused
+            if not refused:
+                values[name] = built
         if problems:
             raise SettingsError("invalid settings", problems)
         return cls(**values)
