@@ -124,3 +124,33 @@ def test_a_scaled_adapter_moves_the_weights_that_fraction_of_the_way() -> None:
         scaled_adapter(None, 0.5)
     with pytest.raises(ValueError, match="scale"):
         scaled_adapter(payload, 0.0)
+
+
+def test_the_map_toward_identity_fits_a_paraphrase_and_shrinks_to_leaving_it_alone() -> None:
+    from research.robust.selection import toward_identity
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 5, generator=g, dtype=torch.float64)
+    true = torch.eye(5, dtype=torch.float64) + 0.3 * torch.randn(
+        5, 5, generator=g, dtype=torch.float64
+    )
+    y = x @ true
+    torch.testing.assert_close(toward_identity(x, y, 1e-9), true)
+    # a heavy penalty leaves the embedding as it is, whatever the pairs say
+    far = toward_identity(x, y, 1e6)
+    assert (far - torch.eye(5, dtype=torch.float64)).abs().max() < 1e-4
+
+
+def test_a_unit_score_has_unit_variance_over_keys() -> None:
+    from research.robust.selection import unit_score
+
+    g = torch.Generator().manual_seed(1)
+    u = torch.nn.functional.normalize(torch.randn(3, 8, generator=g, dtype=torch.float64), dim=-1)
+    a = torch.softmax(torch.randn(3, 4, generator=g, dtype=torch.float64), dim=-1)
+    draws = np.stack(
+        [
+            unit_score(torch.randn(4, 8, generator=g, dtype=torch.float64), (u, a))
+            for _ in range(4000)
+        ]
+    )
+    assert np.abs(draws.std(0) - 1.0).max() < 0.05 and np.abs(draws.mean(0)).max() < 0.06

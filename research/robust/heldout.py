@@ -40,13 +40,16 @@ def done(path: Path) -> set[str]:
     return {json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()}
 
 
-def sentence_attacks(out: Path, count: int, prompts: str, lm, sim_encoder, chunk: int = 8) -> None:
-    rows = [json.loads(line) for line in PAIRS.read_text().splitlines()][:count]
+def attack_sentences(
+    rows: list[dict], out: Path, para, sim_encoder, chunk: int = 8, desc=""
+) -> None:
+    """Append ``{"id", "text", "attack", "similarity"}`` for each row of ``rows`` (``id``,
+    ``text``) not yet in ``out``: of ``para``'s candidates, the one most similar under
+    ``sim_encoder`` that differs from the text (``select_best``, as the evaluation picks)."""
     have = done(out)
     todo = [r for r in rows if r["id"] not in have]
-    para = LMParaphraser(lm=lm, prompts=prompts, num_candidates=4, batch_size=32, seed=0)
     with out.open("a") as f:
-        for start in tqdm(range(0, len(todo), chunk), desc=f"gemma {prompts}"):
+        for start in tqdm(range(0, len(todo), chunk), desc=desc):
             part = todo[start : start + chunk]
             texts = [r["text"] for r in part]
             cands = para.candidates(texts)
@@ -64,6 +67,12 @@ def sentence_attacks(out: Path, count: int, prompts: str, lm, sim_encoder, chunk
                 }
                 f.write(json.dumps(rec) + "\n")
             f.flush()
+
+
+def sentence_attacks(out: Path, count: int, prompts: str, lm, sim_encoder, chunk: int = 8) -> None:
+    rows = [json.loads(line) for line in PAIRS.read_text().splitlines()][:count]
+    para = LMParaphraser(lm=lm, prompts=prompts, num_candidates=4, batch_size=32, seed=0)
+    attack_sentences(rows, out, para, sim_encoder, chunk, desc=f"gemma {prompts}")
 
 
 def window_rewrites(out: Path, lm, sim_encoder, splitter) -> None:
