@@ -20,7 +20,8 @@ Data (``attack``): every candidate of ``--contexts`` contexts of the design pool
 prompts), reworded by SmolLM2 as above and by the evaluation's attacker (Gemma-3-270M, the
 ``reword`` prompt, best of 4 as the evaluation picks it: held-out measurement only).
 Measurement (``measure``): per key and context, the chosen candidate's clean and attacked score
-under each rule, averaged over keys and contexts (the default's features and soft contexts).
+under each rule, averaged over keys and contexts (the default's features and soft contexts),
+and what a candidate's retention under the attack goes with.
 
     python -m research.robust.selection attack --contexts 6
     python -m research.robust.selection measure
@@ -35,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .common import RUNS, BaseFeatures, EmbeddingCache, read_jsonl
+from .common import RUNS, BaseFeatures, EmbeddingCache, read_jsonl, retention
 from .heldout import POOL, attack_sentences
 
 OUT = RUNS / "selection"
@@ -180,6 +181,29 @@ def measure(keys: int, lams: tuple[float, ...]) -> dict:
     return {"contexts": len(sizes), "candidates": sizes, "keys": keys, "rules": rows}
 
 
+def retention_drivers() -> dict[str, float]:
+    """What a candidate's retention under the attacker goes with, over all candidates: the
+    attacker's similarity, the candidate's length in words, and the generator's own rewording
+    (its similarity and its retention)."""
+    emb, feat = EmbeddingCache(), BaseFeatures()
+    gemma = read_jsonl(OUT / "gemma.jsonl")
+    smol = {r["id"]: r for r in read_jsonl(OUT / "smollm2.jsonl")}
+    rows = [r for r in gemma if r["attack"] and smol.get(r["id"], {}).get("attack")]
+    x = feat(emb([r["text"] for r in rows]).double())
+    kept = retention(x, feat(emb([r["attack"] for r in rows]).double())).numpy()
+    own = retention(x, feat(emb([smol[r["id"]]["attack"] for r in rows]).double())).numpy()
+
+    def corr(values) -> float:
+        return float(np.corrcoef(kept, np.asarray(values, dtype=float))[0, 1])
+
+    return {
+        "attacker's similarity": corr([r["similarity"] for r in rows]),
+        "length in words": corr([len(r["text"].split()) for r in rows]),
+        "generator's rewording: similarity": corr([smol[r["id"]]["similarity"] for r in rows]),
+        "generator's rewording: retention": corr(own),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="job", required=True)
@@ -193,6 +217,7 @@ def main() -> None:
         attack(args.contexts, args.threads)
         return
     result = measure(args.keys, (0.1, 1.0, 10.0))
+    result["retention_correlation"] = retention_drivers()
     (OUT / "measure.json").write_text(json.dumps(result, indent=2) + "\n")
     base = result["rules"]["clean score (shipped)"]["attacked"]
     print(
@@ -208,6 +233,9 @@ def main() -> None:
             f"| {name} | {r['clean']:.2f} | {r['attacked']:.2f} | {r['attacked'] / base:.2f} "
             f"| {r['gain']:+.3f} ({r['gain_se']:.3f}) |"
         )
+    print("\nCorrelation of a candidate's retention under the attack with:")
+    for name, value in result["retention_correlation"].items():
+        print(f"  {name}: {value:.2f}")
 
 
 if __name__ == "__main__":
