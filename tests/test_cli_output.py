@@ -259,6 +259,36 @@ def test_ctrl_c_says_in_one_line_what_was_written_and_exits_130(tmp_path, monkey
     assert capsys.readouterr().err == "interrupted: nothing was written\n"
 
 
+def test_ctrl_c_just_after_a_record_reached_the_file_counts_that_record(
+    tmp_path, monkeypatch, capsys
+):
+    # Ctrl-C can land inside the writer's call, after the record is in the file and before the
+    # loop counts it (say, during fsync): the message must count what the file holds.
+    from ksemstamp.io import ResumableWriter
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, ROWS)
+    detector = _detector()
+    monkeypatch.setattr(records, "build_detector", lambda cfg: detector)
+    write = ResumableWriter.write
+    calls = []
+
+    def pressed_once_the_second_record_is_written(self, record):
+        write(self, record)
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ResumableWriter, "write", pressed_once_the_second_record_is_written)
+    argv = ["detect", "--input", str(src), "--output", str(out), "--batch_size", "1", "--quiet"]
+    assert cli.main(argv) == 130
+    assert [json.loads(x)["line"] for x in out.read_text().splitlines()] == [1, 2]
+    assert capsys.readouterr().err == (
+        f"interrupted: 2 records written to {out} (2 of 3 input lines done); "
+        "rerun the same command to resume\n"
+    )
+
+
 def test_detect_file_reads_at_most_the_limit(tmp_path, stand_in, capsys):
     import tracemalloc
 

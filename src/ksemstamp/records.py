@@ -177,6 +177,7 @@ def process_jsonl(
         statuses = [row["status"] for row in rows]
     else:
         statuses = []
+        interrupted = False
         with ResumableWriter(args.output, accept=accept) as out:
             pending = [r for r in records if not out.is_done(r)]
             skipped = len(records) - len(pending)
@@ -192,12 +193,18 @@ def process_jsonl(
                         statuses.append(row["status"])
                         bar.update()
             except KeyboardInterrupt:
-                # Every record is flushed as it is written: nothing done is lost.
-                done = skipped + len(statuses)
-                raise _interrupted(len(statuses), args.output, done, len(records)) from None
+                interrupted = True
             finally:
                 if bar is not None:
                     bar.close()
+        if interrupted:
+            # Every record is flushed as it is written: nothing done is lost. Ctrl-C can land
+            # after a record reached the file and before it was counted, so the closed file says
+            # how many are done (a pipe or device, which cannot be read back: the count).
+            done = skipped + len(statuses)
+            if Path(args.output).is_file():
+                done = len(read_records(args.output))
+            raise _interrupted(done - skipped, args.output, done, len(records)) from None
     failures = statuses.count("error")
     successes = len(statuses) - failures
     counted_as_ok = "ok" if name == "generate" else "scored"
