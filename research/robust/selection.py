@@ -127,6 +127,9 @@ def unit_score(directions: torch.Tensor, feats) -> np.ndarray:
 
 
 def measure(keys: int, lams: tuple[float, ...]) -> dict:
+    """Per key and context, the candidate each rule keeps: its clean and attacked scores (means
+    over keys and contexts), and its paired gain over the shipped rule with the standard error
+    over contexts; ``lams`` are the ridge penalties of the linear rule."""
     emb, feat = EmbeddingCache(), BaseFeatures()
     smol = {r["id"]: r for r in read_jsonl(OUT / "smollm2.jsonl")}
     gemma = {r["id"]: r for r in read_jsonl(OUT / "gemma.jsonl")}
@@ -139,24 +142,22 @@ def measure(keys: int, lams: tuple[float, ...]) -> dict:
     mu = ea.mean(0)
     maps = {lam: toward_identity(ea - mu, eb - mu, lam) for lam in lams}
 
-    def features(texts):
-        return feat(emb(texts).double())
-
     ctx = []
     for ids in by_context.values():
         x = emb([gemma[i]["text"] for i in ids]).double()
         ctx.append(
             {
                 "clean": feat(x),
-                "own": features([smol[i]["attack"] for i in ids]),
-                "attacked": features([gemma[i]["attack"] for i in ids]),
+                "own": feat(emb([smol[i]["attack"] for i in ids]).double()),
+                "attacked": feat(emb([gemma[i]["attack"] for i in ids]).double()),
                 "linear": {lam: feat(mu + (x - mu) @ w) for lam, w in maps.items()},
             }
         )
     gen = torch.Generator().manual_seed(20261127)
     totals: dict[str, list[tuple[float, float]]] = {}
     for _ in range(keys):
-        n = torch.randn(64, 384, generator=gen, dtype=torch.float64)
+        u, a = ctx[0]["clean"]
+        n = torch.randn(a.shape[1], u.shape[1], generator=gen, dtype=torch.float64)
         for c in ctx:
             clean, attacked = unit_score(n, c["clean"]), unit_score(n, c["attacked"])
             linear = {lam: unit_score(n, f) for lam, f in c["linear"].items()}
