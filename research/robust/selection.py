@@ -46,7 +46,7 @@ STUDY_PAIRS = Path("research/study/data/pairs.jsonl")
 def pool_contexts(count: int) -> list[dict]:
     """``count`` contexts of the pool, spread over its documents (round robin, in order), each
     ``{"id", "candidates": [text]}`` with its non-empty candidates."""
-    docs = [json.loads(line) for line in POOL.read_text().splitlines() if line.strip()]
+    docs = read_jsonl(POOL)
     out = []
     for depth in range(max(len(d["contexts"]) for d in docs)):
         for d in docs:
