@@ -196,6 +196,33 @@ def test_held_out_prompts_of_every_kind_generate_and_detection_agrees(short_pipe
     assert "Write a short news story" not in answer.text
 
 
+def test_clause_units_are_drawn_and_scored_one_at_a_time(encoder, lm):
+    # mark.units: clauses. Generation ends a unit at a comma (once it holds clause_words words),
+    # and detection cuts the text into the same units with the scores they were chosen with.
+    from ksemstamp.text.splitter import get_splitter
+
+    cfg = WatermarkSettings.from_dict(
+        {
+            "sampling": {"max_new_tokens": 60, "max_sentence_tokens": 32, "seed": 3},
+            "search": {"max_candidates": 12},
+            "mark": {"units": "clauses"},
+            "key": "e2e-test-key",
+        }
+    )
+    scheme = build_scheme(cfg, encoder=encoder)
+    assert scheme.splitter.min_words == 4
+    watermarker, detector = build_watermarker(cfg, scheme, lm=lm), build_detector(cfg, scheme)
+    news = _cut_mid_sentence(news_articles("test")[3].text)
+    results = watermarker.generate([news, PROMPT, ""])
+    units = sentences = 0
+    for result in results:
+        assert result.status == "ok" and result.num_sentences >= 2, result.error
+        _agrees(detector.detect(result.text, result.prompt_for_detection), result)
+        units += result.num_sentences
+        sentences += len(get_splitter().split(" ".join(s.text for s in result.sentences)))
+    assert units > sentences  # some sentence holds more than one unit
+
+
 def test_a_prompt_beyond_the_context_is_cut_and_the_batch_goes_on(short_pipeline):
     _, plain, _, _ = short_pipeline
     tokenizer = plain.tokenizer

@@ -1,8 +1,10 @@
 import textwrap
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from ksemstamp.text.splitter import get_splitter
+from ksemstamp.text.splitter import ClauseSplitter, clauses, get_splitter
 
 
 @pytest.fixture
@@ -87,3 +89,60 @@ def test_hard_wrapped_text_splits_as_the_unwrapped_text(splitter):
 def test_unknown_splitter():
     with pytest.raises(ValueError):
         get_splitter("nope")
+
+
+def test_clauses_end_at_a_comma_once_long_enough_and_the_last_one_ends_the_sentence():
+    sentence = "However, the judge, who was 64, said 1,000 people came; others: about 900, he said."
+    assert clauses(sentence, 4) == [
+        "However, the judge, who was 64,",  # "However," and "the judge," are too short
+        "said 1,000 people came;",  # no cut inside "1,000"
+        "others: about 900, he said.",  # ... nor after "others:" (one word)
+    ]
+    assert clauses(sentence, 1) == [
+        "However,", "the judge,", "who was 64,", "said 1,000 people came;", "others:",
+        "about 900,", "he said.",
+    ]  # fmt: skip
+    assert clauses(sentence, 100) == [sentence]
+    assert clauses("No comma here.", 4) == ["No comma here."]
+
+
+WORDS = st.sampled_from(["a", "the", "1,000", "court", "said", "and", "it", "(so)", "U.S."])
+PIECES = st.lists(st.tuples(WORDS, st.sampled_from(["", "", ",", ";", ":"])), min_size=1)
+
+
+@given(PIECES, st.integers(1, 6))
+def test_clauses_read_from_any_clause_start_cut_the_rest_alike(pieces, min_words):
+    # What lets generation decide each clause's end on the clause before it alone.
+    sentence = " ".join(word + mark for word, mark in pieces) + "."
+    units = clauses(sentence, min_words)
+    assert " ".join(units) == sentence
+    for i in range(len(units)):
+        assert clauses(" ".join(units[i:]), min_words) == units[i:]
+
+
+def test_the_clause_splitter_cuts_sentences_into_clauses_and_finds_the_next_one():
+    splitter = get_splitter("clauses", 4)
+    assert isinstance(splitter, ClauseSplitter) and "," in splitter.terminals
+    text = "The court said on Monday, that it would rule soon. Mr. Smith, a lawyer, agreed."
+    assert splitter.split(text) == [
+        "The court said on Monday,",
+        "that it would rule soon.",
+        "Mr. Smith, a lawyer,",  # four words
+        "agreed.",  # the last clause ends with the sentence, however short
+    ]
+    context = "The court said on Monday,"
+    assert splitter.next_sentence(context, " that it would rule soon,") == (
+        "that it would rule soon,",
+        False,  # complete only once the next clause has begun
+    )
+    assert splitter.next_sentence(context, " that it would rule soon, and") == (
+        "that it would rule soon,",
+        True,
+    )
+    assert splitter.next_sentence(context, " that it would. The") == ("that it would.", True)
+    assert (
+        get_splitter("sentences").split(text)[0]
+        == "The court said on Monday, that it would rule soon."
+    )
+    with pytest.raises(ValueError, match="at least one word"):
+        get_splitter("clauses", 0)

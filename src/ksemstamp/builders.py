@@ -125,7 +125,7 @@ def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkS
         encoder,
         partition.to(settings.model.device),
         key,
-        get_splitter(),
+        get_splitter(mark.units, mark.clause_words) if direction else get_splitter(),
         mark=mark,
         transition=transition,
         center=center,

@@ -141,8 +141,13 @@ class DirectionSettings:
     statistic) and counts sentences that move together about once (the weighted z), each with
     an exact p-value; ``p_value`` combines them with the whole text's (``detection.scan``)."""
 
+    units: Literal["sentences", "clauses"] = "sentences"
+    """What generation draws and detection scores; ``clauses``: sentences cut after , ; : once
+    ``clause_words`` words precede (``text.splitter.clauses``). Detect with the units generated."""
+    clause_words: int = 4
+
     def __post_init__(self) -> None:
-        problems = at_least(self, 0, "whiten")
+        problems = at_least(self, 0, "whiten") + at_least(self, 1, "clause_words")
         if self.context_temperature < 0:
             problems.append(f"context_temperature must be >= 0, got {self.context_temperature}")
         check(self, problems)

@@ -32,6 +32,10 @@ RENAMED = {
 """Flat keys whose field has another name in its group."""
 
 
+GROUPED_ONLY = frozenset({"mark.units", "mark.clause_words"})
+"""Fields added after the flat files: they have no flat key to carry forward."""
+
+
 def _flat_keys() -> dict[str, str]:
     keys = dict(RENAMED)
     groups = [(name, cls) for name, cls in GROUPS.items() if name != "mark"]
@@ -39,7 +43,7 @@ def _flat_keys() -> dict[str, str]:
     for name, cls in groups:
         for f in dataclasses.fields(cls):
             place = f"{name}.{f.name}"
-            if f.init and place not in RENAMED.values():
+            if f.init and place not in RENAMED.values() and place not in GROUPED_ONLY:
                 keys.setdefault(f.name, place)
     return keys
 

@@ -18,7 +18,8 @@ row happened to be shortest".
 Sentence ends are detected incrementally. Per vocabulary entry we precompute whether the token
 starts with whitespace and whether it holds a line break. A row is handed to the splitter,
 with its newest token, when that token starts a new word and the text before it contains
-sentence punctuation (the sentence is complete once the next one has begun: "... it. The"), or
+sentence punctuation (the splitter's ``terminals``; the sentence is complete once the next one
+has begun: "... it. The"), or
 when that token is a line break or the first token after one (a paragraph break ends the
 sentence whatever follows; a single line break decides nothing until the next line's first
 token shows whether it continues the paragraph, as the splitter reads the joined text: see
@@ -57,8 +58,6 @@ from .batch import (
 )
 from .decoding import sample_rows, warp_logits
 from .kvcache import CopiedCacheDecoder, PrefixStore, SharedPrefixDecoder, enable_shared_prefix
-
-TERMINALS = ".!?\u2026"
 
 
 class _LMSampler:
@@ -112,12 +111,13 @@ class CandidateSampler(_LMSampler):
         self.prefixes = PrefixStore(model, tokenizer, self.device)
         vocab = model.get_output_embeddings().out_features  # also for a quantised head
         pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+        terminals = splitter.terminals
         starts_space = torch.zeros(vocab, dtype=torch.bool)
         has_terminal = torch.zeros(vocab, dtype=torch.bool)
         has_newline = torch.zeros(vocab, dtype=torch.bool)
         for i, piece in enumerate(pieces[:vocab]):
             starts_space[i] = piece[:1].isspace()
-            has_terminal[i] = any(c in TERMINALS for c in piece)
+            has_terminal[i] = any(c in terminals for c in piece)
             has_newline[i] = "\n" in piece
         self.starts_space = starts_space.to(self.device)
         self.has_terminal = has_terminal.to(self.device)

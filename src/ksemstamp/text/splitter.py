@@ -9,6 +9,7 @@ normalised text, never of invisible characters, look-alike letters or hard line 
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 import nupunkt
@@ -32,6 +33,10 @@ class PunktSplitter:
     inside a paragraph reads as a space; the line breaks that remain (paragraph breaks, list
     items, headings) end a sentence.
     """
+
+    terminals = ".!?\u2026"
+    """Characters one of which a unit's text holds before it can end (the sampler checks a row
+    for an ending only once it has written one)."""
 
     def split(self, text: str) -> list[str]:
         """Sentences of the normalised ``text``, stripped, empty ones dropped."""
@@ -105,11 +110,57 @@ class PunktSplitter:
         return parts[0], complete
 
 
-def get_splitter(name: str = "punkt") -> PunktSplitter:
-    """The splitter registered under ``name`` (only ``punkt`` for now)."""
-    if name != "punkt":
-        raise ValueError(f"unknown sentence splitter {name!r}; available: 'punkt'")
-    return PunktSplitter()
+# A clause ends after a comma, semicolon or colon that whitespace follows ("1,000" goes on).
+_CLAUSE_END = re.compile(r"(?<=[,;:])\s+")
+
+
+def clauses(sentence: str, min_words: int) -> list[str]:
+    """``sentence`` cut into clauses, left to right: a clause ends at the first comma, semicolon
+    or colon followed by whitespace once it holds at least ``min_words`` words, and the last one
+    ends with the sentence, however short. Reading from a clause's start gives the same cuts as
+    reading from the sentence's, which lets generation decide each clause's end on the clause
+    before it alone, as it does for sentences."""
+    out: list[str] = []
+    current = ""
+    for piece in _CLAUSE_END.split(sentence.strip()):
+        current = f"{current} {piece}" if current else piece
+        if len(current.split()) >= min_words and current[-1:] in ",;:":
+            out.append(current)
+            current = ""
+    if current:
+        out.append(current)
+    return out
+
+
+class ClauseSplitter(PunktSplitter):
+    """Units shorter than sentences: each of ``PunktSplitter``'s sentences cut into clauses
+    (``clauses``). Generation draws, and detection scores, a clause at a time, so a text of the
+    same length holds more units, each with the evidence a best-of-N selection gives it."""
+
+    terminals = PunktSplitter.terminals + ",;:"
+
+    def __init__(self, min_words: int = 4) -> None:
+        if min_words < 1:
+            raise ValueError(f"a clause holds at least one word, got min_words={min_words}")
+        self.min_words = min_words
+
+    def split(self, text: str) -> list[str]:
+        """Clauses of the sentences of the normalised ``text``."""
+        return [c for s in super().split(text) for c in clauses(s, self.min_words)]
+
+
+SPLITTERS = ("sentences", "clauses")
+
+
+def get_splitter(name: str = "sentences", min_words: int = 4) -> PunktSplitter:
+    """The splitter of ``name``: ``sentences`` (Punkt), or ``clauses`` (its sentences cut into
+    clauses of at least ``min_words`` words; ``ClauseSplitter``). ``punkt`` names
+    ``sentences``."""
+    if name in ("sentences", "punkt"):
+        return PunktSplitter()
+    if name == "clauses":
+        return ClauseSplitter(min_words)
+    raise ValueError(f"unknown splitter {name!r}; available: {', '.join(SPLITTERS)}")
 
 
 def continuation_sentences(
