@@ -3,12 +3,15 @@ a design, attacked by the evaluation's Gemma paraphrase, detected; the decision 
 (and per key), the median z and the effective sentences per text, clean and attacked.
 
     KSEMSTAMP_ALLOW_WEAK_KEY=1 python -m research.robust.check --name base --prompts 24 \
-        [--encoder FOLDER --centroids FILE] [--selection text] [--temperature 0.05]
+        [--encoder FOLDER --centroids FILE] [--selection text] [--temperature 0.05] \
+        [--units clauses]
     python -m research.robust.check --compare base other   # paired by prompt, after both ran
 
-Generations and attacks are cached under ``runs/robust/check-NAME/`` (reruns resume); each
-text's detection goes to ``detections.jsonl`` there, which ``--compare`` pairs by prompt (the
-same prompts and keys, each design's own generations and attacks).
+Generations, attacks and perplexities (under the evaluation's oracle) are cached under
+``runs/robust/check-NAME/`` (reruns resume); each text's detection goes to ``detections.jsonl``
+there, which ``--compare`` pairs by prompt (the same prompts and keys, each design's own
+generations and attacks). The prompts are the first ``val``-split articles' opening sentences
+(``val_prompts``).
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import numpy as np
 
 from ksemstamp.assets import load_encoder, load_lm
 from ksemstamp.builders import build_detector, build_scheme, build_watermarker
+from ksemstamp.evaluation.metrics import Oracle
 from ksemstamp.evaluation.rewrite import build_attack
 from ksemstamp.settings import WatermarkSettings
+from ksemstamp.text.corpora import leading_sentences, news_articles
 from ksemstamp.text.splitter import get_splitter
 
 from .common import RUNS, read_jsonl
@@ -44,13 +49,14 @@ def config(args, key: str) -> WatermarkSettings:
         model["encoder"] = args.encoder
     partition = {"centroids": args.centroids} if args.centroids else {}
     temperature = {"context_temperature": args.temperature} if args.temperature else {}
+    units = {"units": args.units} if args.units else {}
     return WatermarkSettings.from_dict(
         {
             "key": key,
             "allow_weak_key": True,
             "model": model,
             "partition": partition,
-            "mark": {"selection": args.selection, **temperature},
+            "mark": {"selection": args.selection, **temperature, **units},
             "sampling": {"seed": 0, "max_new_tokens": 200},
         }
     )
@@ -60,6 +66,26 @@ def append(path: Path, rows: list[dict]) -> None:
     with path.open("a") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
+
+
+def val_prompts(count: int, words: int = 32) -> list[dict]:
+    """The first ``count`` ``val``-split news articles' leading sentences (about ``words``
+    words, as the evaluation cuts its test-split prompts), kept in ``runs/robust/val-prompts.jsonl``
+    so that every design check reads the same prompts."""
+    path = RUNS / "val-prompts.jsonl"
+    rows = read_jsonl(path) if path.exists() else []
+    if len(rows) < count:
+        splitter = get_splitter()
+        rows = []
+        for index, article in enumerate(news_articles("val")):
+            prompt, rest = leading_sentences(splitter.split(article.text), words)
+            if len(rest) >= 3:
+                rows.append({"id": f"news-val-{index}", "prompt": " ".join(prompt)})
+            if len(rows) == count:
+                break
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows[:count]
 
 
 def compare(first: str, second: str) -> dict:
@@ -96,6 +122,7 @@ def main() -> None:
     p.add_argument("--centroids", default=None)
     p.add_argument("--selection", default="text")
     p.add_argument("--temperature", type=float, default=None, help="mark.context_temperature")
+    p.add_argument("--units", default=None, help="mark.units (sentences, clauses)")
     p.add_argument("--stage", default="all")
     a = p.parse_args()
     if a.compare:
@@ -105,7 +132,7 @@ def main() -> None:
         p.error("--name is required (or --compare FIRST SECOND)")
     out = RUNS / f"check-{a.name}"
     out.mkdir(parents=True, exist_ok=True)
-    prompts = read_jsonl(RUNS / "val-prompts.jsonl")[: a.prompts]
+    prompts = val_prompts(a.prompts)
     gen_path = out / "generations.jsonl"
     done = {r["id"] for r in read_jsonl(gen_path)} if gen_path.exists() else set()
     lm = None
@@ -146,7 +173,28 @@ def main() -> None:
                 ],
             )
     attacked = {r["id"]: r for r in read_jsonl(att_path)} if att_path.exists() else {}
-    summary = {"name": a.name, "texts": len(gens)}
+    ppl_path = out / "perplexity.jsonl"
+    scored = {r["id"]: r for r in read_jsonl(ppl_path)} if ppl_path.exists() else {}
+    if any(g["id"] not in scored for g in gens) and a.stage in ("all", "attack"):
+        # The evaluation's oracle (``EvalSettings.oracle``): the text given its prompt.
+        oracle = Oracle(*load_lm("gemma3-270m"))
+        todo = [g for g in gens if g["id"] not in scored]
+        rows = oracle.score([g["prompt"] for g in todo], [g["text"] for g in todo])
+        append(
+            ppl_path,
+            [{"id": g["id"], "perplexity": r.perplexity} for g, r in zip(todo, rows, strict=True)],
+        )
+        scored = {r["id"]: r for r in read_jsonl(ppl_path)}
+    summary = {
+        "name": a.name,
+        "texts": len(gens),
+        "decoded_per_token": sum(g["decoded_tokens"] for g in gens)
+        / max(1, sum(g["num_tokens"] for g in gens)),
+        "units_per_text": float(np.median([g["num_sentences"] for g in gens])),
+        "perplexity_median": float(np.median([r["perplexity"] for r in scored.values()]))
+        if scored
+        else None,
+    }
     records = []
     for variant in ("clean", "attacked"):
         zs, ps, neff, keys = [], [], [], []
