@@ -154,3 +154,31 @@ def test_a_unit_score_has_unit_variance_over_keys() -> None:
         ]
     )
     assert np.abs(draws.std(0) - 1.0).max() < 0.05 and np.abs(draws.mean(0)).max() < 0.06
+
+
+def test_clause_evidence_adds_up_over_independent_clauses_and_keeps_what_the_attack_keeps() -> None:
+    from research.robust.clauses import CHOSEN, evidence
+
+    # Every text its own orthogonal direction, one context: independent clauses.
+    texts: dict[str, int] = {}
+
+    def emb(sentences):
+        return [texts.setdefault(s, len(texts)) for s in sentences]
+
+    def feat(ids):
+        u = torch.zeros(len(ids), 16, dtype=torch.float64)
+        u[range(len(ids)), ids] = 1.0
+        return u, torch.ones(len(ids), 1, dtype=torch.float64)
+
+    sentence = "The court met on Monday, and the judge ruled at once."
+    same = evidence([{"text": sentence, "attack": sentence}], emb, feat, 4)
+    # two independent clauses, each chosen at g: 2g over a null sd of sqrt(2)
+    assert same["clauses_per_sentence"] == 2
+    assert same["clause_units"]["clean"] == pytest.approx(CHOSEN * np.sqrt(2))
+    assert same["clause_units"]["attacked"] == pytest.approx(CHOSEN * np.sqrt(2))
+    assert same["sentence_units"]["attacked"] == pytest.approx(CHOSEN)
+    # an attack that keeps the first clause and rewrites the second keeps the first one's share
+    half = {"text": sentence, "attack": "The court met on Monday, and then nobody ruled on it."}
+    kept = evidence([half], emb, feat, 4)
+    assert kept["clause_units"]["attacked"] == pytest.approx(CHOSEN / np.sqrt(2))
+    assert kept["sentence_units"]["attacked"] == pytest.approx(0.0)
