@@ -62,8 +62,9 @@ COMMA := ,
 CALIBRATE := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 50
 CALIBRATE_200 := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 200
 RESULTS := results-calibration results-calibration-hard results-calibration-region \
-	results-calibration-kernel results-calibration-keys results-valid-table
-LONG_RESULTS := results-evaluation results-strength results-robust results-candidates \
+	results-calibration-kernel results-calibration-clauses results-calibration-keys \
+	results-valid-table
+LONG_RESULTS := results-evaluation results-strength results-robust results-candidates results-clauses \
 	results-benchmarks results-study results-training
 .PHONY: $(RESULTS) $(LONG_RESULTS)
 
@@ -84,6 +85,9 @@ results-calibration-region: setup
 results-calibration-kernel: setup
 	$(CALIBRATE) --partition.centroids checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt \
 		--output_dir docs/calibration/kernel
+
+results-calibration-clauses: setup
+	$(CALIBRATE) --mark.units clauses --output_dir docs/calibration/clauses
 
 # The spread over keys, which 50 keys measure only roughly (their worst key is one draw of the
 # tail): the default and the trained adapter under 200 keys each.
@@ -158,6 +162,15 @@ results-candidates: setup results-robust
 		&& cp runs/eval-candidates-$$n/results.json runs/eval-candidates-$$n/results.md \
 		docs/evaluation/candidates/$$n/ || exit 1; done
 	$(PY) -m research.robust.candidates
+
+# Long (about 1.5 CPU-hours): the default and clause units on the same 24 val prompts and keys,
+# clean and under the Gemma paraphrase (research.robust.check), paired by prompt.
+results-clauses: setup
+	for n in base clauses; do KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $$n \
+		--prompts 24 $$( [ $$n = clauses ] && echo --units clauses ) && mkdir -p docs/evaluation/clauses/$$n \
+		&& cp runs/robust/check-$$n/*.json runs/robust/check-$$n/*.jsonl docs/evaluation/clauses/$$n/ \
+		|| exit 1; done
+	$(PY) -m research.robust.check --compare base clauses > docs/evaluation/clauses/compare.json
 
 # Long: the benchmark of record (half an hour to an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup
