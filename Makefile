@@ -164,10 +164,12 @@ results-candidates: setup results-robust
 	$(PY) -m research.robust.candidates
 
 # Long (about 1.5 CPU-hours): the default and clause units on the same 24 val prompts and keys,
-# clean and under the Gemma paraphrase (research.robust.check), paired by prompt.
+# clean, under the Gemma paraphrase and every edit (research.robust.check), paired by prompt.
 results-clauses: setup
 	for n in base clauses; do KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $$n \
-		--prompts 24 $$( [ $$n = clauses ] && echo --units clauses ) && mkdir -p docs/evaluation/clauses/$$n \
+		--prompts 24 $$( [ $$n = clauses ] && echo --units clauses ) && KSEMSTAMP_ALLOW_WEAK_KEY=1 \
+		$(PY) -m research.robust.check --name $$n --prompts 24 --stage edits \
+		$$( [ $$n = clauses ] && echo --units clauses ) && mkdir -p docs/evaluation/clauses/$$n \
 		&& cp runs/robust/check-$$n/*.json runs/robust/check-$$n/*.jsonl docs/evaluation/clauses/$$n/ \
 		|| exit 1; done
 	$(PY) -m research.robust.check --compare base clauses > docs/evaluation/clauses/compare.json

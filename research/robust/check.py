@@ -113,6 +113,42 @@ def compare(first: str, second: str) -> dict:
     return out
 
 
+def edits(a, gens: list[dict]) -> dict:
+    """Every edit without an LM (``evaluation.edits``) on each generated text, detected at an
+    exact 1%; the interleavings take human sentences from ``val`` articles after the prompts'."""
+    from ksemstamp.evaluation.edits import EDITS, apply_edit, needs_human
+
+    splitter = get_splitter()
+    human = [
+        s
+        for art in news_articles("val")[200:260]
+        for s in splitter.split(art.text)
+        if len(s.split()) >= 4
+    ]
+    out = {}
+    for name in EDITS:
+        detected, per_key = [], {}
+        for k, key in enumerate(KEYS):
+            mine = [g for g in gens if g["key"] == k]
+            if not mine:
+                continue
+            cfg = config(a, key)
+            det = build_detector(cfg, build_scheme(cfg))
+            texts = []
+            for i, g in enumerate(mine):
+                need = needs_human(name) * len(splitter.split(g["text"]))
+                start = (i * 37) % max(1, len(human) - need)
+                texts.append(apply_edit(name, g["text"], g["id"], human[start : start + need]))
+            hits = [
+                r.p_value is not None and r.p_value <= 0.01
+                for r in det.detect_batch(texts, prompts=[g["prompt"] for g in mine])
+            ]
+            detected += hits
+            per_key[k] = float(np.mean(hits))
+        out[name] = {"detected_1pct": float(np.mean(detected)), "worst_key": min(per_key.values())}
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"), default=None)
@@ -123,7 +159,7 @@ def main() -> None:
     p.add_argument("--selection", default="text")
     p.add_argument("--temperature", type=float, default=None, help="mark.context_temperature")
     p.add_argument("--units", default=None, help="mark.units (sentences, clauses)")
-    p.add_argument("--stage", default="all")
+    p.add_argument("--stage", default="all", help="all, generate, attack, or edits (detect only)")
     a = p.parse_args()
     if a.compare:
         print(json.dumps(compare(*a.compare), indent=1))
@@ -237,6 +273,9 @@ def main() -> None:
             "median_z": float(np.median(zs)),
             "median_neff_share": float(np.median(neff)),
         }
+    if a.stage == "edits":
+        summary["edits"] = edits(a, gens)
+        (out / "edits.json").write_text(json.dumps(summary["edits"], indent=1))
     (out / "detections.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
