@@ -4,7 +4,7 @@ a design, attacked by the evaluation's Gemma paraphrase, detected; the decision 
 
     KSEMSTAMP_ALLOW_WEAK_KEY=1 python -m research.robust.check --name base --prompts 24 \
         [--encoder FOLDER --centroids FILE] [--selection text] [--temperature 0.05] \
-        [--units clauses]
+        [--units clauses] [--prune-tokens 4]
     python -m research.robust.check --compare base other   # paired by prompt, after both ran
 
 Generations, attacks and perplexities (under the evaluation's oracle) are cached under
@@ -50,6 +50,7 @@ def config(args, key: str) -> WatermarkSettings:
     partition = {"centroids": args.centroids} if args.centroids else {}
     temperature = {"context_temperature": args.temperature} if args.temperature else {}
     units = {"units": args.units} if args.units else {}
+    search = {"prune_tokens": args.prune_tokens} if args.prune_tokens else {}
     return WatermarkSettings.from_dict(
         {
             "key": key,
@@ -57,6 +58,7 @@ def config(args, key: str) -> WatermarkSettings:
             "model": model,
             "partition": partition,
             "mark": {"selection": args.selection, **temperature, **units},
+            "search": search,
             "sampling": {"seed": 0, "max_new_tokens": 200},
         }
     )
@@ -159,6 +161,7 @@ def main() -> None:
     p.add_argument("--selection", default="text")
     p.add_argument("--temperature", type=float, default=None, help="mark.context_temperature")
     p.add_argument("--units", default=None, help="mark.units (sentences, clauses)")
+    p.add_argument("--prune-tokens", type=int, default=None, help="search.prune_tokens")
     p.add_argument("--stage", default="all", help="all, generate, attack, or edits (detect only)")
     a = p.parse_args()
     if a.compare:
