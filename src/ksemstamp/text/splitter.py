@@ -119,16 +119,17 @@ def clauses(sentence: str, min_words: int) -> list[str]:
     or colon followed by whitespace once it holds at least ``min_words`` words, and the last one
     ends with the sentence, however short. Reading from a clause's start gives the same cuts as
     reading from the sentence's, which lets generation decide each clause's end on the clause
-    before it alone, as it does for sentences."""
+    before it alone, as it does for sentences. Clauses are substrings of the stripped sentence,
+    its whitespace kept."""
+    sentence = sentence.strip()
     out: list[str] = []
-    current = ""
-    for piece in _CLAUSE_END.split(sentence.strip()):
-        current = f"{current} {piece}" if current else piece
-        if len(current.split()) >= min_words and current[-1:] in ",;:":
-            out.append(current)
-            current = ""
-    if current:
-        out.append(current)
+    start = 0
+    for end in _CLAUSE_END.finditer(sentence):
+        if len(sentence[start : end.start()].split()) >= min_words:
+            out.append(sentence[start : end.start()])
+            start = end.end()
+    if start < len(sentence):
+        out.append(sentence[start:])
     return out
 
 
