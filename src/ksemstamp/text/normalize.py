@@ -140,7 +140,9 @@ def join_lines(text: str) -> tuple[str, int]:
     lines = text.split("\n")
     out = [lines[0]]
     joined = 0
-    for before, line in zip(lines, lines[1:], strict=False):
+    before = lines[0]  # the line as it reads so far, joined lines included (so a second pass
+    # decides as the first did: idempotence)
+    for line in lines[1:]:
         if (
             not before.strip()
             or not line.strip()
@@ -149,9 +151,11 @@ def join_lines(text: str) -> tuple[str, int]:
             or (_LIST_ITEM.match(line) and (_CLOSED.search(before) or _LIST_ITEM.match(before)))
         ):
             out.append("\n" + line)
+            before = line
         else:
             out[-1] = out[-1].rstrip()
             out.append(" " + line.lstrip())
+            before = before.rstrip() + " " + line.lstrip()
             joined += 1
     return "".join(out), joined
 
