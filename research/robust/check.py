@@ -127,15 +127,17 @@ def edits(a, gens: list[dict]) -> dict:
         for s in splitter.split(art.text)
         if len(s.split()) >= 4
     ]
+    detectors = {}  # one per key, built once for every edit
+    for k, key in enumerate(KEYS):
+        cfg = config(a, key)
+        detectors[k] = build_detector(cfg, build_scheme(cfg))
     out = {}
     for name in EDITS:
         detected, per_key = [], {}
-        for k, key in enumerate(KEYS):
+        for k, det in detectors.items():
             mine = [g for g in gens if g["key"] == k]
             if not mine:
                 continue
-            cfg = config(a, key)
-            det = build_detector(cfg, build_scheme(cfg))
             texts = []
             for i, g in enumerate(mine):
                 need = needs_human(name) * len(splitter.split(g["text"]))
