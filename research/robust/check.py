@@ -25,9 +25,11 @@ import numpy as np
 from ksemstamp.assets import load_encoder, load_lm
 from ksemstamp.builders import build_detector, build_scheme, build_watermarker
 from ksemstamp.evaluation.metrics import Oracle
+from ksemstamp.evaluation.prompt_set import build_prompts
 from ksemstamp.evaluation.rewrite import build_attack
+from ksemstamp.evaluation.settings import EvalSettings
 from ksemstamp.settings import WatermarkSettings
-from ksemstamp.text.corpora import leading_sentences, news_articles
+from ksemstamp.text.corpora import news_articles
 from ksemstamp.text.splitter import get_splitter
 
 from .common import RUNS, read_jsonl
@@ -71,20 +73,17 @@ def append(path: Path, rows: list[dict]) -> None:
 
 
 def val_prompts(count: int, words: int = 32) -> list[dict]:
-    """The first ``count`` ``val``-split news articles' leading sentences (about ``words``
-    words, as the evaluation cuts its test-split prompts), kept in ``runs/robust/val-prompts.jsonl``
-    so that every design check reads the same prompts."""
+    """The first ``count`` ``val``-split news prompts, cut as the evaluation cuts its test-split
+    prompts (``build_prompts``), kept in ``runs/robust/val-prompts.jsonl`` so that every design
+    check reads the same prompts."""
     path = RUNS / "val-prompts.jsonl"
     rows = read_jsonl(path) if path.exists() else []
     if len(rows) < count:
-        splitter = get_splitter()
-        rows = []
-        for index, article in enumerate(news_articles("val")):
-            prompt, rest = leading_sentences(splitter.split(article.text), words)
-            if len(rest) >= 3:
-                rows.append({"id": f"news-val-{index}", "prompt": " ".join(prompt)})
-            if len(rows) == count:
-                break
+        settings = EvalSettings(num_prompts=count, prompt_words=words)
+        rows = [
+            {"id": row["id"], "prompt": row["prompt"]}
+            for row in build_prompts(settings, lambda text: len(text.split()), split="val")
+        ]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return rows[:count]

@@ -57,8 +57,11 @@ def human_continuation(
     return (head + rest)[len(head) : end], len(after)
 
 
-def build_prompts(settings: EvalSettings, count_tokens, token_starts=None) -> list[dict]:
-    """The first ``num_prompts`` usable test-split articles as prompts with human negatives.
+def build_prompts(
+    settings: EvalSettings, count_tokens, token_starts=None, split: str = "test"
+) -> list[dict]:
+    """The first ``num_prompts`` usable articles of the news ``split`` as prompts with human
+    negatives (the evaluation reads ``test``; design checks read ``val``).
 
     Prompts are whole sentences of about ``prompt_words`` words, or, with ``prompt_tokens``,
     the article's first tokens cut wherever they end (``token_starts`` is then required).
@@ -67,7 +70,7 @@ def build_prompts(settings: EvalSettings, count_tokens, token_starts=None) -> li
 
     splitter = get_splitter()
     out = []
-    for index, article in enumerate(news_articles("test")):
+    for index, article in enumerate(news_articles(split)):
         if settings.prompt_tokens is None:
             prompt_sentences, rest = split_article(
                 splitter.split(article.text), settings.prompt_words
@@ -87,7 +90,7 @@ def build_prompts(settings: EvalSettings, count_tokens, token_starts=None) -> li
             continue
         out.append(
             {
-                "id": f"news-test-{index}",
+                "id": f"news-{split}-{index}",
                 "article_id": article.article_id,
                 "prompt": prompt,
                 "human": human,
