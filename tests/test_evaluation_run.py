@@ -90,6 +90,11 @@ def test_token_prompts_are_cut_mid_sentence_with_a_matching_human_negative():
     # the default keeps whole sentences
     whole = build_prompts(EvalSettings(num_prompts=2), _words)
     assert all(splitter.ends_sentence(splitter.split(r["prompt"])[-1]) for r in whole)
+    # another split gives other articles under its own ids
+    val = build_prompts(EvalSettings(num_prompts=2), _words, split="val")
+    assert all(r["id"].startswith("news-val-") for r in val)
+    assert all(r["id"].startswith("news-test-") for r in whole)
+    assert not {r["prompt"] for r in val} & {r["prompt"] for r in whole}
     with pytest.raises(ValueError, match="prompt_tokens"):
         EvalSettings(prompt_tokens=0)
 
