@@ -53,6 +53,8 @@ def config(args, key: str) -> WatermarkSettings:
     temperature = {"context_temperature": args.temperature} if args.temperature else {}
     units = {"units": args.units} if args.units else {}
     search = {"prune_tokens": args.prune_tokens} if args.prune_tokens else {}
+    if args.candidates:
+        search["max_candidates"] = args.candidates
     return WatermarkSettings.from_dict(
         {
             "key": key,
@@ -163,6 +165,7 @@ def main() -> None:
     p.add_argument("--temperature", type=float, default=None, help="mark.context_temperature")
     p.add_argument("--units", default=None, help="mark.units (sentences, clauses)")
     p.add_argument("--prune-tokens", type=int, default=None, help="search.prune_tokens")
+    p.add_argument("--candidates", type=int, default=None, help="search.max_candidates")
     p.add_argument("--stage", default="all", help="all, generate, attack, or edits (detect only)")
     a = p.parse_args()
     if a.compare:
