@@ -163,16 +163,29 @@ results-candidates: setup results-robust
 		docs/evaluation/candidates/$$n/ || exit 1; done
 	$(PY) -m research.robust.candidates
 
-# Long (about 1.5 CPU-hours): the default and clause units on the same 24 val prompts and keys,
-# clean, under the Gemma paraphrase and every edit (research.robust.check), paired by prompt.
+# Long (about 4 CPU-hours): the default and clause units on the same val prompts and keys, clean
+# and under the Gemma paraphrase (research.robust.check), paired by prompt: 24 prompts for the
+# default, clause units and clause units with the trained adapter (with every edit too), and 12
+# for the two cost levers (the pruning check after 4 tokens, 20 candidates).
+ADAPTER := checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt
+# $(call clause_check,NAME,FLAGS,EDITS): one design's check, its edits when EDITS is set, and
+# its outputs copied to docs/evaluation/clauses/NAME/.
+define clause_check
+KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2)
+$(if $(3),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2) --stage edits)
+mkdir -p docs/evaluation/clauses/$(1)
+cp runs/robust/check-$(1)/*.json runs/robust/check-$(1)/*.jsonl docs/evaluation/clauses/$(1)/
+endef
 results-clauses: setup
-	for n in base clauses; do KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $$n \
-		--prompts 24 $$( [ $$n = clauses ] && echo --units clauses ) && KSEMSTAMP_ALLOW_WEAK_KEY=1 \
-		$(PY) -m research.robust.check --name $$n --prompts 24 --stage edits \
-		$$( [ $$n = clauses ] && echo --units clauses ) && mkdir -p docs/evaluation/clauses/$$n \
-		&& cp runs/robust/check-$$n/*.json runs/robust/check-$$n/*.jsonl docs/evaluation/clauses/$$n/ \
-		|| exit 1; done
-	$(PY) -m research.robust.check --compare base clauses > docs/evaluation/clauses/compare.json
+	$(call clause_check,base,--prompts 24,edits)
+	$(call clause_check,clauses,--prompts 24 --units clauses,edits)
+	$(call clause_check,clauses-adapter,--prompts 24 --units clauses --centroids $(ADAPTER),edits)
+	$(call clause_check,clauses-p4,--prompts 12 --units clauses --prune-tokens 4)
+	$(call clause_check,clauses-c20,--prompts 12 --units clauses --candidates 20)
+	mkdir -p docs/evaluation/clauses/compare
+	for pair in base:clauses base:clauses-adapter clauses:clauses-adapter clauses:clauses-p4 \
+		clauses:clauses-c20; do a=$${pair%%:*}; b=$${pair#*:}; $(PY) -m research.robust.check \
+		--compare $$a $$b > docs/evaluation/clauses/compare/$$a.vs.$$b.json || exit 1; done
 
 # Long: the benchmark of record (half an hour to an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup
