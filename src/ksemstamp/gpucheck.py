@@ -157,7 +157,12 @@ def run_check(
         ("generate", "prompts.jsonl", "generations.jsonl"),
         ("detect", "generations.jsonl", "detections.jsonl"),
     ):
-        more = [f"--sampling.max_new_tokens={max_new_tokens}"] if step == "generate" else []
+        # Seeded, so that a failure reproduces under the same key.
+        more = (
+            [f"--sampling.max_new_tokens={max_new_tokens}", "--sampling.seed=0"]
+            if step == "generate"
+            else []
+        )
         stderr = _run(
             [step, "--input", str(work / source), "--output", str(work / target), *flags, *more],
             step,
