@@ -163,22 +163,25 @@ results-candidates: setup results-robust
 		docs/evaluation/candidates/$$n/ || exit 1; done
 	$(PY) -m research.robust.candidates
 
-# Long (about 4 CPU-hours): the default and clause units on the same val prompts and keys, clean
+# Long (about 6 CPU-hours): the default and clause units on the same val prompts and keys, clean
 # and under the Gemma paraphrase (research.robust.check), paired by prompt: 24 prompts for the
 # default, clause units and clause units with the trained adapter (with every edit too), and 12
-# for the two cost levers (the pruning check after 4 tokens, 20 candidates).
+# for the two cost levers (the pruning check after 4 tokens, 20 candidates); the default and
+# clause units also under the rewrite of every window, 12 prompts.
 ADAPTER := checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt
-# $(call clause_check,NAME,FLAGS,EDITS): one design's check, its edits when EDITS is set, and
-# its outputs copied to docs/evaluation/clauses/NAME/.
+# $(call clause_check,NAME,FLAGS,EDITS,MORE): one design's check, the further attack MORE names
+# (flags of its own run), its edits when EDITS is set, and its outputs copied to
+# docs/evaluation/clauses/NAME/.
 define clause_check
 KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2)
+$(if $(4),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(4))
 $(if $(3),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2) --stage edits)
 mkdir -p docs/evaluation/clauses/$(1)
 cp runs/robust/check-$(1)/*.json runs/robust/check-$(1)/*.jsonl docs/evaluation/clauses/$(1)/
 endef
 results-clauses: setup
-	$(call clause_check,base,--prompts 24,edits)
-	$(call clause_check,clauses,--prompts 24 --units clauses,edits)
+	$(call clause_check,base,--prompts 24,edits,--prompts 12 --attack rewrite)
+	$(call clause_check,clauses,--prompts 24 --units clauses,edits,--prompts 12 --units clauses --attack rewrite)
 	$(call clause_check,clauses-adapter,--prompts 24 --units clauses --centroids $(ADAPTER),edits)
 	$(call clause_check,clauses-p4,--prompts 12 --units clauses --prune-tokens 4)
 	$(call clause_check,clauses-c20,--prompts 12 --units clauses --candidates 20)

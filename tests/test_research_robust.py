@@ -182,3 +182,39 @@ def test_clause_evidence_adds_up_over_independent_clauses_and_keeps_what_the_att
     kept = evidence([half], emb, feat, 4)
     assert kept["clause_units"]["attacked"] == pytest.approx(CHOSEN / np.sqrt(2))
     assert kept["sentence_units"]["attacked"] == pytest.approx(0.0)
+
+
+def test_check_attacks_resume_and_the_recursive_pass_reads_the_paraphrases(
+    tmp_path, monkeypatch
+) -> None:
+    import json
+    from types import SimpleNamespace
+
+    from research.robust import check
+
+    calls: list[list[str]] = []
+
+    def fake_attack(spec, *_):
+        def run(texts):
+            calls.append(list(texts))
+            return [SimpleNamespace(text=t + " +", sentence_similarity=0.5) for t in texts]
+
+        return run
+
+    monkeypatch.setattr(check, "build_attack", fake_attack)
+    monkeypatch.setattr(check, "load_lm", lambda *a, **k: None)
+    monkeypatch.setattr(check, "load_encoder", lambda *a, **k: None)
+    gens = [{"id": f"t{i}", "text": f"text {i}"} for i in range(3)]
+    check.run_attack(tmp_path, "reword", gens, {"t0", "t1"})
+    assert calls == [["text 0", "text 1"]]  # only the prompts asked for
+    check.run_attack(tmp_path, "reword", gens, {"t0", "t1", "t2"})
+    assert calls[-1] == ["text 2"]  # resumes: t0 and t1 are kept
+    check.run_attack(tmp_path, "recursive", gens, {"t0", "t1", "t2"})
+    assert calls[-1] == ["text 0 +", "text 1 +", "text 2 +"]
+    rows = [
+        json.loads(x) for x in (tmp_path / "attacked-recursive.jsonl").read_text().split("\n") if x
+    ]
+    assert [r["text"] for r in rows] == ["text 0 + +", "text 1 + +", "text 2 + +"]
+    n = len(calls)
+    check.run_attack(tmp_path, "recursive", gens, {"t0", "t1", "t2"})
+    assert len(calls) == n  # nothing left to attack: no model loaded, no call

@@ -1,13 +1,16 @@
 """A design check on real generations (research only): held-out ``val`` prompts generated under
-a design, attacked by the evaluation's Gemma paraphrase, detected; the decision rate at alpha 1%
-(and per key), the median z and the effective sentences per text, clean and attacked.
+a design, attacked by the evaluation's Gemma paraphrase (``--attack reword``, the default), by its
+rewrite of every window (``rewrite``) or by the paraphrase again over the paraphrased texts
+(``recursive``), detected; the decision rate at alpha 1% (and per key), the median z and the
+effective sentences per text, clean and under every attack run so far.
 
     KSEMSTAMP_ALLOW_WEAK_KEY=1 python -m research.robust.check --name base --prompts 24 \
         [--encoder FOLDER --centroids FILE] [--selection text] [--temperature 0.05] \
-        [--units clauses] [--prune-tokens 4]
+        [--units clauses] [--prune-tokens 4] [--attack rewrite]
     python -m research.robust.check --compare base other   # paired by prompt, after both ran
 
-Generations, attacks and perplexities (under the evaluation's oracle) are cached under
+Generations, attacks (``attacked.jsonl``, ``attacked-rewrite.jsonl``,
+``attacked-recursive.jsonl``) and perplexities (under the evaluation's oracle) are cached under
 ``runs/robust/check-NAME/`` (reruns resume); each text's detection goes to ``detections.jsonl``
 there, which ``--compare`` pairs by prompt (the same prompts and keys, each design's own
 generations and attacks). The prompts are the first ``val``-split articles' opening sentences
@@ -42,6 +45,24 @@ ATTACK = {
     "prompts": "reword",
     "num_candidates": 4,
     "select": "best",
+}
+# The robust run's other two LM attacks (docs/evaluation/robust-lm.yaml): every window of 2-4
+# sentences rewritten, and the paraphrase again over the paraphrased texts.
+REWRITE = {
+    "name": "lm-rewrite",
+    "paraphraser": "lm-rewrite",
+    "model": "gemma3-270m",
+    "num_candidates": 4,
+    "window": [2, 4],
+    "similarity_bound": 0.75,
+    "max_overlap": 0.8,
+    "every_window": True,
+}
+# attack name -> (settings, the variant it attacks, its file under check-NAME, its variant)
+ATTACKS = {
+    "reword": (ATTACK, "clean", "attacked.jsonl", "attacked"),
+    "rewrite": (REWRITE, "clean", "attacked-rewrite.jsonl", "rewrite"),
+    "recursive": (ATTACK, "attacked", "attacked-recursive.jsonl", "recursive"),
 }
 
 
@@ -92,15 +113,17 @@ def val_prompts(count: int, words: int = 32) -> list[dict]:
 
 
 def compare(first: str, second: str) -> dict:
-    """Paired differences (second minus first) of the z of the same prompts, clean and attacked,
-    from two checks' ``detections.jsonl``."""
+    """Paired differences (second minus first) of the z of the same prompts, clean and under
+    each attack both checks ran, from their ``detections.jsonl``."""
     runs = [
         {(r["variant"], r["id"]): r for r in read_jsonl(RUNS / f"check-{n}" / "detections.jsonl")}
         for n in (first, second)
     ]
     out: dict = {"first": first, "second": second}
-    for variant in ("clean", "attacked"):
+    for variant in ("clean", *(v for *_, v in ATTACKS.values())):
         pairs = sorted(k for k in runs[0].keys() & runs[1].keys() if k[0] == variant)
+        if not pairs:
+            continue
         diff = np.array([runs[1][k]["z"] - runs[0][k]["z"] for k in pairs])
         out[variant] = {
             "pairs": len(pairs),
@@ -108,7 +131,7 @@ def compare(first: str, second: str) -> dict:
             "standard_error": float(diff.std(ddof=1) / np.sqrt(len(diff))),
             "second_higher": int((diff > 0).sum()),
         }
-        if variant == "attacked":
+        if variant != "clean":
             # How far the attacker moved each design's texts (its own encoder's similarity).
             out[variant]["similarity"] = [
                 float(np.mean([runs[j][k]["similarity"] for k in pairs])) for j in (0, 1)
@@ -154,6 +177,41 @@ def edits(a, gens: list[dict]) -> dict:
     return out
 
 
+def run_attack(out: Path, name: str, gens: list[dict], ids: set[str]) -> None:
+    """Attack every generated text of a prompt in ``ids`` (or its paraphrase, for
+    ``recursive``) that ``name``'s file under ``out`` does not hold yet, four at a time,
+    appending as it goes."""
+    spec, source, file, _ = ATTACKS[name]
+    path = out / file
+    have = {r["id"] for r in read_jsonl(path)} if path.exists() else set()
+    if source == "clean":
+        texts = {g["id"]: g["text"] for g in gens}
+    else:
+        texts = {r["id"]: r["text"] for r in read_jsonl(out / ATTACKS["reword"][2])}
+    todo = [(i, t) for i, t in texts.items() if i in ids and i not in have]
+    if not todo:
+        return
+    attack = build_attack(
+        spec, load_lm("gemma3-270m"), load_encoder("all-mpnet-base-v2"), get_splitter()
+    )
+    for start in range(0, len(todo), 4):
+        chunk = todo[start : start + 4]
+        res = attack([t for _, t in chunk])
+        # A sentence attack reports its sentences' mean similarity; the rewrite, its windows'.
+        append(
+            path,
+            [
+                {
+                    "id": i,
+                    "text": r.text,
+                    "sentence_similarity": getattr(r, "sentence_similarity", None)
+                    or getattr(r, "window_similarity", None),
+                }
+                for (i, _), r in zip(chunk, res, strict=True)
+            ],
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"), default=None)
@@ -167,6 +225,7 @@ def main() -> None:
     p.add_argument("--prune-tokens", type=int, default=None, help="search.prune_tokens")
     p.add_argument("--candidates", type=int, default=None, help="search.max_candidates")
     p.add_argument("--stage", default="all", help="all, generate, attack, or edits (detect only)")
+    p.add_argument("--attack", default="reword", choices=sorted(ATTACKS), help="the LM attack")
     a = p.parse_args()
     if a.compare:
         print(json.dumps(compare(*a.compare), indent=1))
@@ -198,24 +257,14 @@ def main() -> None:
                     ],
                 )
     gens = [g for g in read_jsonl(gen_path) if g["status"] == "ok"]
-    att_path = out / "attacked.jsonl"
-    have = {r["id"] for r in read_jsonl(att_path)} if att_path.exists() else set()
-    todo = [g for g in gens if g["id"] not in have]
-    if todo and a.stage in ("all", "attack"):
-        attack = build_attack(
-            ATTACK, load_lm("gemma3-270m"), load_encoder("all-mpnet-base-v2"), get_splitter()
-        )
-        for start in range(0, len(todo), 4):
-            chunk = todo[start : start + 4]
-            res = attack([g["text"] for g in chunk])
-            append(
-                att_path,
-                [
-                    {"id": g["id"], "text": r.text, "sentence_similarity": r.sentence_similarity}
-                    for g, r in zip(chunk, res, strict=True)
-                ],
-            )
-    attacked = {r["id"]: r for r in read_jsonl(att_path)} if att_path.exists() else {}
+    if a.stage in ("all", "attack"):
+        run_attack(out, a.attack, gens, {q["id"] for q in prompts})
+    # Every attack run so far, by its variant: id -> attacked record.
+    attacked = {
+        variant: {r["id"]: r for r in read_jsonl(out / file)}
+        for _, _, file, variant in ATTACKS.values()
+        if (out / file).exists()
+    }
     ppl_path = out / "perplexity.jsonl"
     scored = {r["id"]: r for r in read_jsonl(ppl_path)} if ppl_path.exists() else {}
     if any(g["id"] not in scored for g in gens) and a.stage in ("all", "attack"):
@@ -239,17 +288,16 @@ def main() -> None:
         else None,
     }
     records = []
-    for variant in ("clean", "attacked"):
+    for variant in ("clean", *attacked):
+        own = attacked.get(variant, {})
         zs, ps, neff, keys = [], [], [], []
         for k, key in enumerate(KEYS):
-            mine = [
-                g for g in gens if g["key"] == k and (variant == "clean" or g["id"] in attacked)
-            ]
+            mine = [g for g in gens if g["key"] == k and (variant == "clean" or g["id"] in own)]
             if not mine:
                 continue
             cfg = config(a, key)
             det = build_detector(cfg, build_scheme(cfg))
-            texts = [g["text"] if variant == "clean" else attacked[g["id"]]["text"] for g in mine]
+            texts = [g["text"] if variant == "clean" else own[g["id"]]["text"] for g in mine]
             results = det.detect_batch(texts, prompts=[g["prompt"] for g in mine])
             for g, r in zip(mine, results, strict=True):
                 if r.z_score is None:
@@ -266,7 +314,7 @@ def main() -> None:
                         "variant": variant,
                         "z": r.z_score,
                         "p": r.p_value,
-                        "similarity": attacked.get(g["id"], {}).get("sentence_similarity"),
+                        "similarity": own.get(g["id"], {}).get("sentence_similarity"),
                     }
                 )
         ps, keys = np.array(ps), np.array(keys)
