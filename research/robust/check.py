@@ -8,6 +8,10 @@ effective sentences per text, clean and under every attack run so far.
         [--encoder FOLDER --centroids FILE] [--selection text] [--temperature 0.05] \
         [--units clauses] [--prune-tokens 4] [--attack rewrite]
     python -m research.robust.check --compare base other   # paired by prompt, after both ran
+    python -m research.robust.check --name base --detect-units clauses  # other units, same texts
+
+``--units`` is ``sentences`` unless given (the default mark's units when the checks were made;
+the shipped default is now ``clauses``), so every check recorded here reruns as it was made.
 
 Generations, attacks (``attacked.jsonl``, ``attacked-rewrite.jsonl``,
 ``attacked-recursive.jsonl``) and perplexities (under the evaluation's oracle) are cached under
@@ -221,11 +225,16 @@ def main() -> None:
     p.add_argument("--centroids", default=None)
     p.add_argument("--selection", default="text")
     p.add_argument("--temperature", type=float, default=None, help="mark.context_temperature")
-    p.add_argument("--units", default=None, help="mark.units (sentences, clauses)")
+    p.add_argument("--units", default="sentences", help="mark.units (sentences, clauses)")
     p.add_argument("--prune-tokens", type=int, default=None, help="search.prune_tokens")
     p.add_argument("--candidates", type=int, default=None, help="search.max_candidates")
     p.add_argument("--stage", default="all", help="all, generate, attack, or edits (detect only)")
     p.add_argument("--attack", default="reword", choices=sorted(ATTACKS), help="the LM attack")
+    p.add_argument(
+        "--detect-units",
+        default=None,
+        help="detect with these units instead (writes summary-as-UNITS.json, generates nothing)",
+    )
     a = p.parse_args()
     if a.compare:
         print(json.dumps(compare(*a.compare), indent=1))
@@ -238,6 +247,8 @@ def main() -> None:
     gen_path = out / "generations.jsonl"
     done = {r["id"] for r in read_jsonl(gen_path)} if gen_path.exists() else set()
     lm = None
+    if a.detect_units:
+        a.stage = "detect"  # the texts are a design's own; only their detection changes
     if a.stage in ("all", "generate"):
         for k, key in enumerate(KEYS):
             mine = [q for i, q in enumerate(prompts) if i % len(KEYS) == k and q["id"] not in done]
@@ -287,6 +298,8 @@ def main() -> None:
         if scored
         else None,
     }
+    # --detect-units: the same texts detected with other units than they were generated with.
+    scored_as = argparse.Namespace(**{**vars(a), "units": a.detect_units or a.units})
     records = []
     for variant in ("clean", *attacked):
         own = attacked.get(variant, {})
@@ -295,7 +308,7 @@ def main() -> None:
             mine = [g for g in gens if g["key"] == k and (variant == "clean" or g["id"] in own)]
             if not mine:
                 continue
-            cfg = config(a, key)
+            cfg = config(scored_as, key)
             det = build_detector(cfg, build_scheme(cfg))
             texts = [g["text"] if variant == "clean" else own[g["id"]]["text"] for g in mine]
             results = det.detect_batch(texts, prompts=[g["prompt"] for g in mine])
@@ -331,8 +344,11 @@ def main() -> None:
     if a.stage == "edits":
         summary["edits"] = edits(a, gens)
         (out / "edits.json").write_text(json.dumps(summary["edits"], indent=1))
-    (out / "detections.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    elif (out / "edits.json").exists() and not a.detect_units:
+        summary["edits"] = json.loads((out / "edits.json").read_text())  # from its own stage
+    suffix = f"-as-{a.detect_units}" if a.detect_units else ""
+    (out / f"detections{suffix}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (out / f"summary{suffix}.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
 
 
