@@ -62,7 +62,7 @@ COMMA := ,
 CALIBRATE := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 50
 CALIBRATE_200 := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 200
 RESULTS := results-calibration results-calibration-hard results-calibration-region \
-	results-calibration-kernel results-calibration-clauses results-calibration-keys \
+	results-calibration-kernel results-calibration-sentences results-calibration-keys \
 	results-valid-table
 LONG_RESULTS := results-evaluation results-strength results-robust results-candidates results-clauses \
 	results-benchmarks results-study results-training
@@ -73,8 +73,10 @@ results: $(RESULTS)
 results-calibration: setup
 	$(CALIBRATE) --output_dir docs/calibration
 
+# The hard, kernel and 200-key reports were made with sentence units, the default of their time.
+SENTENCES := --mark.units sentences
 results-calibration-hard: setup
-	$(CALIBRATE) --config configs/ksemstamp.yaml --config configs/ksemstamp-hard.yaml \
+	$(CALIBRATE) --config configs/ksemstamp.yaml --config configs/ksemstamp-hard.yaml $(SENTENCES) \
 		--output_dir docs/calibration/hard
 
 results-calibration-region: setup
@@ -84,16 +86,17 @@ results-calibration-region: setup
 # encoder: is its detector as well calibrated?
 results-calibration-kernel: setup
 	$(CALIBRATE) --partition.centroids checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt \
-		--output_dir docs/calibration/kernel
+		$(SENTENCES) --output_dir docs/calibration/kernel
 
-results-calibration-clauses: setup
-	$(CALIBRATE) --mark.units clauses --output_dir docs/calibration/clauses
+# The default with whole sentences as units instead of clauses (configs/ksemstamp-sentences.yaml).
+results-calibration-sentences: setup
+	$(CALIBRATE) $(SENTENCES) --output_dir docs/calibration/sentences
 
 # The spread over keys, which 50 keys measure only roughly (their worst key is one draw of the
 # tail): the default and the trained adapter under 200 keys each.
 results-calibration-keys: setup
-	$(CALIBRATE_200) --output_dir docs/calibration/keys-200
-	$(CALIBRATE_200) \
+	$(CALIBRATE_200) $(SENTENCES) --output_dir docs/calibration/keys-200
+	$(CALIBRATE_200) $(SENTENCES) \
 		--partition.centroids checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt \
 		--output_dir docs/calibration/kernel/keys-200
 
@@ -163,25 +166,27 @@ results-candidates: setup results-robust
 		docs/evaluation/candidates/$$n/ || exit 1; done
 	$(PY) -m research.robust.candidates
 
-# Long (about 6 CPU-hours): the default and clause units on the same val prompts and keys, clean
+# Long (about 6 CPU-hours): sentence units (the former default) and clause units on the same val prompts and keys, clean
 # and under the Gemma paraphrase (research.robust.check), paired by prompt: 24 prompts for the
 # default, clause units and clause units with the trained adapter (with every edit too), and 12
-# for the two cost levers (the pruning check after 4 tokens, 20 candidates); the default and
-# clause units also under the rewrite of every window, 12 prompts.
+# for the two cost levers (the pruning check after 4 tokens, 20 candidates); sentence and clause
+# units also under the rewrite of every window and the recursive paraphrase, and each detected
+# with the other's units.
 ADAPTER := checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt
-# $(call clause_check,NAME,FLAGS,EDITS,MORE): one design's check, the further attack MORE names
-# (flags of its own run), its edits when EDITS is set, and its outputs copied to
-# docs/evaluation/clauses/NAME/.
+# $(call clause_check,NAME,FLAGS,EDITS,ATTACKS,OTHER): one design's check, each further attack
+# ATTACKS names (rewrite, recursive), its edits when EDITS is set, its texts detected with the
+# OTHER units when OTHER is set, and its outputs copied to docs/evaluation/clauses/NAME/.
 define clause_check
 KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2)
-$(if $(4),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(4))
-$(if $(3),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2) --stage edits)
+$(foreach x,$(4),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2) --attack $(x)
+)$(if $(3),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2) --stage edits)
+$(if $(5),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2) --detect-units $(5))
 mkdir -p docs/evaluation/clauses/$(1)
 cp runs/robust/check-$(1)/*.json runs/robust/check-$(1)/*.jsonl docs/evaluation/clauses/$(1)/
 endef
 results-clauses: setup
-	$(call clause_check,base,--prompts 24,edits,--prompts 12 --attack rewrite)
-	$(call clause_check,clauses,--prompts 24 --units clauses,edits,--prompts 12 --units clauses --attack rewrite)
+	$(call clause_check,base,--prompts 24,edits,rewrite recursive,clauses)
+	$(call clause_check,clauses,--prompts 24 --units clauses,edits,rewrite recursive,sentences)
 	$(call clause_check,clauses-adapter,--prompts 24 --units clauses --centroids $(ADAPTER),edits)
 	$(call clause_check,clauses-p4,--prompts 12 --units clauses --prune-tokens 4)
 	$(call clause_check,clauses-c20,--prompts 12 --units clauses --candidates 20)

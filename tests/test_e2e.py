@@ -119,12 +119,13 @@ def test_bad_prompts_get_clear_errors(pipeline):
 # ---------------------------------------------------------------------- kinds of prompt
 
 
-def _cut_mid_sentence(text: str, words: int = 32) -> str:
+def _cut_mid_sentence(text: str, words: int = 32, splitter=None) -> str:
     """The first ``words`` words of an article, as the paper cuts its prompts (not at a
-    sentence end); moved on a word until the cut falls inside a sentence."""
+    sentence end); moved on a word until the cut falls inside a unit of ``splitter`` (default:
+    a sentence; a clause splitter also moves it off a comma that ends a clause)."""
     from ksemstamp.text.splitter import get_splitter
 
-    splitter, tokens = get_splitter(), text.split()
+    splitter, tokens = splitter or get_splitter(), text.split()
     for n in range(words, len(tokens)):
         prompt = " ".join(tokens[:n])
         if not splitter.ends_sentence(splitter.split(prompt)[-1]):
@@ -165,7 +166,7 @@ def _agrees(detected, generated) -> None:
 
 def test_held_out_prompts_of_every_kind_generate_and_detection_agrees(short_pipeline):
     scheme, plain, chat, detector = short_pipeline
-    news = _cut_mid_sentence(news_articles("test")[7].text)
+    news = _cut_mid_sentence(news_articles("test")[7].text, splitter=scheme.splitter)
     cut, empty = plain.generate([news, ""])
     (answer,) = chat.generate(["Write a short news story about a flood in a small town."])
 
@@ -197,18 +198,19 @@ def test_held_out_prompts_of_every_kind_generate_and_detection_agrees(short_pipe
 
 
 def test_clause_units_are_drawn_and_scored_one_at_a_time(encoder, lm):
-    # mark.units: clauses. Generation ends a unit at a comma (once it holds clause_words words),
-    # and detection cuts the text into the same units with the scores they were chosen with.
+    # mark.units: clauses, the default. Generation ends a unit at a comma (once it holds
+    # clause_words words), and detection cuts the text into the same units with the scores they
+    # were chosen with.
     from ksemstamp.text.splitter import get_splitter
 
     cfg = WatermarkSettings.from_dict(
         {
             "sampling": {"max_new_tokens": 60, "max_sentence_tokens": 32, "seed": 3},
             "search": {"max_candidates": 12},
-            "mark": {"units": "clauses"},
             "key": "e2e-test-key",
         }
     )
+    assert cfg.mark.units == "clauses"
     scheme = build_scheme(cfg, encoder=encoder)
     assert scheme.splitter.min_words == 4
     watermarker, detector = build_watermarker(cfg, scheme, lm=lm), build_detector(cfg, scheme)

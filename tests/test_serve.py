@@ -381,7 +381,7 @@ def test_direction_mark_view_scores_and_normal_chart(hash_encoder):
     assert len(scored) == 7 and all(s["score"] > 0 for s in scored)
     assert view["sentences"][0]["score"] is None
     assert "exactly normal" in view["explanation"]
-    assert "region of the previous sentence" in view["explanation"]
+    assert "region of the previous clause" in view["explanation"]  # the default's units
     assert SECRET not in json.dumps(view)
 
 
@@ -389,7 +389,7 @@ def test_own_context_view_names_the_sentence_itself_and_the_marked_span(hash_enc
     cfg = WatermarkSettings.from_dict(
         {
             "partition": {"kind": "lsh"},
-            "mark": {"kind": "direction", "context": "own"},
+            "mark": {"kind": "direction", "context": "own", "units": "sentences"},
             "key": SECRET,
         }
     )

@@ -297,3 +297,16 @@ def test_the_flat_class_still_builds_the_same_settings():
     assert flat.alpha == settings.detection.alpha  # its defaults are the groups'
     with pytest.raises(ValueError, match="candidate_batch"):
         WatermarkConfig(candidate_batch=0)
+
+
+def test_clause_units_are_the_default_and_one_file_gives_whole_sentences() -> None:
+    # The sentence-unit files keep what was measured with them: the mark of earlier releases
+    # (texts generated before clause units detect best with it) and the trained adapter.
+    assert WatermarkSettings().mark.units == "clauses"
+    base = CONFIGS / "ksemstamp.yaml"
+    assert load_watermark_settings([base]).mark.units == "clauses"
+    for layer in ("ksemstamp-sentences.yaml", "ksemstamp-trained.yaml"):
+        assert load_watermark_settings([base, CONFIGS / layer]).mark.units == "sentences"
+    assert WatermarkSettings().unit_name == "clauses"
+    region = load_watermark_settings([CONFIGS / "ksemstamp-paper.yaml"])
+    assert region.unit_name == "sentences"  # the region mark always reads sentences

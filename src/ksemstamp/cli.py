@@ -41,6 +41,7 @@ from .training.pairs import pairs
 
 logger = logging.getLogger(__name__)
 
+
 # ---------------------------------------------------------------------- generate
 
 
@@ -86,7 +87,8 @@ def generate(
     if res.seed is not None:
         notes.append(f"seed {res.seed} (--sampling.seed {res.seed} gives this text again)")
     print_err(
-        f"\n[{res.num_sentences} sentences, {res.num_tokens} tokens, {res.candidates} candidates, "
+        f"\n[{res.num_sentences} {settings.unit_name}, {res.num_tokens} tokens, "
+        f"{res.candidates} candidates, "
         f"{res.fallbacks} fallbacks, {res.seconds:.1f} s" + "".join(f"; {n}" for n in notes) + "]"
     )
     return 0
@@ -95,8 +97,8 @@ def generate(
 # ---------------------------------------------------------------------- detect
 
 
-def format_detection(result) -> str:
-    """A readable report of one ``DetectionResult``."""
+def format_detection(result, units: str = "sentences") -> str:
+    """A readable report of one ``DetectionResult`` whose scored pieces are ``units``."""
     lines = []
     if result.seed is not None:
         short = printable(result.seed if len(result.seed) <= 70 else result.seed[:67] + "...")
@@ -120,9 +122,9 @@ def format_detection(result) -> str:
     counted = "positive" if result.scores is not None else "valid"
     if result.span is not None and result.span_p_value is not None:
         lines.append(
-            f"most marked span: sentences {result.span[0] + 1}-{result.span[1]}, "
+            f"most marked span: {units} {result.span[0] + 1}-{result.span[1]}, "
             f"z = {result.span_z:.2f}, p = {result.span_p_value:.3g}; scattered marked "
-            f"sentences p = {result.mixture_p_value:.3g}; whole text p = "
+            f"{units} p = {result.mixture_p_value:.3g}; whole text p = "
             f"{result.text_p_value:.3g}"
             + (
                 "; p below combines the three"
@@ -203,7 +205,7 @@ def detect(
         logger.info("chat: the prompt is an instruction and seeds no sentence; ignored")
         prompt = None
     result = build_detector(settings).detect(text, prompt, progress=not quiet)
-    print(format_detection(result))
+    print(format_detection(result, settings.unit_name))
     return 0 if result.status != "error" else 1
 
 
@@ -243,14 +245,15 @@ def demo(
         f"  {printable(res.text)}\n"
     )
     per = res.candidates / max(res.num_sentences, 1)
+    units = settings.unit_name
     print(
-        f"generation: {res.num_sentences} sentences, {res.candidates} candidates "
-        f"({per:.1f} per sentence), {res.fallbacks} fallbacks\n"
+        f"generation: {res.num_sentences} {units}, {res.candidates} candidates "
+        f"({per:.1f} per {units[:-1]}), {res.fallbacks} fallbacks\n"
     )
     start = time.perf_counter()
     result = detector.detect(res.text, prompt)
     print(f"detection ({time.perf_counter() - start:.2f} s):")
-    print(format_detection(result))
+    print(format_detection(result, units))
     return 0
 
 

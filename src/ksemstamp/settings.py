@@ -141,9 +141,13 @@ class DirectionSettings:
     statistic) and counts sentences that move together about once (the weighted z), each with
     an exact p-value; ``p_value`` combines them with the whole text's (``detection.scan``)."""
 
-    units: Literal["sentences", "clauses"] = "sentences"
-    """What generation draws and detection scores; ``clauses``: sentences cut after , ; : once
-    ``clause_words`` words precede (``text.splitter.clauses``). Detect with the units generated."""
+    units: Literal["sentences", "clauses"] = "clauses"
+    """What generation draws and detection scores: ``clauses``, sentences cut after , ; : once
+    ``clause_words`` words precede (``text.splitter.clauses``), or whole ``sentences``. A text
+    of the same length holds more clauses than sentences, each chosen from its own candidates,
+    so more of the mark is left after a paraphrase, at about a third more decoding
+    (docs/evaluation, "Clause units"). Detect with the units generated: the other units still
+    find the mark, with less evidence."""
     clause_words: int = 4
 
     def __post_init__(self) -> None:
@@ -428,6 +432,12 @@ class WatermarkSettings:
 
     def __repr__(self) -> str:
         return f"WatermarkSettings({self.to_dict()})"
+
+    @property
+    def unit_name(self) -> str:
+        """What the mark draws and scores one at a time, as reports name it: ``clauses`` or
+        ``sentences`` (the region mark always works on sentences)."""
+        return self.mark.units if self.mark.kind == "direction" else "sentences"
 
     # ------------------------------------------------------------------ files
     def centroid_path(self) -> Path:

@@ -129,11 +129,13 @@ def explanation(
     mark: str = "region",
     soft_contexts: bool = False,
     context: str = "previous",
+    unit: str = "sentence",
 ) -> str:
     """One plain paragraph on what this text's p-value promises and what it does not
     (direction mark: ``context`` says whose region gives a sentence its direction, the
-    sentence's ``own`` or the ``previous`` one's, and ``soft_contexts`` that the directions of
-    the regions near it are blended)."""
+    sentence's ``own`` or the ``previous`` one's, ``soft_contexts`` that the directions of
+    the regions near it are blended, and ``unit`` what it scores one at a time: ``sentence``
+    or ``clause``)."""
     if result.status != "ok":
         return result.error or ""
     caveat = (
@@ -141,7 +143,7 @@ def explanation(
         f"someone holding the key. The text is called watermarked when p <= {alpha:g}."
     )
     if mark == "direction":
-        whose = "the sentence itself" if context == "own" else "the previous sentence"
+        whose = f"the {unit} itself" if context == "own" else f"the previous {unit}"
         direction = (
             f"a blend of the directions the key draws for the regions nearest {whose}"
             if soft_contexts
@@ -151,24 +153,24 @@ def explanation(
         if result.span is not None and result.span_p_value is not None:
             first, last = result.span[0] + 1, result.span[1]
             span = (
-                f" The most strongly marked run of sentences, {first} to {last}, has z = "
+                f" The most strongly marked run of {unit}s, {first} to {last}, has z = "
                 f"{result.span_z:.2f}; the largest of all runs' z would be that high with "
                 f"probability {result.span_p_value:.3g} without our key. A third test asks "
-                f"whether some sentences, wherever they stand, lean the key's way (p = "
+                f"whether some {unit}s, wherever they stand, lean the key's way (p = "
                 f"{result.mixture_p_value:.3g}), and a fourth totals the scores again with "
-                f"sentences that say much the same thing counted about once (p = "
+                f"{unit}s that say much the same thing counted about once (p = "
                 f"{result.weighted_p_value:.3g}). The p-value above combines the four: how "
                 f"often the smallest of their p-values would be this small without our key."
             )
         text_p = result.p_value if result.text_p_value is None else result.text_p_value
         return (
-            f"Each scored sentence's score is how far its meaning points along {direction}. "
+            f"Each scored {unit}'s score is how far its meaning points along {direction}. "
             f"If this text had been written "
             f"without our key, a total score this high (z = {result.z_score:.2f}) would turn up "
             f"with probability {text_p:.3g} (the shaded area of the chart), whatever its "
             f"topic or style: over random keys the total is exactly normal, with a spread the "
-            f"text's own sentences fix ({result.num_valid} of {result.num_scored} scored "
-            f"sentences lean the key's way; half would by chance).{span}{caveat}"
+            f"text's own {unit}s fix ({result.num_valid} of {result.num_scored} scored "
+            f"{unit}s lean the key's way; half would by chance).{span}{caveat}"
         )
     one_step = ""
     transitions = _scored_transitions(result)
@@ -236,9 +238,10 @@ def detection_view(
     mark: str = "region",
     soft_contexts: bool = False,
     context: str = "previous",
+    unit: str = "sentence",
 ) -> dict[str, Any]:
-    """Everything the page needs to show one detection (``context``: see ``explanation``;
-    under ``own`` no sentence's direction comes from the one before it)."""
+    """Everything the page needs to show one detection (``context``, ``unit``: see
+    ``explanation``; under ``own`` no sentence's direction comes from the one before it)."""
     own = mark == "direction" and context == "own"
     previous = None if own else result.seed_region
     sentences = []
@@ -282,7 +285,7 @@ def detection_view(
         "span_p_value": result.span_p_value,
         "mixture_p_value": result.mixture_p_value,
         "weighted_p_value": result.weighted_p_value,
-        "explanation": explanation(result, gamma, alpha, mark, soft_contexts, context),
+        "explanation": explanation(result, gamma, alpha, mark, soft_contexts, context, unit),
     }
 
 
