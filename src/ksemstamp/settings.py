@@ -142,12 +142,9 @@ class DirectionSettings:
     an exact p-value; ``p_value`` combines them with the whole text's (``detection.scan``)."""
 
     units: Literal["sentences", "clauses"] = "clauses"
-    """What generation draws and detection scores: ``clauses``, sentences cut after , ; : once
-    ``clause_words`` words precede (``text.splitter.clauses``), or whole ``sentences``. A text
-    of the same length holds more clauses than sentences, each chosen from its own candidates,
-    so more of the mark is left after a paraphrase, at about a third more decoding
-    (docs/evaluation, "Clause units"). Detect with the units generated: the other units still
-    find the mark, with less evidence."""
+    """What generation draws and detection scores: ``clauses`` (sentences cut after , ; : once
+    ``clause_words`` words precede; more units, more evidence left after a paraphrase, a third
+    more decoding) or whole ``sentences``. Detect with the units generated (others find less)."""
     clause_words: int = 4
 
     def __post_init__(self) -> None:
