@@ -166,16 +166,16 @@ results-candidates: setup results-robust
 		docs/evaluation/candidates/$$n/ || exit 1; done
 	$(PY) -m research.robust.candidates
 
-# Long (about 6 CPU-hours): sentence units (the former default) and clause units on the same val prompts and keys, clean
-# and under the Gemma paraphrase (research.robust.check), paired by prompt: 24 prompts for the
-# default, clause units and clause units with the trained adapter (with every edit too), and 12
-# for the two cost levers (the pruning check after 4 tokens, 20 candidates); sentence and clause
-# units also under the rewrite of every window and the recursive paraphrase, and each detected
-# with the other's units.
+# Long (about 7 CPU-hours): sentence units (the former default) and clause units on the same
+# val prompts and keys, clean and under the Gemma paraphrase (research.robust.check), paired by
+# prompt: 24 prompts for sentence units, clause units and clause units with the trained adapter
+# (with every edit too), and 12 for the two cost levers (the pruning check after 4 tokens, 20
+# candidates); sentence and clause units also under the rewrite of every window, the recursive
+# paraphrase and the bigram attack, and each detected with the other's units.
 ADAPTER := checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt
 # $(call clause_check,NAME,FLAGS,EDITS,ATTACKS,OTHER): one design's check, each further attack
-# ATTACKS names (rewrite, recursive), its edits when EDITS is set, its texts detected with the
-# OTHER units when OTHER is set, and its outputs copied to docs/evaluation/clauses/NAME/.
+# ATTACKS names (rewrite, recursive, bigram), its edits when EDITS is set, its texts detected
+# with the OTHER units when OTHER is set, and its outputs copied to docs/evaluation/clauses/NAME/.
 define clause_check
 KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2)
 $(foreach x,$(4),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2) --attack $(x)
@@ -185,8 +185,8 @@ mkdir -p docs/evaluation/clauses/$(1)
 cp runs/robust/check-$(1)/*.json runs/robust/check-$(1)/*.jsonl docs/evaluation/clauses/$(1)/
 endef
 results-clauses: setup
-	$(call clause_check,base,--prompts 24,edits,rewrite recursive,clauses)
-	$(call clause_check,clauses,--prompts 24 --units clauses,edits,rewrite recursive,sentences)
+	$(call clause_check,base,--prompts 24,edits,rewrite recursive bigram,clauses)
+	$(call clause_check,clauses,--prompts 24 --units clauses,edits,rewrite recursive bigram,sentences)
 	$(call clause_check,clauses-adapter,--prompts 24 --units clauses --centroids $(ADAPTER),edits)
 	$(call clause_check,clauses-p4,--prompts 12 --units clauses --prune-tokens 4)
 	$(call clause_check,clauses-c20,--prompts 12 --units clauses --candidates 20)

@@ -1,8 +1,9 @@
 """A design check on real generations (research only): held-out ``val`` prompts generated under
 a design, attacked by the evaluation's Gemma paraphrase (``--attack reword``, the default), by its
-rewrite of every window (``rewrite``) or by the paraphrase again over the paraphrased texts
-(``recursive``), detected; the decision rate at alpha 1% (and per key), the median z and the
-effective sentences per text, clean and under every attack run so far.
+rewrite of every window (``rewrite``), by the paraphrase again over the paraphrased texts
+(``recursive``) or by the bigram attack (``bigram``), detected; the decision rate at alpha 1%
+(and per key), the median z and the effective sentences per text, clean and under every attack
+run so far.
 
     KSEMSTAMP_ALLOW_WEAK_KEY=1 python -m research.robust.check --name base --prompts 24 \
         [--encoder FOLDER --centroids FILE] [--selection text] [--temperature 0.05] \
@@ -14,7 +15,7 @@ effective sentences per text, clean and under every attack run so far.
 the shipped default is now ``clauses``), so every check recorded here reruns as it was made.
 
 Generations, attacks (``attacked.jsonl``, ``attacked-rewrite.jsonl``,
-``attacked-recursive.jsonl``) and perplexities (under the evaluation's oracle) are cached under
+``attacked-recursive.jsonl``, ``attacked-bigram.jsonl``) and perplexities (under the evaluation's oracle) are cached under
 ``runs/robust/check-NAME/`` (reruns resume); each text's detection goes to ``detections.jsonl``
 there, which ``--compare`` pairs by prompt (the same prompts and keys, each design's own
 generations and attacks). The prompts are the first ``val``-split articles' opening sentences
@@ -62,11 +63,23 @@ REWRITE = {
     "max_overlap": 0.8,
     "every_window": True,
 }
+# The bigram attack (docs/evaluation/robust-bigram.yaml): of 8 rewords, the one sharing the
+# fewest token pairs with the original among those similar enough.
+BIGRAM = {
+    "name": "lm-bigram",
+    "paraphraser": "lm",
+    "model": "gemma3-270m",
+    "prompts": "reword",
+    "num_candidates": 8,
+    "select": "bigram",
+    "similarity_bound": 0.75,
+}
 # attack name -> (settings, the variant it attacks, its file under check-NAME, its variant)
 ATTACKS = {
     "reword": (ATTACK, "clean", "attacked.jsonl", "attacked"),
     "rewrite": (REWRITE, "clean", "attacked-rewrite.jsonl", "rewrite"),
     "recursive": (ATTACK, "attacked", "attacked-recursive.jsonl", "recursive"),
+    "bigram": (BIGRAM, "clean", "attacked-bigram.jsonl", "bigram"),
 }
 
 
