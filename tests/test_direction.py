@@ -362,7 +362,7 @@ def test_cli_report_shows_scores_and_the_exact_z():
     text = format_detection(result)
     assert "most marked span: sentences 2-3, z = 2.90, p = 0.002" in text
     assert "scattered marked sentences p = 0.04" in text and "combines the three" in text
-    text = format_detection(result, "clauses")  # the default's units are named as they are
+    text = format_detection(result, "clause")  # the default's units are named as they are
     assert "most marked span: clauses 2-3" in text and "scattered marked clauses p" in text
     result.weighted_p_value = 0.005
     text = format_detection(result)

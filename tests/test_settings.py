@@ -307,6 +307,6 @@ def test_clause_units_are_the_default_and_one_file_gives_whole_sentences() -> No
     assert load_watermark_settings([base]).mark.units == "clauses"
     for layer in ("ksemstamp-sentences.yaml", "ksemstamp-trained.yaml"):
         assert load_watermark_settings([base, CONFIGS / layer]).mark.units == "sentences"
-    assert WatermarkSettings().unit_name == "clauses"
+    assert WatermarkSettings().unit == "clause"
     region = load_watermark_settings([CONFIGS / "ksemstamp-paper.yaml"])
-    assert region.unit_name == "sentences"  # the region mark always reads sentences
+    assert region.unit == "sentence"  # the region mark always reads sentences

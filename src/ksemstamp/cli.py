@@ -87,7 +87,7 @@ def generate(
     if res.seed is not None:
         notes.append(f"seed {res.seed} (--sampling.seed {res.seed} gives this text again)")
     print_err(
-        f"\n[{res.num_sentences} {settings.unit_name}, {res.num_tokens} tokens, "
+        f"\n[{res.num_sentences} {settings.unit}s, {res.num_tokens} tokens, "
         f"{res.candidates} candidates, "
         f"{res.fallbacks} fallbacks, {res.seconds:.1f} s" + "".join(f"; {n}" for n in notes) + "]"
     )
@@ -97,8 +97,8 @@ def generate(
 # ---------------------------------------------------------------------- detect
 
 
-def format_detection(result, units: str = "sentences") -> str:
-    """A readable report of one ``DetectionResult`` whose scored pieces are ``units``."""
+def format_detection(result, unit: str = "sentence") -> str:
+    """A readable report of one ``DetectionResult`` whose scored pieces are each a ``unit``."""
     lines = []
     if result.seed is not None:
         short = printable(result.seed if len(result.seed) <= 70 else result.seed[:67] + "...")
@@ -122,9 +122,9 @@ def format_detection(result, units: str = "sentences") -> str:
     counted = "positive" if result.scores is not None else "valid"
     if result.span is not None and result.span_p_value is not None:
         lines.append(
-            f"most marked span: {units} {result.span[0] + 1}-{result.span[1]}, "
+            f"most marked span: {unit}s {result.span[0] + 1}-{result.span[1]}, "
             f"z = {result.span_z:.2f}, p = {result.span_p_value:.3g}; scattered marked "
-            f"{units} p = {result.mixture_p_value:.3g}; whole text p = "
+            f"{unit}s p = {result.mixture_p_value:.3g}; whole text p = "
             f"{result.text_p_value:.3g}"
             + (
                 "; p below combines the three"
@@ -205,7 +205,7 @@ def detect(
         logger.info("chat: the prompt is an instruction and seeds no sentence; ignored")
         prompt = None
     result = build_detector(settings).detect(text, prompt, progress=not quiet)
-    print(format_detection(result, settings.unit_name))
+    print(format_detection(result, settings.unit))
     return 0 if result.status != "error" else 1
 
 
@@ -245,15 +245,15 @@ def demo(
         f"  {printable(res.text)}\n"
     )
     per = res.candidates / max(res.num_sentences, 1)
-    units = settings.unit_name
+    unit = settings.unit
     print(
-        f"generation: {res.num_sentences} {units}, {res.candidates} candidates "
-        f"({per:.1f} per {units[:-1]}), {res.fallbacks} fallbacks\n"
+        f"generation: {res.num_sentences} {unit}s, {res.candidates} candidates "
+        f"({per:.1f} per {unit}), {res.fallbacks} fallbacks\n"
     )
     start = time.perf_counter()
     result = detector.detect(res.text, prompt)
     print(f"detection ({time.perf_counter() - start:.2f} s):")
-    print(format_detection(result, units))
+    print(format_detection(result, unit))
     return 0
 
 

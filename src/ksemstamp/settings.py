@@ -142,9 +142,8 @@ class DirectionSettings:
     an exact p-value; ``p_value`` combines them with the whole text's (``detection.scan``)."""
 
     units: Literal["sentences", "clauses"] = "clauses"
-    """What generation draws and detection scores: ``clauses`` (sentences cut after , ; : once
-    ``clause_words`` words precede; more units, more evidence left after a paraphrase, a third
-    more decoding) or whole ``sentences``. Detect with the units generated (others find less)."""
+    """What generation draws and detection scores: ``clauses`` (cut after , ; : once ``clause_words``
+    words precede: more evidence after a paraphrase, a third more decoding) or ``sentences``."""
     clause_words: int = 4
 
     def __post_init__(self) -> None:
@@ -431,10 +430,10 @@ class WatermarkSettings:
         return f"WatermarkSettings({self.to_dict()})"
 
     @property
-    def unit_name(self) -> str:
-        """What the mark draws and scores one at a time, as reports name it: ``clauses`` or
-        ``sentences`` (the region mark always works on sentences)."""
-        return self.mark.units if self.mark.kind == "direction" else "sentences"
+    def unit(self) -> str:
+        """What the mark scores one at a time: ``clause`` or ``sentence`` (the region mark's)."""
+        clauses = self.mark.kind == "direction" and self.mark.units == "clauses"
+        return "clause" if clauses else "sentence"
 
     # ------------------------------------------------------------------ files
     def centroid_path(self) -> Path:

@@ -72,7 +72,7 @@ class ServeState:
             mark=scheme.mark,
             soft_contexts=scheme.context_temperature > 0,
             context=scheme.context,
-            unit=self.settings.unit_name[:-1],
+            unit=self.settings.unit,
         )
         out["seconds"] = round(seconds, 4)
         out["key_fingerprint"] = self.fingerprint
