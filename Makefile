@@ -190,6 +190,7 @@ results-clauses: setup
 	$(call clause_check,clauses-adapter,--prompts 24 --units clauses --centroids $(ADAPTER),edits)
 	$(call clause_check,clauses-p4,--prompts 12 --units clauses --prune-tokens 4)
 	$(call clause_check,clauses-c20,--prompts 12 --units clauses --candidates 20)
+	$(call clause_check,plain,--prompts 24 --plain)
 	mkdir -p docs/evaluation/clauses/compare
 	for pair in base:clauses base:clauses-adapter base:clauses-c20 clauses:clauses-adapter \
 		clauses:clauses-p4 clauses:clauses-c20; do a=$${pair%%:*}; b=$${pair#*:}; $(PY) -m research.robust.check \

@@ -8,11 +8,16 @@ run so far.
     KSEMSTAMP_ALLOW_WEAK_KEY=1 python -m research.robust.check --name base --prompts 24 \
         [--encoder FOLDER --centroids FILE] [--selection text] [--temperature 0.05] \
         [--units clauses] [--prune-tokens 4] [--attack rewrite]
+    KSEMSTAMP_ALLOW_WEAK_KEY=1 python -m research.robust.check --name plain --plain  # no mark
+    python -m research.robust.check --name kgw --kgw --attack rewrite  # the token baseline
     python -m research.robust.check --compare base other   # paired by prompt, after both ran
     python -m research.robust.check --name base --detect-units clauses  # other units, same texts
 
-``--units`` is ``sentences`` unless given (the default mark's units when the checks were made;
-the shipped default is now ``clauses``), so every check recorded here reruns as it was made.
+``--plain`` runs the same sampler unwatermarked (the perplexity every design is held to; its
+texts are not attacked, and their detections are the null's); ``--kgw`` generates, attacks and
+detects KGW texts (the robust run's baseline) on the same prompts. ``--units`` is ``sentences``
+unless given (the default mark's units when the checks were made; the shipped default is now
+``clauses``), so every check recorded here reruns as it was made.
 
 Generations, attacks (``attacked.jsonl``, ``attacked-rewrite.jsonl``,
 ``attacked-recursive.jsonl``, ``attacked-bigram.jsonl``) and perplexities (under the evaluation's oracle) are cached under
@@ -194,6 +199,45 @@ def edits(a, gens: list[dict]) -> dict:
     return out
 
 
+def generate_kgw(a, prompts: list[dict], path: Path) -> None:
+    """KGW texts (``evaluation.baselines``, the robust run's gamma 0.25 and delta 2) for
+    ``prompts`` with the checks' sampling, four at a time, appended to ``path``; KGW has one
+    public key, so the prompts' key index only groups them as the other designs' are."""
+    from ksemstamp.evaluation.baselines import KGWGenerator
+
+    cfg = config(a, KEYS[0])
+    lm = load_lm(cfg.model.lm, "cpu", cfg.model.lm_dtype)
+    generate = KGWGenerator(*lm, sampling=cfg.sampling).generate
+    order = {q["id"]: i for i, q in enumerate(val_prompts(a.prompts))}
+    for start in range(0, len(prompts), 4):
+        chunk = prompts[start : start + 4]
+        append(
+            path,
+            [
+                {"id": q["id"], "key": order[q["id"]] % len(KEYS), "prompt": q["prompt"], **r}
+                for q, r in zip(chunk, generate([q["prompt"] for q in chunk]), strict=True)
+            ],
+        )
+
+
+def detector(a, k: int):
+    """``(texts, prompts) -> [(z, p, unit scores or None)]`` for the design's key ``k``."""
+    if a.kgw:
+        from ksemstamp.evaluation.baselines import KGWDetector
+
+        model, tokenizer = load_lm(config(a, KEYS[0]).model.lm, "cpu", "fp32")
+        kgw = KGWDetector(model.config, tokenizer)
+        return lambda texts, prompts: [
+            (r["z_score"], r["p_value"], None) for r in kgw.detect_batch(texts)
+        ]
+    cfg = config(a, KEYS[k])
+    det = build_detector(cfg, build_scheme(cfg))
+    return lambda texts, prompts: [
+        (r.z_score, r.p_value, [x for x in r.scores if x is not None])
+        for r in det.detect_batch(texts, prompts=prompts)
+    ]
+
+
 def run_attack(out: Path, name: str, gens: list[dict], ids: set[str]) -> None:
     """Attack every generated text of a prompt in ``ids`` (or its paraphrase, for
     ``recursive``) that ``name``'s file under ``out`` does not hold yet, four at a time,
@@ -241,6 +285,8 @@ def main() -> None:
     p.add_argument("--units", default="sentences", help="mark.units (sentences, clauses)")
     p.add_argument("--prune-tokens", type=int, default=None, help="search.prune_tokens")
     p.add_argument("--candidates", type=int, default=None, help="search.max_candidates")
+    p.add_argument("--plain", action="store_true", help="the same sampler, unwatermarked")
+    p.add_argument("--kgw", action="store_true", help="KGW (gamma 0.25, delta 2) instead")
     p.add_argument("--stage", default="all", help="all, generate, attack, or edits (detect only)")
     p.add_argument("--attack", default="reword", choices=sorted(ATTACKS), help="the LM attack")
     p.add_argument(
@@ -260,9 +306,13 @@ def main() -> None:
     gen_path = out / "generations.jsonl"
     done = {r["id"] for r in read_jsonl(gen_path)} if gen_path.exists() else set()
     lm = None
+    if a.kgw and (a.plain or a.detect_units or a.stage == "edits"):
+        p.error("--kgw generates and detects KGW texts only (no --plain, --detect-units, edits)")
     if a.detect_units:
         a.stage = "detect"  # the texts are a design's own; only their detection changes
-    if a.stage in ("all", "generate"):
+    if a.stage in ("all", "generate") and a.kgw:
+        generate_kgw(a, [q for q in prompts if q["id"] not in done], gen_path)
+    elif a.stage in ("all", "generate"):
         for k, key in enumerate(KEYS):
             mine = [q for i, q in enumerate(prompts) if i % len(KEYS) == k and q["id"] not in done]
             if not mine:
@@ -272,7 +322,7 @@ def main() -> None:
             wm = build_watermarker(cfg, lm=lm)
             for start in range(0, len(mine), 4):
                 chunk = mine[start : start + 4]
-                res = wm.generate([q["prompt"] for q in chunk])
+                res = wm.generate([q["prompt"] for q in chunk], watermark=not a.plain)
                 append(
                     gen_path,
                     [
@@ -281,7 +331,7 @@ def main() -> None:
                     ],
                 )
     gens = [g for g in read_jsonl(gen_path) if g["status"] == "ok"]
-    if a.stage in ("all", "attack"):
+    if a.stage in ("all", "attack") and not a.plain:
         run_attack(out, a.attack, gens, {q["id"] for q in prompts})
     # Every attack run so far, by its variant: id -> attacked record.
     attacked = {
@@ -303,43 +353,48 @@ def main() -> None:
         scored = {r["id"]: r for r in read_jsonl(ppl_path)}
     summary = {
         "name": a.name,
+        "watermarked": "kgw" if a.kgw else not a.plain,
         "texts": len(gens),
-        "decoded_per_token": sum(g["decoded_tokens"] for g in gens)
+        "decoded_per_token": sum(g.get("decoded_tokens", g["num_tokens"]) for g in gens)
         / max(1, sum(g["num_tokens"] for g in gens)),
-        "units_per_text": float(np.median([g["num_sentences"] for g in gens])),
+        "units_per_text": float(np.median([g["num_sentences"] for g in gens]))
+        if not a.kgw
+        else None,
         "perplexity_median": float(np.median([r["perplexity"] for r in scored.values()]))
         if scored
         else None,
     }
     # --detect-units: the same texts detected with other units than they were generated with.
     scored_as = argparse.Namespace(**{**vars(a), "units": a.detect_units or a.units})
-    records = []
+    records, detectors = [], {}
     for variant in ("clean", *attacked):
         own = attacked.get(variant, {})
         zs, ps, neff, keys = [], [], [], []
-        for k, key in enumerate(KEYS):
+        for k in range(len(KEYS)):
             mine = [g for g in gens if g["key"] == k and (variant == "clean" or g["id"] in own)]
             if not mine:
                 continue
-            cfg = config(scored_as, key)
-            det = build_detector(cfg, build_scheme(cfg))
+            slot = 0 if a.kgw else k  # KGW's one public key
+            if slot not in detectors:
+                detectors[slot] = detector(scored_as, k)
+            detect = detectors[slot]
             texts = [g["text"] if variant == "clean" else own[g["id"]]["text"] for g in mine]
-            results = det.detect_batch(texts, prompts=[g["prompt"] for g in mine])
-            for g, r in zip(mine, results, strict=True):
-                if r.z_score is None:
+            results = detect(texts, [g["prompt"] for g in mine])
+            for g, (z, pv, s) in zip(mine, results, strict=True):
+                if z is None:
                     continue
-                s = [x for x in r.scores if x is not None]
-                zs.append(r.z_score)
-                ps.append(r.p_value)
-                neff.append(len(s) ** 2 / (sum(s) / r.z_score) ** 2 / len(s) if r.z_score else 0)
+                zs.append(z)
+                ps.append(pv)
+                if s is not None:  # unit scores: how many independent units they weigh
+                    neff.append(len(s) ** 2 / (sum(s) / z) ** 2 / len(s) if z else 0)
                 keys.append(k)
                 records.append(
                     {
                         "id": g["id"],
                         "key": k,
                         "variant": variant,
-                        "z": r.z_score,
-                        "p": r.p_value,
+                        "z": z,
+                        "p": pv,
                         "similarity": own.get(g["id"], {}).get("sentence_similarity"),
                     }
                 )
@@ -352,7 +407,7 @@ def main() -> None:
             "detected_1pct": float((ps <= 0.01).mean()),
             "worst_key": min(per_key),
             "median_z": float(np.median(zs)),
-            "median_neff_share": float(np.median(neff)),
+            "median_neff_share": float(np.median(neff)) if neff else None,
         }
     if a.stage == "edits":
         summary["edits"] = edits(a, gens)
