@@ -191,9 +191,10 @@ results-clauses: setup
 	$(call clause_check,clauses-p4,--prompts 12 --units clauses --prune-tokens 4)
 	$(call clause_check,clauses-c20,--prompts 12 --units clauses --candidates 20)
 	$(call clause_check,plain,--prompts 24 --plain)
+	$(call clause_check,kgw,--prompts 24 --kgw --attack rewrite)
 	mkdir -p docs/evaluation/clauses/compare
 	for pair in base:clauses base:clauses-adapter base:clauses-c20 clauses:clauses-adapter \
-		clauses:clauses-p4 clauses:clauses-c20; do a=$${pair%%:*}; b=$${pair#*:}; $(PY) -m research.robust.check \
+		clauses:clauses-p4 clauses:clauses-c20 kgw:base kgw:clauses; do a=$${pair%%:*}; b=$${pair#*:}; $(PY) -m research.robust.check \
 		--compare $$a $$b > docs/evaluation/clauses/compare/$$a.vs.$$b.json || exit 1; done
 
 # Long: the benchmark of record (half an hour to an hour), benchmarks/results/latest.{json,md}.
