@@ -225,7 +225,8 @@ def detector(a, k: int):
     if a.kgw:
         from ksemstamp.evaluation.baselines import KGWDetector
 
-        model, tokenizer = load_lm(config(a, KEYS[0]).model.lm, "cpu", "fp32")
+        cfg = config(a, KEYS[0])
+        model, tokenizer = load_lm(cfg.model.lm, "cpu", cfg.model.lm_dtype)
         kgw = KGWDetector(model.config, tokenizer)
         return lambda texts, prompts: [
             (r["z_score"], r["p_value"], None) for r in kgw.detect_batch(texts)
