@@ -171,7 +171,8 @@ results-candidates: setup results-robust
 # prompt: 24 prompts for sentence units, clause units and clause units with the trained adapter
 # (with every edit too), and 12 for the two cost levers (the pruning check after 4 tokens, 20
 # candidates); sentence and clause units also under the rewrite of every window, the recursive
-# paraphrase and the bigram attack, and each detected with the other's units.
+# paraphrase and the bigram attack, and each detected with the other's units; clause units also
+# under the paraphrase's second, few-shot prompt.
 ADAPTER := checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt
 # $(call clause_check,NAME,FLAGS,EDITS,ATTACKS,OTHER): one design's check, each further attack
 # ATTACKS names (rewrite, recursive, bigram), its edits when EDITS is set, its texts detected
@@ -186,7 +187,7 @@ cp runs/robust/check-$(1)/*.json runs/robust/check-$(1)/*.jsonl docs/evaluation/
 endef
 results-clauses: setup
 	$(call clause_check,base,--prompts 24,edits,rewrite recursive bigram,clauses)
-	$(call clause_check,clauses,--prompts 24 --units clauses,edits,rewrite recursive bigram,sentences)
+	$(call clause_check,clauses,--prompts 24 --units clauses,edits,rewrite recursive bigram fewshot,sentences)
 	$(call clause_check,clauses-adapter,--prompts 24 --units clauses --centroids $(ADAPTER),edits)
 	$(call clause_check,clauses-p4,--prompts 12 --units clauses --prune-tokens 4)
 	$(call clause_check,clauses-c20,--prompts 12 --units clauses --candidates 20)

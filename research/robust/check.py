@@ -1,7 +1,8 @@
 """A design check on real generations (research only): held-out ``val`` prompts generated under
 a design, attacked by the evaluation's Gemma paraphrase (``--attack reword``, the default), by its
 rewrite of every window (``rewrite``), by the paraphrase again over the paraphrased texts
-(``recursive``) or by the bigram attack (``bigram``), detected; the decision rate at alpha 1%
+(``recursive``), by the bigram attack (``bigram``) or by the paraphrase under a second, few-shot
+prompt (``fewshot``), detected; the decision rate at alpha 1%
 (and per key), the median z and the effective sentences per text, clean and under every attack
 run so far.
 
@@ -79,12 +80,16 @@ BIGRAM = {
     "select": "bigram",
     "similarity_bound": 0.75,
 }
+# The second paraphrase prompt (docs/evaluation/robust-fewshot.yaml): the same model and
+# selection under few-shot examples, a check that nothing is tuned to the reword prompt.
+FEWSHOT = dict(ATTACK, name="lm-paraphrase-fewshot", prompts="few-shot")
 # attack name -> (settings, the variant it attacks, its file under check-NAME, its variant)
 ATTACKS = {
     "reword": (ATTACK, "clean", "attacked.jsonl", "attacked"),
     "rewrite": (REWRITE, "clean", "attacked-rewrite.jsonl", "rewrite"),
     "recursive": (ATTACK, "attacked", "attacked-recursive.jsonl", "recursive"),
     "bigram": (BIGRAM, "clean", "attacked-bigram.jsonl", "bigram"),
+    "fewshot": (FEWSHOT, "clean", "attacked-fewshot.jsonl", "fewshot"),
 }
 
 
