@@ -431,12 +431,17 @@ def test_kernel_objective_with_an_adapter_ships_in_the_centroid_file(tmp_path):
 @pytest.mark.e2e
 def test_ddp_spawn_kernel_objective_gathers_columns_of_unequal_size(tmp_path):
     # Two processes, windows of different unit counts per rank: each pads its columns to the
-    # largest before the gather and trains on every rank's positives and sentences.
+    # largest before the gather and trains on every rank's positives and sentences. Units read
+    # as clauses, and the features are refitted on the current encoder at every step: a
+    # collective embedding of 41 sentences (shards of unequal length) and a broadcast k-means.
     units = make_units(tmp_path)
     fit(
         make_config(tmp_path, devices=2),
         "--model.objective=kernel",
         "--model.adapter_rank=2",
+        "--model.kernel_units=clauses",
+        "--model.kernel_refit_every=1",
+        "--model.kernel_refit_sentences=41",
         f"--data.train_file={units}",
         f"--data.val_file={units}",
         "--data.batch_size=2",

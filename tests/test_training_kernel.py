@@ -47,6 +47,35 @@ def test_retention_and_correlation_terms_match_their_formula():
     assert float(alone) == pytest.approx(retention)
 
 
+def test_coherence_adds_the_signed_mean_correlation_within_a_text():
+    anchor = torch.tensor([[1.0, 0.0]])
+    positive = torch.tensor([[1.0, 0.0]])
+    # Columns 0 and 1 are one text (cos 0.6), column 2 another (cos -0.8 with column 0).
+    others = torch.tensor([[1.0, 0.0], [0.6, 0.8], [-0.8, 0.6]])
+    ok = torch.ones(1, 1, dtype=torch.bool)
+    others_ok = torch.zeros(1, 3, dtype=torch.bool)
+    same = torch.tensor([[False, True, False], [True, False, False], [False, False, False]])
+    plain = kernel_alignment_loss(anchor, positive, others, ok, others_ok, 1.0)
+    with_term = kernel_alignment_loss(
+        anchor, positive, others, ok, others_ok, 1.0, same_text=same, coherence=3.0
+    )
+    # Signed: only the pair of one text counts, and its cosine enters as it is (not squared).
+    assert float(with_term - plain) == pytest.approx(3.0 * 0.6)
+    same_neg = torch.zeros(3, 3, dtype=torch.bool)
+    same_neg[0, 2] = same_neg[2, 0] = True
+    assert float(
+        kernel_alignment_loss(
+            anchor, positive, others, ok, others_ok, 1.0, same_text=same_neg, coherence=3.0
+        )
+        - plain
+    ) == pytest.approx(3.0 * -0.8)
+    # The term sees only the first columns it is given (this rank's, under DDP).
+    head_only = kernel_alignment_loss(
+        anchor, positive, others, ok, others_ok, 1.0, same_text=same[:2, :2], coherence=3.0
+    )
+    assert float(head_only) == pytest.approx(float(with_term))
+
+
 def test_scored_features_are_what_the_direction_mark_scores():
     torch.manual_seed(0)
     emb = F.normalize(torch.randn(5, 12), dim=-1)
@@ -99,10 +128,57 @@ def test_units_of_a_sentence_merge_and_rewrite_and_their_masks(tmp_path):
         [False, False, True],
         [True, True, False],
     ]
+    assert batch.same_text.tolist() == [
+        [False, True, False],
+        [True, False, False],
+        [False, False, False],
+    ]
     with pytest.raises(ValueError, match="neither"):
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"x": 1}\n')
         read_units(bad)
+
+
+def test_units_read_as_clauses_sum_their_clauses_and_meet_their_own_sentence():
+    from ksemstamp.text.splitter import clauses
+
+    windows = [
+        {
+            "id": "w1",
+            "sentences": ["The mayor spoke on Monday, and the council voted later.", "It passed."],
+            "units": [
+                {
+                    "a": ["The mayor spoke on Monday, and the council voted later."],
+                    "b": ["On Monday the mayor spoke; later, the council held its vote."],
+                },
+                {"a": ["It passed."], "b": ["The vote carried."]},
+            ],
+        }
+    ]
+    batch = Batch.of(windows, lambda s: clauses(s, 4))
+    rows = [batch.sentences[i] for i in batch.anchor_rows]
+    assert rows == ["The mayor spoke on Monday,", "and the council voted later.", "It passed."]
+    assert batch.anchor_owner.tolist() == [0, 0, 1]
+    assert [batch.sentences[i] for i in batch.positive_rows] == [
+        "On Monday the mayor spoke;",
+        "later, the council held its vote.",  # "later" alone is too short to end a clause
+        "The vote carried.",
+    ]
+    assert batch.positive_owner.tolist() == [0, 0, 1]
+    # Clause columns: both clauses of the first sentence, then the second sentence. The first
+    # unit's anchor holds the first two, so only the third is its negative; the second unit
+    # meets both clauses of the other sentence.
+    assert [batch.sentences[i] for i in batch.column_rows] == rows
+    assert batch.others_ok.tolist() == [[False, False, True], [True, True, False]]
+    assert batch.positive_ok.tolist() == [[False, True], [True, False]]
+    # All three clauses are one text: every pair of different columns is one.
+    assert batch.same_text.tolist() == [
+        [False, True, True],
+        [True, False, True],
+        [True, True, False],
+    ]
+    # Without a split the same windows read whole sentences, as before.
+    assert len(Batch.of(windows).anchor_rows) == 2
 
 
 def test_training_on_the_objective_raises_retention_in_a_toy_world():
@@ -146,6 +222,64 @@ def test_training_on_the_objective_raises_retention_in_a_toy_world():
         fx = scored_features(encoder(held_x), mean, None, None, 0.0)
     cross = (fx @ fx.T)[~torch.eye(400, dtype=torch.bool)]
     assert float(cross.abs().mean()) < 0.35
+
+
+def test_kernel_features_read_a_file_and_refit_on_new_embeddings():
+    from ksemstamp.centroids import principal_components
+    from ksemstamp.training.kernel import KernelFeatures
+
+    g = torch.Generator().manual_seed(0)
+    emb = F.normalize(torch.randn(200, 12, generator=g), dim=-1)
+    centroids = F.normalize(torch.randn(5, 12, generator=g), dim=-1)
+    mean = emb.mean(0)
+    components = principal_components(emb, mean, 3)
+    features = KernelFeatures(mean, components, centroids, 0.1)
+    x = emb[:7]
+    assert torch.allclose(features(x), scored_features(x, mean, components, centroids, 0.1))
+    assert features(x).shape == (7, 5 * 12)
+    # Refitted on other embeddings, with fewer centroids than before: the features are those
+    # of the new mean, components and centroids.
+    moved = F.normalize(emb + 0.5 * torch.randn(200, 12, generator=g), dim=-1)
+    new_centroids = F.normalize(torch.randn(3, 12, generator=g), dim=-1)
+    features.refit(moved, new_centroids)
+    new_mean = moved.mean(0)
+    expected = scored_features(
+        x, new_mean, principal_components(moved, new_mean, 3), new_centroids, 0.1
+    )
+    assert features(x).shape == (7, 3 * 12)
+    assert torch.allclose(features(x), expected, atol=1e-5)
+    # Buffers, not parameters, and not saved: a checkpoint reads them again.
+    assert not list(features.parameters()) and not features.state_dict()
+
+
+@pytest.mark.e2e
+def test_the_module_refits_its_kernel_features_on_the_current_encoder():
+    from ksemstamp.training.module import EncoderModule
+
+    module = EncoderModule(
+        objective="kernel",
+        num_regions=8,
+        kernel_refit_every=5,
+        kernel_refit_sentences=60,
+        embed_batch_size=32,
+    )
+    assert module.kernel_features.centroids.shape[0] == 64  # the shipped file's K
+    module.refit_kernel_features()
+    emb = module.embed_sharded(module.domain_sentence_list(60))
+    assert module.kernel_features.centroids.shape == (8, emb.shape[1])
+    assert torch.allclose(module.kernel_features.mean, emb.mean(0), atol=1e-5)
+    windows = [
+        {
+            "id": "w",
+            "sentences": ["The council met on Monday.", "Floods hit the north."],
+            "units": [
+                {"a": ["The council met on Monday."], "b": ["On Monday the council met."]},
+                {"a": ["Floods hit the north."], "b": ["The north was flooded."]},
+            ],
+        }
+    ]
+    anchor, positive, others, *_ = module._kernel_terms(windows)
+    assert anchor.shape == (2, 8 * emb.shape[1]) and others.shape == (2, 8 * emb.shape[1])
 
 
 def test_unit_sums_add_the_rows_of_each_unit():

@@ -194,6 +194,8 @@ def kernel_alignment_loss(
     positive_ok: Tensor,
     others_ok: Tensor,
     decorrelation: float = 1.0,
+    same_text: Tensor | None = None,
+    coherence: float = 0.0,
 ) -> Tensor:
     """Retention to 1, correlations between different sentences to 0.
 
@@ -216,6 +218,13 @@ def kernel_alignment_loss(
             ``i`` (the pair's own column may be either: it is never a negative).
         others_ok: ``(U, S)`` True where sentence column ``j`` is not part of anchor ``i``.
         decorrelation: weight of the correlation term.
+        same_text: ``(S0, S0)`` True where the first ``S0`` sentence columns are two different
+            sentences (or clauses) of one text; ``None``: no such term.
+        coherence: weight of ``mean cos(x, y)`` over those pairs, *signed*. A text's z is its
+            summed score over ``sqrt(n + n (n - 1) rho)``, ``rho`` the mean correlation of its
+            units, so the mean itself, not its square, is what costs detection: with 17 units a
+            correlation of 0.05 already takes 0.8 of the variance's 17. The squared term alone
+            lets every sentence of a text drift one way together while it raises retention.
     """
     count = anchor.shape[0]
     if positive.shape[0] < count:
@@ -230,4 +239,8 @@ def kernel_alignment_loss(
         cross.append(among[~torch.eye(len(o), dtype=torch.bool, device=o.device)])
     cross_all = torch.cat(cross)
     penalty = (cross_all**2).mean() if cross_all.numel() else retained.new_zeros(())
-    return (1.0 - retained).mean() + decorrelation * penalty
+    loss = (1.0 - retained).mean() + decorrelation * penalty
+    if coherence and same_text is not None and bool(same_text.any()):
+        head = o[: same_text.shape[0]]
+        loss = loss + coherence * (head @ head.T)[same_text].mean()
+    return loss

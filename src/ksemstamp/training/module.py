@@ -23,12 +23,13 @@ from ..partition import kmeans_regions
 from ..settings import DEFAULT_CENTROIDS
 from ..text.corpusfile import domain_documents
 from ..text.reading import reading_form
+from ..text.splitter import SPLITTERS, clauses
+from .kernel import KernelFeatures
 from .loss import (
     cosine_gap,
     kernel_alignment_loss,
     margin_contrastive_loss,
     region_consistency_loss,
-    scored_features,
     unit_sums,
 )
 from .optim import freeze_unused_pooler, warmup_factor
@@ -75,6 +76,11 @@ class EncoderModule(L.LightningModule):
         base_centroids: str | None = None,
         adapter_rank: int = 0,
         adapter_alpha: float = 16.0,
+        kernel_units: str = "sentences",
+        kernel_clause_words: int = 4,
+        coherence: float = 0.0,
+        kernel_refit_every: int = 0,
+        kernel_refit_sentences: int = 4000,
     ) -> None:
         """
         Args:
@@ -124,6 +130,20 @@ class EncoderModule(L.LightningModule):
                 trains rank-``r`` adapters (``ksemstamp.adapter``), which ship inside the
                 centroid file instead of a whole encoder.
             adapter_alpha: the adapters' scale numerator (``alpha / r``).
+            kernel_units: what the kernel objective scores, as the mark's ``units``:
+                ``sentences``, or ``clauses`` (each sentence cut as ``text.splitter.clauses``
+                cuts it; a unit's side is the sum of its clauses' features, and the clauses of
+                one sentence are each other's negatives).
+            kernel_clause_words: the clauses' ``min_words`` (the mark's ``clause_words``).
+            coherence: weight of the kernel objective's signed mean correlation between the
+                different sentences (or clauses) of one window (``loss.kernel_alignment_loss``):
+                what sets a text's effective number of units.
+            kernel_refit_every: ``0`` scores the kernel objective's features with the base
+                encoder's mean, components and centroids throughout; ``n > 0`` refits all three
+                on the current encoder every ``n`` steps (``kernel_refit_sentences`` domain
+                sentences), as ``KMeansCallback`` refits them after training, so that the
+                objective sees the features the trained encoder ships with.
+            kernel_refit_sentences: domain sentences those refits embed.
         """
         super().__init__()
         if delta <= 0:
@@ -144,9 +164,19 @@ class EncoderModule(L.LightningModule):
             raise ValueError(f"region_temperature must be > 0, got {region_temperature}")
         if objective not in ("margin", "kernel"):
             raise ValueError(f"objective must be 'margin' or 'kernel', got {objective!r}")
-        if decorrelation < 0 or kernel_temperature < 0 or kernel_whiten < 0 or adapter_rank < 0:
+        if kernel_units not in SPLITTERS:
+            raise ValueError(f"kernel_units must be one of {SPLITTERS}, got {kernel_units!r}")
+        if kernel_clause_words < 1:
+            raise ValueError(f"kernel_clause_words must be >= 1, got {kernel_clause_words}")
+        if kernel_refit_every < 0 or kernel_refit_sentences < num_regions:
             raise ValueError(
-                "decorrelation, kernel_temperature, kernel_whiten and adapter_rank must be >= 0"
+                f"kernel_refit_every must be >= 0 and kernel_refit_sentences >= num_regions "
+                f"({num_regions}), got {kernel_refit_every} and {kernel_refit_sentences}"
+            )
+        if min(decorrelation, kernel_temperature, kernel_whiten, adapter_rank, coherence) < 0:
+            raise ValueError(
+                "decorrelation, kernel_temperature, kernel_whiten, adapter_rank and coherence "
+                "must be >= 0"
             )
         self.save_hyperparameters()
         self.encoder = load_encoder(encoder)
@@ -172,19 +202,9 @@ class EncoderModule(L.LightningModule):
         if objective == "kernel":
             if base_centroids is None and encoder not in DEFAULT_CENTROIDS:
                 raise ValueError(f"the kernel objective needs base_centroids for {encoder!r}")
-            self._register_kernel_features(base_centroids or DEFAULT_CENTROIDS[encoder])
-
-    def _register_kernel_features(self, path) -> None:
-        """The fixed mean, components and centroids of the kernel objective's features."""
-        base = CentroidFile.load(path)
-        whiten = self.hparams.kernel_whiten
-        base.require("direction", f"centroid file {path}", whiten=whiten)
-        components = base.components[:whiten].float() if whiten else None
-        if components is not None:
-            components = torch.linalg.qr(components.T).Q.T.contiguous()
-        self.register_buffer("kernel_mean", base.mean.float(), persistent=False)
-        self.register_buffer("kernel_components", components, persistent=False)
-        self.register_buffer("kernel_centroids", base.centroids.float(), persistent=False)
+            self.kernel_features = KernelFeatures.from_file(
+                base_centroids or DEFAULT_CENTROIDS[encoder], kernel_whiten, kernel_temperature
+            )
 
     # ------------------------------------------------------------------ model
 
@@ -269,16 +289,13 @@ class EncoderModule(L.LightningModule):
     def _kernel_terms(self, windows: list[dict]) -> tuple[Tensor, ...]:
         """The kernel objective's anchors, positive and sentence columns (gathered from every
         rank under DDP, this rank's first) and their masks, for a batch of windows."""
-        batch = Batch.of(windows)
-        emb = self(batch.sentences)
         hp = self.hparams
-        phi = scored_features(
-            emb,
-            self.kernel_mean,
-            self.kernel_components,
-            self.kernel_centroids,
-            hp.kernel_temperature,
-        )
+        split = None
+        if hp.kernel_units == "clauses":
+            split = functools.partial(clauses, min_words=hp.kernel_clause_words)
+        batch = Batch.of(windows, split)
+        emb = self(batch.sentences)
+        phi = self.kernel_features(emb)
         count = batch.num_units
         anchor = unit_sums(phi[batch.anchor_rows], batch.anchor_owner, count)
         positive = unit_sums(phi[batch.positive_rows], batch.positive_owner, count)
@@ -288,7 +305,15 @@ class EncoderModule(L.LightningModule):
         if self._trainer is not None and self.trainer.world_size > 1 and hp.gather_negatives:
             positive, positive_ok = self._gather_columns(positive, positive_ok)
             others, others_ok = self._gather_columns(others, others_ok)
-        return anchor, positive, others, positive_ok, others_ok
+        # This rank's columns come first: the pairs of one window among them.
+        return anchor, positive, others, positive_ok, others_ok, batch.same_text.to(phi.device)
+
+    def _kernel_loss(self, terms: tuple[Tensor, ...]) -> Tensor:
+        hp = self.hparams
+        *core, same_text = terms
+        return kernel_alignment_loss(
+            *core, hp.decorrelation, same_text=same_text, coherence=hp.coherence
+        )
 
     def _gather_columns(self, local: Tensor, ok: Tensor) -> tuple[Tensor, Tensor]:
         """``local`` ``(n, F)`` then every other rank's rows (with gradients back to them), and
@@ -306,7 +331,7 @@ class EncoderModule(L.LightningModule):
     def training_step(self, batch, batch_idx: int) -> Tensor:
         if self.hparams.objective == "kernel":
             terms = self._kernel_terms(batch)
-            loss = kernel_alignment_loss(*terms, decorrelation=self.hparams.decorrelation)
+            loss = self._kernel_loss(terms)
             n = terms[0].shape[0]
             self.log("train/loss", loss, prog_bar=True, batch_size=n)
             with torch.no_grad():
@@ -340,6 +365,18 @@ class EncoderModule(L.LightningModule):
         self.log("train/pos_cos", pos, batch_size=n)
         return loss
 
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        every = self.hparams.kernel_refit_every
+        if self.hparams.objective == "kernel" and every and self.global_step % every == 0:
+            self.refit_kernel_features()
+
+    def refit_kernel_features(self) -> None:
+        """The kernel objective's mean, components and centroids, refitted on the current
+        encoder's embeddings of ``kernel_refit_sentences`` domain sentences as the centroid file
+        of a trained encoder is (collective under DDP: every rank calls it)."""
+        emb = self.embed_sharded(self.domain_sentence_list(self.hparams.kernel_refit_sentences))
+        self.kernel_features.refit(emb, self.fit_centroids(emb))
+
     def on_train_start(self) -> None:
         # Training moves the encoder, so centroids from an earlier run (a resumed final
         # checkpoint) no longer describe it; KMeansCallback refits them at the end.
@@ -366,13 +403,12 @@ class EncoderModule(L.LightningModule):
 
     def validation_step(self, batch, batch_idx: int) -> None:
         if self.hparams.objective == "kernel":
-            anchor, positive, others, positive_ok, others_ok = self._kernel_terms(batch)
+            terms = self._kernel_terms(batch)
+            anchor, positive = terms[0], terms[1]
             n = anchor.shape[0]
             retained = F.cosine_similarity(anchor, positive[:n], dim=-1)
             self.log("val/retention", retained.mean(), prog_bar=True, batch_size=n, sync_dist=True)
-            loss = kernel_alignment_loss(
-                anchor, positive, others, positive_ok, others_ok, self.hparams.decorrelation
-            )
+            loss = self._kernel_loss(terms)
             self.log("val/loss", loss, batch_size=n, sync_dist=True)
             return
         anchor, positive = self._embed_pairs(batch)

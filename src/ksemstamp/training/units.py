@@ -16,10 +16,14 @@ the other sentences of the same text, which detection needs to vary independentl
 files of news windows (the generator's rewrites, WordNet, merges and splits).
 
 ``Batch`` turns a list of windows into the rows and masks ``loss.kernel_alignment_loss`` needs.
+With a ``split`` (a mark that scores clauses, ``text.splitter.clauses``) every sentence is read
+as its pieces: each side of a unit scores the sum of its pieces' features, and the sentence
+columns become piece columns, so a clause also meets the other clauses of its own sentence.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +79,7 @@ class Batch:
             ``sentences`` and its unit.
         positive_rows, positive_owner: the same for the ``b`` sides.
         column_rows: the windows' own sentences (the sentence columns).
+        same_text: ``(S, S)`` True where two different sentence columns come from one window.
         positive_ok: ``(U, U)`` True where unit ``j``'s ``b`` shares no source with unit ``i``.
         others_ok: ``(U, S)`` True where sentence column ``j`` is no part of unit ``i``'s ``a``.
     """
@@ -87,27 +92,38 @@ class Batch:
     column_rows: Tensor
     positive_ok: Tensor
     others_ok: Tensor
+    same_text: Tensor
 
     @property
     def num_units(self) -> int:
         return int(self.positive_ok.shape[0])
 
     @classmethod
-    def of(cls, windows: list[dict]) -> Batch:
+    def of(cls, windows: list[dict], split: Callable[[str], list[str]] | None = None) -> Batch:
+        """The rows of ``windows``; ``split`` cuts each sentence into the units the mark scores
+        (``None``: whole sentences)."""
         index: dict[str, int] = {}
 
         def row(text: str) -> int:
             return index.setdefault(text, len(index))
 
+        def pieces(sentences: list[str]) -> list[str]:
+            if split is None:
+                return list(sentences)
+            return [p for s in sentences for p in (split(s) or [s])]
+
         anchors, positives, sources = [], [], []
         for w in windows:
             for unit in w["units"]:
                 owner = len(sources)
-                sources.append({(w["id"], s) for s in unit["a"]})
-                anchors += [(row(s), owner) for s in unit["a"]]
-                positives += [(row(s), owner) for s in unit["b"]]
-        columns = [(w["id"], s) for w in windows for s in w["sentences"]]
+                a = pieces(unit["a"])
+                sources.append({(w["id"], s) for s in a})
+                anchors += [(row(s), owner) for s in a]
+                positives += [(row(s), owner) for s in pieces(unit["b"])]
+        columns = [(w["id"], s) for w in windows for s in pieces(w["sentences"])]
         column_rows = [row(s) for _, s in columns]
+        window = torch.tensor([i for i, w in enumerate(windows) for _ in pieces(w["sentences"])])
+        same_text = (window[:, None] == window[None, :]) & ~torch.eye(len(window), dtype=torch.bool)
         positive_ok = torch.tensor([[not (a & b) for b in sources] for a in sources])
         others_ok = torch.tensor([[c not in a for c in columns] for a in sources])
         return cls(
@@ -119,6 +135,7 @@ class Batch:
             column_rows=torch.tensor(column_rows, dtype=torch.long),
             positive_ok=positive_ok.reshape(len(sources), len(sources)),
             others_ok=others_ok.reshape(len(sources), len(columns)),
+            same_text=same_text,
         )
 
 
