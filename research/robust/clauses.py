@@ -1,8 +1,9 @@
 """What clause units should give, predicted from the kernel before any generation (research only).
 
-    python -m research.robust.clauses [--clause-words 4] [--keys 100]
+    python -m research.robust.clauses [--clause-words 4] [--keys 100] [--features base]
 
-Two measurements, written to ``runs/robust/clauses.json``:
+Three measurements, written to ``runs/robust/clauses.json`` (``clauses-<features>.json`` for
+another feature map, ``research.robust.features``):
 
 * **evidence per sentence** on the held-out Gemma rewordings (``heldout/reword.jsonl``): a
   sentence scored whole keeps ``g r`` of a chosen score ``g`` after the attack (``r`` its
@@ -14,6 +15,12 @@ Two measurements, written to ``runs/robust/clauses.json``:
 * **selection gain**: whether a clause, shorter than a sentence, still gives a best-of-N
   selection as much to choose from. Over the design pool's contexts (32 candidates each) and
   random keys, the mean best score of the whole candidates and of their first clauses.
+* **the two bounds with clause units**: the retention of a sentence's clause sum under each
+  held-out attack (both sides cut into clauses, each side scoring the sum of its clauses), the
+  effective share of held-out human texts cut into clauses (``N^2 / sum k`` over clauses), and
+  texts a watermark selects clause by clause from the pool (at each context the best-scoring
+  first clause of its candidates under a key): their median z, and that z times the median
+  Gemma reword retention, the evidence left after the evaluation's paraphrase.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ import torch
 
 from ksemstamp.text.splitter import clauses
 
-from .bounds import pool_docs
-from .common import RUNS, BaseFeatures, EmbeddingCache, kernel, read_jsonl, retention
+from .bounds import human_texts, neff_of, pair_sets, pool_docs, selected_texts, text_z
+from .common import RUNS, EmbeddingCache, kernel, read_jsonl, retention, summary
+from .features import encoder_of, load_features
 from .selection import unit_score
 
 CHOSEN = 2.0
@@ -41,6 +49,7 @@ def evidence(pairs: list[dict], emb, feat, words: int) -> dict:
     """Clean and attacked evidence per sentence, scored whole and clause by clause."""
     whole = whole_var = part_clean = part_var = part_att = part_att_var = 0.0
     units, units_att = [], []
+    emb([c for r in pairs for t in (r["text"], r["attack"]) for c in (t, *clauses(t, words))])
     for pair in pairs:
         x, y = pair["text"], pair["attack"]
         whole += CHOSEN * float(retention(feat(emb([x])), feat(emb([y])))[0])
@@ -102,20 +111,97 @@ def selection_gain(emb, feat, words: int, keys: int) -> dict:
     }
 
 
+def sum_retention(pairs: list[tuple[str, str]], emb, feat, words: int) -> dict:
+    """Retention of each pair's clause sum: the correlation over keys of the summed scores of
+    the first text's clauses and of the second's."""
+    values = []
+    emb([c for x, y in pairs for s in (*x, *y) for c in clauses(s, words)])  # one pass, cached
+    for x, y in pairs:
+        fx = feat(emb([c for s in x for c in clauses(s, words)]))
+        fy = feat(emb([c for s in y for c in clauses(s, words)]))
+        k12 = float(kernel(fx, fy).sum())
+        k11, k22 = float(kernel(fx, fx).sum()), float(kernel(fy, fy).sum())
+        values.append(k12 / np.sqrt(k11 * k22))
+    return summary(values)
+
+
+def clause_bounds(emb, feat, words: int) -> dict:
+    """Both bounds with clause units: retention under every held-out attack, and the effective
+    share of held-out human texts (``val`` news, 9 sentences each) cut into clauses."""
+    out: dict = {"retention": {}}
+    for name, pairs in pair_sets().items():
+        out["retention"][name] = sum_retention([([x], [y]) for x, y in pairs], emb, feat, words)
+    path = RUNS / "heldout" / "rewrite.jsonl"
+    if path.exists():
+        windows = [
+            (r["sentences"], r["rewrite_sentences"]) for r in read_jsonl(path) if r["rewrite"]
+        ]
+        out["retention"]["gemma-rewrite-window-sum"] = sum_retention(windows, emb, feat, words)
+    shares, counts = [], []
+    texts = human_texts()
+    emb([c for sents in texts for s in sents for c in clauses(s, words)])
+    for sents in texts:
+        f = feat(emb([c for s in sents for c in clauses(s, words)]))
+        k = kernel(f, f)
+        d = k.diagonal().sqrt()
+        k = k / d[:, None] / d[None, :]
+        shares.append(float(len(k) / k.sum()))
+        counts.append(len(k))
+    out["human"] = {"clauses": summary(counts), "neff_share": summary(shares)}
+    docs = first_clause_docs(pool_docs(), words)
+    emb([t for d in docs for c in d["contexts"] for t, _ in c["candidates"] if t])
+    sel, scores = selected_texts(docs, emb, feat, keys=10)
+    z = summary(text_z(sel, scores, emb, feat))
+    out["selected"] = {
+        "z": z,
+        "score": summary([x for xs in scores for x in xs]),
+        "neff_share": summary([neff_of(feat(emb(t))) / len(t) for t in sel]),
+    }
+    reword = out["retention"].get("gemma-reword")
+    if reword:
+        out["merit"] = z["median"] * reword["median"]
+    return out
+
+
+def first_clause_docs(docs: list[dict], words: int) -> list[dict]:
+    """The pool with every candidate cut to its first clause (a clause-unit selection)."""
+    return [
+        dict(
+            d,
+            contexts=[
+                dict(
+                    c,
+                    candidates=[(clauses(t, words)[0] if t else t, x) for t, x in c["candidates"]],
+                )
+                for c in d["contexts"]
+            ],
+        )
+        for d in docs
+    ]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clause-words", type=int, default=4)
     p.add_argument("--keys", type=int, default=100)
+    p.add_argument("--features", default="base")
     args = p.parse_args()
-    emb, feat = EmbeddingCache(), BaseFeatures()
+    emb, feat = EmbeddingCache(encoder_of(args.features)), load_features(args.features)
     pairs = [r for r in read_jsonl(RUNS / "heldout" / "reword.jsonl") if r.get("attack")]
     out = {
+        "features": args.features,
         "clause_words": args.clause_words,
         "evidence_per_sentence": evidence(pairs, emb, feat, args.clause_words),
         "selection_gain": selection_gain(emb, feat, args.clause_words, args.keys),
+        "bounds": clause_bounds(emb, feat, args.clause_words),
     }
-    (RUNS / "clauses.json").write_text(json.dumps(out, indent=1))
+    name = "clauses" if args.features == "base" else f"clauses-{_slug(args.features)}"
+    (RUNS / f"{name}.json").write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
+
+
+def _slug(spec: str) -> str:
+    return spec.replace(":", "-").replace("/", "_").replace(";", "-")
 
 
 if __name__ == "__main__":

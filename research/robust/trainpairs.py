@@ -151,6 +151,11 @@ def main() -> None:
     p.add_argument("--windows", type=int, default=1200)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--chunk", type=int, default=8)
+    p.add_argument(
+        "--reverse",
+        action="store_true",
+        help="take the windows last first: a second process on another file meets the first",
+    )
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     out = Path(a.out)
@@ -158,6 +163,8 @@ def main() -> None:
     if out.exists():
         have = {json.loads(x)["id"] for x in out.read_text().splitlines() if x.strip()}
     todo = [w for w in source_windows(a.windows) if w["id"] not in have]
+    if a.reverse:
+        todo.reverse()
     lm = load_lm("smollm2-135m-instruct")
     sim_enc = load_encoder("all-mpnet-base-v2")
     splitter = get_splitter()
