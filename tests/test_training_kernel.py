@@ -280,6 +280,8 @@ def test_the_module_refits_its_kernel_features_on_the_current_encoder():
     ]
     anchor, positive, others, *_ = module._kernel_terms(windows)
     assert anchor.shape == (2, 8 * emb.shape[1]) and others.shape == (2, 8 * emb.shape[1])
+    loss, retained, units = module._kernel_step(windows)
+    assert units == 2 and torch.isfinite(loss) and 0 < float(retained) <= 1
 
 
 def test_unit_sums_add_the_rows_of_each_unit():

@@ -6,6 +6,7 @@ centroids (``loss.scored_features``). The objective must see those features, so 
 small module of fixed buffers: read from the base encoder's centroid file, or refitted on the
 encoder being trained (``refit``), as ``KMeansCallback`` refits the shipped file afterwards.
 The buffers are not saved in checkpoints: they are read again, or refitted, on every start.
+Beside it, the checks of the objective's settings and the gather of its columns under DDP.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from lightning import LightningModule
 from torch import Tensor, nn
 
 from ..centroids import CentroidFile, principal_components
+from ..text.splitter import SPLITTERS
 from .loss import scored_features
 
 
@@ -60,3 +63,47 @@ class KernelFeatures(nn.Module):
             fitted = principal_components(embeddings.float().cpu(), mean.cpu(), whiten)
             self.components = fitted.to(self.mean)
         self.centroids = F.normalize(centroids.float(), dim=-1).to(self.mean)
+
+
+def check_kernel_options(
+    *,
+    units: str,
+    clause_words: int,
+    refit_every: int,
+    refit_sentences: int,
+    num_regions: int,
+    decorrelation: float,
+    temperature: float,
+    whiten: int,
+    coherence: float,
+) -> None:
+    """Refuse kernel-objective settings that cannot train (``EncoderModule``'s ``kernel_*``,
+    ``decorrelation`` and ``coherence`` arguments), in one line each."""
+    if units not in SPLITTERS:
+        raise ValueError(f"kernel_units must be one of {SPLITTERS}, got {units!r}")
+    if clause_words < 1:
+        raise ValueError(f"kernel_clause_words must be >= 1, got {clause_words}")
+    if refit_every < 0 or refit_sentences < num_regions:
+        raise ValueError(
+            f"kernel_refit_every must be >= 0 and kernel_refit_sentences >= num_regions "
+            f"({num_regions}), got {refit_every} and {refit_sentences}"
+        )
+    if min(decorrelation, temperature, whiten, coherence) < 0:
+        raise ValueError(
+            "decorrelation, kernel_temperature, kernel_whiten and coherence must be >= 0"
+        )
+
+
+def gather_columns(module: LightningModule, local: Tensor, ok: Tensor) -> tuple[Tensor, Tensor]:
+    """``local`` ``(n, F)`` columns then every other rank's (with gradients back to them), and
+    ``ok`` ``(U, n)`` extended by True for those: other ranks hold other windows. Ranks may
+    hold different numbers of columns, so each pads to the largest before the gather."""
+    sizes = module.all_gather(torch.tensor([len(local)], device=local.device)).reshape(-1)
+    width = int(sizes.max())
+    padded = torch.cat([local, local.new_zeros(width - len(local), local.shape[1])])
+    gathered = module.all_gather(padded, sync_grads=True)  # (world, width, F)
+    rank = module.global_rank
+    rest = [gathered[r, : int(sizes[r])] for r in range(len(sizes)) if r != rank]
+    columns = torch.cat([local, *rest])
+    extra = columns.shape[0] - local.shape[0]
+    return columns, torch.cat([ok, ok.new_ones(ok.shape[0], extra)], dim=1)

@@ -23,8 +23,8 @@ from ..partition import kmeans_regions
 from ..settings import DEFAULT_CENTROIDS
 from ..text.corpusfile import domain_documents
 from ..text.reading import reading_form
-from ..text.splitter import SPLITTERS, clauses
-from .kernel import KernelFeatures
+from ..text.splitter import clauses
+from .kernel import KernelFeatures, check_kernel_options, gather_columns
 from .loss import (
     cosine_gap,
     kernel_alignment_loss,
@@ -130,19 +130,14 @@ class EncoderModule(L.LightningModule):
                 trains rank-``r`` adapters (``ksemstamp.adapter``), which ship inside the
                 centroid file instead of a whole encoder.
             adapter_alpha: the adapters' scale numerator (``alpha / r``).
-            kernel_units: what the kernel objective scores, as the mark's ``units``:
-                ``sentences``, or ``clauses`` (each sentence cut as ``text.splitter.clauses``
-                cuts it; a unit's side is the sum of its clauses' features, and the clauses of
-                one sentence are each other's negatives).
+            kernel_units: ``sentences`` or ``clauses``: what the kernel objective scores, as
+                the mark's ``units`` (a unit's side sums its clauses' features).
             kernel_clause_words: the clauses' ``min_words`` (the mark's ``clause_words``).
-            coherence: weight of the kernel objective's signed mean correlation between the
-                different sentences (or clauses) of one window (``loss.kernel_alignment_loss``):
-                what sets a text's effective number of units.
-            kernel_refit_every: ``0`` scores the kernel objective's features with the base
-                encoder's mean, components and centroids throughout; ``n > 0`` refits all three
-                on the current encoder every ``n`` steps (``kernel_refit_sentences`` domain
-                sentences), as ``KMeansCallback`` refits them after training, so that the
-                objective sees the features the trained encoder ships with.
+            coherence: weight of the kernel objective's signed mean correlation of different
+                units of one window, which sets a text's effective number of units.
+            kernel_refit_every: ``n > 0`` refits the kernel features on the current encoder
+                every ``n`` steps, as ``KMeansCallback`` refits them after training (``0``:
+                the base file's throughout).
             kernel_refit_sentences: domain sentences those refits embed.
         """
         super().__init__()
@@ -164,20 +159,19 @@ class EncoderModule(L.LightningModule):
             raise ValueError(f"region_temperature must be > 0, got {region_temperature}")
         if objective not in ("margin", "kernel"):
             raise ValueError(f"objective must be 'margin' or 'kernel', got {objective!r}")
-        if kernel_units not in SPLITTERS:
-            raise ValueError(f"kernel_units must be one of {SPLITTERS}, got {kernel_units!r}")
-        if kernel_clause_words < 1:
-            raise ValueError(f"kernel_clause_words must be >= 1, got {kernel_clause_words}")
-        if kernel_refit_every < 0 or kernel_refit_sentences < num_regions:
-            raise ValueError(
-                f"kernel_refit_every must be >= 0 and kernel_refit_sentences >= num_regions "
-                f"({num_regions}), got {kernel_refit_every} and {kernel_refit_sentences}"
-            )
-        if min(decorrelation, kernel_temperature, kernel_whiten, adapter_rank, coherence) < 0:
-            raise ValueError(
-                "decorrelation, kernel_temperature, kernel_whiten, adapter_rank and coherence "
-                "must be >= 0"
-            )
+        if adapter_rank < 0:
+            raise ValueError(f"adapter_rank must be >= 0, got {adapter_rank}")
+        check_kernel_options(
+            units=kernel_units,
+            clause_words=kernel_clause_words,
+            refit_every=kernel_refit_every,
+            refit_sentences=kernel_refit_sentences,
+            num_regions=num_regions,
+            decorrelation=decorrelation,
+            temperature=kernel_temperature,
+            whiten=kernel_whiten,
+            coherence=coherence,
+        )
         self.save_hyperparameters()
         self.encoder = load_encoder(encoder)
         if max_seq_length:
@@ -290,10 +284,8 @@ class EncoderModule(L.LightningModule):
         """The kernel objective's anchors, positive and sentence columns (gathered from every
         rank under DDP, this rank's first) and their masks, for a batch of windows."""
         hp = self.hparams
-        split = None
-        if hp.kernel_units == "clauses":
-            split = functools.partial(clauses, min_words=hp.kernel_clause_words)
-        batch = Batch.of(windows, split)
+        clause = functools.partial(clauses, min_words=hp.kernel_clause_words)
+        batch = Batch.of(windows, clause if hp.kernel_units == "clauses" else None)
         emb = self(batch.sentences)
         phi = self.kernel_features(emb)
         count = batch.num_units
@@ -303,39 +295,27 @@ class EncoderModule(L.LightningModule):
         positive_ok = batch.positive_ok.to(phi.device)
         others_ok = batch.others_ok.to(phi.device)
         if self._trainer is not None and self.trainer.world_size > 1 and hp.gather_negatives:
-            positive, positive_ok = self._gather_columns(positive, positive_ok)
-            others, others_ok = self._gather_columns(others, others_ok)
+            positive, positive_ok = gather_columns(self, positive, positive_ok)
+            others, others_ok = gather_columns(self, others, others_ok)
         # This rank's columns come first: the pairs of one window among them.
         return anchor, positive, others, positive_ok, others_ok, batch.same_text.to(phi.device)
 
-    def _kernel_loss(self, terms: tuple[Tensor, ...]) -> Tensor:
+    def _kernel_step(self, windows: list[dict]) -> tuple[Tensor, Tensor, int]:
+        """The kernel objective's loss on ``windows``, its mean retention, its number of units."""
+        *core, same_text = self._kernel_terms(windows)
         hp = self.hparams
-        *core, same_text = terms
-        return kernel_alignment_loss(
+        loss = kernel_alignment_loss(
             *core, hp.decorrelation, same_text=same_text, coherence=hp.coherence
         )
-
-    def _gather_columns(self, local: Tensor, ok: Tensor) -> tuple[Tensor, Tensor]:
-        """``local`` ``(n, F)`` then every other rank's rows (with gradients back to them), and
-        ``ok`` extended by True for those: other ranks hold other windows. Ranks may hold
-        different numbers of rows, so each pads to the largest before the gather."""
-        sizes = self.all_gather(torch.tensor([len(local)], device=local.device)).reshape(-1)
-        width = int(sizes.max())
-        padded = torch.cat([local, local.new_zeros(width - len(local), local.shape[1])])
-        gathered = self.all_gather(padded, sync_grads=True)  # (world, width, F)
-        rest = [gathered[r, : int(sizes[r])] for r in range(len(sizes)) if r != self.global_rank]
-        columns = torch.cat([local, *rest])
-        extra = columns.shape[0] - local.shape[0]
-        return columns, torch.cat([ok, ok.new_ones(ok.shape[0], extra)], dim=1)
+        anchor, positive = core[0], core[1]
+        with torch.no_grad():
+            retained = F.cosine_similarity(anchor, positive[: len(anchor)], dim=-1).mean()
+        return loss, retained, len(anchor)
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         if self.hparams.objective == "kernel":
-            terms = self._kernel_terms(batch)
-            loss = self._kernel_loss(terms)
-            n = terms[0].shape[0]
+            loss, retained, n = self._kernel_step(batch)
             self.log("train/loss", loss, prog_bar=True, batch_size=n)
-            with torch.no_grad():
-                retained = F.cosine_similarity(terms[0], terms[1][:n], dim=-1).mean()
             self.log("train/retention", retained, batch_size=n)
             return loss
         anchor, positive = self._embed_pairs(batch)
@@ -371,9 +351,8 @@ class EncoderModule(L.LightningModule):
             self.refit_kernel_features()
 
     def refit_kernel_features(self) -> None:
-        """The kernel objective's mean, components and centroids, refitted on the current
-        encoder's embeddings of ``kernel_refit_sentences`` domain sentences as the centroid file
-        of a trained encoder is (collective under DDP: every rank calls it)."""
+        """Refit the kernel features on the current encoder's embeddings of
+        ``kernel_refit_sentences`` domain sentences (collective under DDP)."""
         emb = self.embed_sharded(self.domain_sentence_list(self.hparams.kernel_refit_sentences))
         self.kernel_features.refit(emb, self.fit_centroids(emb))
 
@@ -403,12 +382,8 @@ class EncoderModule(L.LightningModule):
 
     def validation_step(self, batch, batch_idx: int) -> None:
         if self.hparams.objective == "kernel":
-            terms = self._kernel_terms(batch)
-            anchor, positive = terms[0], terms[1]
-            n = anchor.shape[0]
-            retained = F.cosine_similarity(anchor, positive[:n], dim=-1)
-            self.log("val/retention", retained.mean(), prog_bar=True, batch_size=n, sync_dist=True)
-            loss = self._kernel_loss(terms)
+            loss, retained, n = self._kernel_step(batch)
+            self.log("val/retention", retained, prog_bar=True, batch_size=n, sync_dist=True)
             self.log("val/loss", loss, batch_size=n, sync_dist=True)
             return
         anchor, positive = self._embed_pairs(batch)
