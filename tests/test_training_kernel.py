@@ -252,6 +252,36 @@ def test_kernel_features_read_a_file_and_refit_on_new_embeddings():
     assert not list(features.parameters()) and not features.state_dict()
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"kernel_units": "words"}, "kernel_units must be one of"),
+        ({"kernel_clause_words": 0}, "kernel_clause_words"),
+        ({"kernel_refit_every": -1}, "kernel_refit_every"),
+        ({"kernel_refit_sentences": 10}, r"num_regions \(64\)"),
+        ({"coherence": -1.0}, "coherence must be >= 0"),
+        ({"decorrelation": -1.0}, "decorrelation"),
+    ],
+)
+def test_kernel_options_that_cannot_train_are_refused(change, message):
+    from ksemstamp.training.kernel import check_kernel_options
+
+    good = {
+        "kernel_units": "clauses",
+        "kernel_clause_words": 4,
+        "kernel_refit_every": 10,
+        "kernel_refit_sentences": 4000,
+        "num_regions": 64,
+        "decorrelation": 1.0,
+        "kernel_temperature": 0.1,
+        "kernel_whiten": 64,
+        "coherence": 0.0,
+    }
+    check_kernel_options(good)
+    with pytest.raises(ValueError, match=message):
+        check_kernel_options({**good, **change})
+
+
 @pytest.mark.e2e
 def test_the_module_refits_its_kernel_features_on_the_current_encoder():
     from ksemstamp.training.module import EncoderModule
@@ -282,6 +312,13 @@ def test_the_module_refits_its_kernel_features_on_the_current_encoder():
     assert anchor.shape == (2, 8 * emb.shape[1]) and others.shape == (2, 8 * emb.shape[1])
     loss, retained, units = module._kernel_step(windows)
     assert units == 2 and torch.isfinite(loss) and 0 < float(retained) <= 1
+    # A refit is due at step 0 (no trainer: the step stays 0), once however many batches
+    # share the step under gradient accumulation.
+    calls = []
+    module.refit_kernel_features = lambda: calls.append(module.global_step)
+    for batch_idx in range(3):
+        module.on_train_batch_start(windows, batch_idx)
+    assert calls == [0]
 
 
 def test_unit_sums_add_the_rows_of_each_unit():

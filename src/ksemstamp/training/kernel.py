@@ -11,6 +11,7 @@ Beside it, the checks of the objective's settings and the gather of its columns 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -65,33 +66,23 @@ class KernelFeatures(nn.Module):
         self.centroids = F.normalize(centroids.float(), dim=-1).to(self.mean)
 
 
-def check_kernel_options(
-    *,
-    units: str,
-    clause_words: int,
-    refit_every: int,
-    refit_sentences: int,
-    num_regions: int,
-    decorrelation: float,
-    temperature: float,
-    whiten: int,
-    coherence: float,
-) -> None:
-    """Refuse kernel-objective settings that cannot train (``EncoderModule``'s ``kernel_*``,
-    ``decorrelation`` and ``coherence`` arguments), in one line each."""
+def check_kernel_options(hp: Mapping) -> None:
+    """Refuse kernel-objective settings that cannot train, in one line each (``hp``:
+    ``EncoderModule``'s arguments by name)."""
+    units, words = hp["kernel_units"], hp["kernel_clause_words"]
     if units not in SPLITTERS:
         raise ValueError(f"kernel_units must be one of {SPLITTERS}, got {units!r}")
-    if clause_words < 1:
-        raise ValueError(f"kernel_clause_words must be >= 1, got {clause_words}")
-    if refit_every < 0 or refit_sentences < num_regions:
+    if words < 1:
+        raise ValueError(f"kernel_clause_words must be >= 1, got {words}")
+    every, sentences, k = hp["kernel_refit_every"], hp["kernel_refit_sentences"], hp["num_regions"]
+    if every < 0 or sentences < k:
         raise ValueError(
-            f"kernel_refit_every must be >= 0 and kernel_refit_sentences >= num_regions "
-            f"({num_regions}), got {refit_every} and {refit_sentences}"
+            f"kernel_refit_every must be >= 0 and kernel_refit_sentences >= num_regions ({k}), "
+            f"got {every} and {sentences}"
         )
-    if min(decorrelation, temperature, whiten, coherence) < 0:
-        raise ValueError(
-            "decorrelation, kernel_temperature, kernel_whiten and coherence must be >= 0"
-        )
+    names = ("decorrelation", "kernel_temperature", "kernel_whiten", "coherence")
+    if min(hp[n] for n in names) < 0:
+        raise ValueError(f"{', '.join(names)} must be >= 0")
 
 
 def gather_columns(module: LightningModule, local: Tensor, ok: Tensor) -> tuple[Tensor, Tensor]:

@@ -161,18 +161,8 @@ class EncoderModule(L.LightningModule):
             raise ValueError(f"objective must be 'margin' or 'kernel', got {objective!r}")
         if adapter_rank < 0:
             raise ValueError(f"adapter_rank must be >= 0, got {adapter_rank}")
-        check_kernel_options(
-            units=kernel_units,
-            clause_words=kernel_clause_words,
-            refit_every=kernel_refit_every,
-            refit_sentences=kernel_refit_sentences,
-            num_regions=num_regions,
-            decorrelation=decorrelation,
-            temperature=kernel_temperature,
-            whiten=kernel_whiten,
-            coherence=coherence,
-        )
         self.save_hyperparameters()
+        check_kernel_options(self.hparams)
         self.encoder = load_encoder(encoder)
         if max_seq_length:
             self.encoder.max_seq_length = max_seq_length
@@ -193,6 +183,7 @@ class EncoderModule(L.LightningModule):
         # the buffer; saved in, and restored from, the checkpoint's "ksemstamp" section.
         self.centroid_file: CentroidFile | None = None
         self._domain_cache: dict[int, list[str]] = {}
+        self._refit_step: int | None = None  # the step the kernel features were last refitted at
         if objective == "kernel":
             if base_centroids is None and encoder not in DEFAULT_CENTROIDS:
                 raise ValueError(f"the kernel objective needs base_centroids for {encoder!r}")
@@ -346,13 +337,15 @@ class EncoderModule(L.LightningModule):
         return loss
 
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
-        every = self.hparams.kernel_refit_every
-        if self.hparams.objective == "kernel" and every and self.global_step % every == 0:
+        every, step = self.hparams.kernel_refit_every, self.global_step
+        due = self.hparams.objective == "kernel" and every and step % every == 0
+        # Once per optimizer step: under gradient accumulation several batches share a step.
+        if due and step != self._refit_step:
             self.refit_kernel_features()
+            self._refit_step = step
 
     def refit_kernel_features(self) -> None:
-        """Refit the kernel features on the current encoder's embeddings of
-        ``kernel_refit_sentences`` domain sentences (collective under DDP)."""
+        """Refit the kernel features on the current encoder (collective under DDP)."""
         emb = self.embed_sharded(self.domain_sentence_list(self.hparams.kernel_refit_sentences))
         self.kernel_features.refit(emb, self.fit_centroids(emb))
 
