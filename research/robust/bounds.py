@@ -24,7 +24,15 @@ import torch
 from ksemstamp.text.corpora import news_articles
 from ksemstamp.text.splitter import get_splitter
 
-from .common import RUNS, EmbeddingCache, kernel, read_jsonl, retention, summary
+from .common import (
+    RUNS,
+    EmbeddingCache,
+    kernel,
+    read_jsonl,
+    retention,
+    summary,
+    summed_retention,
+)
 from .features import encoder_of, load_features
 
 POOL = "research/study/data/pool.jsonl"
@@ -146,10 +154,7 @@ def window_retention(emb, feat) -> dict:
     for r in read_jsonl(path):
         if not r["rewrite"]:
             continue
-        f1, f2 = feat(emb(r["sentences"])), feat(emb(r["rewrite_sentences"]))
-        k12 = float(kernel(f1, f2).sum())
-        k11, k22 = float(kernel(f1, f1).sum()), float(kernel(f2, f2).sum())
-        vals.append(k12 / np.sqrt(k11 * k22))
+        vals.append(summed_retention(feat(emb(r["sentences"])), feat(emb(r["rewrite_sentences"]))))
     return summary(vals)
 
 
@@ -173,9 +178,7 @@ def structural_retention(docs, emb, feat) -> dict:
     for name, units in (("merge", merged), ("split", split)):
         vals = []
         for a, b in units:
-            f1, f2 = feat(emb(a)), feat(emb(b))
-            k12 = float(kernel(f1, f2).sum())
-            vals.append(k12 / np.sqrt(float(kernel(f1, f1).sum()) * float(kernel(f2, f2).sum())))
+            vals.append(summed_retention(feat(emb(a)), feat(emb(b))))
         out[name] = summary(vals)
     return out
 

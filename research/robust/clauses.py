@@ -34,7 +34,16 @@ import torch
 from ksemstamp.text.splitter import clauses
 
 from .bounds import human_texts, neff_of, pair_sets, pool_docs, selected_texts, text_z
-from .common import RUNS, EmbeddingCache, kernel, read_jsonl, retention, summary
+from .common import (
+    RUNS,
+    EmbeddingCache,
+    effective_n,
+    kernel,
+    read_jsonl,
+    retention,
+    summary,
+    summed_retention,
+)
 from .features import encoder_of, load_features
 from .selection import unit_score
 
@@ -119,9 +128,7 @@ def sum_retention(pairs: list[tuple[str, str]], emb, feat, words: int) -> dict:
     for x, y in pairs:
         fx = feat(emb([c for s in x for c in clauses(s, words)]))
         fy = feat(emb([c for s in y for c in clauses(s, words)]))
-        k12 = float(kernel(fx, fy).sum())
-        k11, k22 = float(kernel(fx, fx).sum()), float(kernel(fy, fy).sum())
-        values.append(k12 / np.sqrt(k11 * k22))
+        values.append(summed_retention(fx, fy))
     return summary(values)
 
 
@@ -141,12 +148,9 @@ def clause_bounds(emb, feat, words: int) -> dict:
     texts = human_texts()
     emb([c for sents in texts for s in sents for c in clauses(s, words)])
     for sents in texts:
-        f = feat(emb([c for s in sents for c in clauses(s, words)]))
-        k = kernel(f, f)
-        d = k.diagonal().sqrt()
-        k = k / d[:, None] / d[None, :]
-        shares.append(float(len(k) / k.sum()))
-        counts.append(len(k))
+        units = [c for s in sents for c in clauses(s, words)]
+        shares.append(effective_n(feat(emb(units))) / len(units))
+        counts.append(len(units))
     out["human"] = {"clauses": summary(counts), "neff_share": summary(shares)}
     docs = first_clause_docs(pool_docs(), words)
     emb([t for d in docs for c in d["contexts"] for t, _ in c["candidates"] if t])

@@ -129,6 +129,13 @@ def retention(f1, f2) -> torch.Tensor:
     return k12 / (k11 * k22).sqrt()
 
 
+def summed_retention(f1, f2) -> float:
+    """Correlation over keys of the summed scores of two texts' units (``f1``, ``f2`` their
+    features): the retention of a text, window or merged pair as a whole."""
+    k12 = float(kernel(f1, f2).sum())
+    return k12 / float(np.sqrt(float(kernel(f1, f1).sum()) * float(kernel(f2, f2).sum())))
+
+
 def effective_n(feats) -> float:
     """``N^2 / sum k`` of one text's unit-variance scores."""
     k = kernel(feats, feats)
