@@ -218,3 +218,22 @@ def test_check_attacks_resume_and_the_recursive_pass_reads_the_paraphrases(
     n = len(calls)
     check.run_attack(tmp_path, "recursive", gens, {"t0", "t1", "t2"})
     assert len(calls) == n  # nothing left to attack: no model loaded, no call
+
+
+def test_each_judge_keeps_its_most_similar_differing_candidate_and_random_none_of_the_copies() -> (
+    None
+):
+    from research.robust.judges import chosen
+
+    rec = {
+        "id": "doc:3",
+        "text": "The council met on Monday.",
+        "candidates": ["The council met on Monday.", "On Monday the council met.", "It rained."],
+        "similarity": {"mpnet": [1.0, 0.9, 0.2], "minilm": [1.0, 0.4, 0.6]},
+    }
+    assert chosen(rec, "mpnet") == 1  # the copy of the original is never kept
+    assert chosen(rec, "minilm") == 2  # each judge by its own similarities
+    picks = {chosen(dict(rec, id=f"doc:{i}"), "random") for i in range(40)}
+    assert picks == {1, 2}  # drawn among the differing ones, by the sentence's id
+    assert chosen(dict(rec, id="doc:7"), "random") == chosen(dict(rec, id="doc:7"), "random")
+    assert chosen(dict(rec, candidates=[rec["text"]], similarity={"mpnet": [1.0]}), "mpnet") is None
