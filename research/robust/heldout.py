@@ -40,6 +40,16 @@ def done(path: Path) -> set[str]:
     return {json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()}
 
 
+def similarities(encoder, originals: list[str], cands: list[list[str]]) -> list[list[float]]:
+    """Cosine under ``encoder`` of each candidate to its original, in one encoder pass."""
+    emb = embed_unit(encoder, originals + [c for cs in cands for c in cs])
+    out, off = [], len(originals)
+    for i, cs in enumerate(cands):
+        out.append((emb[off : off + len(cs)] @ emb[i]).tolist() if cs else [])
+        off += len(cs)
+    return out
+
+
 def attack_sentences(
     rows: list[dict], out: Path, para, sim_encoder, chunk: int = 8, desc=""
 ) -> None:
@@ -53,11 +63,9 @@ def attack_sentences(
             part = todo[start : start + chunk]
             texts = [r["text"] for r in part]
             cands = para.candidates(texts)
-            emb = embed_unit(sim_encoder, texts + [c for cs in cands for c in cs])
-            off = len(texts)
-            for i, (r, cs) in enumerate(zip(part, cands, strict=True)):
-                sims = (emb[off : off + len(cs)] @ emb[i]).tolist() if cs else []
-                off += len(cs)
+            for r, cs, sims in zip(
+                part, cands, similarities(sim_encoder, texts, cands), strict=True
+            ):
                 k = select_best(r["text"], cs, sims)
                 rec = {
                     "id": r["id"],
@@ -93,11 +101,8 @@ def window_rewrites(out: Path, lm, sim_encoder, splitter) -> None:
             part = todo[start : start + 4]
             originals = [" ".join(u["sentences"]) for u in part]
             cands = para.candidates(originals)
-            emb = embed_unit(sim_encoder, originals + [c for cs in cands for c in cs])
-            off = len(originals)
-            for i, (u, cs) in enumerate(zip(part, cands, strict=True)):
-                sims = (emb[off : off + len(cs)] @ emb[i]).tolist() if cs else []
-                off += len(cs)
+            sims_of = similarities(sim_encoder, originals, cands)
+            for i, (u, cs, sims) in enumerate(zip(part, cands, sims_of, strict=True)):
                 complete = [
                     bool(splitter.split(c)) and splitter.ends_sentence(splitter.split(c)[-1])
                     for c in cs

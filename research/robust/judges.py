@@ -23,13 +23,13 @@ import torch
 from tqdm.auto import tqdm
 
 from ksemstamp.assets import load_encoder, load_lm
-from ksemstamp.evaluation.attacks import embed_unit, select_best
+from ksemstamp.evaluation.attacks import select_best
 from ksemstamp.paraphrase import LMParaphraser
-from ksemstamp.text.splitter import clauses
 
-from .common import RUNS, EmbeddingCache, read_jsonl, summary, summed_retention
+from .clauses import sum_retention
+from .common import RUNS, EmbeddingCache, read_jsonl, summary
 from .features import encoder_of, load_features
-from .heldout import PAIRS, done
+from .heldout import PAIRS, done, similarities
 
 OUT = RUNS / "heldout" / "reword-candidates.jsonl"
 JUDGES = {"mpnet": "all-mpnet-base-v2", "minilm": "all-minilm-l6-v2"}
@@ -52,13 +52,7 @@ def attack(count: int, out: Path = OUT, chunk: int = 8) -> None:
             part = todo[start : start + chunk]
             texts = [r["text"] for r in part]
             cands = para.candidates(texts)
-            sims: dict[str, list[list[float]]] = {}
-            for name, enc in judges.items():
-                emb = embed_unit(enc, texts + [c for cs in cands for c in cs])
-                off, sims[name] = len(texts), []
-                for i, cs in enumerate(cands):
-                    sims[name].append((emb[off : off + len(cs)] @ emb[i]).tolist() if cs else [])
-                    off += len(cs)
+            sims = {name: similarities(enc, texts, cands) for name, enc in judges.items()}
             for i, (r, cs) in enumerate(zip(part, cands, strict=True)):
                 rec = {"id": r["id"], "text": r["text"], "candidates": cs}
                 rec["similarity"] = {name: s[i] for name, s in sims.items()}
@@ -82,26 +76,19 @@ def measure(specs: list[str], words: int) -> dict:
     recs = read_jsonl(OUT)
     out: dict = {"sentences": len(recs), "features": {}, "chosen_similarity": {}}
     picks = {j: [(r, chosen(r, j)) for r in recs] for j in (*JUDGES, "random")}
-    for judge, pairs in picks.items():
-        kept = [(r, k) for r, k in pairs if k is not None]
+    picks = {j: [(r, k) for r, k in pairs if k is not None] for j, pairs in picks.items()}
+    for judge, kept in picks.items():
         out["chosen_similarity"][judge] = {
             name: summary(r["similarity"][name][k] for r, k in kept)["mean"] for name in JUDGES
         }
     for spec in specs:
         emb, feat = EmbeddingCache(encoder_of(spec)), load_features(spec)
-        texts = {r["text"] for r in recs} | {c for r in recs for c in r["candidates"]}
-        emb([c for t in texts for c in clauses(t, words)])  # one pass, cached
-        row = {}
-        for judge, pairs in picks.items():
-            values = []
-            for r, k in pairs:
-                if k is None:
-                    continue
-                fx = feat(emb(clauses(r["text"], words)))
-                fy = feat(emb(clauses(r["candidates"][k], words)))
-                values.append(summed_retention(fx, fy))
-            row[judge] = summary(values)
-        out["features"][spec] = row
+        out["features"][spec] = {
+            judge: sum_retention(
+                [([r["text"]], [r["candidates"][k]]) for r, k in kept], emb, feat, words
+            )
+            for judge, kept in picks.items()
+        }
     return out
 
 
