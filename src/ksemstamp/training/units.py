@@ -120,9 +120,10 @@ class Batch:
                 sources.append({(w["id"], s) for s in a})
                 anchors += [(row(s), owner) for s in a]
                 positives += [(row(s), owner) for s in pieces(unit["b"])]
-        columns = [(w["id"], s) for w in windows for s in pieces(w["sentences"])]
+        read = [pieces(w["sentences"]) for w in windows]
+        columns = [(w["id"], s) for w, ps in zip(windows, read, strict=True) for s in ps]
         column_rows = [row(s) for _, s in columns]
-        window = torch.tensor([i for i, w in enumerate(windows) for _ in pieces(w["sentences"])])
+        window = torch.tensor([i for i, ps in enumerate(read) for _ in ps])
         same_text = (window[:, None] == window[None, :]) & ~torch.eye(len(window), dtype=torch.bool)
         positive_ok = torch.tensor([[not (a & b) for b in sources] for a in sources])
         others_ok = torch.tensor([[c not in a for c in columns] for a in sources])
