@@ -37,7 +37,7 @@ def test_covariance_is_the_scores_law_over_random_keys():
     keys = rng.standard_normal((40_000, weights.shape[1], vectors.shape[1]))
     empirical = np.cov(_scores(weights, vectors, keys), rowvar=False)
     # 40,000 draws: each entry's sampling error is about sqrt(2 / 40,000) ~ 0.007
-    assert np.abs(empirical - score_covariance(weights, vectors)).max() < 0.05
+    assert np.abs(empirical - score_covariance(weights, vectors).numpy()).max() < 0.05
 
 
 def test_spans():

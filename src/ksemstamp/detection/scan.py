@@ -34,14 +34,25 @@ the same scores, so this costs far less than Bonferroni over four tests. The p-v
 ``1 / (draws + 1)`` the Bonferroni bound ``4 min(p)`` is reported instead when it is smaller
 (still exact: that branch is only taken when the simulated p-value already sits at its floor),
 so a whole watermarked text keeps its arbitrarily small p.
+
+Batched and on the device: ``null_laws`` and ``combined_tests`` take many texts at once and
+compute in float64 on the device of the covariances they are given (the encoder's), texts of
+the same length together. The normal draws come from numpy's generator seeded by the text, and
+the covariance's factor from numpy's ``eigh`` on the CPU, so a text's p-value is the same on
+every device and in every batch (``tests/test_scan_golden.py`` pins them).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+from torch import Tensor
 
 MIN_UNITS = 3
 """Shortest span scanned, in scored sentences: shorter spans add many tests and little power
@@ -90,176 +101,31 @@ class ScanResult:
     p_value: float
 
 
-def score_covariance(weights: np.ndarray, vectors: np.ndarray) -> np.ndarray:
-    """``(T, T)`` null covariance of the scores of sentences with context ``weights`` ``(T, K)``
-    and ``vectors`` ``(T, D)`` over random keys (see the module docstring)."""
-    weights = np.asarray(weights, dtype=np.float64)
-    vectors = np.asarray(vectors, dtype=np.float64)
-    return (weights @ weights.T) * (vectors @ vectors.T)
-
-
-def spans(count: int, min_units: int = MIN_UNITS) -> np.ndarray:
-    """``(S, 2)`` spans ``[start, stop)`` of at least ``min_units`` of ``count`` units (the
-    whole text included): all of them up to ``ALL_SPANS_UP_TO`` units, else a grid."""
-    if count < min_units:
-        return np.zeros((0, 2), dtype=np.int64)
-    out: set[tuple[int, int]] = {(0, count)}
-    if count <= ALL_SPANS_UP_TO:
-        out |= {(i, j) for i in range(count) for j in range(i + min_units, count + 1)}
-    else:
-        length = float(min_units)
-        while round(length) < count:
-            n = int(round(length))
-            step = max(1, n // 4)
-            out |= {(i, i + n) for i in range(0, count - n + 1, step)}
-            out.add((count - n, count))
-            length *= 1.25
-    return np.array(sorted(out), dtype=np.int64)
-
-
-def _span_z(samples: np.ndarray, windows: np.ndarray, spread: np.ndarray) -> np.ndarray:
-    """``(..., S)`` span z of score ``samples`` ``(..., T)``."""
-    cumulative = np.concatenate(
-        [np.zeros(samples.shape[:-1] + (1,)), np.cumsum(samples, axis=-1)], axis=-1
-    )
-    return (cumulative[..., windows[:, 1]] - cumulative[..., windows[:, 0]]) / spread
-
-
 @dataclass(frozen=True)
 class NullLaw:
-    """Draws of each statistic over random keys for one text (key-free; ``null_law``).
+    """Draws of each statistic over random keys for one text (key-free; ``null_laws``), as
+    float64 tensors on the device of the text's covariance.
 
     Attributes:
         text: ``(B,)`` whole-text z of each draw.
-        span: ``(B,)`` largest span z of each draw.
-        mixture: ``(B,)`` mixture statistic of each draw.
+        span: ``(B,)`` largest span z of each draw, sorted.
+        mixture: ``(B,)`` mixture statistic of each draw, sorted.
         weighted: ``(B,)`` weighted whole-text z of each draw (``None`` without that test).
         weights: ``(T,)`` the text's weights of that z (``gls_weights``), scaled so that it is
             ``weights . s`` (``None`` without that test).
         smallest: ``(B,)`` each draw's smallest p over the tests (``combined_test``).
     """
 
-    text: np.ndarray
-    span: np.ndarray
-    mixture: np.ndarray
-    weighted: np.ndarray | None
-    weights: np.ndarray | None
-    smallest: np.ndarray
+    text: Tensor
+    span: Tensor
+    mixture: Tensor
+    weighted: Tensor | None
+    weights: Tensor | None
+    smallest: Tensor
 
     @property
     def draws(self) -> int:
         return len(self.text)
-
-
-def mixture_statistic(samples: np.ndarray, spread: np.ndarray) -> np.ndarray:
-    """``(...,)`` the mixture log-likelihood ratio of score ``samples`` ``(..., T)`` with null
-    standard deviations ``spread`` ``(T,)`` (see the module docstring)."""
-    z = samples / spread
-    mu, share = MIXTURE_MEAN, MIXTURE_SHARE
-    return np.logaddexp(np.log1p(-share), np.log(share) + mu * z - mu * mu / 2).sum(axis=-1)
-
-
-def gls_weights(cov: np.ndarray, shrinkage: float = GLS_SHRINKAGE) -> np.ndarray:
-    """``(T,)`` weights of the weighted whole-text z, ``(C + shrinkage mean(diag C) I)^-1 1``,
-    scaled so that ``weights . s`` is standard normal under scores of covariance ``cov``."""
-    n = len(cov)
-    ridge = shrinkage * max(float(np.mean(np.diag(cov))), 1e-12)
-    w = np.linalg.solve(cov + ridge * np.eye(n), np.ones(n))
-    return w / np.sqrt(max(float(w @ cov @ w), 1e-24))
-
-
-def _tail_share(values: np.ndarray, reference: np.ndarray, drawn: bool = False) -> np.ndarray:
-    """The p-value of each of ``values`` against the null draws ``reference``:
-    ``(1 + #{reference >= v}) / (len(reference) + 1)`` for an observed value, and for a value
-    that is itself one of the draws (``drawn``) ``#{reference >= v} / (len(reference) + 1)``,
-    itself counted once in place of the observed text (which may be above or below it: counting
-    it never makes a draw's p-value larger than the observed's would be, so the combined
-    p-value errs on the safe side by at most one draw)."""
-    ordered = np.sort(reference)
-    above = len(ordered) - np.searchsorted(ordered, np.asarray(values) - 1e-12, side="left")
-    return ((0.0 if drawn else 1.0) + above) / (len(ordered) + 1.0)
-
-
-def _normal_tail(z: np.ndarray) -> np.ndarray:
-    from scipy.special import ndtr
-
-    return ndtr(-np.asarray(z, dtype=np.float64))
-
-
-def null_law(
-    cov: np.ndarray,
-    seed: bytes,
-    min_units: int = MIN_UNITS,
-    draws: int = DRAWS,
-    shrinkage: float | None = GLS_SHRINKAGE,
-) -> NullLaw | None:
-    """The null draws of every statistic for scores of covariance ``cov`` (``draws``, fewer
-    for long texts under ``DRAW_BUDGET``), or ``None`` when there is no span to scan.
-    ``shrinkage``: the weighted test's (``gls_weights``); ``None`` leaves that test out (the
-    detector before it had one, for comparisons)."""
-    windows = spans(len(cov), min_units)
-    if not len(windows):
-        return None
-    draws = max(MIN_DRAWS, min(draws, int(DRAW_BUDGET / len(cov) ** 2)))
-    values, vectors = np.linalg.eigh(cov)
-    factor = vectors * np.sqrt(np.clip(values, 0.0, None))
-    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(seed).digest()[:8], "little"))
-    samples = rng.standard_normal((draws, len(cov))) @ factor.T
-    text = samples.sum(axis=1) / np.sqrt(max(float(cov.sum()), 1e-12))
-    span = _span_z(samples, windows, _spread(cov, windows)).max(axis=1)
-    mixture = mixture_statistic(samples, _unit_spread(cov))
-    tests = [_normal_tail(text), _tail_share(span, span, True), _tail_share(mixture, mixture, True)]
-    weights = weighted = None
-    if shrinkage is not None:
-        weights = gls_weights(cov, shrinkage)
-        weighted = samples @ weights
-        tests.append(_normal_tail(weighted))
-    return NullLaw(text, span, mixture, weighted, weights, np.minimum.reduce(tests))
-
-
-def _unit_spread(cov: np.ndarray) -> np.ndarray:
-    return np.sqrt(np.clip(np.diag(cov), 1e-12, None))
-
-
-def scan_seed(sentences: list[str]) -> bytes:
-    """The key-free bytes that seed a text's null draws: its scored sentences."""
-    return "\n".join(sentences).encode("utf-8", "surrogatepass")
-
-
-def _spread(cov: np.ndarray, windows: np.ndarray) -> np.ndarray:
-    """Standard deviation of each span's sum of scores."""
-    cumulative = np.zeros((len(cov) + 1, len(cov) + 1))
-    cumulative[1:, 1:] = cov.cumsum(axis=0).cumsum(axis=1)
-    a, b = windows[:, 0], windows[:, 1]
-    var = cumulative[b, b] - cumulative[a, b] - cumulative[b, a] + cumulative[a, a]
-    return np.sqrt(np.clip(var, 1e-12, None))
-
-
-def scan(
-    scores: np.ndarray,
-    cov: np.ndarray,
-    seed: bytes,
-    min_units: int = MIN_UNITS,
-    draws: int = DRAWS,
-    null: NullLaw | None = None,
-) -> ScanResult | None:
-    """The best span of ``scores`` ``(T,)`` and its p-value under ``N(0, cov)``, or ``None``
-    when the text has fewer than ``min_units`` scored sentences.
-
-    ``seed`` (bytes from the key-free plan) seeds the null draws; ``null`` passes the
-    ``null_law`` of this text when it is already known (calibration scores one text under
-    many keys, and the null law does not depend on the key).
-    """
-    scores = np.asarray(scores, dtype=np.float64)
-    windows = spans(len(scores), min_units)
-    if not len(windows):
-        return None
-    z = _span_z(scores, windows, _spread(cov, windows))
-    best = int(np.argmax(z))
-    if null is None:
-        null = null_law(cov, seed, min_units, draws)
-    p = float(_tail_share(z[best], null.span))
-    return ScanResult(float(z[best]), int(windows[best, 0]), int(windows[best, 1]), p)
 
 
 @dataclass(frozen=True)
@@ -284,9 +150,287 @@ class CombinedResult:
     p_value: float
 
 
+CHUNK = 1 << 22
+"""Most span z values held at once while the draws' largest span z is found (32 MiB)."""
+
+
+def _f64(x, device: torch.device | None = None) -> Tensor:
+    return torch.as_tensor(x, dtype=torch.float64, device=device)
+
+
+def score_covariance(weights, vectors) -> Tensor:
+    """``(..., T, T)`` null covariance of the scores of sentences with context ``weights``
+    ``(..., T, K)`` and ``vectors`` ``(..., T, D)`` over random keys (see the module docstring),
+    float64 on their device."""
+    weights = _f64(weights)
+    vectors = _f64(vectors, weights.device)
+    return (weights @ weights.transpose(-1, -2)) * (vectors @ vectors.transpose(-1, -2))
+
+
+def spans(count: int, min_units: int = MIN_UNITS) -> np.ndarray:
+    """``(S, 2)`` spans ``[start, stop)`` of at least ``min_units`` of ``count`` units (the
+    whole text included): all of them up to ``ALL_SPANS_UP_TO`` units, else a grid."""
+    if count < min_units:
+        return np.zeros((0, 2), dtype=np.int64)
+    out: set[tuple[int, int]] = {(0, count)}
+    if count <= ALL_SPANS_UP_TO:
+        out |= {(i, j) for i in range(count) for j in range(i + min_units, count + 1)}
+    else:
+        length = float(min_units)
+        while round(length) < count:
+            n = int(round(length))
+            step = max(1, n // 4)
+            out |= {(i, i + n) for i in range(0, count - n + 1, step)}
+            out.add((count - n, count))
+            length *= 1.25
+    return np.array(sorted(out), dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=256)
+def _windows(count: int, min_units: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``spans`` as a tensor ``(S, 2)`` and as the ``(T, S)`` float64 indicator of the units
+    each span holds (a span's sum is then a column of a matrix product)."""
+    windows = torch.as_tensor(spans(count, min_units))
+    units = torch.arange(count)[:, None]
+    members = (units >= windows[:, 0]) & (units < windows[:, 1])
+    return windows.to(device), members.to(device, torch.float64)
+
+
+def _span_weights(cov: Tensor, members: Tensor, windows: Tensor) -> Tensor:
+    """``(G, T, S)``: each span's indicator over its sum's standard deviation, so that scores
+    ``(G, ..., T)`` times it are the ``(G, ..., S)`` span z."""
+    return members / _spread(cov, windows)[:, None, :]
+
+
+def _largest_span_z(samples: Tensor, weights: Tensor) -> Tensor:
+    """``(G, B)`` largest span z of ``(G, B, T)`` draws under ``_span_weights`` ``(G, T, S)``,
+    in chunks of draws so that at most ``CHUNK`` span z are held at once."""
+    step = max(1, CHUNK // max(1, samples.shape[0] * weights.shape[-1]))
+    parts = [
+        (samples[:, i : i + step] @ weights).amax(dim=-1) for i in range(0, samples.shape[1], step)
+    ]
+    return torch.cat(parts, dim=-1)
+
+
+def _spread(cov, windows) -> Tensor:
+    """``(..., S)`` standard deviation of each span's sum of scores of ``(..., T, T)`` ``cov``."""
+    cov = _f64(cov)
+    windows = torch.as_tensor(windows, device=cov.device)
+    cumulative = torch.nn.functional.pad(cov.cumsum(dim=-2).cumsum(dim=-1), (1, 0, 1, 0))
+    a, b = windows[:, 0], windows[:, 1]
+    var = cumulative[..., b, b] - cumulative[..., a, b] - cumulative[..., b, a]
+    return (var + cumulative[..., a, a]).clamp(min=1e-12).sqrt()
+
+
+def _unit_spread(cov: Tensor) -> Tensor:
+    return cov.diagonal(dim1=-2, dim2=-1).clamp(min=1e-12).sqrt()
+
+
+def mixture_statistic(samples, spread) -> Tensor:
+    """``(...,)`` the mixture log-likelihood ratio of score ``samples`` ``(..., T)`` with null
+    standard deviations ``spread`` ``(..., T)`` (see the module docstring)."""
+    z = _f64(samples) / _f64(spread)
+    mu, share = MIXTURE_MEAN, MIXTURE_SHARE
+    lead = torch.full_like(z, math.log1p(-share))
+    return torch.logaddexp(lead, math.log(share) + mu * z - mu * mu / 2).sum(dim=-1)
+
+
+def gls_weights(cov, shrinkage: float = GLS_SHRINKAGE) -> Tensor:
+    """``(..., T)`` weights of the weighted whole-text z, ``(C + shrinkage mean(diag C) I)^-1 1``,
+    scaled so that ``weights . s`` is standard normal under scores of covariance ``cov``."""
+    cov = _f64(cov)
+    n = cov.shape[-1]
+    ridge = shrinkage * cov.diagonal(dim1=-2, dim2=-1).mean(dim=-1).clamp(min=1e-12)
+    eye = torch.eye(n, dtype=cov.dtype, device=cov.device)
+    ones = torch.ones(cov.shape[:-1] + (1,), dtype=cov.dtype, device=cov.device)
+    w = torch.linalg.solve(cov + ridge[..., None, None] * eye, ones)[..., 0]
+    quadratic = (w[..., None, :] @ cov @ w[..., :, None])[..., 0, 0]
+    return w / quadratic.clamp(min=1e-24).sqrt()[..., None]
+
+
+def _tail_share(values: Tensor, ordered: Tensor, drawn: bool = False) -> Tensor:
+    """The p-value of each of ``values`` ``(..., M)`` against the sorted null draws ``ordered``
+    ``(..., B)``: ``(1 + #{draws >= v}) / (B + 1)`` for an observed value, and for a value
+    that is itself one of the draws (``drawn``) ``#{draws >= v} / (B + 1)``, itself counted
+    once in place of the observed text (which may be above or below it: counting it never
+    makes a draw's p-value larger than the observed's would be, so the combined p-value errs
+    on the safe side by at most one draw)."""
+    count = ordered.shape[-1]
+    below = torch.searchsorted(ordered, (values - 1e-12).contiguous(), side="left")
+    return ((0.0 if drawn else 1.0) + (count - below).double()) / (count + 1.0)
+
+
+def _normal_tail(z: Tensor) -> Tensor:
+    return torch.special.ndtr(-z)
+
+
+def _draw_count(units: int, draws: int) -> int:
+    return max(MIN_DRAWS, min(draws, int(DRAW_BUDGET / units**2)))
+
+
+def _seed(seed: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(seed).digest()[:8], "little")
+
+
+def scan_seed(sentences: list[str]) -> bytes:
+    """The key-free bytes that seed a text's null draws: its scored sentences."""
+    return "\n".join(sentences).encode("utf-8", "surrogatepass")
+
+
+def _together(keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], list[int]]:
+    """Indices by key (units and draws): the texts computed together."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    return groups
+
+
+def _draw(cov: Tensor, seeds: Sequence[bytes], count: int) -> Tensor:
+    """``(G, count, T)`` null draws of scores of covariances ``(G, T, T)``: each text's
+    normals from numpy's generator seeded by its seed, times its factor from numpy's ``eigh``
+    (the same numbers on every device, in any batch)."""
+    factors, normals = [], []
+    for host, seed in zip(cov.cpu().numpy(), seeds, strict=True):
+        values, vectors = np.linalg.eigh(host)
+        factors.append(vectors * np.sqrt(np.clip(values, 0.0, None)))
+        normals.append(np.random.default_rng(_seed(seed)).standard_normal((count, len(host))))
+    factor = torch.from_numpy(np.stack(factors)).to(cov.device)
+    return torch.from_numpy(np.stack(normals)).to(cov.device) @ factor.transpose(-1, -2)
+
+
+def null_laws(
+    covs: Sequence,
+    seeds: Sequence[bytes],
+    min_units: int = MIN_UNITS,
+    draws: int = DRAWS,
+    shrinkage: float | None = GLS_SHRINKAGE,
+) -> list[NullLaw | None]:
+    """The null draws of every statistic for each text's scores of covariance ``covs[i]``
+    ``(T_i, T_i)``, seeded by ``seeds[i]`` (``draws`` each, fewer for long texts under
+    ``DRAW_BUDGET``), or ``None`` for a text with no span to scan. ``shrinkage``: the weighted
+    test's (``gls_weights``); ``None`` leaves that test out. Computed on the covariances'
+    device, texts of one length together."""
+    covs = [_f64(c) for c in covs]
+    out: list[NullLaw | None] = [None] * len(covs)
+    keys = [(len(c), _draw_count(len(c), draws)) for c in covs]
+    for (units, count), ids in _together(keys).items():
+        if units < min_units:
+            continue
+        cov = torch.stack([covs[i] for i in ids])
+        samples = _draw(cov, [seeds[i] for i in ids], count)
+        text = samples.sum(dim=-1) / cov.sum(dim=(-1, -2)).clamp(min=1e-12).sqrt()[:, None]
+        windows, members = _windows(units, min_units, cov.device)
+        raw_span = _largest_span_z(samples, _span_weights(cov, members, windows))
+        raw_mixture = mixture_statistic(samples, _unit_spread(cov)[:, None, :])
+        span, mixture = raw_span.sort(dim=-1).values, raw_mixture.sort(dim=-1).values
+        # Each draw's own p-values, side by side (a draw's smallest is taken across them).
+        tests = [_normal_tail(text), _tail_share(raw_span, span, True)]
+        tests.append(_tail_share(raw_mixture, mixture, True))
+        weights = weighted = None
+        if shrinkage is not None:
+            weights = gls_weights(cov, shrinkage)
+            weighted = (samples @ weights[..., None])[..., 0]
+            tests.append(_normal_tail(weighted))
+        smallest = torch.stack(tests).amin(dim=0)
+        for b, i in enumerate(ids):
+            out[i] = NullLaw(
+                text[b],
+                span[b],
+                mixture[b],
+                None if weighted is None else weighted[b],
+                None if weights is None else weights[b],
+                smallest[b],
+            )
+    return out
+
+
+def null_law(
+    cov,
+    seed: bytes,
+    min_units: int = MIN_UNITS,
+    draws: int = DRAWS,
+    shrinkage: float | None = GLS_SHRINKAGE,
+) -> NullLaw | None:
+    """``null_laws`` of one text."""
+    return null_laws([cov], [seed], min_units, draws, shrinkage)[0]
+
+
+def combined_tests(
+    scores: Sequence,
+    covs: Sequence,
+    p_texts: Sequence[float],
+    seeds: Sequence[bytes] = (),
+    nulls: Sequence[NullLaw | None] | None = None,
+    min_units: int = MIN_UNITS,
+    draws: int = DRAWS,
+    shrinkage: float | None = GLS_SHRINKAGE,
+) -> list[CombinedResult | None]:
+    """Span, mixture, weighted z and one p-value for each text's ``scores[i]`` ``(T_i,)`` of
+    null covariance ``covs[i]`` whose whole-text test gave ``p_texts[i]``; ``None`` for a text
+    too short to scan (its p-value is then ``p_texts[i]`` alone). ``nulls``: the texts'
+    ``null_laws`` when already drawn (their own tests then count, whatever ``shrinkage`` says);
+    else they are drawn from ``seeds``. Batched as ``null_laws``."""
+    covs = [_f64(c) for c in covs]
+    scores = [_f64(s, c.device) for s, c in zip(scores, covs, strict=True)]
+    if nulls is None:
+        nulls = null_laws(covs, seeds, min_units, draws, shrinkage)
+    out: list[CombinedResult | None] = [None] * len(scores)
+    live = [i for i, law in enumerate(nulls) if law is not None]
+    keys = [(len(scores[i]), nulls[i].draws) for i in live]
+    for members in _together(keys).values():
+        ids = [live[m] for m in members]
+        combined = _combine(scores, covs, p_texts, nulls, ids, min_units)
+        for i, result in zip(ids, combined, strict=True):
+            out[i] = result
+    return out
+
+
+def _combine(scores, covs, p_texts, nulls, ids, min_units) -> list[CombinedResult]:
+    """``combined_tests`` of texts ``ids``, all of one length and one number of draws."""
+    laws = [nulls[i] for i in ids]
+    s = torch.stack([scores[i] for i in ids])
+    cov = torch.stack([covs[i] for i in ids])
+    count = laws[0].draws
+    windows, members = _windows(s.shape[-1], min_units, s.device)
+    z = (s[:, None, :] @ _span_weights(cov, members, windows))[:, 0]
+    best = z.argmax(dim=-1)
+    best_z = z.gather(-1, best[:, None])
+    p_span = _tail_share(best_z, torch.stack([law.span for law in laws]))[:, 0]
+    mixture = mixture_statistic(s, _unit_spread(cov))
+    p_mixture = _tail_share(mixture[:, None], torch.stack([law.mixture for law in laws]))[:, 0]
+    observed = [_f64([p_texts[i] for i in ids], s.device), p_span, p_mixture]
+    weighted = p_weighted = None
+    if laws[0].weights is not None:
+        weighted = (torch.stack([law.weights for law in laws]) * s).sum(dim=-1)
+        p_weighted = _normal_tail(weighted)
+        observed.append(p_weighted)
+    smallest = torch.stack(observed).amin(dim=0)
+    hits = (torch.stack([law.smallest for law in laws]) <= smallest[:, None] + 1e-15).sum(dim=-1)
+    p = (1.0 + hits.double()) / (count + 1)
+    # Below the simulation's floor, the Bonferroni bound when it is smaller (still exact).
+    p = torch.where(p <= 1.0 / (count + 1), torch.minimum(p, len(observed) * smallest), p)
+    none = [None] * len(ids)
+    columns = zip(
+        best.tolist(),
+        best_z[:, 0].tolist(),
+        p_span.tolist(),
+        mixture.tolist(),
+        p_mixture.tolist(),
+        none if weighted is None else weighted.tolist(),
+        none if p_weighted is None else p_weighted.tolist(),
+        p.clamp(max=1.0).tolist(),
+        strict=True,
+    )
+    where = windows.tolist()
+    return [
+        CombinedResult(ScanResult(span_z, *where[at], span_p), mix, mix_p, w_z, w_p, combined)
+        for at, span_z, span_p, mix, mix_p, w_z, w_p, combined in columns
+    ]
+
+
 def combined_test(
-    scores: np.ndarray,
-    cov: np.ndarray,
+    scores,
+    cov,
     p_text: float,
     seed: bytes = b"",
     null: NullLaw | None = None,
@@ -294,27 +438,22 @@ def combined_test(
     draws: int = DRAWS,
     shrinkage: float | None = GLS_SHRINKAGE,
 ) -> CombinedResult | None:
-    """Span, mixture, weighted z and one p-value for ``scores`` ``(T,)`` of null covariance
-    ``cov`` whose whole-text test gave ``p_text``; ``None`` when the text is too short to scan
-    (its p-value is then ``p_text`` alone). ``null``: this text's ``null_law``, when already
-    drawn (its own tests then count, whatever ``shrinkage`` says)."""
-    scores = np.asarray(scores, dtype=np.float64)
+    """``combined_tests`` of one text (``null``: its null law, when already drawn)."""
     if null is None:
         null = null_law(cov, seed, min_units, draws, shrinkage)
-    if null is None:
-        return None
-    span = scan(scores, cov, seed, min_units, null=null)
-    mixture = float(mixture_statistic(scores, _unit_spread(cov)))
-    p_mixture = float(_tail_share(mixture, null.mixture))
-    observed = [p_text, span.p_value, p_mixture]
-    weighted = p_weighted = None
-    if null.weights is not None:
-        weighted = float(null.weights @ scores)
-        p_weighted = float(_normal_tail(weighted))
-        observed.append(p_weighted)
-    smallest = min(observed)
-    floor = 1.0 / (null.draws + 1)
-    p = (1.0 + int((null.smallest <= smallest + 1e-15).sum())) / (null.draws + 1)
-    if p <= floor:
-        p = min(p, len(observed) * smallest)
-    return CombinedResult(span, mixture, p_mixture, weighted, p_weighted, float(min(1.0, p)))
+    return combined_tests([scores], [cov], [p_text], nulls=[null], min_units=min_units)[0]
+
+
+def scan(
+    scores,
+    cov,
+    seed: bytes,
+    min_units: int = MIN_UNITS,
+    draws: int = DRAWS,
+    null: NullLaw | None = None,
+) -> ScanResult | None:
+    """The best span of ``scores`` ``(T,)`` and its p-value under ``N(0, cov)``, or ``None``
+    when the text has fewer than ``min_units`` scored sentences (``null``: this text's
+    ``null_law`` when already known)."""
+    result = combined_test(scores, cov, 1.0, seed, null, min_units, draws)
+    return None if result is None else result.span
