@@ -137,7 +137,7 @@ class Detector:
         the splitter and encoder cannot read ``unsupported``; the others are still scored.
         ``progress`` shows a bar while many sentences are embedded.
         """
-        return [self.score(plan) for plan in self.plan_batch(texts, prompts, progress)]
+        return self.score_batch(self.plan_batch(texts, prompts, progress))
 
     def check(self, text: object, prompt: object = None) -> ScoringPlan | None:
         """The refusal of one input (see ``detect_batch``), or ``None`` when it can be planned.
@@ -217,9 +217,21 @@ class Detector:
 
     def score(self, plan: ScoringPlan) -> DetectionResult:
         """Apply the key (the scheme's mark, ``Mark.test``) and the statistic to one plan."""
-        if plan.error is not None:
-            return DetectionResult(status=plan.status, error=plan.error, statistic=self.statistic)
-        return self.mark.test(plan, self.statistic, self.alpha, self.scan)
+        return self.score_batch([plan])[0]
+
+    def score_batch(self, plans: Sequence[ScoringPlan]) -> list[DetectionResult]:
+        """``score`` of many plans, batched across texts by the mark (``Mark.test_batch``)."""
+        results: list[DetectionResult | None] = [
+            None
+            if plan.error is None
+            else DetectionResult(status=plan.status, error=plan.error, statistic=self.statistic)
+            for plan in plans
+        ]
+        ok = [i for i, result in enumerate(results) if result is None]
+        tested = self.mark.test_batch([plans[i] for i in ok], self.statistic, self.alpha, self.scan)
+        for i, result in zip(ok, tested, strict=True):
+            results[i] = result
+        return results
 
 
 def _normalized(text: str, prompt: str | None) -> tuple[str, str | None, dict[str, int]]:

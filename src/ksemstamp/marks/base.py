@@ -11,7 +11,8 @@ asks the mark four things; the detector asks it one:
 * ``contexts``: what a kept sentence hands the sentence after it (``None``: nothing but its
   region);
 * ``pruner``: optionally, when running candidate rows of a round stop early;
-* ``test``: the detector's verdict on a text's key-free ``ScoringPlan``.
+* ``test`` (``test_batch`` for many texts at once): the detector's verdict on a text's
+  key-free ``ScoringPlan``.
 """
 
 from __future__ import annotations
@@ -107,6 +108,12 @@ class Mark(ABC):
         """The detector's verdict on one text's ``plan`` (planned without error): its p-value
         under ``statistic``, watermarked at ``alpha``; ``scan``: also search the best span
         (a mark without windowed detection ignores it)."""
+
+    def test_batch(
+        self, plans: Sequence[ScoringPlan], statistic: str, alpha: float, scan: bool
+    ) -> list[DetectionResult]:
+        """``test`` of many plans at once; a mark that can batch across texts overrides it."""
+        return [self.test(plan, statistic, alpha, scan) for plan in plans]
 
 
 def plan_result(

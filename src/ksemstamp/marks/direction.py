@@ -22,12 +22,11 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from ..detection.scan import combined_test, scan_seed, score_covariance
-from ..detection.stats import direction_z, normal_sf
+from ..detection.scan import combined_tests, scan_seed, score_covariance
+from ..detection.stats import normal_sf
 from ..generation.pruning import PruneRule, rows_to_keep
 from ..generation.sampler import Candidate, Pruner
 from ..results import DetectionResult, Judgement, rank_of, too_short
@@ -211,39 +210,86 @@ class DirectionMark(Mark):
         return flags
 
     def test(self, plan: ScoringPlan, statistic: str, alpha: float, scan: bool) -> DetectionResult:
+        return self.test_batch([plan], statistic, alpha, scan)[0]
+
+    def test_batch(
+        self, plans: Sequence[ScoringPlan], statistic: str, alpha: float, scan: bool
+    ) -> list[DetectionResult]:
         """Each scored sentence's projection on its context's keyed direction, summed into the
-        exact z of ``stats.direction_z``; with ``scan`` the best span too."""
-        rows, _ = plan.scored_contexts()
-        contexts = plan.context_weights(rows)
-        scores: list[float | None] = [None] * len(plan.sentences)
-        verdicts = list(plan.roles)
-        if rows:
-            values = self.scheme.scores(plan.vectors[rows], contexts).tolist()
-            for t, value in zip(rows, values, strict=True):
-                scores[t] = float(value)
-                verdicts[t] = "valid" if value > 0 else "invalid"
-        result = plan_result(plan, statistic, verdicts, len(rows), scores)
-        if not rows:
-            return too_short(result)
-        z = direction_z(
-            plan.vectors[rows].double().numpy(),
-            contexts.numpy(),
-            self.scheme.directions.double().numpy(),
-        )
+        exact z of ``stats.direction_z``; with ``scan`` the best span too. Batched: texts with
+        as many scored sentences are scored together, on the scheme's device."""
+        results: list[DetectionResult] = []
+        scored: dict[int, list[int]] = {}
+        for i, plan in enumerate(plans):
+            rows, _ = plan.scored_contexts()
+            none: list[float | None] = [None] * len(plan.sentences)
+            results.append(plan_result(plan, statistic, list(plan.roles), len(rows), none))
+            if rows:
+                scored.setdefault(len(rows), []).append(i)
+            else:
+                too_short(results[-1])
+        directions = self.scheme.directions.double()
+        texts, covs, values = [], [], []
+        for ids in scored.values():
+            rows = [plans[i].scored_contexts()[0] for i in ids]
+            vectors = torch.stack([plans[i].vectors[r] for i, r in zip(ids, rows, strict=True)])
+            contexts = torch.stack(
+                [plans[i].context_weights(r) for i, r in zip(ids, rows, strict=True)]
+            )
+            # The reported scores in float32 (as in generation), the statistic in float64.
+            shown = self.scheme.scores(vectors.flatten(0, 1), contexts.flatten(0, 1))
+            exact = ((contexts.double() @ directions) * vectors.double()).sum(dim=-1)
+            cov = score_covariance(contexts, vectors)
+            variance = cov.sum(dim=(-1, -2))
+            if bool((variance <= 0).any()):
+                raise ValueError(
+                    "the direction statistic needs at least one non-zero scored vector"
+                )
+            z = (exact.sum(dim=-1) / variance.sqrt()).tolist()
+            shown = shown.reshape(exact.shape)
+            for i, r, text_z, text_scores in zip(ids, rows, z, shown.tolist(), strict=True):
+                self._fill(results[i], r, text_scores, text_z, alpha)
+            texts += ids
+            covs += list(cov)
+            values += list(shown.double())
+        if scan and texts:
+            seeds = [scan_seed(_scored_sentences(plans[i])) for i in texts]
+            p_texts = [results[i].text_p_value for i in texts]
+            for i, combined in zip(
+                texts, combined_tests(values, covs, p_texts, seeds), strict=True
+            ):
+                self._combine(results[i], plans[i], combined, alpha)
+        return results
+
+    @staticmethod
+    def _fill(
+        result: DetectionResult, rows: list[int], scores: list[float], z: float, alpha: float
+    ) -> None:
+        """A text's scores, verdicts and whole-text test."""
+        for t, value in zip(rows, scores, strict=True):
+            result.scores[t] = float(value)
+            result.verdicts[t] = "valid" if value > 0 else "invalid"
+        result.num_valid = result.verdicts.count("valid")
         result.z_score = float(z)
         result.text_p_value = float(normal_sf(z))
         result.p_value = result.text_p_value
-        if scan:
-            cov = score_covariance(contexts.double().numpy(), plan.vectors[rows].double().numpy())
-            seed = scan_seed([plan.sentences[t] for t in rows])
-            values = np.array([scores[t] for t in rows])
-            combined = combined_test(values, cov, result.text_p_value, seed)
-            if combined is not None:
-                best = combined.span
-                result.span = [rows[best.start], rows[best.stop - 1] + 1]
-                result.span_z, result.span_p_value = best.z, best.p_value
-                result.mixture_p_value = combined.mixture_p_value
-                result.weighted_p_value = combined.weighted_p_value
-                result.p_value = combined.p_value
         result.watermarked = result.p_value <= alpha
-        return result
+
+    @staticmethod
+    def _combine(result: DetectionResult, plan: ScoringPlan, combined, alpha: float) -> None:
+        """The scan's tests (``detection.scan.combined_tests``) into a text's result."""
+        if combined is None:
+            return
+        rows, _ = plan.scored_contexts()
+        best = combined.span
+        result.span = [rows[best.start], rows[best.stop - 1] + 1]
+        result.span_z, result.span_p_value = best.z, best.p_value
+        result.mixture_p_value = combined.mixture_p_value
+        result.weighted_p_value = combined.weighted_p_value
+        result.p_value = combined.p_value
+        result.watermarked = result.p_value <= alpha
+
+
+def _scored_sentences(plan: ScoringPlan) -> list[str]:
+    rows, _ = plan.scored_contexts()
+    return [plan.sentences[t] for t in rows]

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-
 from ..detection.stats import exact_p_value, normal_sf, paper_z
 from ..results import DetectionResult, Judgement, too_short
 from ..settings import RegionSettings
@@ -59,6 +57,8 @@ class RegionMark(Mark):
         super().__init__(scheme)
         self.novelty_patience = novelty_patience
         self.margin_patience = margin_patience
+        # Detection reads the table entry by entry, in Python: from a copy on the host.
+        self.host_table = scheme.table.cpu()
 
     @staticmethod
     def check(novelty_patience: int, margin_patience: int | None) -> None:
@@ -74,7 +74,7 @@ class RegionMark(Mark):
     def judge(self, drawn: Round) -> list[Verdict]:
         # A completing document has no previous region yet (-1): its verdicts are not used.
         previous = [drawn.docs[g].previous for g, _ in drawn.rows]
-        valid = self.scheme.is_valid(torch.tensor(previous), drawn.regions).tolist()
+        valid = self.scheme.is_valid(previous, drawn.regions).tolist()
         out = []
         for (g, i), r, v, m in zip(
             drawn.rows, drawn.regions.tolist(), valid, drawn.margin_ok.tolist(), strict=True
@@ -94,7 +94,7 @@ class RegionMark(Mark):
     def test(self, plan: ScoringPlan, statistic: str, alpha: float, scan: bool) -> DetectionResult:
         """The valid transitions among the scored ones: the paper's z, and the configured
         statistic's p-value (``exact``: key randomisation over the text's transitions)."""
-        table = self.scheme.table
+        table = self.host_table
         verdicts = [
             ("valid" if bool(table[prev, region]) else "invalid") if scored else role
             for prev, region, scored, role in zip(
