@@ -81,7 +81,7 @@ class KMeansPartition(nn.Module):
 
     def forward(self, emb: Tensor) -> tuple[Tensor, Tensor]:
         """``(N, D)`` embeddings -> ``(regions, margin_ok)``, each ``(N,)``."""
-        return kmeans_regions(emb, self.centroids.to(emb.dtype), self.margin)
+        return kmeans_regions(emb, self.centroids.to(emb.device, emb.dtype), self.margin)
 
 
 class LSHPartition(nn.Module):
@@ -111,4 +111,4 @@ class LSHPartition(nn.Module):
 
     def forward(self, emb: Tensor) -> tuple[Tensor, Tensor]:
         """``(N, D)`` embeddings -> ``(regions, margin_ok)``, each ``(N,)``."""
-        return lsh_regions(emb, self.normals.to(emb.dtype), self.margin)
+        return lsh_regions(emb, self.normals.to(emb.device, emb.dtype), self.margin)

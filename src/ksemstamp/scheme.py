@@ -39,7 +39,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .encoding import embed
+from .encoding import embed, encoder_device
 from .keys import key_fingerprint, keyed_directions, start_region, valid_table
 from .settings import DirectionSettings, MarkSettings
 from .text.normalize import normalize_text
@@ -50,19 +50,24 @@ WEIGHT_FLOOR = 0.01
 
 
 def soft_context_weights(emb: Tensor, centroids: Tensor, temperature: float) -> Tensor:
-    """``(N, K)`` float64 soft context weights of ``(N, D)`` embeddings: the softmax of their
-    cosines to ``(K, D)`` centroids over ``temperature > 0``, weights under ``WEIGHT_FLOOR`` of
-    the largest set to zero, unit length."""
+    """``(N, K)`` float64 soft context weights of ``(N, D)`` embeddings (on their device): the
+    softmax of their cosines to ``(K, D)`` centroids over ``temperature > 0``, weights under
+    ``WEIGHT_FLOOR`` of the largest set to zero, unit length."""
     emb = torch.nn.functional.normalize(emb.float(), dim=-1)
     cos = emb @ torch.nn.functional.normalize(centroids.float().to(emb.device), dim=-1).T
     weights = torch.exp((cos - cos.max(dim=-1, keepdim=True).values).double() / temperature)
     weights = weights.masked_fill(weights < WEIGHT_FLOOR, 0.0)
-    return torch.nn.functional.normalize(weights, dim=-1).cpu()
+    return torch.nn.functional.normalize(weights, dim=-1)
 
 
 class WatermarkScheme:
     """Maps sentences to regions and decides which regions are valid after which, or which
     direction scores a sentence.
+
+    Its tensors (partition, valid table, directions, mean, components) sit on the encoder's
+    device (``device``) and everything it returns is computed there: embeddings never leave
+    the device between the encoder and the statistic. The key's table and directions are drawn
+    on the CPU and moved, so they are the same on every device.
 
     Args:
         encoder: a ``SentenceTransformer`` (or anything with ``encode``).
@@ -105,20 +110,26 @@ class WatermarkScheme:
         if self.context_temperature > 0 and not hasattr(partition, "centroids"):
             raise ValueError("a context temperature needs a k-means partition (centroids)")
         self.encoder = encoder
-        self.partition = partition
+        self.device = encoder_device(encoder)
+        self.partition = partition.to(self.device)
         self.splitter = splitter
         self.table: Tensor | None = None
         self.directions: Tensor | None = None
         if not direction:
-            self.table = valid_table(partition.num_regions, mark.gamma, key, self.valid_mode)
+            table = valid_table(partition.num_regions, mark.gamma, key, self.valid_mode)
+            self.table = table.to(self.device)
         else:
             dim = int(encoder.get_embedding_dimension())
-            self.directions = keyed_directions(partition.num_regions, dim, key)
-        self.center = None if center is None else center.float().reshape(-1).cpu()
+            self.directions = keyed_directions(partition.num_regions, dim, key).to(self.device)
+        self.center = None
+        if center is not None:
+            self.center = center.float().reshape(-1).to(self.device)
         self.components = None
         if components is not None and len(components):
-            # Orthonormal rows, so the projection is v - (v C^T) C.
-            self.components = torch.linalg.qr(components.float().cpu().T).Q.T.contiguous()
+            # Orthonormal rows, so the projection is v - (v C^T) C; factored on the CPU, so
+            # that every device scores on the same components.
+            basis = torch.linalg.qr(components.float().cpu().T).Q.T.contiguous()
+            self.components = basis.to(self.device)
         # Seeds the first sentence of a text that continues none (empty prompt, chat answer);
         # generation only: never shown, as it is derived from the key.
         self.start_region = start_region(partition.num_regions, key, self.valid_mode)
@@ -153,10 +164,9 @@ class WatermarkScheme:
     def locate(self, emb: Tensor) -> tuple[Tensor, Tensor]:
         """Regions ``(N,)`` and margin masks ``(N,)`` of ``(N, D)`` embeddings."""
         if len(emb) == 0:
-            empty = torch.empty(0, dtype=torch.long)
+            empty = torch.empty(0, dtype=torch.long, device=emb.device)
             return empty, empty.bool()
-        regions, margin_ok = self.partition(emb)
-        return regions.cpu(), margin_ok.cpu()
+        return self.partition(emb)
 
     def vectors(self, emb: Tensor) -> Tensor:
         """``(N, D)`` what the ``direction`` mark scores: embeddings minus ``center``, with the
@@ -164,7 +174,7 @@ class WatermarkScheme:
 
         Key-free: the detector's scoring plans keep these, and any key's scores follow from them.
         """
-        emb = emb.float().cpu()
+        emb = emb.float()
         if self.center is not None:
             emb = emb - self.center
         if self.components is not None:
@@ -186,7 +196,7 @@ class WatermarkScheme:
     def region_weights(self, regions: Tensor | Sequence[int]) -> Tensor:
         """``(N, K)`` one-hot context weights of ``regions`` (a known region, or the keyed start
         value of a text that continues nothing)."""
-        index = torch.as_tensor(regions, dtype=torch.long).reshape(-1)
+        index = torch.as_tensor(regions, dtype=torch.long, device=self.device).reshape(-1)
         return torch.nn.functional.one_hot(index, self.num_regions).double()
 
     def scores(self, vectors: Tensor, contexts: Tensor | Sequence[int]) -> Tensor:
@@ -195,7 +205,7 @@ class WatermarkScheme:
         of a sentence following that region at temperature 0 (``direction`` mark only)."""
         if self.directions is None:
             raise ValueError("scores are defined for the direction mark only")
-        contexts = torch.as_tensor(contexts)
+        contexts = torch.as_tensor(contexts, device=vectors.device)
         if contexts.ndim == 1:
             contexts = self.region_weights(contexts)
         directions = contexts.float() @ self.directions
@@ -206,7 +216,10 @@ class WatermarkScheme:
         mark only)."""
         if self.table is None:
             raise ValueError("valid regions are defined for the region mark only")
-        return self.table[torch.as_tensor(previous), torch.as_tensor(region)]
+        device = self.table.device
+        return self.table[
+            torch.as_tensor(previous, device=device), torch.as_tensor(region, device=device)
+        ]
 
     def acceptance_rate(self, previous: int) -> float:
         """Estimated chance that the LM's next sentence lands in a valid region after ``previous``.
@@ -218,5 +231,5 @@ class WatermarkScheme:
             raise ValueError("acceptance_rate is defined for the region mark only")
         if self.transition is None:
             return self.gamma
-        row = self.transition[previous].double() + 1.0
-        return float((row / row.sum())[self.table[previous]].sum())
+        row = self.transition[previous].double().cpu() + 1.0
+        return float((row / row.sum())[self.table[previous].cpu()].sum())

@@ -10,7 +10,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..assets import cache_dir, encoder_fingerprint
-from ..encoding import embed
+from ..encoding import embed, encoder_device
 from ..io import atomic_target
 from ..scheme import WatermarkScheme
 from ..text.reading import READING_VERSION
@@ -20,7 +20,8 @@ class CachedEncoder:
     """Wraps a sentence encoder so that each distinct sentence is embedded only once.
 
     ``prefill`` embeds new sentences in chunks (with a progress bar); ``encode`` answers from
-    the cache, embedding whatever is missing. Embeddings are unit vectors, as ``embed`` returns.
+    the cache, embedding whatever is missing. Embeddings are unit vectors, as ``embed`` returns,
+    kept on the CPU (a corpus' worth) and answered on the encoder's device (``device``).
 
     With ``store`` (a ``.pt`` file, one per encoder: name it by the encoder's fingerprint) the
     cache starts from the file's embeddings and ``prefill`` writes it back when it embedded
@@ -29,6 +30,7 @@ class CachedEncoder:
 
     def __init__(self, encoder, batch_size: int = 64, store: str | Path | None = None) -> None:
         self.encoder = encoder
+        self.device = encoder_device(encoder)
         self.batch_size = batch_size
         self.cache: dict[str, torch.Tensor] = {}
         self.store = Path(store) if store is not None else None
@@ -45,7 +47,7 @@ class CachedEncoder:
         bar = tqdm(total=len(todo), unit="sent", desc="embed", disable=not progress)
         for start in range(0, len(todo), chunk):
             part = todo[start : start + chunk]
-            vectors = embed(self.encoder, part, batch_size=self.batch_size)
+            vectors = embed(self.encoder, part, batch_size=self.batch_size).cpu()
             self.cache.update(zip(part, vectors, strict=True))
             bar.update(len(part))
         bar.close()
@@ -59,7 +61,9 @@ class CachedEncoder:
 
     def encode(self, sentences, batch_size=None, convert_to_tensor=True, show_progress_bar=False):
         self.prefill(sentences)
-        return torch.stack([self.cache[s] for s in sentences])
+        if not sentences:
+            return torch.empty(0, self.get_embedding_dimension(), device=self.device)
+        return torch.stack([self.cache[s] for s in sentences]).to(self.device)
 
 
 def with_cached_encoder(

@@ -239,11 +239,11 @@ def _simulated_power(
     progress: bool,
 ) -> dict[str, Any]:
     """Power on simulated watermarked region sequences under every key's table."""
-    size = int(scheme.table[0].sum())
+    size = int(scheme.table[0].sum().item())
     sims = []
     for table in tqdm(tables, desc="simulate", unit="key", disable=not progress):
         lengths = rng.choice(length_pool, size=settings.simulated_per_key)
-        counts = simulate_watermarked(scheme.transition.numpy(), table, lengths, rng)
+        counts = simulate_watermarked(scheme.transition.cpu().numpy(), table, lengths, rng)
         sims.append(p_values(scored_from_counts(counts, size, "simulated"), table, scheme.gamma))
     return {
         "what": (

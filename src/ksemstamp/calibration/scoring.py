@@ -143,7 +143,7 @@ def score_texts(
     detector = Detector(scheme, statistic="exact")
     k = scheme.num_regions
     direction = scheme.mark == "direction"
-    size = 0 if direction else int(scheme.table[0].sum())
+    size = 0 if direction else int(scheme.table[0].sum().item())
     kept_labels, kept_groups, counts, num_scored, laws = [], [], [], [], []
     group_of = list(groups) if groups is not None else [""] * len(texts)
     rows_text, rows_context, rows_sum, variance = [], [], [], []
@@ -161,8 +161,8 @@ def score_texts(
             matrix = plan.transition_counts(k)
             if direction:
                 rows, _ = plan.scored_contexts()
-                vectors = plan.vectors[rows].double().numpy()
-                weights = plan.context_weights(rows).numpy()
+                vectors = plan.vectors[rows].double().cpu().numpy()
+                weights = plan.context_weights(rows).cpu().numpy()
                 distinct, sums = context_sums(vectors, weights)
                 if scan:
                     scans.append(_text_scan(vectors, weights, [plan.sentences[t] for t in rows]))
@@ -277,8 +277,8 @@ def calibration_keys(scheme: WatermarkScheme, num_keys: int, seed: int) -> list[
 def own_key(scheme: WatermarkScheme) -> np.ndarray:
     """The configured key's table or directions, as ``p_values`` takes them."""
     if scheme.mark == "region":
-        return scheme.table.numpy()
-    return scheme.directions.double().numpy()
+        return scheme.table.cpu().numpy()
+    return scheme.directions.double().cpu().numpy()
 
 
 def simulate_watermarked(

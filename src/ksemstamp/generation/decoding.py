@@ -51,10 +51,12 @@ def sample_rows(probs: Tensor, generator: torch.Generator | None = None) -> Tens
     The same distribution as ``torch.multinomial(probs, 1)``, which draws one exponential number
     per vocabulary entry (~50k per row and step; about a tenth of a 32-row decoding step on CPU).
     The cumulative sums are float64, so that tokens far below float32's resolution of 1 keep
-    their probability.
+    their probability. The uniform numbers come from ``generator`` on its own device (the
+    documents' generators are CPU ones) and move to the rows' device: the same seed draws the
+    same numbers whatever device the LM is on.
     """
     cdf = probs.cumsum(dim=-1, dtype=torch.float64)
-    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device)
+    u = uniforms(probs.shape[0], generator, probs.device)
     ids = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)
     # u * total < total except by rounding at the very top (odds ~1e-16): then take the most
     # likely token rather than step past the last one or onto a token of probability 0.
@@ -63,3 +65,12 @@ def sample_rows(probs: Tensor, generator: torch.Generator | None = None) -> Tens
     if stray.any():
         ids[stray] = probs[stray].argmax(dim=-1)
     return ids
+
+
+def uniforms(rows: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
+    """``(rows, 1)`` float64 uniform numbers on ``device``, drawn by ``generator`` on its own
+    device (``None``: torch's global generator for ``device``)."""
+    if generator is None:
+        return torch.rand(rows, 1, dtype=torch.float64, device=device)
+    u = torch.rand(rows, 1, generator=generator, dtype=torch.float64, device=generator.device)
+    return u.to(device)
