@@ -37,10 +37,10 @@ def words(text: str) -> list[str]:
 
 
 def _as_tensors(
-    scores: Sequence[float], labels: Sequence[int]
+    scores: Sequence[float], labels: Sequence[int], device: str | torch.device = "cpu"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    preds = torch.as_tensor(list(scores), dtype=torch.float64)
-    target = torch.as_tensor(list(labels), dtype=torch.long)
+    preds = torch.as_tensor(list(scores), dtype=torch.float64, device=device)
+    target = torch.as_tensor(list(labels), dtype=torch.long, device=device)
     if preds.shape != target.shape or preds.ndim != 1:
         raise ValueError(
             f"scores and labels must be equal-length 1-d, got {preds.shape} {target.shape}"
@@ -52,32 +52,35 @@ def _as_tensors(
     return preds, target
 
 
-def auroc(scores: Sequence[float], labels: Sequence[int]) -> float:
-    """Area under the ROC curve; label 1 = watermarked. Tied scores count one half."""
+def auroc(
+    scores: Sequence[float], labels: Sequence[int], device: str | torch.device = "cpu"
+) -> float:
+    """Area under the ROC curve; label 1 = watermarked. Tied scores count one half.
+    ``device``: where torchmetrics computes it."""
     from torchmetrics.classification import BinaryAUROC
 
-    preds, target = _as_tensors(scores, labels)
-    metric = BinaryAUROC(thresholds=None, normalization=None)
+    preds, target = _as_tensors(scores, labels, device)
+    metric = BinaryAUROC(thresholds=None, normalization=None).to(preds.device)
     metric.update(preds, target)
     return float(metric.compute())
 
 
 def roc_curve(
-    scores: Sequence[float], labels: Sequence[int]
+    scores: Sequence[float], labels: Sequence[int], device: str | torch.device = "cpu"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(fpr, tpr, thresholds)``, one point per distinct score, thresholds descending.
 
     A point at threshold ``t`` calls every text with score ``>= t`` watermarked. Tied scores
     share one threshold, so positives and negatives with equal scores move together: a tie
-    never yields a point that separates them.
+    never yields a point that separates them. ``device``: where torchmetrics computes it.
     """
     from torchmetrics.classification import BinaryROC
 
-    preds, target = _as_tensors(scores, labels)
-    metric = BinaryROC(thresholds=None, normalization=None)
+    preds, target = _as_tensors(scores, labels, device)
+    metric = BinaryROC(thresholds=None, normalization=None).to(preds.device)
     metric.update(preds, target)
     fpr, tpr, thresholds = metric.compute()
-    return fpr.numpy(), tpr.numpy(), thresholds.numpy()
+    return fpr.cpu().numpy(), tpr.cpu().numpy(), thresholds.cpu().numpy()
 
 
 def tpr_at_fpr(fpr: np.ndarray, tpr: np.ndarray, max_fpr: float) -> float:
