@@ -8,11 +8,17 @@ In a scratch folder (``--workdir``, default a temporary one) it takes a small co
 bundled House of Commons speeches, or ``--corpus``), builds WordNet paraphrase pairs from it,
 trains the encoder for a few steps on one device and fits K = 64 centroids on the corpus
 (``train.py``'s CLI in this process), then runs ``ksemstamp generate`` and ``detect`` from the
-checkpoint on all devices with ``--parallel.strategy ddp`` (as a user would, in subprocesses). It fails
-loudly, exit status 1 and a line starting with ``FAILED``, when a step fails, when training did
-not run on the accelerator, when a generating or detecting process reports its models on any
-device but its own (each process checks this itself, and this command checks that every device
-was used once), or when the watermark is not found in most generated texts.
+checkpoint on all devices with ``--parallel.strategy ddp`` (as a user would, in subprocesses).
+Last, in this process on the first device, the web page's detector (``serve``'s app, without a
+server) scores the generated texts and human windows of the corpus, and the evaluation's
+metrics (AUROC, TPR at 1% FPR) are computed on the device from those scores.
+
+It fails loudly, exit status 1 and a line starting with ``FAILED``, when a step fails, when
+training did not run on the accelerator (read while it trains: Lightning moves the model back
+to the CPU when ``fit`` returns), when a generating or detecting process reports its models on
+any device but its own (each process checks this itself, and this command checks that every
+device was used once), when the web page's detector disagrees with ``detect``, or when the
+watermark is not found in most generated texts.
 """
 
 from __future__ import annotations
@@ -80,9 +86,14 @@ def _run(argv: list[str], step: str, env: dict[str, str]) -> str:
     return proc.stderr
 
 
+PROBE = "ksemstamp.training.callbacks.DeviceProbe"
+"""The callback that reads where training runs, during training (``train``)."""
+
+
 def train(work: Path, corpus: Path, accelerator: str, steps: int) -> tuple[Path, str]:
     """Pairs from the corpus and a short fit on one device; the final checkpoint and the
-    device training ran on."""
+    device training ran on, read while it ran (``training.callbacks.DeviceProbe``)."""
+    from .training.callbacks import DeviceProbe
     from .training.cli import cli_main
     from .training.pairs import build_pairs
 
@@ -106,14 +117,19 @@ def train(work: Path, corpus: Path, accelerator: str, steps: int) -> tuple[Path,
         f"--kmeans.export_dir={work / 'encoder'}",
         f"--kmeans.centroid_file={work / 'centroids.pt'}",
         f"--checkpoint.dirpath={work / 'run'}",
+        f"--trainer.callbacks+={PROBE}",
     ]
     with mock.patch.object(sys, "argv", [sys.argv[0]]):  # our flags are not the CLI's
         cli = cli_main(args)
-    device = str(cli.trainer.strategy.root_device)
-    model_device = str(next(cli.model.parameters()).device)
-    if model_device != device:
-        raise CheckFailed(f"train: the model sits on {model_device}, the trainer on {device}")
-    return work / "run" / "final.ckpt", device
+    probe = next(c for c in cli.trainer.callbacks if isinstance(c, DeviceProbe))
+    if probe.trainer_device is None:
+        raise CheckFailed("train: no training step ran")
+    if probe.model_device != probe.trainer_device:
+        raise CheckFailed(
+            f"train: the model sat on {probe.model_device} while it trained, "
+            f"the trainer on {probe.trainer_device}"
+        )
+    return work / "run" / "final.ckpt", probe.trainer_device
 
 
 def run_check(
@@ -177,7 +193,69 @@ def run_check(
     report.append(f"detect: {detected} of {len(records)} generated texts watermarked at p <= 0.01")
     if detected * 2 < len(records):
         raise CheckFailed(f"detect: the mark was found in only {detected} of {len(records)} texts")
+    generated = read_jsonl_objects(work / "generations.jsonl")
+    human = human_windows(corpus, 4 * len(generated))
+    report += web_and_metrics(checkpoint, env[KEY_ENV], expected[0], generated, records, human)
     return report
+
+
+def human_windows(corpus: Path, count: int, words: int = 120) -> list[str]:
+    """``count`` human texts of the corpus, the first ``words`` words of its last documents
+    (the prompts come from its first ones)."""
+    from .text.corpusfile import read_documents
+
+    documents = [d for d in read_documents(corpus) if len(d.split()) >= words // 2]
+    return [" ".join(d.split()[:words]) for d in documents[-count:]]
+
+
+def web_and_metrics(
+    checkpoint: Path,
+    key: str,
+    device: str,
+    generated: list[dict],
+    detected: list[dict],
+    human: list[str],
+) -> list[str]:
+    """The web page's detector on ``device`` (the ``serve`` app's, without a server): its
+    verdicts on the generated texts must be ``detect``'s; then the evaluation's metrics,
+    computed on the device, from its z-scores of the generated texts against ``human`` ones."""
+    from .evaluation.metrics import auroc, roc_curve, tpr_at_fpr
+    from .serve import create_app
+    from .settings import WatermarkSettings
+
+    settings = WatermarkSettings.from_dict(
+        {"key": key, "model": {"checkpoint": str(checkpoint), "device": device}}
+    )
+    state = create_app(settings, generation=False).state.serve
+    found = [state.detector.detect(g["text"], g["prompt"]) for g in generated]
+    for result, record, g in zip(found, detected, generated, strict=True):
+        view = state.view(result, g["text"], 0.0)
+        if view["status"] != record["status"] or not _close(result.p_value, record["p_value"]):
+            raise CheckFailed(
+                f"web: the page's detector gave p = {result.p_value} where detect gave "
+                f"{record['p_value']}"
+            )
+    model_device = str(state.scheme.device)
+    if model_device != device:
+        raise CheckFailed(f"web: the page's models sit on {model_device}, expected {device}")
+    negatives = [r.z_score for r in state.detector.detect_batch(human) if r.z_score is not None]
+    positives = [r.z_score for r in found if r.z_score is not None]
+    scores, labels = positives + negatives, [1] * len(positives) + [0] * len(negatives)
+    area = auroc(scores, labels, device=device)
+    fpr, tpr, _ = roc_curve(scores, labels, device=device)
+    return [
+        f"web: the page's detector on {device} agrees with detect on {len(found)} texts",
+        f"metrics on {device}: AUROC {area:.3f}, TPR at 1% FPR {tpr_at_fpr(fpr, tpr, 0.01):.3f} "
+        f"({len(positives)} generated texts against {len(negatives)} human ones)",
+    ]
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    """Equal p-values, or both missing (one process's and another's arithmetic may differ in
+    the last bits of a projection)."""
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(a - b) <= 1e-6 * max(abs(b), 1e-12) + 1e-12
 
 
 def gpucheck(

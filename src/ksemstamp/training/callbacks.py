@@ -182,3 +182,19 @@ class KMeansCallback(L.Callback):
                 settings={**fitted.settings, "checkpoint": checkpoint},
             )
         fitted.save(self.centroid_file)
+
+
+class DeviceProbe(L.Callback):
+    """Reads where training runs, at the first training step: the strategy's device and the
+    device of the model's first parameter (``trainer_device``, ``model_device``; ``None``
+    until a step ran). Read after ``fit`` they would say less: Lightning's teardown moves the
+    model back to the CPU. ``ksemstamp gpucheck`` adds it to its training run."""
+
+    def __init__(self) -> None:
+        self.trainer_device: str | None = None
+        self.model_device: str | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.trainer_device is None:
+            self.trainer_device = str(trainer.strategy.root_device)
+            self.model_device = str(next(pl_module.parameters()).device)
