@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,10 +150,6 @@ class CombinedResult:
     p_value: float
 
 
-CHUNK = 1 << 22
-"""Most span z values held at once while the draws' largest span z is found (32 MiB)."""
-
-
 def _f64(x, device: torch.device | None = None) -> Tensor:
     return torch.as_tensor(x, dtype=torch.float64, device=device)
 
@@ -187,29 +183,36 @@ def spans(count: int, min_units: int = MIN_UNITS) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=256)
-def _windows(count: int, min_units: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """``spans`` as a tensor ``(S, 2)`` and as the ``(T, S)`` float64 indicator of the units
-    each span holds (a span's sum is then a column of a matrix product)."""
-    windows = torch.as_tensor(spans(count, min_units))
-    units = torch.arange(count)[:, None]
-    members = (units >= windows[:, 0]) & (units < windows[:, 1])
-    return windows.to(device), members.to(device, torch.float64)
+def _windows(count: int, min_units: int, device: torch.device) -> tuple[Tensor, tuple]:
+    """``spans`` as a tensor ``(S, 2)``, and per span length ``(length, starts, rows)``: the
+    starts of that length's spans (``None``: every start, the contiguous case) and their rows in
+    the ``(S, 2)`` tensor."""
+    windows = spans(count, min_units)
+    lengths = []
+    for length in np.unique(windows[:, 1] - windows[:, 0]):
+        rows = np.flatnonzero(windows[:, 1] - windows[:, 0] == length)
+        starts = windows[rows, 0]
+        every = len(starts) == count - length + 1
+        lengths.append(
+            (
+                int(length),
+                None if every else torch.as_tensor(starts, device=device),
+                torch.as_tensor(rows, device=device),
+            )
+        )
+    return torch.as_tensor(windows, device=device), tuple(lengths)
 
 
-def _span_weights(cov: Tensor, members: Tensor, windows: Tensor) -> Tensor:
-    """``(G, T, S)``: each span's indicator over its sum's standard deviation, so that scores
-    ``(G, ..., T)`` times it are the ``(G, ..., S)`` span z."""
-    return members / _spread(cov, windows)[:, None, :]
-
-
-def _largest_span_z(samples: Tensor, weights: Tensor) -> Tensor:
-    """``(G, B)`` largest span z of ``(G, B, T)`` draws under ``_span_weights`` ``(G, T, S)``,
-    in chunks of draws so that at most ``CHUNK`` span z are held at once."""
-    step = max(1, CHUNK // max(1, samples.shape[0] * weights.shape[-1]))
-    parts = [
-        (samples[:, i : i + step] @ weights).amax(dim=-1) for i in range(0, samples.shape[1], step)
-    ]
-    return torch.cat(parts, dim=-1)
+def _span_zs(samples: Tensor, spread: Tensor, lengths: tuple) -> Iterator[tuple[Tensor, Tensor]]:
+    """Per span length, ``(rows, z)``: the spans' rows in ``spans`` and their z ``(..., n)``
+    for scores ``samples`` ``(..., T)``, each span's sum over its ``spread`` (broadcasting as
+    ``(..., S)``): differences of cumulative sums, one length at a time."""
+    cumulative = torch.nn.functional.pad(samples.cumsum(dim=-1), (1, 0))
+    for length, starts, rows in lengths:
+        sums = cumulative[..., length:] - cumulative[..., :-length]
+        if starts is not None:
+            sums = sums.index_select(-1, starts)
+        yield rows, sums / spread[..., rows]
 
 
 def _spread(cov, windows) -> Tensor:
@@ -231,8 +234,10 @@ def mixture_statistic(samples, spread) -> Tensor:
     standard deviations ``spread`` ``(..., T)`` (see the module docstring)."""
     z = _f64(samples) / _f64(spread)
     mu, share = MIXTURE_MEAN, MIXTURE_SHARE
-    lead = torch.full_like(z, math.log1p(-share))
-    return torch.logaddexp(lead, math.log(share) + mu * z - mu * mu / 2).sum(dim=-1)
+    # log(1 - pi + pi exp(x)) = log(1 - pi) + softplus(x + log(pi) - log(1 - pi))
+    lead = math.log1p(-share)
+    shifted = mu * z + (math.log(share) - mu * mu / 2 - lead)
+    return (lead + torch.nn.functional.softplus(shifted, threshold=40.0)).sum(dim=-1)
 
 
 def gls_weights(cov, shrinkage: float = GLS_SHRINKAGE) -> Tensor:
@@ -258,6 +263,20 @@ def _tail_share(values: Tensor, ordered: Tensor, drawn: bool = False) -> Tensor:
     count = ordered.shape[-1]
     below = torch.searchsorted(ordered, (values - 1e-12).contiguous(), side="left")
     return ((0.0 if drawn else 1.0) + (count - below).double()) / (count + 1.0)
+
+
+def _own_shares(draws: Tensor) -> tuple[Tensor, Tensor]:
+    """``(draws sorted, each draw's _tail_share among them)`` for ``(..., B)`` draws, the
+    shares from the sort's ranks (a draw's count of draws at least as large is ``B`` less its
+    place); where two draws lie within the tolerance of ``_tail_share`` the ranks would not
+    say it, and the shares are searched for as ``_tail_share`` does."""
+    ordered, order = draws.sort(dim=-1)
+    if bool((ordered.diff(dim=-1) < 1e-12).any()):
+        return ordered, _tail_share(draws, ordered, drawn=True)
+    count = draws.shape[-1]
+    places = torch.arange(count, dtype=draws.dtype, device=draws.device).expand_as(draws)
+    shares = torch.empty_like(draws).scatter_(-1, order, (count - places) / (count + 1.0))
+    return ordered, shares
 
 
 def _normal_tail(z: Tensor) -> Tensor:
@@ -289,13 +308,15 @@ def _draw(cov: Tensor, seeds: Sequence[bytes], count: int) -> Tensor:
     """``(G, count, T)`` null draws of scores of covariances ``(G, T, T)``: each text's
     normals from numpy's generator seeded by its seed, times its factor from numpy's ``eigh``
     (the same numbers on every device, in any batch)."""
-    factors, normals = [], []
-    for host, seed in zip(cov.cpu().numpy(), seeds, strict=True):
-        values, vectors = np.linalg.eigh(host)
-        factors.append(vectors * np.sqrt(np.clip(values, 0.0, None)))
-        normals.append(np.random.default_rng(_seed(seed)).standard_normal((count, len(host))))
-    factor = torch.from_numpy(np.stack(factors)).to(cov.device)
-    return torch.from_numpy(np.stack(normals)).to(cov.device) @ factor.transpose(-1, -2)
+    host = cov.cpu().numpy()
+    factors = np.empty_like(host)
+    normals = np.empty((len(host), count, host.shape[-1]))
+    for g, seed in enumerate(seeds):
+        values, vectors = np.linalg.eigh(host[g])
+        factors[g] = vectors * np.sqrt(np.clip(values, 0.0, None))
+        np.random.default_rng(_seed(seed)).standard_normal(out=normals[g])
+    factor = torch.from_numpy(factors).to(cov.device)
+    return torch.from_numpy(normals).to(cov.device) @ factor.transpose(-1, -2)
 
 
 def null_laws(
@@ -319,13 +340,15 @@ def null_laws(
         cov = torch.stack([covs[i] for i in ids])
         samples = _draw(cov, [seeds[i] for i in ids], count)
         text = samples.sum(dim=-1) / cov.sum(dim=(-1, -2)).clamp(min=1e-12).sqrt()[:, None]
-        windows, members = _windows(units, min_units, cov.device)
-        raw_span = _largest_span_z(samples, _span_weights(cov, members, windows))
-        raw_mixture = mixture_statistic(samples, _unit_spread(cov)[:, None, :])
-        span, mixture = raw_span.sort(dim=-1).values, raw_mixture.sort(dim=-1).values
+        windows, lengths = _windows(units, min_units, cov.device)
+        spread = _spread(cov, windows)[:, None, :]
+        largest = [z.amax(dim=-1) for _, z in _span_zs(samples, spread, lengths)]
+        span, span_shares = _own_shares(torch.stack(largest).amax(dim=0))
+        mixture, mixture_shares = _own_shares(
+            mixture_statistic(samples, _unit_spread(cov)[:, None, :])
+        )
         # Each draw's own p-values, side by side (a draw's smallest is taken across them).
-        tests = [_normal_tail(text), _tail_share(raw_span, span, True)]
-        tests.append(_tail_share(raw_mixture, mixture, True))
+        tests = [_normal_tail(text), span_shares, mixture_shares]
         weights = weighted = None
         if shrinkage is not None:
             weights = gls_weights(cov, shrinkage)
@@ -391,10 +414,11 @@ def _combine(scores, covs, p_texts, nulls, ids, min_units) -> list[CombinedResul
     s = torch.stack([scores[i] for i in ids])
     cov = torch.stack([covs[i] for i in ids])
     count = laws[0].draws
-    windows, members = _windows(s.shape[-1], min_units, s.device)
-    z = (s[:, None, :] @ _span_weights(cov, members, windows))[:, 0]
-    best = z.argmax(dim=-1)
-    best_z = z.gather(-1, best[:, None])
+    windows, lengths = _windows(s.shape[-1], min_units, s.device)
+    rows, zs = zip(*_span_zs(s, _spread(cov, windows), lengths), strict=True)
+    z = torch.cat(zs, dim=-1)
+    best = torch.cat(rows)[z.argmax(dim=-1)]
+    best_z = z.amax(dim=-1, keepdim=True)
     p_span = _tail_share(best_z, torch.stack([law.span for law in laws]))[:, 0]
     mixture = mixture_statistic(s, _unit_spread(cov))
     p_mixture = _tail_share(mixture[:, None], torch.stack([law.mixture for law in laws]))[:, 0]
