@@ -1,11 +1,14 @@
 """Detection speed: ``Detector.detect_batch`` against the bare encoder on the same sentences.
 
     python -m benchmarks.detection --detect-texts 100
+    python -m benchmarks.detection --detect-texts 400 --device cuda
 
 prints the table and writes ``results/detection.json`` and ``detection.md``. Held-out human news
 texts of ~150 words are split, embedded in one encoder pass and tested (exact p-value per
 text); the bare ``encoder.encode`` of the same sentences with the same batch size is the bound.
-Best of alternating repeats.
+Best of alternating repeats. The per-text work outside the encoder is timed on its own too:
+the key applied to the texts' plans and their exact tests with the scan
+(``Detector.score_batch``), which on a GPU must not become the bound.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from .harness import BENCH_KEY_LAYER, REPO, Section, fmt, measure, section_main
 
 def bench_detection(args: Namespace, scheme: WatermarkScheme, skip: int) -> dict[str, Any]:
     """``Detector.detect_batch`` against ``encoder.encode`` on the same sentences: held-out news
-    texts after the first ``skip`` articles (those the generation prompts come from)."""
+    texts after the first ``skip`` articles (those the generation prompts come from); and the
+    work outside the encoder (``Detector.score_batch`` of the texts' plans) on its own."""
     detector = build_detector(WatermarkSettings.from_dict(BENCH_KEY_LAYER), scheme)
     texts = news_windows(args.detect_texts, skip=skip)
     splitter = scheme.splitter
@@ -36,32 +40,41 @@ def bench_detection(args: Namespace, scheme: WatermarkScheme, skip: int) -> dict
     encoder = scheme.encoder
 
     def raw():
-        return encoder.encode(sentences, batch_size=batch, convert_to_tensor=True)
+        # back on the host, so that a GPU's asynchronous work is inside the time
+        return encoder.encode(sentences, batch_size=batch, convert_to_tensor=True).cpu()
 
     raw()  # warm-up, untimed
     detector.detect_batch(texts[:8])
-    detect_runs, raw_runs = [], []
+    plans = detector.plan_batch(texts)
+    detect_runs, raw_runs, score_runs = [], [], []
     for i in range(args.detect_repeats):
         # Alternate which goes first, so drift from other jobs hits both alike.
         pair = [("detect", lambda: detector.detect_batch(texts)), ("raw", raw)]
         for name, fn in pair if i % 2 == 0 else pair[::-1]:
             (detect_runs if name == "detect" else raw_runs).append(measure(fn))
+        score_runs.append(measure(lambda: detector.score_batch(plans)))
     best_detect = min(detect_runs, key=lambda m: m.seconds)
     best_raw = min(raw_runs, key=lambda m: m.seconds)
+    best_score = min(score_runs, key=lambda m: m.seconds)
     results = best_detect.value
     return {
+        "device": str(scheme.device),
         "texts": len(texts),
         "sentences": len(sentences),
+        "scored_units_per_text": sum(p.num_scored for p in plans) / max(1, len(plans)),
         "batch_size": batch,
         "repeats": args.detect_repeats,
         "statistic": detector.statistic,
         "detect_seconds": [round(m.seconds, 3) for m in detect_runs],
         "raw_encode_seconds": [round(m.seconds, 3) for m in raw_runs],
+        "score_seconds": [round(m.seconds, 3) for m in score_runs],
         "split_seconds": split.seconds,
         "detect_texts_per_second": len(texts) / best_detect.seconds,
         "detect_sentences_per_second": len(sentences) / best_detect.seconds,
         "raw_sentences_per_second": len(sentences) / best_raw.seconds,
         "detect_over_raw": best_raw.seconds / best_detect.seconds,
+        "score_ms_per_text": 1e3 * best_score.seconds / len(texts),
+        "outside_encoder_ms_per_text": 1e3 * (best_detect.seconds - best_raw.seconds) / len(texts),
         "detect_peak_rss_mib": max(m.peak_mib for m in detect_runs),
         "raw_peak_rss_mib": max(m.peak_mib for m in raw_runs),
         "scored_ok": sum(r.status == "ok" for r in results),
@@ -69,13 +82,28 @@ def bench_detection(args: Namespace, scheme: WatermarkScheme, skip: int) -> dict
 
 
 def detection_targets(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """The detection target of benchmarks/README.md and whether it is met."""
+    """The detection targets of benchmarks/README.md and whether they are met: on a CPU, 90%
+    of the bare encoder's sentences/s and at most 3 ms of work per text outside the encoder
+    (the key, the exact test, the scan); on a GPU, half of the bare encoder's sentences/s."""
+    if section.get("device", "cpu").startswith("cuda"):
+        return [
+            {
+                "target": "detection >= 50% of raw encoder sentences/s on the GPU",
+                "measured": section["detect_over_raw"],
+                "met": section["detect_over_raw"] >= 0.5,
+            }
+        ]
     return [
         {
-            "target": "detection >= 80% of raw encoder sentences/s",
+            "target": "detection >= 90% of raw encoder sentences/s",
             "measured": section["detect_over_raw"],
-            "met": section["detect_over_raw"] >= 0.8,
-        }
+            "met": section["detect_over_raw"] >= 0.9,
+        },
+        {
+            "target": "key, exact test and scan <= 3 ms per text",
+            "measured": section["score_ms_per_text"],
+            "met": section["score_ms_per_text"] <= 3.0,
+        },
     ]
 
 
@@ -96,7 +124,11 @@ def detection_markdown(det: dict[str, Any]) -> list[str]:
         f"| {fmt(det['raw_peak_rss_mib'], 0)} |",
         "",
         f"Detection / raw encoder sentences/s: {fmt(det['detect_over_raw'])} (splitting alone "
-        f"took {fmt(det['split_seconds'], 3)} s of it).",
+        f"took {fmt(det['split_seconds'], 3)} s of it). Device: {det.get('device', 'cpu')}. "
+        f"Per text ({fmt(det.get('scored_units_per_text'), 1)} scored units): "
+        f"{fmt(det.get('score_ms_per_text'))} ms to apply the key and run the exact test and "
+        f"the scan (`Detector.score_batch`); {fmt(det.get('outside_encoder_ms_per_text'))} ms "
+        f"of `detect_batch` beyond the bare encoder's time.",
         "",
     ]
 
@@ -116,11 +148,13 @@ def add_arguments(p: ArgumentParser, config: bool = True) -> None:
         p.add_argument(
             "--skip", type=int, default=20, help="held-out articles skipped before the texts"
         )
+        p.add_argument("--device", type=str, default="cpu", help="where the encoder runs")
 
 
 def default_scheme(args: Namespace) -> WatermarkScheme:
-    """The scheme of ``--default-config`` under the benchmark key."""
-    return build_scheme(load_watermark_settings([args.default_config], dict(BENCH_KEY_LAYER)))
+    """The scheme of ``--default-config`` under the benchmark key, on ``--device``."""
+    layer = {**BENCH_KEY_LAYER, "model": {"device": getattr(args, "device", "cpu")}}
+    return build_scheme(load_watermark_settings([args.default_config], layer))
 
 
 SECTION = Section(
