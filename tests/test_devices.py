@@ -326,3 +326,18 @@ def test_gpucheck_reads_the_training_device_while_training(tmp_path, monkeypatch
     write_text_atomic(corpus, "".join(d + "\n" for d in export_source("parliament")))
     checkpoint, device = gpucheck.train(tmp_path, corpus, "cpu", steps=2)
     assert device == "cpu" and checkpoint.is_file()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_a_cast_encoder_is_checked_as_loaded_and_scores_nearly_alike(centroids, dtype):
+    encoder = TinyEncoder()
+    plain = _settings(centroids, "direction", "cpu")
+    cast = plain.updated({"model": {"encoder_dtype": dtype}})
+    # The centroid file's fingerprint is of the fp32 weights: the cast comes after the check.
+    scheme = build_scheme(cast, encoder=encoder)
+    assert next(scheme.encoder.parameters()).dtype != torch.float32
+    assert encoder.table.dtype == torch.float32  # the caller's encoder is left as it was
+    want = build_detector(plain, encoder=encoder).detect_batch(TEXTS, PROMPTS)
+    got = build_detector(cast, scheme).detect_batch(TEXTS, PROMPTS)
+    for g, w in zip(got, want, strict=True):
+        assert g.z_score == pytest.approx(w.z_score, abs=0.05)

@@ -121,6 +121,7 @@ def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkS
         if direction:
             # Soft contexts need centroids: an LSH partition scores on the context's region.
             mark = dataclasses.replace(mark, context_temperature=0.0)
+    encoder = cast_encoder(encoder, settings.model.encoder_dtype, copy=given)
     return WatermarkScheme(
         encoder,
         partition.to(settings.model.device),
@@ -131,6 +132,25 @@ def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkS
         center=center,
         components=components,
     )
+
+
+ENCODER_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def cast_encoder(encoder: Any, dtype: str, copy: bool = False) -> Any:
+    """``encoder`` in ``dtype`` (``ModelSettings.encoder_dtype``), after its fingerprint was
+    checked; ``copy``: cast a copy (an encoder the caller passed in stays as it was)."""
+    import torch
+
+    target = getattr(torch, ENCODER_DTYPES[dtype])
+    weights = next(encoder.parameters(), None) if isinstance(encoder, torch.nn.Module) else None
+    if weights is None or weights.dtype == target:
+        return encoder
+    if copy:
+        import copy as copying
+
+        encoder = copying.deepcopy(encoder)
+    return encoder.to(target)
 
 
 def apply_threads(settings: WatermarkSettings) -> None:

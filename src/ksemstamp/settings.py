@@ -37,6 +37,7 @@ DEFAULT_CENTROIDS = {
 PAPER_CENTROIDS = PACKAGE_DATA / "centroids-all-minilm-l6-v2-k8.pt"
 
 LmDtype = Literal["auto", "fp32", "bf16", "int8"]
+EncoderDtype = Literal["fp32", "fp16", "bf16"]
 PartitionKind = Literal["kmeans", "lsh"]
 ValidMode = Literal["keyed", "paper"]
 Context = Literal["own", "previous"]
@@ -62,6 +63,11 @@ class ModelSettings:
     encoder: str = DEFAULT_ENCODER
     """Sentence encoder: offline alias, local folder or Hub id (paper: a fine-tuned
     all-mpnet-base-v1). The builders also take a loaded ``SentenceTransformer``."""
+    encoder_dtype: EncoderDtype = "fp32"
+    """The encoder's weights once loaded and checked against the centroids' fingerprint
+    (which is of the weights as loaded, in fp32): ``fp16`` or ``bf16`` run it faster on a GPU;
+    its embeddings are then rounded more, which moves a text's scores a little (docs/gpu.md
+    says how far). The statistic itself is computed in float64 either way."""
     checkpoint: str | None = None
     """A ``final.ckpt`` that ``train.py`` wrote: its fine-tuned encoder, centroids, mean and
     principal components are used instead of ``encoder`` and ``partition.centroids`` (leave
