@@ -91,14 +91,14 @@ class Run:
         from ..assets import load_lm
 
         if spec not in self._lms:
-            self._lms[spec] = load_lm(spec)
+            self._lms[spec] = load_lm(spec, self.settings.device)
         return self._lms[spec]
 
     def encoder(self, spec: str):
         from ..assets import load_encoder
 
         if spec not in self._encoders:
-            self._encoders[spec] = load_encoder(spec)
+            self._encoders[spec] = load_encoder(spec, self.settings.device)
         return self._encoders[spec]
 
     # -- prompts
@@ -260,6 +260,7 @@ class Run:
         from ..builders import build_detector, build_scheme
 
         key = (algorithm, "detector", key_index)
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, device=self.settings.device))
         if key not in self._encoders:
             encoder = None if cfg.model.checkpoint else self.encoder(cfg.model.encoder)
             self._encoders[key] = build_detector(cfg, build_scheme(cfg, encoder))

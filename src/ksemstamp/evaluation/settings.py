@@ -161,7 +161,11 @@ class EvalSettings:
     """Devices generation spreads over, one process each (Lightning's ``devices``: a number,
     ``0,2``, ``auto`` or ``-1`` for all); each builds its models on its own device."""
     accelerator: str = "cpu"
-    """Lightning accelerator: cpu, gpu, auto."""
+    """Lightning accelerator of generation: cpu, gpu, auto."""
+    device: str = "cpu"
+    """Where this process runs the evaluation's own models: the attacks' paraphrasers and
+    similarity encoder, the perplexity oracle and the detectors (``cuda``, ``cuda:1``);
+    generation runs on the ``accelerator``'s devices."""
     strategy: str = "auto"
     """Lightning strategy, e.g. ddp, ddp_spawn."""
     prompt_batch: int = 4
