@@ -274,7 +274,7 @@ def test_a_flat_file_without_a_kind_keeps_only_the_final_marks_fields(tmp_path):
 
 def test_every_flat_key_of_the_earlier_releases_has_a_place():
     earlier = [
-        "lm", "lm_dtype", "threads", "encoder", "partition", "centroids", "checkpoint",
+        "lm", "lm_dtype", "threads", "encoder", "encoder_dtype", "partition", "centroids", "checkpoint",
         "lsh_bits", "lsh_seed", "gamma", "margin", "valid_mode", "mark", "context",
         "context_temperature", "whiten", "scan", "threshold", "max_candidates", "selection",
         "prune_tokens", "prune_keep", "prune_margin", "novelty_patience", "margin_patience",
