@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast test-newest lint clean-venv results
+.PHONY: setup demo test test-fast test-gpu test-newest lint clean-venv results
 
 # pip speaks only of errors (-qq): its warnings are about the machine's own pip configuration
 # (an index folder that is missing, say), not this project, and a new user's first command
@@ -32,6 +32,11 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not e2e and not slow"
+
+# The tests that run the whole path on a CUDA GPU (skipped where torch sees none); on a bare GPU
+# machine without make, see docs/gpu.md.
+test-gpu: setup
+	$(PY) -m pytest -q -m gpu
 
 # The generator's tests against the newest releases pyproject.toml admits (transformers above
 # all), with deprecation warnings as errors: a release that deprecates a call the generator

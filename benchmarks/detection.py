@@ -148,7 +148,7 @@ def add_arguments(p: ArgumentParser, config: bool = True) -> None:
         p.add_argument(
             "--skip", type=int, default=20, help="held-out articles skipped before the texts"
         )
-        p.add_argument("--device", type=str, default="cpu", help="where the encoder runs")
+    p.add_argument("--device", type=str, default="cpu", help="where detection's encoder runs")
 
 
 def default_scheme(args: Namespace) -> WatermarkScheme:

@@ -236,7 +236,7 @@ class GenerationBench:
         )
 
         def run(prompt: str, index: int) -> PromptRun:
-            enc = tokenizer(prompt, return_tensors="pt")
+            enc = tokenizer(prompt, return_tensors="pt").to(model.device)
 
             def call():
                 with torch.inference_mode(), torch.random.fork_rng(devices=[]):
@@ -256,7 +256,7 @@ class GenerationBench:
         """First calls pay one-off costs (lazy initialisation, allocator growth): pay them
         untimed with a short generation per LM and one encoder call per watermarker."""
         for model, tokenizer in self.lms.values():
-            enc = tokenizer(prompt, return_tensors="pt")
+            enc = tokenizer(prompt, return_tensors="pt").to(model.device)
             with torch.inference_mode():
                 model.generate(**enc, max_new_tokens=8, do_sample=False)
         for wm in self.watermarkers.values():

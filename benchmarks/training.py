@@ -43,8 +43,9 @@ def training_pairs(count: int) -> list[tuple[str, str]]:
     return pairs
 
 
-def _lightning_steps(pairs, batch_size: int, steps: int) -> list[float]:
-    """End time of every optimizer step of ``EncoderModule`` under a Lightning ``Trainer``."""
+def _lightning_steps(pairs, batch_size: int, steps: int, accelerator: str) -> list[float]:
+    """End time of every optimizer step of ``EncoderModule`` under a Lightning ``Trainer`` on
+    ``accelerator`` (one device)."""
     import lightning as L
     from torch.utils.data import DataLoader
 
@@ -55,6 +56,8 @@ def _lightning_steps(pairs, batch_size: int, steps: int) -> list[float]:
 
     class Stamp(L.Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.strategy.root_device.type == "cuda":
+                torch.cuda.synchronize()
             stamps.append(time.perf_counter())
 
     module = EncoderModule(max_seq_length=128, val_kmeans_sentences=0)
@@ -62,7 +65,7 @@ def _lightning_steps(pairs, batch_size: int, steps: int) -> list[float]:
         PairDataset(pairs), batch_size=batch_size, collate_fn=collate_pairs, drop_last=True
     )
     trainer = L.Trainer(
-        accelerator="cpu",
+        accelerator=accelerator,
         devices=1,
         max_steps=steps,
         logger=False,
@@ -77,8 +80,11 @@ def _lightning_steps(pairs, batch_size: int, steps: int) -> list[float]:
     return stamps
 
 
-def _sentence_transformers_steps(pairs, batch_size: int, steps: int) -> list[float]:
-    """End time of every optimizer step of sentence-transformers' own trainer, same loss."""
+def _sentence_transformers_steps(
+    pairs, batch_size: int, steps: int, accelerator: str
+) -> list[float]:
+    """End time of every optimizer step of sentence-transformers' own trainer, same loss, on
+    the GPU for ``accelerator`` ``gpu``/``cuda``, else on the CPU."""
     from datasets import Dataset
     from sentence_transformers import (
         SentenceTransformerTrainer,
@@ -92,8 +98,12 @@ def _sentence_transformers_steps(pairs, batch_size: int, steps: int) -> list[flo
 
     stamps: list[float] = []
 
+    on_gpu = accelerator in ("gpu", "cuda")
+
     class Stamp(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
+            if on_gpu:
+                torch.cuda.synchronize()
             stamps.append(time.perf_counter())
 
     class MarginLoss(torch.nn.Module):
@@ -117,7 +127,7 @@ def _sentence_transformers_steps(pairs, batch_size: int, steps: int) -> list[flo
                 SequentialSampler(dataset), batch_size=batch_size, drop_last=drop_last, **kwargs
             )
 
-    model = load_encoder()
+    model = load_encoder(device="cuda" if on_gpu else "cpu")
     model.max_seq_length = 128  # as EncoderModule's default
     data = Dataset.from_dict({"anchor": [t for t, _ in pairs], "positive": [p for _, p in pairs]})
     with tempfile.TemporaryDirectory() as out:
@@ -131,7 +141,7 @@ def _sentence_transformers_steps(pairs, batch_size: int, steps: int) -> list[flo
             save_strategy="no",
             logging_strategy="no",
             report_to="none",
-            use_cpu=True,
+            use_cpu=not on_gpu,
             dataloader_drop_last=True,
             disable_tqdm=True,
             seed=0,
@@ -161,7 +171,9 @@ def bench_training(args: Namespace) -> dict[str, Any]:
     for r in range(args.train_repeats):
         names = list(runners) if r % 2 == 0 else list(runners)[::-1]
         for name in names:
-            m = measure(lambda name=name: runners[name](pairs, batch, warm + steps))
+            m = measure(
+                lambda name=name: runners[name](pairs, batch, warm + steps, args.accelerator)
+            )
             stamps = m.value
             # Steady state: from the end of the last warm-up step to the end of the last step.
             seconds = stamps[-1] - stamps[warm - 1]
@@ -172,6 +184,7 @@ def bench_training(args: Namespace) -> dict[str, Any]:
     best = {n: max(x["pairs_per_second"] for x in runs) for n, runs in results.items()}
     return {
         "measured": True,
+        "accelerator": args.accelerator,
         "batch_size": batch,
         "warmup_steps": warm,
         "measured_steps": steps,
@@ -211,7 +224,7 @@ def training_markdown(train: dict[str, Any]) -> list[str]:
         f"Batch {train['batch_size']} pairs, max_seq_length {train['max_seq_length']}, "
         f"{train['measured_steps']} measured steps after {train['warmup_steps']} warm-up "
         f"steps, best of {train['repeats']} alternating repeats; same pairs, same margin "
-        f"loss (delta 0.8), AdamW lr 4e-5.",
+        f"loss (delta 0.8), AdamW lr 4e-5; accelerator {train.get('accelerator', 'cpu')}.",
         "",
         "| step | pairs / s | peak RSS MiB |",
         "|---|---|---|",
@@ -233,6 +246,9 @@ def add_arguments(p: ArgumentParser) -> None:
     p.add_argument("--train-steps", type=int, default=6, help="measured training steps")
     p.add_argument("--train-warmup", type=int, default=2, help="untimed first training steps")
     p.add_argument("--train-repeats", type=int, default=2)
+    p.add_argument(
+        "--accelerator", type=str, default="cpu", help="Lightning accelerator: cpu or gpu"
+    )
 
 
 def check_arguments(args: Namespace) -> None:

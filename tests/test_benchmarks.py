@@ -169,3 +169,27 @@ def test_the_benchmark_key_is_accepted_without_the_weak_key_override(monkeypatch
     for s in settings:
         assert s.key == harness.BENCH_KEY
         check_key(s.key, s.allow_weak_key)
+
+
+def test_detection_and_throughput_targets_follow_the_device():
+    from benchmarks import throughput
+
+    cpu = {"device": "cpu", "detect_over_raw": 0.95, "score_ms_per_text": 2.5}
+    assert [t["met"] for t in detection.detection_targets(cpu)] == [True, True]
+    slow = dict(cpu, score_ms_per_text=3.5)
+    assert [t["met"] for t in detection.detection_targets(slow)] == [True, False]
+    gpu = {"device": "cuda:0", "detect_over_raw": 0.4}
+    (target,) = detection.detection_targets(gpu)
+    assert "GPU" in target["target"] and target["met"] is False
+
+    row = {
+        "prompts": 64,
+        "watermarked_tokens_per_second": 900.0,
+        "plain_tokens_per_second": 1500.0,
+        "watermarked_over_plain": 0.6,
+    }
+    section = {"device": "cuda", "lm": "x", "lm_dtype": "bf16", "max_new_tokens": 8, "rows": [row]}
+    (target,) = throughput.throughput_targets(section)
+    assert target["met"] and target["measured"] == 0.6
+    assert throughput.throughput_targets(dict(section, device="cpu")) == []
+    assert "| 64 | 900.0 | 1500.0 | 0.60 |" in throughput.throughput_markdown(section)
