@@ -260,7 +260,9 @@ class Run:
         from ..builders import build_detector, build_scheme
 
         key = (algorithm, "detector", key_index)
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, device=self.settings.device))
+        cfg = dataclasses.replace(
+            cfg, model=dataclasses.replace(cfg.model, device=self.settings.device)
+        )
         if key not in self._encoders:
             encoder = None if cfg.model.checkpoint else self.encoder(cfg.model.encoder)
             self._encoders[key] = build_detector(cfg, build_scheme(cfg, encoder))
