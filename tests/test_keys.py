@@ -304,3 +304,30 @@ def test_a_short_random_key_is_refused_by_its_length(monkeypatch):
     monkeypatch.delenv(WEAK_KEY_ENV, raising=False)
     with pytest.raises(ValueError, match=r"8 random bytes in hex \(64 bits\), under the 128"):
         check_key("9c1f04be73a5d862")  # openssl rand -hex 8
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_key_is_an_error_not_the_demo_key(monkeypatch, value):
+    monkeypatch.setenv("KSEMSTAMP_KEY", value)
+    with pytest.raises(ValueError, match="KSEMSTAMP_KEY is set but empty"):
+        resolve_key(None)
+    monkeypatch.delenv("KSEMSTAMP_KEY")
+    with pytest.raises(ValueError, match="the watermark key is empty"):
+        resolve_key(value)
+    with pytest.warns(UserWarning, match="demo key"):
+        assert resolve_key(None) == DEMO_KEY  # unset: the demo key, with a warning
+
+
+@pytest.mark.parametrize("command", [["demo"], ["detect", "--text", "One. Two. Three."]])
+def test_the_command_line_refuses_an_empty_key_variable(monkeypatch, capsys, command):
+    import ksemstamp.assets
+    from ksemstamp.cli import main
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(ksemstamp.assets, "load_encoder", no_model)
+    monkeypatch.setenv("KSEMSTAMP_KEY", "")  # what a failed `$(ksemstamp keygen)` leaves
+    assert main([*command, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "KSEMSTAMP_KEY is set but empty" in err and "demo key" in err

@@ -225,7 +225,7 @@ def demo(
     from .keys import DEMO_KEY, KEY_ENV
 
     prompt = news_prompt(article, prompt_words)
-    if not settings.key and not os.environ.get(KEY_ENV):
+    if settings.key is None and os.environ.get(KEY_ENV) is None:
         # The demo's own key, said as part of the demo rather than as a warning.
         settings.key = DEMO_KEY
         print(

@@ -245,10 +245,26 @@ def num_valid(num_regions: int, gamma: float) -> int:
 
 
 def resolve_key(key: str | None) -> str:
-    """The key to use: ``key`` if given, else ``$KSEMSTAMP_KEY``, else the public demo key."""
+    """The key to use: ``key`` if given, else ``$KSEMSTAMP_KEY``, else the public demo key.
+
+    An empty key, given or in ``$KSEMSTAMP_KEY``, raises ``ValueError``: it is a mistake, most
+    often ``export KSEMSTAMP_KEY="$(ksemstamp keygen)"`` where ``ksemstamp`` is not on the
+    ``PATH``, and falling back to the public demo key would hide it."""
+    if key is not None and not key.strip():
+        raise ValueError(
+            "the watermark key is empty; give a key (make one with `ksemstamp keygen`), or "
+            f"leave it out to use {KEY_ENV}"
+        )
     if key:
         return key
     env = os.environ.get(KEY_ENV)
+    if env is not None and not env.strip():
+        raise ValueError(
+            f"{KEY_ENV} is set but empty: was the key made by a command that failed (`export "
+            f'{KEY_ENV}="$(ksemstamp keygen)"` where `ksemstamp` is not on the PATH: run '
+            "`source .venv/bin/activate` first, or use `.venv/bin/ksemstamp keygen`)? Set it to "
+            f"a key, or unset it (`unset {KEY_ENV}`) to use the public demo key"
+        )
     if env:
         return env
     warnings.warn(
