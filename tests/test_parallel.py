@@ -163,12 +163,12 @@ def test_detect_input_over_devices_writes_what_one_process_writes(tmp_path, monk
 
 
 def test_a_weak_key_is_refused_before_any_process_starts(tmp_path, monkeypatch, capsys):
-    import ksemstamp.records
+    import ksemstamp.parallel
 
     def no_processes(*args, **kwargs):
         raise AssertionError("processes were started with a weak key")
 
-    monkeypatch.setattr(ksemstamp.records, "run_jsonl", no_processes)
+    monkeypatch.setattr(ksemstamp.parallel, "run_jsonl", no_processes)
     monkeypatch.delenv("KSEMSTAMP_ALLOW_WEAK_KEY", raising=False)
     monkeypatch.setenv("KSEMSTAMP_KEY", "password1")
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"

@@ -23,8 +23,13 @@ import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where it is used: the settings read this module's names, and a command's
+# help or a refused key must not wait for torch to load.
 
 DEFAULT_LM = "smollm2-135m-instruct"
 DEFAULT_ENCODER = "all-minilm-l6-v2"
@@ -107,6 +112,7 @@ def convert_gguf(gguf_file: Path) -> Path:
     The conversion is written to a temporary folder and renamed into place, so an interrupted
     conversion never leaves a half-written cache entry behind.
     """
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_file = Path(gguf_file)
@@ -151,6 +157,8 @@ LM_DTYPES = ("auto", "fp32", "bf16", "int8")
 def native_bf16(device: str | torch.device = "cpu") -> bool:
     """Whether ``device`` computes in bfloat16 natively: a CUDA device that supports it, or an
     x86 CPU with AVX512-BF16 or AMX-BF16 (read from ``/proc/cpuinfo``; False where unknown)."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -182,6 +190,7 @@ def quantize_int8(model):
     """
     import warnings
 
+    import torch
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     # Attention blocks are named ``self_attn``, ``attn`` or ``attention`` across architectures.
@@ -207,6 +216,7 @@ def load_lm(spec: str = DEFAULT_LM, device: str | torch.device = "cpu", dtype: s
     ``dtype`` is one of ``LM_DTYPES``: ``fp32``; ``bf16`` (weights and activations in bfloat16);
     ``int8`` (``quantize_int8``, CPU only); ``auto`` (``resolve_lm_dtype``).
     """
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = resolve_lm_dtype(dtype, device)
@@ -316,6 +326,8 @@ def encoder_fingerprint(encoder) -> str:
 
 def state_fingerprint(state: dict) -> str:
     """The ``encoder_fingerprint`` of a state dict."""
+    import torch
+
     digest = hashlib.sha256()
     for name, tensor in sorted(state.items()):
         digest.update(name.encode())

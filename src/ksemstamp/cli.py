@@ -14,6 +14,7 @@ The commands that generate and detect are here; the others are their modules' (`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -23,14 +24,14 @@ from pathlib import Path
 
 from jsonargparse.typing import PositiveInt
 
-from .builders import build_detector, build_scheme, build_watermarker
-from .calibration.run import CalibrationSettings
+from .builders import build_detector, build_scheme, build_watermarker, checked_key
+from .calibration.settings import CalibrationSettings
 from .centroids import centroids
 from .commandline import CommandLineError
 from .console import ARGV, call, command_line, print_err
+from .devices import DeviceSettings
 from .evaluation.run import evaluate
 from .gpucheck import gpucheck
-from .parallel import DeviceSettings
 from .records import JsonlFiles, run_records
 from .settings import WatermarkSettings
 from .text.corpora import news_prompt
@@ -281,11 +282,12 @@ def calibrate(
         output_dir: the JSON, report and PNG go here.
         quiet: no progress bars.
     """
-    from .calibration import run_calibration, write_outputs
     from .keys import DEMO_KEY, key_fingerprint
 
     calibration = calibration or CalibrationSettings()
-    scheme = build_scheme(settings)
+    scheme = build_scheme(settings)  # a weak key is refused before the run's modules load
+    from .calibration import run_calibration, write_outputs
+
     shown = {"model": {"encoder": settings.model.encoder}, "mark": settings.to_dict()["mark"]}
     shown["partition"] = {"kind": settings.partition.kind}
     if settings.model.checkpoint:
@@ -334,6 +336,9 @@ def serve(
         generation: false: detection only, no LM loaded.
         quiet: no progress bars while the models load.
     """
+    key = checked_key(settings)  # a weak key is refused before the page's modules load
+    if key is not None:  # resolved once: the demo key's warning shows once
+        settings = dataclasses.replace(settings, key=key)
     from .serve import Limits, serve
 
     serve(

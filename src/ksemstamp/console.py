@@ -52,8 +52,7 @@ def call(fn: Callable, argv: Sequence[str], prog: str) -> int:
         if invocation.print_config:
             print(invocation.printed_config(), end="")
             return 0
-        if invocation.kwargs.get("quiet"):
-            quiet_model_loading()
+        quiet_model_loading()  # every command: a model's loading bar is noise, quiet or not
         ARGV[:] = [*prog.split()[1:], *argv]  # the command's name and its arguments
         try:
             return fn(**invocation.kwargs)
@@ -77,10 +76,17 @@ def print_err(text: str = "") -> None:
 
 
 def quiet_model_loading() -> None:
-    """No progress bars while models load (transformers' and the Hugging Face Hub's)."""
-    from transformers.utils import logging as hf_logging
+    """No progress bars while models load (transformers' "Loading weights", the Hugging Face
+    Hub's downloads). Said through ``HF_HUB_DISABLE_PROGRESS_BARS`` (unless the environment
+    sets it), which transformers reads when it loads: a command that loads no model never
+    imports it. A generation's or a detection's own bars are not these."""
+    import os
 
-    hf_logging.disable_progress_bar()
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] != "0":
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 class _StderrHandler(logging.Handler):

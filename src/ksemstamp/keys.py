@@ -36,13 +36,12 @@ import re
 import secrets
 import string
 import warnings
-from typing import NamedTuple
-
-import numpy as np
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, NamedTuple
 
 from .cudarand import cuda_randperm
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 PAPER_PRIME = 15485863
 KEY_ENV = "KSEMSTAMP_KEY"
@@ -302,6 +301,8 @@ def valid_table(num_regions: int, gamma: float, key: str | None, mode: str = "ke
 
     Every row has exactly ``gamma * K`` True entries.
     """
+    import torch  # here: checking a key (at every command's start) needs no torch
+
     n_valid = num_valid(num_regions, gamma)
     table = torch.zeros(num_regions, num_regions, dtype=torch.bool)
     for q in range(num_regions):
@@ -328,6 +329,9 @@ def keyed_directions(num_contexts: int, dim: int, key: str) -> Tensor:
     Over uniformly random keys the rows are independent Gaussian vectors: the ``direction``
     detector's exact null law rests on this (see ``stats.direction_z``).
     """
+    import numpy as np
+    import torch
+
     if not key:
         raise ValueError("keyed directions need a key")
     if num_contexts < 1 or dim < 1:

@@ -14,15 +14,21 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
 from .builders import build_detector, build_watermarker, checked_key
+from .devices import DeviceSettings
 from .io import ResumableWriter, earlier_output_problem, same_file
-from .jsonl import InputRecord, read_jsonl
-from .parallel import DeviceSettings, Job, read_records, run_jsonl, shard_paths
+from .jsonl import InputRecord, read_jsonl, read_jsonl_objects
 from .settings import WatermarkSettings
+
+if TYPE_CHECKING:
+    from .parallel import Job
+
+# ``parallel`` (Lightning) is imported where records are spread over devices: a weak key or an
+# unusable output is refused before it loads.
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +167,8 @@ def process_jsonl(
     if key is not None:
         cfg = dataclasses.replace(cfg, key=key)
     if args.parallel.requested():
+        from .parallel import read_records, run_jsonl, shard_paths
+
         with ResumableWriter(args.output, accept=accept):
             pass  # the checks above, before any process starts
         spawned = job(name, {**cfg.to_dict(), "key": cfg.key}, option)
@@ -203,7 +211,7 @@ def process_jsonl(
             # how many are done (a pipe or device, which cannot be read back: the count).
             done = skipped + len(statuses)
             if Path(args.output).is_file():
-                done = len(read_records(args.output))
+                done = len(read_jsonl_objects(args.output, missing_ok=True, skip_invalid=True))
             raise _interrupted(done - skipped, args.output, done, len(records)) from None
     failures = statuses.count("error")
     successes = len(statuses) - failures
@@ -229,6 +237,8 @@ class RecordJob:
     """``generate``: no watermark; ``detect``: progress bars."""
 
     def __call__(self, device) -> Job:
+        from .parallel import Job
+
         data = dict(self.settings)
         data["model"] = {**data["model"], "device": str(device)}
         processor = PROCESSORS[self.command](WatermarkSettings.from_dict(data), self.option)
