@@ -361,12 +361,16 @@ def test_control_characters_of_a_text_never_reach_the_terminal(stand_in, capsys)
     assert "Clear \\x1b[2Jthe screen." in out and "\\x07" in out
 
 
-def test_quiet_silences_the_model_loading_bars(stand_in, monkeypatch):
+@pytest.mark.parametrize("quiet", [["--quiet"], []])
+def test_every_command_silences_the_model_loading_bars(stand_in, monkeypatch, quiet):
+    import warnings
+
     from transformers.utils import logging as hf_logging
 
-    hf_logging.enable_progress_bar()
-    try:
-        assert cli.main(["detect", "--text", "One. Two.", "--quiet"]) == 0
-        assert not hf_logging.is_progress_bar_enabled()
-    finally:
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the Hub's bars may be off for the process already
         hf_logging.enable_progress_bar()
+    assert cli.main(["detect", "--text", "One. Two.", *quiet]) == 0
+    assert not hf_logging.is_progress_bar_enabled()
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"  # for what loads transformers later

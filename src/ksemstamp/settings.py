@@ -145,6 +145,8 @@ class DirectionSettings:
     """What generation draws and detection scores: ``clauses`` (cut after , ; : once ``clause_words``
     words precede: more evidence after a paraphrase, a third more decoding) or ``sentences``."""
     clause_words: int = 4
+    """``clauses``: the fewest words a clause holds before a comma, semicolon or colon may end
+    it (a shorter piece runs on into the next); a sentence's last clause may be shorter."""
 
     def __post_init__(self) -> None:
         problems = at_least(self, 0, "whiten") + at_least(self, 1, "clause_words")
