@@ -29,6 +29,7 @@ from .calibration.settings import CalibrationSettings
 from .centroids import centroids
 from .commandline import CommandLineError
 from .console import ARGV, call, command_line, format_detection, print_err
+from .detectable import length_note
 from .devices import DeviceSettings
 from .evaluation.run import evaluate
 from .gpucheck import gpucheck
@@ -92,6 +93,9 @@ def generate(
         f"{res.candidates} candidates, "
         f"{res.fallbacks} fallbacks, {res.seconds:.1f} s" + "".join(f"; {n}" for n in notes) + "]"
     )
+    short = length_note(res, settings) if watermark else None
+    if short is not None:
+        print_err(f"warning: {short['warning']}")
     return 0
 
 
@@ -204,6 +208,9 @@ def demo(
         f"generation: {res.num_sentences} {unit}s, {res.candidates} candidates "
         f"({per:.1f} per {unit}), {res.fallbacks} fallbacks\n"
     )
+    short = length_note(res, settings)
+    if short is not None:
+        print_err(f"warning: {short['warning']}\n")
     start = time.perf_counter()
     result = detector.detect(res.text, prompt)
     print(f"detection ({time.perf_counter() - start:.2f} s):")

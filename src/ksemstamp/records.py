@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from .builders import build_detector, build_watermarker, checked_key
+from .detectable import length_note
 from .devices import DeviceSettings
 from .io import (
     ResumableWriter,
@@ -198,10 +199,12 @@ def process_jsonl(
             where = f"the shards beside {args.output}"
             raise _interrupted(written, where, done, len(records)) from None
         statuses = [row["status"] for row in rows]
+        short = sum("units_needed" in row for row in rows)
         new = {row.get("line") for row in rows}
         earlier = [r.get("status") for r in read_records(args.output) if r.get("line") not in new]
     else:
         statuses = []
+        short = 0
         interrupted = False
         with ResumableWriter(args.output, accept=accept, redo=redo) as out:
             pending = [r for r in records if not out.is_done(r)]
@@ -220,6 +223,7 @@ def process_jsonl(
                     for row in processor.rows(pending[start : start + batch_size]):
                         out.write(row)
                         statuses.append(row["status"])
+                        short += "units_needed" in row
                         bar.update()
             except KeyboardInterrupt:
                 interrupted = True
@@ -242,6 +246,14 @@ def process_jsonl(
     logger.info(
         "%s: %d %s, %d failed, %d already done", name, successes, counted_as_ok, failures, skipped
     )
+    if short:
+        logger.warning(
+            "warning: %d text%s too short to be detected: fewer scored %ss than detection "
+            "typically needs (each record says: scored_units, units_needed, warning)",
+            short,
+            "s are" if short > 1 else " is",
+            cfg.unit,
+        )
     return exit_status([*earlier, *statuses])
 
 
@@ -302,7 +314,12 @@ def _generate_processor(settings: WatermarkSettings, no_watermark: bool = False)
 
     def process(datas: list[dict]) -> list[dict]:
         results = watermarker.generate([d["prompt"] for d in datas], watermark=not no_watermark)
-        return [{**res.to_record(), "key_fingerprint": fingerprint} for res in results]
+        # A text too short to be detected says so (``detectable``): not for plain sampling.
+        notes = [None if no_watermark else length_note(res, settings) for res in results]
+        return [
+            {**res.to_record(), **(note or {}), "key_fingerprint": fingerprint}
+            for res, note in zip(results, notes, strict=True)
+        ]
 
     models = _models(watermarker.scheme, watermarker)
     return RecordProcessor(check, process, ERROR_FIELDS["generate"], models)

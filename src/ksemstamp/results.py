@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
-
-import torch
+from typing import TYPE_CHECKING, NamedTuple
 
 from .text.normalize import tampered
+
+if TYPE_CHECKING:
+    import torch
 
 NO_REGION = -1
 """The region of a sentence no mark located: a plain candidate, a prompt not yet completed."""
