@@ -188,7 +188,7 @@ def demo(
         settings.key = DEMO_KEY
         print(
             "key: the public demo key, so anyone can forge or strip this mark; for real use\n"
-            f'  export {KEY_ENV}="$(ksemstamp keygen)"\n'
+            f'  export {KEY_ENV}="$(ksemstamp keygen)"   (first: source .venv/bin/activate)\n'
         )
     scheme = build_scheme(settings)
     watermarker = build_watermarker(settings, scheme)
