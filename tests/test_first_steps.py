@@ -118,7 +118,13 @@ def test_the_first_ten_minutes_of_a_new_user(tmp_path):
             found = re.search(r"serving on (http://\S+/)", line)
             address = found[1] if found else None
         assert address, "serve never said where it serves"
-        assert "<!doctype html>" in urllib.request.urlopen(address, timeout=60).read().decode()
+        page = None
+        while page is None and time.monotonic() < deadline:  # it says so just before it listens
+            try:
+                page = urllib.request.urlopen(address, timeout=60).read().decode()
+            except OSError:
+                time.sleep(0.5)
+        assert page is not None and "<!doctype html>" in page.lower()
         body = json.dumps({"text": text, "prompt": generate.split('"')[1]}).encode()
         request = urllib.request.Request(
             address + "api/detect", body, {"Content-Type": "application/json"}
