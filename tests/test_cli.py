@@ -40,7 +40,8 @@ def test_generate_then_detect_jsonl(tmp_path):
     # A prompt that ends mid-sentence is completed first; the record says which part.
     unfinished = {"id": "f", "prompt": "The storm hit the coast on Friday and"}
     _write(src, PROMPTS + bad + [unfinished])
-    assert main(["generate", "--input", str(src), "--output", str(out), *FAST]) == 0
+    # 3: some lines failed (0 when every line is done, 1 when none is)
+    assert main(["generate", "--input", str(src), "--output", str(out), *FAST]) == 3
     rows = {r.get("id", r["line"]): r for r in _lines(out)}
     assert len(rows) == 8
     for key in ("a", "b"):
@@ -48,6 +49,9 @@ def test_generate_then_detect_jsonl(tmp_path):
         assert r["status"] == "ok" and r["text"] and r["prompt"] == PROMPTS[ord(key) - 97]["prompt"]
         assert {"num_sentences", "candidates", "fallbacks", "key_fingerprint"} <= set(r)
         assert r["num_sentences"] >= 1 and 1 <= r["candidates"] <= 3 * r["num_sentences"]
+        # a short text (12 tokens) says how many units it holds and how many detection needs
+        if r["num_sentences"] < 4:
+            assert r["scored_units"] == r["num_sentences"] and r["units_needed"] == 4
     assert rows["a"]["extra"] == 1
     for key in (3, 4, "c", "d", "e"):
         assert rows[key]["status"] == "error" and rows[key]["error"]
@@ -67,7 +71,7 @@ def test_generate_then_detect_jsonl(tmp_path):
         other_key,
     ]
     _write(src, gen_rows + extra)
-    assert main(["detect", "--input", str(src), "--output", str(det), "--quiet"]) == 0
+    assert main(["detect", "--input", str(src), "--output", str(det), "--quiet"]) == 3
     got = {r.get("id", r["line"]): r for r in _lines(det)}
     assert got["a"]["status"] == "ok" and got["a"]["num_scored"] >= 1
     assert {"z_score", "p_value", "num_scored", "num_valid", "status"} <= set(got["a"])

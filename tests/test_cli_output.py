@@ -200,7 +200,7 @@ def test_detect_writes_one_strict_record_per_input_line(tmp_path_factory, stand_
     src, out = folder / "in.jsonl", folder / "out.jsonl"
     content = "\n".join(lines) + "\n"
     src.write_bytes(content.encode("utf-8", "surrogatepass"))
-    assert cli.main(["detect", "--input", str(src), "--output", str(out), "--quiet"]) in (0, 1)
+    assert cli.main(["detect", "--input", str(src), "--output", str(out), "--quiet"]) in (0, 1, 3)
     written = [_strict(line) for line in out.read_text(encoding="utf-8").split("\n")[:-1]]
     # every line, blank ones too (the last piece of the cut is what follows the last line end)
     expected = list(range(1, len(_cut(content))))
@@ -213,15 +213,49 @@ def test_every_input_line_gets_a_record_blank_ones_too(tmp_path, stand_in, capsy
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     lines = [json.dumps(ROWS[0]), "", "   \t", json.dumps(ROWS[1]), ""]
     src.write_text("\n".join(lines) + "\n")  # five lines, the last one blank too
-    assert _detect(src, out) == 0
+    assert _detect(src, out) == 3  # some lines failed
     records = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["line"] for r in records] == [1, 2, 3, 4, 5]
     blank = [r for r in records if r["status"] == "error"]
     assert [r["line"] for r in blank] == [2, 3, 5]
     assert all(r["error"] == f"line {r['line']} is blank" for r in blank)
     assert "detect: 2 scored, 3 failed" in capsys.readouterr().err
-    assert _detect(src, out) == 0  # and they resume like any other record
+    assert _detect(src, out) == 3  # and they resume like any other record, still failed
     assert "5 records already in" in capsys.readouterr().err
+
+
+def test_a_fixed_line_is_redone_in_place_and_the_exit_status_says_what_failed(
+    tmp_path, stand_in, capsys
+):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    broken = '{"id": 1, "text": "Tab\there. Then more."}'  # a raw tab inside a string
+    lines = [json.dumps(ROWS[0]), broken, json.dumps(ROWS[2])]
+    src.write_text("\n".join(lines) + "\n")
+    assert _detect(src, out) == 3  # 0: every line done, 3: some failed, 1: every line failed
+    failed = json.loads(out.read_text().splitlines()[1])
+    # the whole message, with where the line went wrong
+    assert failed["error"] == "line 2 is not valid JSON: Invalid control character at column 23"
+    capsys.readouterr()
+    lines[1] = json.dumps(ROWS[1])  # fixed, with its id, and the run again
+    src.write_text("\n".join(lines) + "\n")
+    assert _detect(src, out) == 0
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["line"], r["id"], r["status"]) for r in records] == [
+        (1, 0, "ok"),
+        (2, 1, "ok"),
+        (3, 2, "ok"),
+    ]
+    assert "redoing 1 failed record" in capsys.readouterr().err and len(stand_in) == 2
+    # a record that did not fail is never redone: a changed text there is refused as before
+    src.write_text(src.read_text().replace("Sentence 2", "Changed 2"))
+    assert _detect(src, out) == 2
+    assert "another 'text'" in capsys.readouterr().err
+
+
+def test_every_line_failed_exits_with_1(tmp_path, stand_in):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("{not json\n[1]\n")
+    assert _detect(src, out) == 1
 
 
 def test_ctrl_c_says_in_one_line_what_was_written_and_exits_130(tmp_path, monkeypatch, capsys):
@@ -327,12 +361,16 @@ def test_control_characters_of_a_text_never_reach_the_terminal(stand_in, capsys)
     assert "Clear \\x1b[2Jthe screen." in out and "\\x07" in out
 
 
-def test_quiet_silences_the_model_loading_bars(stand_in, monkeypatch):
+@pytest.mark.parametrize("quiet", [["--quiet"], []])
+def test_every_command_silences_the_model_loading_bars(stand_in, monkeypatch, quiet):
+    import warnings
+
     from transformers.utils import logging as hf_logging
 
-    hf_logging.enable_progress_bar()
-    try:
-        assert cli.main(["detect", "--text", "One. Two.", "--quiet"]) == 0
-        assert not hf_logging.is_progress_bar_enabled()
-    finally:
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the Hub's bars may be off for the process already
         hf_logging.enable_progress_bar()
+    assert cli.main(["detect", "--text", "One. Two.", *quiet]) == 0
+    assert not hf_logging.is_progress_bar_enabled()
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"  # for what loads transformers later

@@ -248,3 +248,30 @@ def test_the_key_never_appears_in_a_usage_error(monkeypatch, capsys):
             main(argv)
         err = capsys.readouterr().err
         assert SECRET not in err and "***" in err
+
+
+def test_every_option_of_every_command_has_a_description_and_groups_read_cleanly(capsys):
+    from ksemstamp.commandline import options_of
+
+    for name, entry in COMMANDS.items():
+        if name == "train":  # LightningCLI's own help
+            continue
+        for sub, fn in entry.items() if isinstance(entry, dict) else [("", entry)]:
+            for kind in MARK_KINDS:
+                undocumented = [o.flag for o in options_of(fn, kind) if not (o.help or "").strip()]
+                assert undocumented == [], f"{name} {sub}: {undocumented}"
+            shown = _help([name, sub] if sub else [name], capsys)
+            headings = [line for line in shown.splitlines() if line and not line[0].isspace()]
+            assert not [h for h in headings if h.endswith(".:") or h.endswith(")):")], headings
+    assert "model (the generator, the sentence encoder, and where they run):" in _help(
+        ["generate"], capsys
+    )
+
+
+def test_the_web_page_names_the_command_line_as_users_run_it():
+    from pathlib import Path
+
+    import ksemstamp.serve
+
+    page = (Path(ksemstamp.serve.__file__).parent / "static" / "index.html").read_text()
+    assert "watermark.py" not in page and "ksemstamp detect --input" in page

@@ -349,24 +349,31 @@ def test_cli_report_shows_scores_and_the_exact_z():
         watermarked=True,
         sentences=["One.", "Two.", "Three."],
         regions=[4, 5, 6],
-        verdicts=["seed", "valid", "valid"],
-        scores=[None, 1.25, 2.5],
+        verdicts=["repeat", "valid", "invalid"],
+        scores=[None, 1.25, -0.5],
     )
     text = format_detection(result)
-    assert "+1.25" in text and "+2.50" in text and "(exact)" in text and "positive 2" in text
+    assert "+1.25" in text and "-0.50" in text and "(exact)" in text and "positive 2" in text
     assert "span" not in text and "normalised" not in text
+    # The verdicts are named as the web page names them, under a header, with a legend.
+    rows = text.splitlines()
+    assert rows[0].split() == ["#", "region", "score", "verdict", "sentence"]
+    assert rows[3].split()[:4] == ["3", "6", "-0.50", "blocked"] and "invalid" not in text
+    assert "blocked: scored, does not carry it" in text and "repeat: repeats" in text
     # The scan's span and what normalisation changed are reported when there are any.
     result.span, result.span_z, result.span_p_value, result.text_p_value = [1, 3], 2.9, 0.002, 0.01
     result.mixture_p_value = 0.04
     result.normalized = {"look_alike": 3}
     text = format_detection(result)
-    assert "most marked span: sentences 2-3, z = 2.90, p = 0.002" in text
-    assert "scattered marked sentences p = 0.04" in text and "combines the three" in text
+    assert "most marked span (sentences 2-3, z = 2.90) p = 0.002" in text
+    assert "marked sentences scattered among others p = 0.04" in text
+    assert "(exact, the 3 tests above combined)" in text
     text = format_detection(result, "clause")  # the default's units are named as they are
-    assert "most marked span: clauses 2-3" in text and "scattered marked clauses p" in text
+    assert "most marked span (clauses 2-3" in text and "marked clauses scattered" in text
     result.weighted_p_value = 0.005
     text = format_detection(result)
-    assert "weighted p = 0.005; p below combines the four" in text
+    assert "sentences that move together counted once p = 0.005" in text
+    assert "the 4 tests above combined" in text and "p below" not in text
     assert "3 look-alike" in text
     result.scores = None  # the region mark: the paper's z, no score column
     assert "(paper)" in format_detection(result) and "+1.25" not in format_detection(result)

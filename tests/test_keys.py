@@ -1,4 +1,6 @@
 import math
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -218,3 +220,114 @@ def test_the_command_line_refuses_a_weak_key_before_loading_a_model(monkeypatch,
     assert main(["keygen"]) == 0
     printed = capsys.readouterr().out.strip()
     assert len(printed) == 64 and int(printed, 16) >= 0
+
+
+# ---------------------------------------------------------------------- keys the standard tools make
+
+TOOL_KEYS = [
+    "6c5678aa9775d3461eb2c2b3992434b3",  # openssl rand -hex 16 (128 bits)
+    "c5a1935a139bb9a968c6135819c78b84",
+    "o0m1B+zD19n8LlME+Imdy8mmgOFiqEqL",  # openssl rand -base64 24 (192 bits)
+    "j/bDVErNb1MtzRuiMCTfxRePaTjUx2W3",
+    "LQVCj4oL3BWz4BkcZmo8Yw",  # python -c 'import secrets; print(secrets.token_urlsafe(16))'
+    "sv9Tfwq86cjO2SWqDMK-JA",
+]
+# Guessable keys that are valid hex or base64 all the same: counted by zxcvbn, and refused.
+ENCODED_GUESSES = [
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab",  # hex, one byte repeated
+    "0123456789abcdef0123456789abcdef",  # hex, a sequence
+    "000102030405060708090a0b0c0d0e0f",  # hex, a counter
+    "19870512198706131987071419870815",  # hex digits that are dates
+    "deadbeefcafebabe" * 2,  # hex words
+    "correcthorsebatterystaplexy",  # base64 alphabet: words
+    "CorrectHorseBatteryStaple12",
+    "QwertyuiopAsdfghjklZxcvbnm12",  # a keyboard walk
+    "PasswordPasswordPassword",
+]
+
+
+@pytest.mark.parametrize("key", TOOL_KEYS)
+def test_keys_the_standard_tools_make_are_accepted(monkeypatch, key):
+    from ksemstamp.keys import WEAK_KEY_ENV, check_key, key_entropy_bits, key_strength
+
+    monkeypatch.delenv(WEAK_KEY_ENV, raising=False)
+    assert key_entropy_bits(key) < 128  # zxcvbn alone under-counts random strings
+    strength = key_strength(key)
+    assert strength.basis in ("hex", "base64") and strength.bits >= 128
+    check_key(key)
+
+
+def test_random_keys_in_every_standard_form_are_accepted(monkeypatch):
+    import base64
+    import random
+
+    from ksemstamp.keys import WEAK_KEY_ENV, check_key
+
+    monkeypatch.delenv(WEAK_KEY_ENV, raising=False)
+    rng = random.Random(54)
+    for _ in range(100):
+        for size in (16, 24, 32):
+            data = rng.randbytes(size)
+            check_key(data.hex())
+            check_key(base64.b64encode(data).decode())
+            check_key(base64.urlsafe_b64encode(data).decode().rstrip("="))
+    # openssl's long base64 output comes in lines of 64 characters
+    wrapped = base64.encodebytes(rng.randbytes(64)).decode()
+    assert "\n" in wrapped.strip()
+    check_key(wrapped)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl")
+@pytest.mark.parametrize(
+    "command", [["openssl", "rand", "-hex", "16"], ["openssl", "rand", "-base64", "24"]]
+)
+def test_a_key_from_openssl_is_accepted(monkeypatch, command):
+    from ksemstamp.keys import WEAK_KEY_ENV, check_key
+
+    monkeypatch.delenv(WEAK_KEY_ENV, raising=False)
+    check_key(subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip())
+
+
+@pytest.mark.parametrize("key", ENCODED_GUESSES)
+def test_guessable_keys_that_decode_as_hex_or_base64_are_still_refused(monkeypatch, key):
+    from ksemstamp.keys import WEAK_KEY_ENV, check_key, decode_key
+
+    monkeypatch.delenv(WEAK_KEY_ENV, raising=False)
+    assert decode_key(key) is not None
+    with pytest.raises(ValueError, match="zxcvbn"):
+        check_key(key)
+
+
+def test_a_short_random_key_is_refused_by_its_length(monkeypatch):
+    from ksemstamp.keys import WEAK_KEY_ENV, check_key
+
+    monkeypatch.delenv(WEAK_KEY_ENV, raising=False)
+    with pytest.raises(ValueError, match=r"8 random bytes in hex \(64 bits\), under the 128"):
+        check_key("9c1f04be73a5d862")  # openssl rand -hex 8
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_key_is_an_error_not_the_demo_key(monkeypatch, value):
+    monkeypatch.setenv("KSEMSTAMP_KEY", value)
+    with pytest.raises(ValueError, match="KSEMSTAMP_KEY is set but empty"):
+        resolve_key(None)
+    monkeypatch.delenv("KSEMSTAMP_KEY")
+    with pytest.raises(ValueError, match="the watermark key is empty"):
+        resolve_key(value)
+    with pytest.warns(UserWarning, match="demo key"):
+        assert resolve_key(None) == DEMO_KEY  # unset: the demo key, with a warning
+
+
+@pytest.mark.parametrize("command", [["demo"], ["detect", "--text", "One. Two. Three."]])
+def test_the_command_line_refuses_an_empty_key_variable(monkeypatch, capsys, command):
+    import ksemstamp.assets
+    from ksemstamp.cli import main
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(ksemstamp.assets, "load_encoder", no_model)
+    monkeypatch.setenv("KSEMSTAMP_KEY", "")  # what a failed `$(ksemstamp keygen)` leaves
+    assert main([*command, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "KSEMSTAMP_KEY is set but empty" in err and "demo key" in err

@@ -136,7 +136,8 @@ def test_run_jsonl_merges_in_input_order_and_resumes(tmp_path):
 
 def _stub_detect(cfg, progress=False):
     def process(datas):
-        return [{"status": "ok", "z_score": float(len(d["text"]))} for d in datas]
+        fields = {"p_value": None, "num_scored": 0, "num_valid": 0}  # as a detect record has
+        return [{"status": "ok", "z_score": float(len(d["text"])), **fields} for d in datas]
 
     def check(data):
         return None if isinstance(data.get("text"), str) else "missing field 'text'"
@@ -151,24 +152,35 @@ def test_detect_input_over_devices_writes_what_one_process_writes(tmp_path, monk
     src = tmp_path / "in.jsonl"
     _write(src, [{"id": "a", "text": "abc"}, "not json", {"id": "b"}, {"id": "c", "text": "x"}])
     one, many = tmp_path / "one.jsonl", tmp_path / "many.jsonl"
-    assert main(["detect", "--input", str(src), "--output", str(one), "--quiet"]) == 0
+    # 3: some lines failed
+    assert main(["detect", "--input", str(src), "--output", str(one), "--quiet"]) == 3
     flags = ["--parallel.accelerator", "cpu", "--parallel.devices", "1"]
     flags += ["--parallel.strategy", "auto"]
-    assert main(["detect", "--input", str(src), "--output", str(many), "--quiet", *flags]) == 0
+    assert main(["detect", "--input", str(src), "--output", str(many), "--quiet", *flags]) == 3
     assert _lines(one) == _lines(many)
     assert [r["status"] for r in _lines(many)] == ["ok", "error", "error", "ok"]
+    # The failed lines fixed, a rerun over devices redoes them in place.
+    _write(src, [{"id": "a", "text": "abc"}, {"id": "n", "text": "no"}, {"id": "b", "text": "b"},
+                 {"id": "c", "text": "x"}])  # fmt: skip
+    assert main(["detect", "--input", str(src), "--output", str(many), "--quiet", *flags]) == 0
+    assert [(r["line"], r["status"], r["z_score"]) for r in _lines(many)] == [
+        (1, "ok", 3.0),
+        (2, "ok", 2.0),
+        (3, "ok", 1.0),
+        (4, "ok", 1.0),
+    ]
     # Device settings spread --input files; one text is placed with --model.device instead.
     assert main(["detect", "--text", "One. Two.", "--parallel.devices", "2"]) == 2
     assert "--model.device" in capsys.readouterr().err
 
 
 def test_a_weak_key_is_refused_before_any_process_starts(tmp_path, monkeypatch, capsys):
-    import ksemstamp.records
+    import ksemstamp.parallel
 
     def no_processes(*args, **kwargs):
         raise AssertionError("processes were started with a weak key")
 
-    monkeypatch.setattr(ksemstamp.records, "run_jsonl", no_processes)
+    monkeypatch.setattr(ksemstamp.parallel, "run_jsonl", no_processes)
     monkeypatch.delenv("KSEMSTAMP_ALLOW_WEAK_KEY", raising=False)
     monkeypatch.setenv("KSEMSTAMP_KEY", "password1")
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"

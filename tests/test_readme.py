@@ -36,6 +36,9 @@ def command_lines(path: Path) -> list[list[str]]:
     for block in blocks(path, "bash"):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line.replace("[", "").replace("]", ""), comments=True)
+            # what a shell does with the output is not the command's: `> text.txt`, `| ...`
+            cut = next((i for i, w in enumerate(words) if w in (">", ">>", "|")), len(words))
+            words = words[:cut]
             entry = next((w for w in words if w in ENTRIES or w.endswith("/ksemstamp")), None)
             argv = words[words.index(entry) + 1 :] if entry is not None else []
             # `train` is LightningCLI's (tests/test_training_fit.py); COMMAND is a placeholder.

@@ -455,3 +455,40 @@ def test_sampling_is_fresh_each_call_unless_a_seed_is_set(hash_encoder):
     fixed = generate(7)
     assert [r.text for r in fixed] == [r.text for r in generate(7)]
     assert fixed[0].text == fixed[1].text and "seed" not in fixed[0].to_record()
+
+
+def _clause_watermarker(hash_encoder, script, max_new_tokens=10, max_sentence_tokens=64):
+    scheme = WatermarkScheme(
+        hash_encoder, LSHPartition(32, bits=3), "k", get_splitter("clauses", 3), PAPER_RULE
+    )
+    sampler = ScriptedSampler([[text] for text in script])  # 5 tokens a candidate
+    sampling = SamplingSettings(
+        max_new_tokens=max_new_tokens, max_sentence_tokens=max_sentence_tokens, seed=0
+    )
+    return Watermarker(scheme, sampler, SearchSettings(max_candidates=4), sampling), sampler
+
+
+def test_a_text_finishes_the_sentence_its_budget_falls_in(hash_encoder):
+    script = [
+        "The storm hit the coast,",
+        "and thousands lost power,",  # the budget (10 tokens) falls here, inside a sentence
+        "while the roads stayed closed.",  # past it: the sentence is finished
+        "A new sentence never starts.",
+    ]
+    wm, sampler = _clause_watermarker(hash_encoder, script)
+    res = wm.generate(["A prompt sentence."], watermark=False)[0]
+    assert res.text.endswith("while the roads stayed closed.") and res.num_sentences == 3
+    assert res.num_tokens == 15 and not res.ended_inside_sentence
+    assert sampler.script == [["A new sentence never starts."]]
+    # A text whose budget falls at a sentence's end is as it was: no overrun.
+    wm, _ = _clause_watermarker(hash_encoder, ["The storm hit the coast.", "Power was cut."])
+    assert wm.generate(["A prompt sentence."], watermark=False)[0].num_tokens == 10
+
+
+def test_the_overrun_past_the_budget_is_bounded(hash_encoder):
+    script = [f"and then clause number {i}," for i in range(10)]
+    wm, _ = _clause_watermarker(hash_encoder, script, max_new_tokens=10, max_sentence_tokens=8)
+    res = wm.generate(["A prompt sentence."], watermark=False)[0]
+    # 10 tokens reached inside a sentence; more clauses while fewer than 8 tokens over
+    assert res.num_tokens == 20 and res.ended_inside_sentence
+    assert res.to_record()["ended_inside_sentence"] is True

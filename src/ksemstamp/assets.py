@@ -9,8 +9,9 @@ A *model spec* is one of:
 * a Hugging Face Hub id, passed through to ``from_pretrained`` for users who have Hub access.
 
 GGUF checkpoints are dequantised and converted once, then cached under ``KSEMSTAMP_CACHE``
-(default ``~/.cache/ksemstamp``) keyed by the source file's size and modification time and the
-library version, so later loads take seconds instead of tens of seconds.
+(default ``~/.cache/ksemstamp``) keyed by the source file's content (its SHA-256) and the
+transformers version, so later loads take seconds instead of tens of seconds, and every
+checkout or virtual environment holding the same file shares one converted copy.
 """
 
 from __future__ import annotations
@@ -18,13 +19,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where it is used: the settings read this module's names, and a command's
+# help or a refused key must not wait for torch to load.
 
 DEFAULT_LM = "smollm2-135m-instruct"
 DEFAULT_ENCODER = "all-minilm-l6-v2"
@@ -93,12 +100,51 @@ def _gguf_path(alias: str) -> Path:
     return _package_dir(source.package) / source.filename
 
 
-def _file_key(path: Path) -> str:
+HASHES_FILE = "file-hashes.json"
+"""In the cache: the SHA-256 of each file hashed, by path, with its size and modification time,
+so that a file is read through once, not at every load (``file_sha256``)."""
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of ``path``'s content, remembered in the cache (``HASHES_FILE``) while the
+    file keeps its size and modification time."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    index_path = cache_dir() / HASHES_FILE
+    try:
+        index = json.loads(index_path.read_text())
+    except (OSError, ValueError):
+        index = {}
+    index = index if isinstance(index, dict) else {}
+    known = index.get(str(path))
+    if isinstance(known, dict) and [known.get("size"), known.get("mtime_ns")] == [
+        stat.st_size,
+        stat.st_mtime_ns,
+    ]:
+        return str(known["sha256"])
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    index[str(path)] = {
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "sha256": digest.hexdigest(),
+    }
+    with contextlib.suppress(OSError):  # a cache that cannot be written only hashes again
+        tmp = index_path.with_name(f"{index_path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(index, indent=1, sort_keys=True))
+        tmp.replace(index_path)
+    return digest.hexdigest()
+
+
+def _converted_name(gguf_file: Path) -> tuple[str, str]:
+    """The cache folder of a GGUF file's conversion, and the start every conversion of the
+    same content shares (whatever transformers version made it)."""
     import transformers
 
-    stat = path.stat()
-    raw = f"{path.resolve()}|{stat.st_size}|{int(stat.st_mtime)}|{transformers.__version__}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+    same = f"{gguf_file.stem}-{file_sha256(gguf_file)[:16]}-transformers"
+    return f"{same}{transformers.__version__}", same
 
 
 def convert_gguf(gguf_file: Path) -> Path:
@@ -107,12 +153,14 @@ def convert_gguf(gguf_file: Path) -> Path:
     The conversion is written to a temporary folder and renamed into place, so an interrupted
     conversion never leaves a half-written cache entry behind.
     """
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_file = Path(gguf_file)
     if not gguf_file.is_file():
         raise AssetError(f"GGUF file not found: {gguf_file}")
-    target = cache_dir() / "converted" / f"{gguf_file.stem}-{_file_key(gguf_file)}"
+    name, same = _converted_name(gguf_file)
+    target = cache_dir() / "converted" / name
     if (target / "config.json").exists():
         return target
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
@@ -131,6 +179,10 @@ def convert_gguf(gguf_file: Path) -> Path:
         tmp.rename(target)
     except OSError:  # another process won the race; its copy is as good as ours
         shutil.rmtree(tmp, ignore_errors=True)
+    # One copy of a file's conversion: those an earlier transformers version made go.
+    for old in target.parent.glob(f"{same}*"):
+        if old != target and ".tmp" not in old.name:  # never another process's conversion
+            shutil.rmtree(old, ignore_errors=True)
     return target
 
 
@@ -151,6 +203,8 @@ LM_DTYPES = ("auto", "fp32", "bf16", "int8")
 def native_bf16(device: str | torch.device = "cpu") -> bool:
     """Whether ``device`` computes in bfloat16 natively: a CUDA device that supports it, or an
     x86 CPU with AVX512-BF16 or AMX-BF16 (read from ``/proc/cpuinfo``; False where unknown)."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -182,6 +236,7 @@ def quantize_int8(model):
     """
     import warnings
 
+    import torch
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     # Attention blocks are named ``self_attn``, ``attn`` or ``attention`` across architectures.
@@ -207,6 +262,7 @@ def load_lm(spec: str = DEFAULT_LM, device: str | torch.device = "cpu", dtype: s
     ``dtype`` is one of ``LM_DTYPES``: ``fp32``; ``bf16`` (weights and activations in bfloat16);
     ``int8`` (``quantize_int8``, CPU only); ``auto`` (``resolve_lm_dtype``).
     """
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = resolve_lm_dtype(dtype, device)
@@ -316,6 +372,8 @@ def encoder_fingerprint(encoder) -> str:
 
 def state_fingerprint(state: dict) -> str:
     """The ``encoder_fingerprint`` of a state dict."""
+    import torch
+
     digest = hashlib.sha256()
     for name, tensor in sorted(state.items()):
         digest.update(name.encode())

@@ -88,16 +88,16 @@ def checked_key(settings: WatermarkSettings) -> str | None:
 def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkScheme:
     """Encoder + partition + key + mark, checked for consistency (no LM needed). ``encoder``: a
     loaded sentence encoder or a name (default: the settings')."""
+    settings = as_settings(settings)
+    mark = settings.mark
+    direction = mark.kind == "direction"
+    # The key first, then the centroids: a weak key is refused before torch loads, a centroid
+    # file the mark cannot use before any model is loaded.
+    key = checked_key(settings)
     from .partition import KMeansPartition, LSHPartition
     from .scheme import WatermarkScheme
     from .text.splitter import get_splitter
 
-    settings = as_settings(settings)
-    mark = settings.mark
-    direction = mark.kind == "direction"
-    # The key first, then the centroids: a weak key or a centroid file the mark cannot use is
-    # refused before any model is loaded.
-    key = checked_key(settings)
     kmeans = settings.partition.kind == "kmeans"
     fitted = load_centroids(settings) if kmeans else None
     given = encoder is not None and not isinstance(encoder, str)
@@ -171,14 +171,14 @@ def build_watermarker(
     """A ready ``Watermarker``. ``scheme``: reuse a built scheme; ``lm``: a loaded
     ``(model, tokenizer)``, used as it is, or a name (default: ``model.lm`` in
     ``model.lm_dtype``); ``encoder``: as ``build_scheme`` takes it."""
+    settings = as_settings(settings)
+    scheme = scheme or build_scheme(settings, encoder)  # the key checked first, before torch
+    apply_threads(settings)
     from .assets import load_lm
     from .generation.sampler import CandidateSampler
     from .generation.sequential import SequentialCandidateSampler
     from .watermarker import Watermarker
 
-    settings = as_settings(settings)
-    apply_threads(settings)
-    scheme = scheme or build_scheme(settings, encoder)
     model_settings = settings.model
     if lm is None or isinstance(lm, str):
         lm = load_lm(lm or model_settings.lm, model_settings.device, model_settings.lm_dtype)
@@ -196,13 +196,14 @@ def build_detector(
 ) -> Detector:
     """A ``Detector`` for the scheme of the settings (``scheme``: reuse a built one;
     ``encoder``: as ``build_scheme`` takes it)."""
+    settings = as_settings(settings)
+    scheme = scheme or build_scheme(settings, encoder)  # the key checked first, before torch
+    apply_threads(settings)
     from .detector import Detector
 
-    settings = as_settings(settings)
-    apply_threads(settings)
     mark = settings.mark
     return Detector(
-        scheme or build_scheme(settings, encoder),
+        scheme,
         statistic=settings.detection.statistic,
         alpha=settings.detection.alpha,
         max_chars=settings.limits.max_text_chars,

@@ -27,15 +27,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
-
-import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import Tensor
+from typing import TYPE_CHECKING, Literal
 
 from .assets import DEFAULT_ENCODER
 from .io import atomic_target
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+# torch is imported where it is used: the ``centroids`` command's options are read without it.
 
 DEFAULT_REGIONS = 64
 """K of the default mark's centroids (the shipped file); the paper's K is 8."""
@@ -109,11 +109,16 @@ class CentroidFile:
 
     def save(self, path: str | Path) -> None:
         """Write atomically (temporary file, then rename)."""
+        import torch
+
         with atomic_target(path) as tmp:
             torch.save(self.to_payload(), tmp)
 
     @classmethod
     def load(cls, path: str | Path) -> CentroidFile:
+        """The centroid file at ``path``; raises ``ValueError`` naming what it is instead."""
+        import torch
+
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"centroid file not found: {path}")
@@ -195,6 +200,9 @@ def fit_kmeans(embeddings: Tensor, k: int = 8, seed: int = 0, n_init: int = 10) 
 
     Embeddings are normalised first so that Euclidean k-means ranks points as cosine distance does.
     """
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
     from sklearn.cluster import KMeans
 
     if k < 2:
@@ -208,6 +216,8 @@ def fit_kmeans(embeddings: Tensor, k: int = 8, seed: int = 0, n_init: int = 10) 
 
 def transition_counts(regions_per_doc: Sequence[Tensor], k: int) -> Tensor:
     """``(k, k)`` counts of consecutive-sentence region pairs within each document."""
+    import torch
+
     counts = torch.zeros(k, k, dtype=torch.float64)
     for regions in regions_per_doc:
         if len(regions) > 1:
@@ -219,6 +229,8 @@ def transition_counts(regions_per_doc: Sequence[Tensor], k: int) -> Tensor:
 def principal_components(embeddings: Tensor, mean: Tensor, m: int = NUM_COMPONENTS) -> Tensor:
     """``(min(m, D), D)`` the top principal directions of ``(N, D)`` embeddings centred on
     ``mean`` (eigenvectors of their covariance, largest eigenvalue first)."""
+    import torch
+
     centred = embeddings.double() - mean.double()
     cov = centred.T @ centred / max(1, len(centred))
     _, vectors = torch.linalg.eigh(cov)
@@ -237,6 +249,9 @@ def centroid_file_from(
     (documents of ``doc_lengths`` sentences, in order): with their transition counts, their
     mean, principal components, K and the number of sentences and documents added to
     ``settings`` (which should name the ``source`` and the ``seed``)."""
+    import torch
+    import torch.nn.functional as F
+
     from .partition import kmeans_regions
 
     emb = F.normalize(embeddings.float().cpu(), dim=-1)

@@ -14,6 +14,7 @@ The commands that generate and detect are here; the others are their modules' (`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -23,14 +24,15 @@ from pathlib import Path
 
 from jsonargparse.typing import PositiveInt
 
-from .builders import build_detector, build_scheme, build_watermarker
-from .calibration.run import CalibrationSettings
+from .builders import build_detector, build_scheme, build_watermarker, checked_key
+from .calibration.settings import CalibrationSettings
 from .centroids import centroids
 from .commandline import CommandLineError
-from .console import ARGV, call, command_line, print_err
+from .console import ARGV, call, command_line, format_detection, print_err
+from .detectable import length_note
+from .devices import DeviceSettings
 from .evaluation.run import evaluate
 from .gpucheck import gpucheck
-from .parallel import DeviceSettings
 from .records import JsonlFiles, run_records
 from .settings import WatermarkSettings
 from .text.corpora import news_prompt
@@ -91,57 +93,13 @@ def generate(
         f"{res.candidates} candidates, "
         f"{res.fallbacks} fallbacks, {res.seconds:.1f} s" + "".join(f"; {n}" for n in notes) + "]"
     )
+    short = length_note(res, settings) if watermark else None
+    if short is not None:
+        print_err(f"warning: {short['warning']}")
     return 0
 
 
 # ---------------------------------------------------------------------- detect
-
-
-def format_detection(result, unit: str = "sentence") -> str:
-    """A readable report of one ``DetectionResult`` whose scored pieces are each a ``unit``."""
-    lines = []
-    if result.seed is not None:
-        short = printable(result.seed if len(result.seed) <= 70 else result.seed[:67] + "...")
-        pad = "" if result.scores is None else "        "
-        lines.append(f"  {'':>3}  region {result.seed_region:>2}  {pad}{'seed':<8} {short}")
-    scores = result.scores or [None] * len(result.sentences)
-    for i, (sentence, region, verdict, score) in enumerate(
-        zip(result.sentences, result.regions, result.verdicts, scores, strict=True), start=1
-    ):
-        short = printable(sentence if len(sentence) <= 70 else sentence[:67] + "...")
-        shown = (
-            "" if result.scores is None else ("        " if score is None else f"{score:+7.2f} ")
-        )
-        lines.append(f"  {i:>3}  region {region:>2}  {shown}{verdict:<8} {short}")
-    if result.status != "ok":
-        lines.append(f"status: {result.status} ({result.error})")
-        return "\n".join(lines)
-    verdict = "WATERMARKED" if result.watermarked else "not watermarked"
-    # The region mark's z is the paper's; the direction mark's is its exact statistic.
-    kind = "exact" if result.scores is not None else "paper"
-    counted = "positive" if result.scores is not None else "valid"
-    if result.span is not None and result.span_p_value is not None:
-        lines.append(
-            f"most marked span: {unit}s {result.span[0] + 1}-{result.span[1]}, "
-            f"z = {result.span_z:.2f}, p = {result.span_p_value:.3g}; scattered marked "
-            f"{unit}s p = {result.mixture_p_value:.3g}; whole text p = "
-            f"{result.text_p_value:.3g}"
-            + (
-                "; p below combines the three"
-                if result.weighted_p_value is None
-                else f", weighted p = {result.weighted_p_value:.3g}; p below combines the four"
-            )
-        )
-    if result.normalized:
-        changed = ", ".join(
-            f"{n} {kind.replace('_', '-')}" for kind, n in sorted(result.normalized.items())
-        )
-        lines.append(f"normalised before scoring (characters): {changed}")
-    lines.append(
-        f"scored {result.num_scored}, {counted} {result.num_valid}  |  z = {result.z_score:.2f} "
-        f"({kind})  p = {result.p_value:.3g} ({result.statistic})  ->  {verdict}"
-    )
-    return "\n".join(lines)
 
 
 def _single_process(parallel: DeviceSettings, output: str | None, name: str) -> None:
@@ -225,12 +183,12 @@ def demo(
     from .keys import DEMO_KEY, KEY_ENV
 
     prompt = news_prompt(article, prompt_words)
-    if not settings.key and not os.environ.get(KEY_ENV):
+    if settings.key is None and os.environ.get(KEY_ENV) is None:
         # The demo's own key, said as part of the demo rather than as a warning.
         settings.key = DEMO_KEY
         print(
             "key: the public demo key, so anyone can forge or strip this mark; for real use\n"
-            f'  export {KEY_ENV}="$(ksemstamp keygen)"\n'
+            f'  export {KEY_ENV}="$(ksemstamp keygen)"   (first: source .venv/bin/activate)\n'
         )
     scheme = build_scheme(settings)
     watermarker = build_watermarker(settings, scheme)
@@ -250,6 +208,9 @@ def demo(
         f"generation: {res.num_sentences} {unit}s, {res.candidates} candidates "
         f"({per:.1f} per {unit}), {res.fallbacks} fallbacks\n"
     )
+    short = length_note(res, settings)
+    if short is not None:
+        print_err(f"warning: {short['warning']}\n")
     start = time.perf_counter()
     result = detector.detect(res.text, prompt)
     print(f"detection ({time.perf_counter() - start:.2f} s):")
@@ -281,11 +242,12 @@ def calibrate(
         output_dir: the JSON, report and PNG go here.
         quiet: no progress bars.
     """
-    from .calibration import run_calibration, write_outputs
     from .keys import DEMO_KEY, key_fingerprint
 
     calibration = calibration or CalibrationSettings()
-    scheme = build_scheme(settings)
+    scheme = build_scheme(settings)  # a weak key is refused before the run's modules load
+    from .calibration import run_calibration, write_outputs
+
     shown = {"model": {"encoder": settings.model.encoder}, "mark": settings.to_dict()["mark"]}
     shown["partition"] = {"kind": settings.partition.kind}
     if settings.model.checkpoint:
@@ -334,6 +296,9 @@ def serve(
         generation: false: detection only, no LM loaded.
         quiet: no progress bars while the models load.
     """
+    key = checked_key(settings)  # a weak key is refused before the page's modules load
+    if key is not None:  # resolved once: the demo key's warning shows once
+        settings = dataclasses.replace(settings, key=key)
     from .serve import Limits, serve
 
     serve(

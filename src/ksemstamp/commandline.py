@@ -255,12 +255,22 @@ def build_parser(fn: Callable, prog: str, kind: str = "direction") -> ArgumentPa
     for option in options_of(fn, kind):
         head = option.dest.split(".")[0] if "." in option.dest else ""
         if head and head not in groups:
-            groups[head] = parser.add_argument_group(f"{head}: {_group_title(fn, head)}")
+            groups[head] = parser.add_argument_group(group_heading(head, _group_title(fn, head)))
         target = groups.get(head, parser)
         hint = optional_text if option.hint == (str | None) else option.hint
         given = {"required": True} if option.required else {"default": option.default}
         target.add_argument(option.flag, type=hint, help=option.help, **given)
     return parser
+
+
+def group_heading(head: str, title: str) -> str:
+    """A group's heading in the help: ``model (the generator, ...)``, to which argparse adds
+    its colon (a title's own full stop would read ``...run.:``); the title's first sentence,
+    without what it puts in brackets."""
+    title = title.split(". ")[0].split(" (")[0].rstrip(". ")
+    if title[:1].isupper() and not title[1:2].isupper():
+        title = title[0].lower() + title[1:]
+    return f"{head} ({title})" if title else head
 
 
 def _group_title(fn: Callable, head: str) -> str:

@@ -8,7 +8,7 @@ repeated in a message (``hide_secrets``) or in the command line a run records (`
 While a command runs, the library's log shows on stderr one plain line a record, and a warning
 (a deprecated spelling, the demo key) as one ``warning:`` line (``console_output``). Every such
 line is one write (``print_err``), so the processes of a multi-device run, which share stderr,
-never splice their lines together.
+never splice their lines together. A detection is shown as ``format_detection`` writes it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from .commandline import CommandLineError, options_of, parse
+from .text.textcheck import printable
 
 ARGV: list[str] = []
 """The command being run, its name first and then its arguments (``calibrate`` records it as
@@ -52,8 +53,7 @@ def call(fn: Callable, argv: Sequence[str], prog: str) -> int:
         if invocation.print_config:
             print(invocation.printed_config(), end="")
             return 0
-        if invocation.kwargs.get("quiet"):
-            quiet_model_loading()
+        quiet_model_loading()  # every command: a model's loading bar is noise, quiet or not
         ARGV[:] = [*prog.split()[1:], *argv]  # the command's name and its arguments
         try:
             return fn(**invocation.kwargs)
@@ -77,10 +77,17 @@ def print_err(text: str = "") -> None:
 
 
 def quiet_model_loading() -> None:
-    """No progress bars while models load (transformers' and the Hugging Face Hub's)."""
-    from transformers.utils import logging as hf_logging
+    """No progress bars while models load (transformers' "Loading weights", the Hugging Face
+    Hub's downloads). Said through ``HF_HUB_DISABLE_PROGRESS_BARS`` (unless the environment
+    sets it), which transformers reads when it loads: a command that loads no model never
+    imports it. A generation's or a detection's own bars are not these."""
+    import os
 
-    hf_logging.disable_progress_bar()
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] != "0":
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 class _StderrHandler(logging.Handler):
@@ -207,3 +214,69 @@ def one_line(err: BaseException) -> str:
             message += ("" if not message else " " if message.endswith(":") else "; ") + line
     message = re.sub(r"<class '([\w.]+)'>", r"\1", message)
     return re.sub(r'Parser key "([\w.]+)":', lambda m: f"{m[1]} (--{m[1]}):", message)
+
+
+# ---------------------------------------------------------------------- a detection
+
+
+VERDICTS = {"valid": "valid", "invalid": "blocked", "seed": "seed", "repeat": "repeat"}
+"""The detector's verdicts as the report names them, as the web page does (``serve.present``):
+``blocked`` is a scored unit that does not carry the mark (the region mark: not in a valid
+region; the direction mark: a score that is not positive)."""
+
+
+def format_detection(result, unit: str = "sentence") -> str:
+    """A readable report of one ``DetectionResult`` whose scored pieces are each a ``unit``."""
+    scored = result.scores is not None
+    lines = [f"  {'#':>4}  {'region':>6}  {'score' if scored else '':>7}  {'verdict':<8} {unit}"]
+    if result.seed is not None:
+        short = printable(result.seed if len(result.seed) <= 70 else result.seed[:67] + "...")
+        lines.append(f"  {'-':>4}  {result.seed_region:>6}  {'':>7}  {'seed':<8} {short}")
+    scores = result.scores or [None] * len(result.sentences)
+    for i, (sentence, region, verdict, score) in enumerate(
+        zip(result.sentences, result.regions, result.verdicts, scores, strict=True), start=1
+    ):
+        short = printable(sentence if len(sentence) <= 70 else sentence[:67] + "...")
+        shown = "" if score is None else f"{score:+7.2f}"
+        label = VERDICTS.get(verdict, verdict)
+        lines.append(f"  {i:>4}  {region:>6}  {shown:>7}  {label:<8} {short}")
+    shown = {VERDICTS.get(v, v) for v in result.verdicts} | ({"seed"} if result.seed else set())
+    legend = {
+        "valid": "carries the mark",
+        "blocked": "scored, does not carry it",
+        "seed": f"the prompt's last sentence, which the first {unit} follows; not scored",
+        "repeat": f"repeats an earlier {unit}; not scored",
+    }
+    if shown:
+        lines.append("  " + "; ".join(f"{k}: {v}" for k, v in legend.items() if k in shown))
+    if result.status != "ok":
+        lines.append(f"status: {result.status} ({result.error})")
+        return "\n".join(lines)
+    verdict = "WATERMARKED" if result.watermarked else "not watermarked"
+    # The region mark's z is the paper's; the direction mark's is its exact statistic.
+    kind = "exact" if scored else "paper"
+    counted = "positive" if scored else "valid"
+    tests = []
+    if result.span is not None and result.span_p_value is not None:
+        tests = [
+            f"whole text p = {result.text_p_value:.3g}",
+            f"most marked span ({unit}s {result.span[0] + 1}-{result.span[1]}, "
+            f"z = {result.span_z:.2f}) p = {result.span_p_value:.3g}",
+            f"marked {unit}s scattered among others p = {result.mixture_p_value:.3g}",
+        ]
+        if result.weighted_p_value is not None:
+            tests.append(
+                f"{unit}s that move together counted once p = {result.weighted_p_value:.3g}"
+            )
+        lines.append("tests: " + "; ".join(tests))
+    if result.normalized:
+        changed = ", ".join(
+            f"{n} {kind.replace('_', '-')}" for kind, n in sorted(result.normalized.items())
+        )
+        lines.append(f"normalised before scoring (characters): {changed}")
+    combined = f", the {len(tests)} tests above combined" if tests else ""
+    lines.append(
+        f"scored {result.num_scored}, {counted} {result.num_valid}  |  z = {result.z_score:.2f} "
+        f"({kind})  p = {result.p_value:.3g} ({result.statistic}{combined})  ->  {verdict}"
+    )
+    return "\n".join(lines)

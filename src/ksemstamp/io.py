@@ -7,8 +7,10 @@
   written. Records are keyed on their input line, not their ``id``: two lines may share an id
   and each is still done exactly once. A line whose stored ``id`` differs from the input's is
   refused (the input changed since the output was written); ``earlier_output_problem`` checks
-  a whole existing output against the input before any work. The writer holds an exclusive
-  lock on the file, so a second run on the same output stops at once.
+  a whole existing output against the input before any work. An error record whose input line
+  changed since (a broken line fixed) is taken out and redone (``redo``, ``input_changed``).
+  The writer holds an exclusive lock on the file, so a second run on the same output stops at
+  once.
 * ``atomic_target`` and the ``write_*_atomic`` helpers write through a temporary file and a
   rename, so a reader never sees a half-written file and an interrupted write leaves the old one.
 
@@ -79,16 +81,22 @@ class ResumableWriter:
     file changes: its complete lines (each parsed object, or ``None`` for a line that is not
     one) and ``tail``, the bytes after the last line break (a line cut off by a crash, or
     whatever an unrelated file ends with); it may raise to refuse the file. Only then is the
-    tail dropped.
+    tail dropped. ``redo(record)``, when given, picks the records to take out of the file (after
+    ``accept``, atomically): their input lines count as not done, and are done again.
     """
 
     def __init__(
-        self, path: str | Path, accept: Callable[[list[Any], bytes], None] | None = None
+        self,
+        path: str | Path,
+        accept: Callable[[list[Any], bytes], None] | None = None,
+        redo: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.done_ids: set[str] = set()
         self.done_lines: dict[int, str] = {}  # input line -> its record's id, as JSON
+        self.done_status: dict[int, Any] = {}  # input line -> its record's status
+        self.redone: set[int] = set()  # input lines whose records ``redo`` took out
         self._handle: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
         try:
             _lock(self._handle, self.path)
@@ -99,9 +107,40 @@ class ResumableWriter:
                     accept(rows, tail)
                 # A run killed mid-write leaves a partial last line: drop it, it is redone.
                 drop_cut_last_line(self.path)
+                if redo is not None:
+                    self._take_out([r for r in rows if isinstance(r, dict) and redo(r)])
         except BaseException:
             self._handle.close()
             raise
+
+    def _take_out(self, records: list[dict[str, Any]]) -> None:
+        """Rewrite the file without ``records`` (through a temporary file and a rename, then
+        locked again) and count their input lines as not done."""
+        lines = {r["line"] for r in records if isinstance(r.get("line"), int)}
+        if not lines:
+            return
+        kept = []
+        for raw in self.path.read_bytes().splitlines(keepends=True):
+            try:
+                row = json.loads(raw)
+            except (ValueError, RecursionError):
+                row = None
+            if not (isinstance(row, dict) and row.get("line") in lines):
+                kept.append(raw)
+        with atomic_target(self.path) as tmp:
+            tmp.write_bytes(b"".join(kept))
+        handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        try:
+            _lock(handle, self.path)
+        except BaseException:
+            handle.close()
+            raise
+        self._handle.close()
+        self._handle = handle
+        for line in lines:
+            self.done_lines.pop(line, None)
+            self.done_status.pop(line, None)
+        self.redone |= lines
 
     def _scan(self) -> tuple[list[Any], bytes]:
         """The complete lines, parsed, and the bytes after the last line break."""
@@ -122,6 +161,7 @@ class ResumableWriter:
                     self.done_ids.add(json.dumps(rec["id"]))
                 if isinstance(rec.get("line"), int):
                     self.done_lines[rec["line"]] = json.dumps(rec.get("id"))
+                    self.done_status[rec["line"]] = rec.get("status")
         return rows, data[len(complete) :]
 
     def is_done(self, record: InputRecord) -> bool:
@@ -218,7 +258,9 @@ def earlier_output_problem(
     Every line must be a record of an input line (an int ``line`` and a ``status``), carry the
     fields ``required`` of every record of this command, and agree with that input line on
     ``id`` and on ``content_field`` (the ``text`` or ``prompt`` the command reads, which it
-    never writes). ``tail`` must be empty or the start of a record a killed run was writing:
+    never writes), unless it is an error record of a line that changed since (``input_changed``:
+    a broken line fixed), which the run redoes. ``tail`` must be empty or the start of a record
+    a killed run was writing:
     it begins as the record of some input line begins (``record_start``). A file with no line
     break at all is thereby judged by its whole content, not let through for want of lines."""
     if tail and not any(
@@ -230,9 +272,17 @@ def earlier_output_problem(
         )
     by_line = {r.line: r for r in inputs}
     need = set(required) | {"line", "status"}
+    redone = {"line", "status", "error"}  # an error record of a changed line: redone, not read
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
             return f"its line {number} is not a JSON object"
+        source = by_line.get(row.get("line")) if isinstance(row.get("line"), int) else None
+        if (
+            source is not None
+            and redone <= row.keys()
+            and input_changed(row, source, content_field)
+        ):
+            continue
         if not isinstance(row.get("line"), int) or not need <= row.keys():
             missing = ", ".join(sorted(need - row.keys())) or "line"
             return (
@@ -249,6 +299,16 @@ def earlier_output_problem(
                     "of the input (the input changed since, or the output is of another file)"
                 )
     return None
+
+
+def input_changed(row: dict[str, Any], source: InputRecord, content_field: str) -> bool:
+    """Whether ``row``, an error record of input line ``source.line``, was written for another
+    content of that line (its ``id`` or ``content_field`` differ: the line was fixed since), so
+    that a rerun redoes it. A record that is no error is never redone."""
+    if row.get("status") != "error":
+        return False
+    data = source.data or {}
+    return any(row.get(name) != data.get(name) for name in ("id", content_field))
 
 
 # ---------------------------------------------------------------------- atomic writes

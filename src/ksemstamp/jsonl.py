@@ -129,6 +129,13 @@ def _depth_over(value: Any, limit: int) -> bool:
     return False
 
 
+def json_error(err: json.JSONDecodeError) -> str:
+    """What is wrong with a line and where, in full: ``Invalid control character at column 17``
+    (the reader's own ``msg`` stops at "at", its place given apart)."""
+    at = "" if err.msg.endswith(" at") else " at"
+    return f"{err.msg}{at} column {err.colno}"
+
+
 def _parse_line(number: int, raw: str) -> InputRecord:
     def refuse(reason: str) -> InputRecord:
         return InputRecord(number, None, f"line {number} {reason}")
@@ -141,7 +148,7 @@ def _parse_line(number: int, raw: str) -> InputRecord:
             parse_int=_bounded_int,
         )
     except json.JSONDecodeError as err:
-        return refuse(f"is not valid JSON: {err.msg}")
+        return refuse(f"is not valid JSON: {json_error(err)}")
     except _Refused as err:
         return refuse(f"is not usable JSON: {err}")
     except RecursionError:

@@ -11,10 +11,12 @@ platform rebuilds the same directions and nothing depends on a framework's rando
 
 Strength: every output record carries the key's fingerprint, a hash of the key, so a key that
 can be guessed can be recovered from any record by trying guesses against it. ``check_key``
-refuses keys that take fewer than ``2**MIN_KEY_BITS`` guesses by zxcvbn's estimate (the
-guesser's model of words, names, keyboard patterns, repeats, sequences and dates) unless weak
-keys are allowed (``allow_weak_key`` setting, or ``KSEMSTAMP_ALLOW_WEAK_KEY=1``); ``new_key``
-makes a strong one.
+refuses keys worth fewer than ``MIN_KEY_BITS`` bits (``key_strength``) unless weak keys are
+allowed (``allow_weak_key`` setting, or ``KSEMSTAMP_ALLOW_WEAK_KEY=1``). A key that the standard
+tools make (``openssl rand -hex 16``, ``openssl rand -base64 24``, ``secrets.token_urlsafe(16)``)
+is random bytes written as hex or base64, and counts 8 bits a byte; any other key counts what
+zxcvbn estimates (the guesser's model of words, names, keyboard patterns, repeats, sequences and
+dates). ``new_key`` makes a strong one.
 
 Compatibility: ``mode="paper"`` is the reference code's table: row ``q`` keeps the first
 ``gamma * K`` of ``torch.randperm(K)`` drawn on the GPU by a CUDA generator seeded with
@@ -25,19 +27,21 @@ the mark.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import math
 import os
+import re
 import secrets
 import string
 import warnings
-
-import numpy as np
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, NamedTuple
 
 from .cudarand import cuda_randperm
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 PAPER_PRIME = 15485863
 KEY_ENV = "KSEMSTAMP_KEY"
@@ -45,7 +49,16 @@ KEY_ENV = "KSEMSTAMP_KEY"
 DEMO_KEY = "ksemstamp-public-demo-key"
 WEAK_KEY_ENV = "KSEMSTAMP_ALLOW_WEAK_KEY"
 MIN_KEY_BITS = 128
-"""Least estimated strength of a key (``key_entropy_bits``) accepted without allowing weak keys."""
+"""Least strength of a key (``key_strength``) accepted without allowing weak keys."""
+MIN_KEY_BYTES = 16
+"""Least bytes a hex or base64 key must encode to be counted by its length (``key_strength``)."""
+RANDOM_SHARE = {"hex": 0.8, "base64": 0.85}
+"""A hex or base64 key reads as random when zxcvbn's estimate of it is at least this share of
+brute force over as many characters (zxcvbn's own 10 guesses a character): a word, name, date,
+keyboard walk, repeat or sequence that covers part of the key lowers the estimate below that.
+Random keys stay above it: the lowest of 20,000 random 32-digit hex keys read 0.84, of 20,000
+22-character ``secrets.token_urlsafe(16)`` keys 0.88 (decimal digits in hex read as dates and
+numbers, hence the lower share)."""
 ESTIMATOR_CHARS = 72
 """Longest string zxcvbn estimates at once (its own bound: its search grows fast with length)."""
 ESTIMATOR_WINDOWS = 16
@@ -72,12 +85,110 @@ def key_entropy_bits(key: str) -> float:
 
     if not key:
         return 0.0
+    windows = _windows(key)
+    guesses_log10 = max(zxcvbn(w, max_length=ESTIMATOR_CHARS)["guesses_log10"] for w in windows)
+    return min(guesses_log10 * math.log2(10), _alphabet_bits(key))
+
+
+class KeyStrength(NamedTuple):
+    """How many bits a key is worth, and on what grounds (``key_strength``)."""
+
+    bits: float
+    basis: str
+    """``"hex"`` or ``"base64"``: random bytes in that encoding, 8 bits a byte; ``"zxcvbn"``:
+    zxcvbn's estimate of the guesses it takes (``key_entropy_bits``)."""
+
+    def describe(self) -> str:
+        """The strength in words, for a message (never the key)."""
+        if self.basis == "zxcvbn":
+            return f"about {self.bits:.0f} bits by zxcvbn's estimate of the guesses it takes"
+        return f"{self.bits / 8:.0f} random bytes in {self.basis} ({self.bits:.0f} bits)"
+
+
+def key_strength(key: str) -> KeyStrength:
+    """The bits of guessing it takes to find ``key``.
+
+    A key written as hex or base64 (standard or URL-safe, with or without padding; whitespace
+    ignored) whose bytes look random counts by its length, 8 bits a byte: what ``openssl rand``,
+    ``secrets.token_hex`` and ``secrets.token_urlsafe`` write. The bytes look random when they
+    are at least ``MIN_KEY_BYTES`` (shorter ones count by their length all the same, and fall
+    short), at least half of them distinct (at most 128 needed), no run of 4 bytes occurs twice,
+    no 5 consecutive bytes step evenly (``01 23 45 67 89``), the hex digits mix letters and
+    digits and the base64 mixes upper and lower case, and zxcvbn finds no pattern in the text
+    (``RANDOM_SHARE``). zxcvbn under-counts random strings (a random 128-bit hex key reads
+    about 100 bits): that is why such a key is counted by its length. Any other key counts
+    zxcvbn's estimate (``key_entropy_bits``)."""
+    decoded = decode_key(key)
+    if decoded is not None:
+        data, encoding = decoded
+        text = "".join(key.split())
+        if len(data) < MIN_KEY_BYTES and _random_text(text, encoding):
+            return KeyStrength(8.0 * len(data), encoding)
+        if _random_bytes(data) and _random_text(text, encoding):
+            return KeyStrength(8.0 * len(data), encoding)
+    return KeyStrength(key_entropy_bits(key), "zxcvbn")
+
+
+def decode_key(key: str) -> tuple[bytes, str] | None:
+    """The bytes ``key`` writes as hex (an even number of hex digits) or base64 (standard or
+    URL-safe alphabet, padding optional), and which encoding; ``None`` when it is neither.
+    Whitespace (the line breaks ``openssl rand -base64`` puts in long output) is ignored."""
+    text = "".join(key.split())
+    if not text:
+        return None
+    if len(text) % 2 == 0 and re.fullmatch(r"[0-9a-fA-F]+", text):
+        return bytes.fromhex(text), "hex"
+    core = text.rstrip("=")
+    if len(text) - len(core) > 2 or len(core) % 4 == 1:
+        return None
+    for alphabet, altchars in ((r"[A-Za-z0-9+/]+", None), (r"[A-Za-z0-9_-]+", b"-_")):
+        if re.fullmatch(alphabet, core):
+            padded = core + "=" * (-len(core) % 4)
+            return base64.b64decode(padded, altchars=altchars, validate=True), "base64"
+    return None
+
+
+def _random_bytes(data: bytes) -> bool:
+    """Whether ``data`` passes ``key_strength``'s checks of random bytes: enough of them, and
+    no byte pattern a person types or a counter makes. Random bytes fail them rarely: a repeated
+    run of 4 or 4 even steps turns up by chance about once in a million 16-byte keys and a few
+    times in a million 64-byte ones (a refused random key: make another)."""
+    n = len(data)
+    if n < MIN_KEY_BYTES or len(set(data)) < min(n // 2, 128):
+        return False
+    runs = [data[i : i + 4] for i in range(n - 3)]
+    if len(set(runs)) < len(runs):
+        return False
+    steps = [(b - a) % 256 for a, b in zip(data, data[1:], strict=False)]
+    return not any(len(set(steps[i : i + 4])) == 1 for i in range(len(steps) - 3))
+
+
+def _random_text(text: str, encoding: str) -> bool:
+    """Whether the hex or base64 ``text`` reads as random: it mixes the character classes random
+    text of its alphabet holds, and zxcvbn explains no real part of it (``RANDOM_SHARE``)."""
+    from zxcvbn import zxcvbn
+
+    if encoding == "hex":
+        mixed = any(c.isdigit() for c in text) and any(c.isalpha() for c in text)
+    else:
+        mixed = any(c.isupper() for c in text) and any(c.islower() for c in text)
+    if not mixed:
+        return False
+    for window in _windows(text):
+        guesses_log10 = zxcvbn(window, max_length=ESTIMATOR_CHARS)["guesses_log10"]
+        if guesses_log10 < RANDOM_SHARE[encoding] * len(window):
+            return False
+    return True
+
+
+def _windows(key: str) -> list[str]:
+    """The parts of ``key`` zxcvbn reads, ``ESTIMATOR_CHARS`` long (at most
+    ``ESTIMATOR_WINDOWS`` and the last part)."""
     starts = range(0, max(len(key) - ESTIMATOR_CHARS, 0) + 1, ESTIMATOR_CHARS)
     windows = [key[i : i + ESTIMATOR_CHARS] for i in starts][:ESTIMATOR_WINDOWS]
     if len(key) > ESTIMATOR_CHARS:
         windows.append(key[-ESTIMATOR_CHARS:])
-    guesses_log10 = max(zxcvbn(w, max_length=ESTIMATOR_CHARS)["guesses_log10"] for w in windows)
-    return min(guesses_log10 * math.log2(10), _alphabet_bits(key))
+    return windows
 
 
 def _alphabet_bits(key: str) -> float:
@@ -104,18 +215,18 @@ def weak_keys_allowed(setting: bool = False) -> bool:
 
 
 def check_key(key: str, allow_weak: bool = False) -> None:
-    """Raise ``ValueError`` (never quoting the key) when ``key`` is estimated to take fewer
-    than ``2**MIN_KEY_BITS`` guesses (``key_entropy_bits``) and weak keys are not allowed
+    """Raise ``ValueError`` (never quoting the key) when ``key`` is worth fewer than
+    ``MIN_KEY_BITS`` bits (``key_strength``) and weak keys are not allowed
     (``weak_keys_allowed``). The public demo key is always allowed: it is public anyway, and
     says so when used."""
     if key == DEMO_KEY or weak_keys_allowed(allow_weak):
         return
-    bits = key_entropy_bits(key)
-    if bits >= MIN_KEY_BITS:
+    strength = key_strength(key)
+    if strength.bits >= MIN_KEY_BITS:
         return
     raise ValueError(
-        f"the watermark key is too weak: about {bits:.0f} bits by zxcvbn's estimate of the "
-        f"guesses it takes to find it, under the {MIN_KEY_BITS} required. Every output record "
+        f"the watermark key is too weak: {strength.describe()}, under the {MIN_KEY_BITS} bits "
+        "required. Every output record "
         "carries the key's fingerprint, from which a guessable key can be recovered. Make a "
         "strong key with `ksemstamp keygen`; to use this one anyway (a test key), "
         f"set allow_weak_key: true (--allow_weak_key) or {WEAK_KEY_ENV}=1"
@@ -134,10 +245,26 @@ def num_valid(num_regions: int, gamma: float) -> int:
 
 
 def resolve_key(key: str | None) -> str:
-    """The key to use: ``key`` if given, else ``$KSEMSTAMP_KEY``, else the public demo key."""
+    """The key to use: ``key`` if given, else ``$KSEMSTAMP_KEY``, else the public demo key.
+
+    An empty key, given or in ``$KSEMSTAMP_KEY``, raises ``ValueError``: it is a mistake, most
+    often ``export KSEMSTAMP_KEY="$(ksemstamp keygen)"`` where ``ksemstamp`` is not on the
+    ``PATH``, and falling back to the public demo key would hide it."""
+    if key is not None and not key.strip():
+        raise ValueError(
+            "the watermark key is empty; give a key (make one with `ksemstamp keygen`), or "
+            f"leave it out to use {KEY_ENV}"
+        )
     if key:
         return key
     env = os.environ.get(KEY_ENV)
+    if env is not None and not env.strip():
+        raise ValueError(
+            f"{KEY_ENV} is set but empty: was the key made by a command that failed (`export "
+            f'{KEY_ENV}="$(ksemstamp keygen)"` where `ksemstamp` is not on the PATH: run '
+            "`source .venv/bin/activate` first, or use `.venv/bin/ksemstamp keygen`)? Set it to "
+            f"a key, or unset it (`unset {KEY_ENV}`) to use the public demo key"
+        )
     if env:
         return env
     warnings.warn(
@@ -175,6 +302,8 @@ def valid_table(num_regions: int, gamma: float, key: str | None, mode: str = "ke
 
     Every row has exactly ``gamma * K`` True entries.
     """
+    import torch  # here: checking a key (at every command's start) needs no torch
+
     n_valid = num_valid(num_regions, gamma)
     table = torch.zeros(num_regions, num_regions, dtype=torch.bool)
     for q in range(num_regions):
@@ -201,6 +330,9 @@ def keyed_directions(num_contexts: int, dim: int, key: str) -> Tensor:
     Over uniformly random keys the rows are independent Gaussian vectors: the ``direction``
     detector's exact null law rests on this (see ``stats.direction_z``).
     """
+    import numpy as np
+    import torch
+
     if not key:
         raise ValueError("keyed directions need a key")
     if num_contexts < 1 or dim < 1:

@@ -34,35 +34,9 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
+from .devices import DeviceSettings  # noqa: F401  (re-exported: its former home)
 from .io import ResumableWriter, write_jsonl_atomic
 from .jsonl import read_jsonl, read_jsonl_objects
-
-
-@dataclass
-class DeviceSettings:
-    """Where ``generate`` and ``detect`` run an ``--input`` file (Lightning's names). Setting
-    any of the three sends the records through ``Trainer.predict``: spread over the devices,
-    each process writing a shard, merged in input order, resumable."""
-
-    accelerator: str | None = None
-    """Lightning accelerator: ``cpu``, ``gpu``, ``cuda``, ``mps`` or ``auto`` (the default once
-    another of these settings is given)."""
-    devices: int | str | None = None
-    """How many devices (``2``), which (``0,2``), or all (``auto``, ``-1``); default ``auto``."""
-    strategy: str | None = None
-    """Lightning strategy: ``ddp`` (one process per device, started by running the command
-    again), ``ddp_spawn`` (started from this one) or ``auto``."""
-
-    def requested(self) -> bool:
-        """Whether any setting was given (else the records are processed in this process)."""
-        return any(v is not None for v in (self.accelerator, self.devices, self.strategy))
-
-    def trainer_kwargs(self) -> dict[str, Any]:
-        return {
-            "accelerator": self.accelerator or "auto",
-            "devices": "auto" if self.devices is None else self.devices,
-            "strategy": self.strategy or "auto",
-        }
 
 
 @dataclass

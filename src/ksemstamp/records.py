@@ -14,15 +14,28 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
 from .builders import build_detector, build_watermarker, checked_key
-from .io import ResumableWriter, earlier_output_problem, same_file
-from .jsonl import InputRecord, read_jsonl
-from .parallel import DeviceSettings, Job, read_records, run_jsonl, shard_paths
+from .detectable import length_note
+from .devices import DeviceSettings
+from .io import (
+    ResumableWriter,
+    earlier_output_problem,
+    input_changed,
+    same_file,
+    write_jsonl_atomic,
+)
+from .jsonl import InputRecord, read_jsonl, read_jsonl_objects
 from .settings import WatermarkSettings
+
+if TYPE_CHECKING:
+    from .parallel import Job
+
+# ``parallel`` (Lightning) is imported where records are spread over devices: a weak key or an
+# unusable output is refused before it loads.
 
 logger = logging.getLogger(__name__)
 
@@ -132,9 +145,11 @@ def process_jsonl(
     on this input (``io.earlier_output_problem``), nor locked by another run. Records already
     in ``args.output`` are skipped; the rest go in input order, in chunks of ``batch_size``,
     through the command's ``RecordProcessor``: in this process, or spread over devices with
-    ``Trainer.predict`` when ``args.parallel`` asks for it (``parallel.run_jsonl``). Returns the exit code: 1 when nothing succeeded and
-    something failed, else 0. ``processors[name]`` builds the processor from the settings and
-    ``option``; ``job(name, settings, option)`` builds it in a process of its own.
+    ``Trainer.predict`` when ``args.parallel`` asks for it (``parallel.run_jsonl``). An error
+    record of an input line that changed since (a broken line fixed) is redone in place.
+    Returns the exit status over the whole output (``exit_status``): 0 every line done, 3 some
+    lines failed, 1 every line failed. ``processors[name]`` builds the processor from the
+    settings and ``option``; ``job(name, settings, option)`` builds it in a process of its own.
     """
     if not args.output:
         raise ValueError(f"{name}: --input needs --output")
@@ -160,9 +175,18 @@ def process_jsonl(
     key = checked_key(cfg)
     if key is not None:
         cfg = dataclasses.replace(cfg, key=key)
+    by_line = {r.line: r for r in records}
+
+    def redo(row: dict) -> bool:  # an error record of a line fixed since
+        line = row.get("line")
+        source = by_line.get(line) if isinstance(line, int) else None
+        return source is not None and input_changed(row, source, content_field)
+
     if args.parallel.requested():
-        with ResumableWriter(args.output, accept=accept):
-            pass  # the checks above, before any process starts
+        from .parallel import read_records, run_jsonl, shard_paths
+
+        with ResumableWriter(args.output, accept=accept, redo=redo):
+            pass  # the checks above, before any process starts; fixed lines' errors taken out
         spawned = job(name, {**cfg.to_dict(), "key": cfg.key}, option)
         try:
             rows, skipped = run_jsonl(
@@ -175,12 +199,20 @@ def process_jsonl(
             where = f"the shards beside {args.output}"
             raise _interrupted(written, where, done, len(records)) from None
         statuses = [row["status"] for row in rows]
+        short = sum("units_needed" in row for row in rows)
+        new = {row.get("line") for row in rows}
+        earlier = [r.get("status") for r in read_records(args.output) if r.get("line") not in new]
     else:
         statuses = []
+        short = 0
         interrupted = False
-        with ResumableWriter(args.output, accept=accept) as out:
+        with ResumableWriter(args.output, accept=accept, redo=redo) as out:
             pending = [r for r in records if not out.is_done(r)]
             skipped = len(records) - len(pending)
+            earlier = [out.done_status[r.line] for r in records if r.line in out.done_status]
+            redone = bool(out.redone)
+            if out.redone:
+                logger.info("redoing %d failed records whose input lines changed", len(out.redone))
             if skipped:
                 logger.info("resuming: %d records already in %s", skipped, args.output)
             bar = None
@@ -191,6 +223,7 @@ def process_jsonl(
                     for row in processor.rows(pending[start : start + batch_size]):
                         out.write(row)
                         statuses.append(row["status"])
+                        short += "units_needed" in row
                         bar.update()
             except KeyboardInterrupt:
                 interrupted = True
@@ -203,15 +236,45 @@ def process_jsonl(
             # how many are done (a pipe or device, which cannot be read back: the count).
             done = skipped + len(statuses)
             if Path(args.output).is_file():
-                done = len(read_records(args.output))
+                done = len(read_jsonl_objects(args.output, missing_ok=True, skip_invalid=True))
             raise _interrupted(done - skipped, args.output, done, len(records)) from None
+        if redone and Path(args.output).is_file():
+            _in_input_order(Path(args.output))
     failures = statuses.count("error")
     successes = len(statuses) - failures
     counted_as_ok = "ok" if name == "generate" else "scored"
     logger.info(
         "%s: %d %s, %d failed, %d already done", name, successes, counted_as_ok, failures, skipped
     )
-    return 1 if failures and not successes and not skipped else 0
+    if short:
+        logger.warning(
+            "warning: %d text%s too short to be detected: fewer scored %ss than detection "
+            "typically needs (each record says: scored_units, units_needed, warning)",
+            short,
+            "s are" if short > 1 else " is",
+            cfg.unit,
+        )
+    return exit_status([*earlier, *statuses])
+
+
+EXIT_OK, EXIT_ALL_FAILED, EXIT_SOME_FAILED = 0, 1, 3
+"""``generate --input`` and ``detect --input`` exit with 0 when every line of the output is a
+result, 3 when some lines failed (their records have ``status: error`` and say why; fix those
+input lines and rerun the same command to redo just them) and 1 when every line failed."""
+
+
+def exit_status(statuses: list[Any]) -> int:
+    """The exit status of a run whose output's records have ``statuses`` (``EXIT_OK``, ...)."""
+    failures = statuses.count("error")
+    if not failures:
+        return EXIT_OK
+    return EXIT_ALL_FAILED if failures == len(statuses) else EXIT_SOME_FAILED
+
+
+def _in_input_order(path: Path) -> None:
+    """Put the records of ``path`` back in input order (redone ones were appended), atomically."""
+    rows = read_jsonl_objects(path, skip_invalid=True)
+    write_jsonl_atomic(path, sorted(rows, key=lambda r: r.get("line", 0)))
 
 
 # ---------------------------------------------------------------------- generate and detect
@@ -229,6 +292,8 @@ class RecordJob:
     """``generate``: no watermark; ``detect``: progress bars."""
 
     def __call__(self, device) -> Job:
+        from .parallel import Job
+
         data = dict(self.settings)
         data["model"] = {**data["model"], "device": str(device)}
         processor = PROCESSORS[self.command](WatermarkSettings.from_dict(data), self.option)
@@ -249,7 +314,12 @@ def _generate_processor(settings: WatermarkSettings, no_watermark: bool = False)
 
     def process(datas: list[dict]) -> list[dict]:
         results = watermarker.generate([d["prompt"] for d in datas], watermark=not no_watermark)
-        return [{**res.to_record(), "key_fingerprint": fingerprint} for res in results]
+        # A text too short to be detected says so (``detectable``): not for plain sampling.
+        notes = [None if no_watermark else length_note(res, settings) for res in results]
+        return [
+            {**res.to_record(), **(note or {}), "key_fingerprint": fingerprint}
+            for res, note in zip(results, notes, strict=True)
+        ]
 
     models = _models(watermarker.scheme, watermarker)
     return RecordProcessor(check, process, ERROR_FIELDS["generate"], models)

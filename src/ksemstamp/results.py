@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
-
-import torch
+from typing import TYPE_CHECKING, NamedTuple
 
 from .text.normalize import tampered
+
+if TYPE_CHECKING:
+    import torch
 
 NO_REGION = -1
 """The region of a sentence no mark located: a plain candidate, a prompt not yet completed."""
@@ -88,6 +89,9 @@ class GenerationResult:
     status: str = "ok"
     error: str | None = None
     ended_by_model: bool = False  # the LM kept ending the text before max_new_tokens
+    ended_inside_sentence: bool = False
+    """Past ``max_new_tokens`` the text went on to its sentence's end, and stopped inside the
+    sentence all the same once ``max_sentence_tokens`` tokens over (a very long sentence)."""
     seconds: float = 0.0
     decoded_tokens: int = 0
     wasted_tokens: int = 0
@@ -153,6 +157,8 @@ class GenerationResult:
             out["error"] = self.error
         if self.ended_by_model:
             out["ended_by_model"] = True
+        if self.ended_inside_sentence:
+            out["ended_inside_sentence"] = True
         if self.completion is not None:
             out["completion"] = self.completion
         if self.prompt_dropped_chars:

@@ -151,6 +151,8 @@ class DirectionSettings:
     """What generation draws and detection scores: ``clauses`` (cut after , ; : once ``clause_words``
     words precede: more evidence after a paraphrase, a third more decoding) or ``sentences``."""
     clause_words: int = 4
+    """``clauses``: the fewest words a clause holds before a comma, semicolon or colon may end
+    it (a shorter piece runs on into the next); a sentence's last clause may be shorter."""
 
     def __post_init__(self) -> None:
         problems = at_least(self, 0, "whiten") + at_least(self, 1, "clause_words")
@@ -259,7 +261,10 @@ class SamplingSettings:
     top_p: float = 1.0
     """Nucleus sampling's share of probability; 1 disables it."""
     max_new_tokens: int = 200
-    """Stop a continuation once it has this many tokens (paper: about 200)."""
+    """Stop a continuation once it has this many tokens (paper: about 200) and ends a
+    sentence: with clause units, the sentence the budget falls in is finished, by more clauses
+    drawn while the text is fewer than ``max_sentence_tokens`` tokens over (so a text overruns
+    by less than twice that, most often by one or two clauses), never starting a new one."""
     max_sentence_tokens: int = 64
     """A candidate with no sentence end within this many tokens is discarded."""
     seed: int | None = None

@@ -78,7 +78,8 @@ class Watermarker:
             else always ``candidate_batch``), ``sentence_time_budget``, and the direction mark's
             pruning (``prune_*``). ``None``: the defaults.
         sampling: ``max_new_tokens`` (stop a document once its continuation has this many
-            tokens) and ``seed`` (the same seed, prompt and settings give the same text;
+            tokens and ends a sentence: a clause kept past the budget inside a sentence is
+            followed by more, while fewer than ``max_sentence_tokens`` tokens over) and ``seed`` (the same seed, prompt and settings give the same text;
             ``None``: each document draws a fresh seed, which its result carries,
             ``GenerationResult.seed``). The sampler holds the rest. ``None``: the defaults.
         limits: ``max_prompt_tokens`` (most prompt tokens the LM sees, the left part of a
@@ -116,6 +117,7 @@ class Watermarker:
         self.sentence_time_budget = search.sentence_time_budget
         self.row_cost = row_cost
         self.max_new_tokens = sampling.max_new_tokens
+        self.max_overrun = sampling.max_sentence_tokens
         self.seed = sampling.seed
         self.max_sentences = max_sentences
         self.prior_weight = PRIOR_WEIGHT
@@ -210,7 +212,8 @@ class Watermarker:
                 )
                 if chosen is not None:
                     self._keep(doc, *chosen)
-                    bar.update(chosen[0].num_tokens)
+                    # a sentence finished past the budget does not run the bar past its end
+                    bar.update(max(0, min(chosen[0].num_tokens, bar.total - bar.n)))
             for doc in active:
                 if doc.done:
                     doc.result.seconds = time.perf_counter() - doc.started
@@ -318,7 +321,12 @@ class Watermarker:
             doc.take_completion(chosen, completion)
             return
         doc.append(chosen, fallback, time.perf_counter())
-        if doc.result.num_tokens >= self.max_new_tokens or (
-            self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences
-        ):
+        if self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences:
             doc.done = True
+        elif doc.result.num_tokens >= self.max_new_tokens:
+            # Past the budget, a text that stops inside a sentence (after a clause) goes on to
+            # the sentence's end, never into a new one, while fewer than max_overrun tokens over.
+            over = doc.result.num_tokens - self.max_new_tokens
+            inside = self.scheme.splitter.ends_inside_sentence(doc.result.text)
+            doc.done = not inside or over >= self.max_overrun
+            doc.result.ended_inside_sentence = inside and doc.done

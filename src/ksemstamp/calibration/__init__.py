@@ -27,50 +27,49 @@ Modules: ``embeddings`` (each distinct sentence embedded once, kept on disk), ``
 from ``ksemstamp.text.corpora``.
 """
 
-# Corpus helpers are re-exported: they were defined here before ``corpora`` held them.
-from ..text.corpora import SOURCE_LABELS, SOURCES, HumanText, allocate, human_texts, make_windows
-from .embeddings import CachedEncoder, embedding_store, with_cached_encoder
-from .report import plot_pvalues, render_report, write_outputs
-from .run import ALPHAS, CalibrationSettings, run_calibration
-from .scoring import (
-    DIAGNOSTIC,
-    STATS,
-    ScoredTexts,
-    calibration_tables,
-    p_values,
-    score_texts,
-    scored_from_counts,
-    simulate_watermarked,
-)
-from .summary import ks_distance, power_summary, spread, summarise_null, tpr_at_fpr
+from __future__ import annotations
 
-__all__ = [
-    "ALPHAS",
-    "DIAGNOSTIC",
-    "SOURCES",
-    "SOURCE_LABELS",
-    "STATS",
-    "CachedEncoder",
-    "CalibrationSettings",
-    "HumanText",
-    "ScoredTexts",
-    "allocate",
-    "calibration_tables",
-    "embedding_store",
-    "human_texts",
-    "ks_distance",
-    "make_windows",
-    "p_values",
-    "plot_pvalues",
-    "power_summary",
-    "render_report",
-    "run_calibration",
-    "score_texts",
-    "scored_from_counts",
-    "simulate_watermarked",
-    "spread",
-    "summarise_null",
-    "tpr_at_fpr",
-    "with_cached_encoder",
-    "write_outputs",
-]
+import importlib
+from typing import Any
+
+# Each name from the module that defines it, loaded on first use: the ``calibrate`` command's
+# options (``settings``) are read without loading what a run needs (torch, the encoder). The
+# corpus helpers are re-exported: they were defined here before ``corpora`` held them.
+_EXPORTS = {
+    **dict.fromkeys(
+        ("SOURCE_LABELS", "SOURCES", "HumanText", "allocate", "human_texts", "make_windows"),
+        "..text.corpora",
+    ),
+    **dict.fromkeys(("CachedEncoder", "embedding_store", "with_cached_encoder"), ".embeddings"),
+    **dict.fromkeys(("plot_pvalues", "render_report", "write_outputs"), ".report"),
+    **dict.fromkeys(("ALPHAS", "CalibrationSettings"), ".settings"),
+    "run_calibration": ".run",
+    **dict.fromkeys(
+        (
+            "DIAGNOSTIC",
+            "STATS",
+            "ScoredTexts",
+            "calibration_tables",
+            "p_values",
+            "score_texts",
+            "scored_from_counts",
+            "simulate_watermarked",
+        ),
+        ".scoring",
+    ),
+    **dict.fromkeys(
+        ("ks_distance", "power_summary", "spread", "summarise_null", "tpr_at_fpr"), ".summary"
+    ),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

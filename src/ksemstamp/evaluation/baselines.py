@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
 from ..settings import SamplingSettings
 from ..text.normalize import normalize_text
 
@@ -74,9 +72,16 @@ class KGWGenerator:
         self.repetition_penalty = sampling.repetition_penalty
         self.seed = secrets.randbits(63) if sampling.seed is None else sampling.seed
 
-    @torch.no_grad()
     def generate(self, prompts: Sequence[str]) -> list[dict]:
         """One record per prompt: ``text``, ``num_tokens`` and ``status``."""
+        import torch  # here: the evaluation's settings (this module's ``KGWSettings``) need none
+
+        with torch.no_grad():
+            return self._generate(prompts)
+
+    def _generate(self, prompts: Sequence[str]) -> list[dict]:
+        import torch
+
         out = []
         config = self.settings.watermarking_config()
         for prompt in prompts:

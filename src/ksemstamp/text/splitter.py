@@ -65,6 +65,11 @@ class PunktSplitter:
         """Whether ``sentence`` is complete, i.e. a following capitalised word starts a new one."""
         return len(self.split(sentence.strip() + " The")) == 2
 
+    def ends_inside_sentence(self, text: str) -> bool:
+        """Whether ``text``, made of this splitter's units, stops inside a sentence. Never for
+        whole sentences: generation keeps a sentence only once it is complete."""
+        return False
+
     def next_sentence(
         self, context: str, continuation: str, require_end: bool = True
     ) -> tuple[str, bool]:
@@ -148,6 +153,13 @@ class ClauseSplitter(PunktSplitter):
     def split(self, text: str) -> list[str]:
         """Clauses of the sentences of the normalised ``text``."""
         return [c for s in super().split(text) for c in clauses(s, self.min_words)]
+
+    def ends_inside_sentence(self, text: str) -> bool:
+        """Whether ``text`` stops inside a sentence: after a clause that ends with a comma,
+        semicolon or colon, read as sentences are (a following capitalised word would not start
+        a new sentence)."""
+        sentences = PunktSplitter.split(self, text)
+        return bool(sentences) and len(PunktSplitter.split(self, sentences[-1] + " The")) != 2
 
 
 SPLITTERS = ("sentences", "clauses")

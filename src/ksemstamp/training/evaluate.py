@@ -36,16 +36,18 @@ import sys
 from collections.abc import Sequence
 from operator import itemgetter
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..centroids import DEFAULT_REGIONS
 from ..io import write_json_atomic
 from ..jsonl import read_jsonl_objects
-from ..partition import kmeans_gap, kmeans_regions
 from ..settings import RegionSettings
-from .data import distinct_texts
-from .loss import cosine_gap
+
+if TYPE_CHECKING:
+    import torch
+
+# torch, Lightning and the partition are imported where they are used: the ``agreement``
+# command's options are read without them.
 
 
 def agreement_report(
@@ -57,6 +59,11 @@ def agreement_report(
     top_share: float = 0.7,
 ) -> dict[str, float]:
     """Region agreement (all, margin-passing, top share by margin), chance level, cosine gap."""
+    import torch
+
+    from ..partition import kmeans_gap, kmeans_regions
+    from .loss import cosine_gap
+
     text_regions, text_ok = kmeans_regions(text_emb, centroids, margin)
     para_regions, _ = kmeans_regions(para_emb, centroids, 0.0)
     same = (text_regions == para_regions).float()
@@ -105,10 +112,13 @@ def evaluate(
     centroids are fitted once per k-means seed in ``seeds``, the domain sentences embedded once,
     and the report adds the mean and spread of region agreement over seeds.
     """
+    import torch
+
     from ..assets import encoder_fingerprint, load_encoder
     from ..centroids import CentroidFile, fit_kmeans
     from ..encoding import embed
     from ..text.corpora import domain_sentences
+    from .data import distinct_texts
 
     encoder = load_encoder(encoder_spec)
     files = [pairs] if isinstance(pairs, str | Path) else list(pairs)

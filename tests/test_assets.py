@@ -1,0 +1,89 @@
+"""The model cache: a GGUF file is converted once per content, whatever path it is found at."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+class _Converted:
+    """Stands in for a loaded model or tokenizer: ``save_pretrained`` writes its folder."""
+
+    conversions: list[str] = []
+
+    def __init__(self, folder: str, name: str) -> None:
+        self.source = f"{folder}/{name}"
+        self.config = type("Config", (), {})()
+
+    @classmethod
+    def from_pretrained(cls, folder, gguf_file=None, **kwargs):
+        cls.conversions.append(f"{folder}/{gguf_file}")
+        return cls(folder, gguf_file)
+
+    def save_pretrained(self, path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text(json.dumps({"from": self.source}))
+
+
+@pytest.fixture
+def fake_conversion(monkeypatch, tmp_path):
+    import transformers
+
+    monkeypatch.setenv("KSEMSTAMP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(transformers, "AutoModelForCausalLM", _Converted)
+    monkeypatch.setattr(transformers, "AutoTokenizer", _Converted)
+    _Converted.conversions = []
+    return _Converted.conversions
+
+
+def _gguf(path, content: bytes = b"GGUF weights"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return path
+
+
+def test_one_conversion_serves_every_checkout_holding_the_same_file(tmp_path, fake_conversion):
+    from ksemstamp.assets import cache_dir, convert_gguf
+
+    first = convert_gguf(_gguf(tmp_path / "venv-a" / "model.gguf"))
+    assert len(fake_conversion) == 2  # the model and its tokenizer, once
+    # Another checkout or virtual environment: another path, the same bytes.
+    second = convert_gguf(_gguf(tmp_path / "venv-b" / "model.gguf"))
+    assert second == first and len(fake_conversion) == 2
+    assert [p.name for p in (cache_dir() / "converted").iterdir()] == [first.name]
+    # Other content under the same name is another model: converted on its own.
+    third = convert_gguf(_gguf(tmp_path / "venv-c" / "model.gguf", b"other weights"))
+    assert third != first and len(fake_conversion) == 4
+
+
+def test_a_conversion_by_an_earlier_transformers_is_replaced_not_kept(
+    tmp_path, fake_conversion, monkeypatch
+):
+    import transformers
+
+    from ksemstamp.assets import cache_dir, convert_gguf
+
+    gguf = _gguf(tmp_path / "model.gguf")
+    monkeypatch.setattr(transformers, "__version__", "0.0.1")
+    old = convert_gguf(gguf)
+    monkeypatch.setattr(transformers, "__version__", "0.0.2")
+    new = convert_gguf(gguf)
+    assert new != old and [p.name for p in (cache_dir() / "converted").iterdir()] == [new.name]
+
+
+def test_a_file_is_hashed_once_while_it_stays_as_it_is(tmp_path, monkeypatch):
+    import hashlib
+
+    from ksemstamp import assets
+
+    monkeypatch.setenv("KSEMSTAMP_CACHE", str(tmp_path / "cache"))
+    gguf = _gguf(tmp_path / "model.gguf")
+    reads = []
+    real = hashlib.sha256
+    monkeypatch.setattr(assets.hashlib, "sha256", lambda *a: reads.append(1) or real(*a))
+    digest = assets.file_sha256(gguf)
+    assert digest == real(b"GGUF weights").hexdigest()
+    assert assets.file_sha256(gguf) == digest and len(reads) == 1
+    gguf.write_bytes(b"GGUF weights, changed")
+    assert assets.file_sha256(gguf) == real(b"GGUF weights, changed").hexdigest()
