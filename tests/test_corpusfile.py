@@ -9,7 +9,7 @@ import torch
 
 from ksemstamp.centroids import CentroidFile, IncompleteCentroidsError
 from ksemstamp.cli import main as cli_main
-from ksemstamp.config import DEFAULT_CENTROIDS, PAPER_CENTROIDS
+from ksemstamp.settings import DEFAULT_CENTROIDS, PAPER_CENTROIDS
 from ksemstamp.text.corpusfile import (
     CorpusError,
     corpus_prompts,

@@ -27,13 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from ksemstamp.config import (
-    PAPER_CENTROIDS,
-    WatermarkConfig,
-    build_detector,
-    build_scheme,
-    build_watermarker,
-)
+from ksemstamp.builders import build_detector, build_scheme, build_watermarker
+from ksemstamp.settings import PAPER_CENTROIDS, WatermarkSettings
 from ksemstamp.detector import Detector
 
 pytestmark = pytest.mark.e2e
@@ -99,16 +94,15 @@ def _check(name: str, actual, rel: float = 1e-9, abs_: float = 1e-12) -> None:
 def cfg():
     # Every setting that shapes the outputs is named, so a change of the defaults does not
     # move the pinned outputs (they were recorded with the K = 8 centroids).
-    return WatermarkConfig(
-        key=KEY,
-        lm_dtype="fp32",
-        mark="region",
-        centroids=str(PAPER_CENTROIDS),
-        margin_patience=None,
-        novelty_patience=10,
-        max_new_tokens=40,
-        max_candidates=12,
-        seed=7,
+    return WatermarkSettings.from_dict(
+        {
+            "key": KEY,
+            "model": {"lm_dtype": "fp32"},
+            "partition": {"centroids": str(PAPER_CENTROIDS)},
+            "mark": {"kind": "region", "margin_patience": None, "novelty_patience": 10},
+            "search": {"max_candidates": 12},
+            "sampling": {"max_new_tokens": 40, "seed": 7},
+        }
     )
 
 
@@ -149,7 +143,7 @@ def test_detection_is_unchanged(cfg, scheme, generations):
     with_prompts = prompts + [None] * len(human)
     out = {"texts": texts}
     for statistic in ("exact", "paper"):
-        detector = Detector(scheme, statistic=statistic, alpha=cfg.alpha)
+        detector = Detector(scheme, statistic=statistic, alpha=cfg.detection.alpha)
         out[statistic] = [r.to_record() for r in detector.detect_batch(texts, with_prompts)]
     # The same texts through the configured detector, one by one.
     one = build_detector(cfg, scheme)
@@ -190,7 +184,9 @@ def test_calibration_is_unchanged(scheme, generations, tmp_path):
 def default_cfg():
     # The default mark, with the settings that shape outputs named where a test needs them
     # small; the rest are the defaults (context, temperature, components, scan, pruning).
-    return WatermarkConfig(key=KEY, lm_dtype="fp32", max_new_tokens=40, seed=7)
+    return WatermarkSettings.from_dict(
+        {"key": KEY, "model": {"lm_dtype": "fp32"}, "sampling": {"max_new_tokens": 40, "seed": 7}}
+    )
 
 
 def test_default_mark_is_unchanged(default_cfg, encoder, lm):

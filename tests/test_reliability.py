@@ -21,7 +21,7 @@ from ksemstamp.settings import WatermarkSettings
 from ksemstamp.settings_files import load_settings_file, load_watermark_settings
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = ["--max-new-tokens", "12", "--max-candidates", "3", "--quiet"]
+FAST = ["--sampling.max_new_tokens", "12", "--search.max_candidates", "3", "--quiet"]
 PROMPTS = [
     "The storm hit the coast on Friday. Thousands lost power.",
     "The company reported higher profits. Its shares rose.",
@@ -53,7 +53,7 @@ def test_killed_generate_resumes_without_loss_or_duplicates(tmp_path):
     _write_prompts(src, ids)
     # One prompt per batch, so records reach the file one at a time and the kill lands mid-run.
     cmd = [sys.executable, str(REPO / "watermark.py"), "generate", "--input", str(src)]
-    cmd += ["--output", str(out), "--prompt-batch", "1", *FAST]
+    cmd += ["--output", str(out), "--search.prompt_batch", "1", *FAST]
     env = _env("kill-test-key")
     with open(tmp_path / "stderr1", "w") as err:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)

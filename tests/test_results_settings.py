@@ -1,6 +1,6 @@
 """Committed results name only settings that exist.
 
-Results files under ``docs/``, ``research/`` and ``benchmarks/results/`` record the settings they
+Results files under ``docs/`` and ``benchmarks/results/`` record the settings they
 were made with: evaluation settings files and the ``settings`` of ``results.json``
 (``EvalSettings``, with ``watermark_overrides`` inside), the watermark settings of calibration
 reports, of benchmark variants and of study validation runs (``WatermarkSettings``, in its
@@ -24,10 +24,9 @@ import yaml
 
 from ksemstamp.evaluation.settings import EvalSettings
 from ksemstamp.settings import WatermarkSettings
-from ksemstamp.settings_files import FLAT_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("docs", "research", "benchmarks/results")
+FOLDERS = ("docs", "benchmarks/results")
 EVAL_MARKERS = {
     "algorithms",
     "attacks",
@@ -57,7 +56,7 @@ RETIRED = {
 }
 """Settings that older results record and that no longer exist, and what took their place."""
 KNOWN = {
-    "watermark": field_names(WatermarkSettings) | set(FLAT_KEYS),
+    "watermark": field_names(WatermarkSettings),
     "evaluation": field_names(EvalSettings) | set(RETIRED),
 }
 
@@ -111,7 +110,6 @@ def test_results_files_are_found():
     assert "docs/evaluation/confirm-run.yaml" in names
     assert "docs/calibration/calibration.json" in names
     assert "benchmarks/results/latest.json" in names
-    assert "research/study/data/validate/k64.yaml" in names
 
 
 @pytest.mark.parametrize("path", results_files(), ids=lambda p: p.relative_to(ROOT).as_posix())

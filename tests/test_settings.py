@@ -1,4 +1,4 @@
-"""The settings: one source for every default, complete files, layering, the flat spelling.
+"""The settings: one source for every default, complete files, layering.
 
 No model is loaded: these build settings and inspect signatures only.
 """
@@ -25,13 +25,7 @@ from ksemstamp.settings import (
     SettingsError,
     WatermarkSettings,
 )
-from ksemstamp.settings_files import (
-    FLAT_KEYS,
-    command_line_layers,
-    load_watermark_settings,
-    merge,
-    unflatten,
-)
+from ksemstamp.settings_files import command_line_layers, load_watermark_settings, merge
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 OWN = ("key", "allow_weak_key", "chat")
@@ -240,63 +234,13 @@ def test_layers_merge_field_by_field_and_another_kind_replaces_the_mark():
     assert settings.mark == RegionSettings()
 
 
-# ---------------------------------------------------------------------- the flat spelling
-
-
-def test_flat_files_load_for_one_release_with_a_warning_naming_the_new_spelling(tmp_path):
-    flat = tmp_path / "old.yaml"
-    flat.write_text("mark: region\ngamma: 0.3\nmax_candidates: 9\nwhiten: 0\nseed: 4\n")
-    with pytest.warns(FutureWarning, match="gamma -> mark.gamma.*max_candidates -> search"):
-        settings = load_watermark_settings([CONFIGS / "ksemstamp.yaml", flat])
-    assert settings.mark == RegionSettings(gamma=0.3)  # whiten never applied to it
-    assert settings.search.max_candidates == 9 and settings.sampling.seed == 4
-    assert unflatten({"search": {"max_candidates": 2}}) == {"search": {"max_candidates": 2}}
-
-
-def test_a_flat_file_without_a_kind_keeps_only_the_final_marks_fields(tmp_path):
-    # Flat files held both marks' fields; a flat gamma never applied to the direction mark.
-    flat = tmp_path / "old.yaml"
-    flat.write_text("gamma: 0.3\nmax_candidates: 9\n")
-    args = ["--config", str(flat)]
-    with pytest.warns(FutureWarning):
-        layers, kind, rest = command_line_layers(args, takes_watermark=True)
-    assert kind == "direction" and rest == [] and layers[0].get("mark", {}) == {}
-    assert layers[0]["search"] == {"max_candidates": 9}
-    with pytest.warns(FutureWarning):
-        layers, kind, _ = command_line_layers(["--mark.kind", "region", *args], True)
-    assert kind == "region" and layers[1]["mark"] == {"gamma": 0.3}
-    # A grouped file that gives the other kind's field is still an error, not dropped.
+def test_a_grouped_file_that_gives_the_other_kinds_field_is_an_error_not_dropped(tmp_path):
     grouped = tmp_path / "new.yaml"
     grouped.write_text("mark:\n  gamma: 0.3\n")
     layers, kind, _ = command_line_layers(["--config", str(grouped)], True)
     assert kind == "direction" and layers[0]["mark"] == {"gamma": 0.3}
-
-
-def test_every_flat_key_of_the_earlier_releases_has_a_place():
-    earlier = [
-        "lm", "lm_dtype", "threads", "encoder", "encoder_dtype", "partition", "centroids", "checkpoint",
-        "lsh_bits", "lsh_seed", "gamma", "margin", "valid_mode", "mark", "context",
-        "context_temperature", "whiten", "scan", "threshold", "max_candidates", "selection",
-        "prune_tokens", "prune_keep", "prune_margin", "novelty_patience", "margin_patience",
-        "sentence_time_budget", "candidate_batch", "adaptive_batch", "sampler_strategy",
-        "max_new_tokens", "max_sentence_tokens", "temperature", "repetition_penalty", "top_k",
-        "top_p", "seed", "statistic", "alpha", "prompt_batch", "max_prompt_tokens",
-        "max_text_chars", "device",
-    ]  # fmt: skip
-    assert sorted(FLAT_KEYS) == sorted(earlier)
-
-
-def test_the_flat_class_still_builds_the_same_settings():
-    from ksemstamp.config import WatermarkConfig
-
-    with pytest.warns(DeprecationWarning, match="WatermarkSettings"):
-        flat = WatermarkConfig(key="k", mark="region", novelty_patience=3, max_candidates=12)
-    settings = flat.to_settings()
-    assert settings.mark == RegionSettings(novelty_patience=3) and settings.key == "k"
-    assert settings.search == SearchSettings(max_candidates=12)
-    assert flat.alpha == settings.detection.alpha  # its defaults are the groups'
-    with pytest.raises(ValueError, match="candidate_batch"):
-        WatermarkConfig(candidate_batch=0)
+    with pytest.raises(SettingsError, match="gamma"):
+        WatermarkSettings.from_dict(layers[0])
 
 
 def test_clause_units_are_the_default_and_one_file_gives_whole_sentences() -> None:

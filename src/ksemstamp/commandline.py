@@ -20,9 +20,7 @@ are those of its kind: ``--mark.kind region`` (or a file's ``mark: {kind: region
 the mark whole, and ``--help`` after it lists the region mark's fields.
 
 A command line that cannot be used raises ``CommandLineError`` with a one-line message; how
-that message reaches a terminal without the key is ``console``'s. The spelling of earlier
-releases (``--max-new-tokens 40``, ``--no-adaptive-batch``, flat keys in files) is read for one
-more release, with a warning naming the new spelling (``legacy``).
+that message reaches a terminal without the key is ``console``'s.
 """
 
 from __future__ import annotations
@@ -324,14 +322,11 @@ def plain_values(value: Any) -> Any:
 def parse(fn: Callable, argv: Sequence[str], prog: str) -> Invocation:
     """Parse ``argv`` (the command's part) into ``fn``'s arguments; raises ``CommandLineError``
     (``--help`` prints the help and exits with 0)."""
-    from .legacy import modernise
-
     argv = list(argv)
     options = {o.dest: o for kind in MARK_KINDS for o in options_of(fn, kind)}
     takes_watermark = any(p.hint is WatermarkSettings for p in parameters(fn))
     try:
-        tokens = modernise(argv, options, takes_watermark)
-        files, kind, rest = command_line_layers(tokens, takes_watermark)
+        files, kind, rest = command_line_layers(argv, takes_watermark)
         rest = _normalise(rest, {o.flag: o for o in options.values()})
         parser = build_parser(fn, prog, kind)
         config = [a for layer in files for a in ("--config", yaml.safe_dump(layer))]

@@ -1,5 +1,5 @@
 """Calibration of the detector on human text, with detection power beside it.
-May import: ksemstamp core modules and detection, text; never cli, config or builders.
+May import: ksemstamp core modules and detection, text; never cli or builders.
 
 Human-written text does not depend on the secret key, so the share of human texts a detector
 flags at level ``alpha`` is its false-positive rate. One key gives one valid table and therefore

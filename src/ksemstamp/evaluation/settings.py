@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 from ..io import write_json_atomic
 from ..settings import WatermarkSettings
-from ..settings_files import load_watermark_settings, unflatten
+from ..settings_files import load_watermark_settings
 from .baselines import KGWSettings
 from .edits import EDITS
 from .report import LABELS
@@ -178,8 +177,6 @@ class EvalSettings:
     def __post_init__(self) -> None:
         if isinstance(self.kgw, dict):
             self.kgw = KGWSettings(**self.kgw)
-        # Flat keys of earlier releases, read once (with a warning) and kept in groups.
-        self.watermark_overrides = unflatten(self.watermark_overrides, "watermark_overrides")
         problems = []
         unknown = sorted(set(self.algorithms) - set(LABELS))
         if unknown:
@@ -250,14 +247,6 @@ class EvalSettings:
         return settings
 
 
-def same_overrides(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two ``watermark_overrides`` say the same, whatever their spelling (a run folder
-    made before the settings groups stored the flat one)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return unflatten(a) == unflatten(b)
-
-
 def keep_fixed_settings(settings: EvalSettings, root: Path) -> None:
     """Write the settings that fix what the records of run folder ``root`` mean
     (``FIXED_SETTINGS``, KGW's and the attacks) to its ``settings.json``, or raise ``ValueError``
@@ -271,10 +260,8 @@ def keep_fixed_settings(settings: EvalSettings, root: Path) -> None:
     path = root / "settings.json"
     if path.exists():
         stored = json.loads(path.read_text())
-        # What earlier releases stored: KGW's settings as given, the overrides flat.
+        # KGW's settings as the run gave them, completed with their defaults.
         stored["kgw"] = dataclasses.asdict(KGWSettings(**(stored.get("kgw") or {})))
-        if same_overrides(stored.get("watermark_overrides") or {}, fixed["watermark_overrides"]):
-            stored["watermark_overrides"] = fixed["watermark_overrides"]
         changed = sorted(k for k in FIXED_SETTINGS if stored.get(k) != fixed[k])
         attacks = stored.get("attacks", {})
         changed += sorted(

@@ -1,5 +1,5 @@
 """The watermark marks: one module per key rule, behind the ``Mark`` interface of ``base``.
-May import: ksemstamp core modules and generation, detection, text; never cli, config, builders, watermarker or detector.
+May import: ksemstamp core modules and generation, detection, text; never cli, builders, watermarker or detector.
 
 ``region`` is k-SemStamp's (and SemStamp's) valid-region rule, ``direction`` the keyed-direction
 score. The sentence loop (``watermarker``) and the ``Detector`` ask a mark; neither branches on

@@ -1,5 +1,5 @@
 """Text handling shared by generation, detection and training: normalisation, sentences, corpora.
-May import: ksemstamp core modules; never cli, builders, config, watermarker, detector or marks.
+May import: ksemstamp core modules; never cli, builders, watermarker, detector or marks.
 
 * ``normalize``: the normalised form every text is read in;
 * ``reading``: what the sentence encoder reads of a sentence (web markup left out);
