@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import bench, detection, generation, harness, levers, training
+from benchmarks import bench, detection, generation, harness, training
 from ksemstamp.settings_files import load_watermark_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,13 +58,6 @@ def test_bench_takes_every_part_and_checks_its_flags():
         with pytest.raises(SystemExit) as exit_:
             bench.parse_args(bad)
         assert exit_.value.code == 2
-
-
-def test_levers_commands_take_the_harness_flags():
-    command, args = levers.parse_args(["early", "--keys", "3"])
-    assert command == "early" and args.num_keys == 3 and args.threads == 1
-    assert Path(args.pool) == ROOT / "research" / "study" / "data" / "pool.jsonl"
-    assert Path(args.pool).exists()
 
 
 def _variant(name: str, over: float, worst_sentence: float, watermark: bool = True) -> dict:
@@ -165,7 +158,6 @@ def test_the_benchmark_key_is_accepted_without_the_weak_key_override(monkeypatch
     args = bench.parse_args(["--prompts", "1", "--no-warmup"])
     settings = [v.config for v in generation.make_variants(args)]
     settings.append(detection.WatermarkSettings.from_dict(harness.BENCH_KEY_LAYER))
-    settings.append(levers._early_config(args.default_config)[1])
     for s in settings:
         assert s.key == harness.BENCH_KEY
         check_key(s.key, s.allow_weak_key)

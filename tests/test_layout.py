@@ -82,8 +82,8 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_import_graph_has_no_circle():
-    edges = import_graph([(ROOT / "src", "ksemstamp"), (ROOT, "research")])
-    assert "research.study.sweep" in edges and "ksemstamp.detector" in edges
+    edges = import_graph([(ROOT / "src", "ksemstamp"), (ROOT, "lab"), (ROOT, "benchmarks")])
+    assert "lab.check" in edges and "ksemstamp.detector" in edges
     assert circles(edges) == []
 
 
@@ -92,31 +92,40 @@ def test_circle_finder_finds_a_circle():
     assert circles(edges) == [["a", "b", "c"]]
 
 
-def test_package_never_imports_research_code():
-    edges = import_graph([(ROOT / "src", "ksemstamp"), (ROOT, "research")])
+LAB_MAY_IMPORT = {"ksemstamp", "ksemstamp.experimental"}
+"""What the lab imports of the package: its public API and the one module of internals."""
+
+
+def test_the_lab_imports_only_the_public_api_and_experimental():
+    edges = import_graph([(ROOT / "src", "ksemstamp"), (ROOT, "lab")])
+    lab = {name: targets for name, targets in edges.items() if name.startswith("lab")}
+    assert "lab.check" in lab
+    for name, targets in lab.items():
+        inside = {t for t in targets if t.startswith("ksemstamp")}
+        assert inside <= LAB_MAY_IMPORT, (name, inside - LAB_MAY_IMPORT)
+
+
+def test_the_product_never_imports_the_lab():
+    roots = [(ROOT / "src", "ksemstamp"), (ROOT, "lab"), (ROOT, "tests"), (ROOT, "benchmarks")]
+    edges = import_graph(roots)
     for name, targets in edges.items():
-        if name.startswith("ksemstamp"):
-            assert not any(t.startswith("research") for t in targets), name
+        if name.startswith(("ksemstamp", "tests", "benchmarks")):
+            assert not any(t.startswith("lab") for t in targets), name
 
 
-def test_installed_package_ships_no_research_code():
+def test_installed_package_ships_no_lab_code():
     """What ``pip install`` builds: the packages setuptools finds from pyproject.toml's
     ``packages.find``, expanded as a build expands it."""
     packages = read_configuration(ROOT / "pyproject.toml")["tool"]["setuptools"]["packages"]
     assert "ksemstamp" in packages and "ksemstamp.calibration" in packages
-    assert not any("study" in p or p.startswith("research") for p in packages), packages
-    assert not (ROOT / "src" / "ksemstamp" / "study").exists()
+    assert not any(p.startswith(("lab", "research", "benchmarks")) for p in packages), packages
 
 
-def test_study_commands_run_from_the_repository_root():
+def test_lab_commands_run_from_the_repository_root():
     out = subprocess.run(
-        [sys.executable, "-m", "research.study", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-m", "lab", "--help"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    for command in ("pool", "pairs", "centroids", "sweep", "prune", "plot", "attribution"):
+    for command in ("check", "compare", "curve"):
         assert command in out
 
 

@@ -345,10 +345,13 @@ RESUMABLE = ("evaluate",)
 """Commands without ``--input`` whose rerun resumes (their stages are kept as they finish)."""
 
 
-def usage(prog: str) -> str:
+Commands = dict[str, Callable | dict[str, Callable]]
+
+
+def usage(prog: str, commands: Commands | None = None) -> str:
     """The list of commands, each with the first line of its docstring."""
     lines = [f"usage: {prog} COMMAND [OPTIONS]  ({prog} COMMAND --help lists a command's)", ""]
-    for name, entry in COMMANDS.items():
+    for name, entry in (commands or COMMANDS).items():
         entries = entry.items() if isinstance(entry, dict) else [("", entry)]
         for sub, fn in entries:
             first = (fn.__doc__ or "").strip().split("\n")[0].rstrip(".")
@@ -356,16 +359,19 @@ def usage(prog: str) -> str:
     return "\n".join(lines)
 
 
-def resolve(argv: Sequence[str], prog: str) -> tuple[Callable, str, list[str]]:
+def resolve(
+    argv: Sequence[str], prog: str, commands: Commands | None = None
+) -> tuple[Callable, str, list[str]]:
     """The command function ``argv`` names, its program name and the rest of ``argv``."""
     import difflib
 
+    commands = commands or COMMANDS
     name = argv[0] if argv else ""
-    entry = COMMANDS.get(name)
+    entry = commands.get(name)
     if entry is None:
-        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+        close = difflib.get_close_matches(name, list(commands), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise CommandLineError(f"unknown command {name!r}{hint}; known: {', '.join(COMMANDS)}")
+        raise CommandLineError(f"unknown command {name!r}{hint}; known: {', '.join(commands)}")
     if isinstance(entry, dict):
         sub = argv[1] if len(argv) > 1 else ""
         if sub not in entry:
@@ -374,15 +380,18 @@ def resolve(argv: Sequence[str], prog: str) -> tuple[Callable, str, list[str]]:
     return entry, f"{prog} {name}", list(argv[1:])
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "ksemstamp") -> int:
-    """Run a command; returns the exit status (a bad command line exits with 2, Ctrl-C 130)."""
+def main(
+    argv: Sequence[str] | None = None, prog: str = "ksemstamp", commands: Commands | None = None
+) -> int:
+    """Run a command of ``commands`` (``COMMANDS``; the benchmarks and the lab give theirs, read
+    the same way); returns the exit status (a bad command line exits with 2, Ctrl-C 130)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if not argv or argv[0] in ("-h", "--help"):
-            print(usage(prog))
+            print(usage(prog, commands))
             return 0 if argv else 2
         try:
-            fn, name, rest = resolve(argv, prog)
+            fn, name, rest = resolve(argv, prog, commands)
         except CommandLineError as err:
             print_err(f"{prog}: error: {err}")
             raise SystemExit(2) from None

@@ -1,0 +1,25 @@
+"""``python -m lab COMMAND``: the lab's commands, read as ``ksemstamp``'s are."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ksemstamp.experimental import main
+
+from .check import check, compare
+from .curve import curve
+
+COMMANDS = {"check": check, "compare": compare, "curve": curve}
+CHECK_DEFAULTS = Path(__file__).with_name("check.yaml")
+"""The check's settings under the command line's (``--config`` files and flags win)."""
+
+
+def run(argv: list[str]) -> int:
+    if argv[:1] == ["check"]:
+        argv = ["check", "--config", str(CHECK_DEFAULTS), *argv[1:]]
+    return main(argv, prog="python -m lab", commands=COMMANDS)
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))

@@ -1,0 +1,156 @@
+"""The candidate curve: strength, quality and cost of each design check, side by side.
+
+    python -m lab curve --names c032,c128,c256 --plain plain --kgw kgw \
+        --output docs/evaluation/curve
+
+reads ``runs/lab/check-NAME/summary.json`` of each check named and writes ``curve.md``,
+``curve.json`` and ``curve.png`` to ``--output``: per check, its candidates per unit, how many
+go on after the first pruning check, the candidates' temperature, the share of texts detected
+at an exact 1% (worst key in brackets) clean and under every attack it ran, the edit that
+interleaves three human sentences with each watermarked one, the median perplexity under the
+evaluation's oracle (against the unwatermarked texts of the same prompts, ``--plain``),
+decoded tokens per output token, and seconds per output token against the plain sampler on the
+same machine.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .check import RUNS
+
+VARIANTS = ("clean", "attacked", "rewrite", "recursive", "bigram")
+LABELS = {
+    "clean": "clean",
+    "attacked": "sentence paraphrase",
+    "rewrite": "rewrite of every window",
+    "recursive": "recursive paraphrase",
+    "bigram": "bigram attack",
+}
+
+
+def load(name: str) -> dict:
+    """A check's summary."""
+    path = RUNS / f"check-{name}" / "summary.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: run `python -m lab check --run.name {name}` first")
+    return json.loads(path.read_text())
+
+
+def row(summary: dict, plain: dict | None) -> dict:
+    """One check's figures (see the module docstring)."""
+    settings = summary.get("settings", {})
+    search, sampling = settings.get("search", {}), settings.get("sampling", {})
+    out = {
+        "name": summary["name"],
+        "candidates": search.get("max_candidates"),
+        "keep": search.get("prune_keep"),
+        "temperature": sampling.get("temperature"),
+        "texts": summary["texts"],
+        "perplexity": summary.get("perplexity_median"),
+        "decoded_per_token": summary.get("decoded_per_token"),
+        "seconds_per_token": summary.get("seconds_per_token"),
+    }
+    if plain and plain.get("seconds_per_token"):
+        out["seconds_over_plain"] = summary["seconds_per_token"] / plain["seconds_per_token"]
+    for variant in VARIANTS:
+        if variant in summary:
+            v = summary[variant]
+            out[variant] = {k: v[k] for k in ("detected_1pct", "worst_key", "median_z", "texts")}
+    interleave = summary.get("edits", {}).get("interleave-75")
+    if interleave:
+        out["interleave-75"] = interleave
+    return out
+
+
+def _cell(value: dict | None) -> str:
+    if not value:
+        return "-"
+    return f"{value['detected_1pct']:.2f} ({value['worst_key']:.2f})"
+
+
+def markdown(rows: list[dict], plain: dict | None, kgw: dict | None) -> str:
+    """The curve's table."""
+    head = ["check", "candidates", "keep", "temperature", "texts"]
+    head += [LABELS[v] for v in VARIANTS] + ["3/4 human interleaved"]
+    head += ["perplexity", "decoded / token", "seconds / token vs plain"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["name"], r["candidates"], r["keep"], r["temperature"], r["texts"]]
+        cells += [_cell(r.get(v)) for v in VARIANTS] + [_cell(r.get("interleave-75"))]
+        cells += [
+            "-" if r["perplexity"] is None else f"{r['perplexity']:.1f}",
+            f"{r['decoded_per_token']:.1f}",
+            "-" if r.get("seconds_over_plain") is None else f"{r['seconds_over_plain']:.1f}x",
+        ]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    notes = []
+    if plain is not None and plain.get("perplexity_median") is not None:
+        notes.append(
+            f"Unwatermarked texts of the same prompts (`{plain['name']}`): median perplexity "
+            f"{plain['perplexity_median']:.1f}."
+        )
+    if kgw is not None and "rewrite" in kgw:
+        notes.append(
+            f"KGW on the same prompts under the rewrite of every window: {_cell(kgw['rewrite'])}."
+        )
+    return "\n".join(lines) + ("\n\n" + " ".join(notes) if notes else "") + "\n"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Detection at 1% against candidates per unit, one line per temperature and variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    temperatures = sorted({r["temperature"] for r in rows})
+    for temperature in temperatures:
+        mine = sorted(
+            (r for r in rows if r["temperature"] == temperature), key=lambda r: r["candidates"]
+        )
+        for variant, style in (("attacked", "o-"), ("rewrite", "s--"), ("recursive", "^:")):
+            points = [(r["candidates"], r[variant]["detected_1pct"]) for r in mine if variant in r]
+            if points:
+                xs, ys = zip(*points, strict=True)
+                left.plot(xs, ys, style, label=f"{LABELS[variant]}, T={temperature}")
+        points = [(r["candidates"], r["perplexity"]) for r in mine if r["perplexity"]]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            right.plot(xs, ys, "o-", label=f"T={temperature}")
+    left.set_ylabel("detected at an exact 1%")
+    left.set_ylim(0, 1.02)
+    left.legend(fontsize=7)
+    right.set_ylabel("median perplexity (oracle)")
+    right.legend(fontsize=7)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("candidates per unit")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def curve(names: list[str], output: str, plain: str | None = None, kgw: str | None = None) -> int:
+    """The candidate curve: a table, JSON and plot from the design checks named.
+
+    Args:
+        names: the checks, in the table's order.
+        output: the folder for curve.md, curve.json and curve.png.
+        plain: the unwatermarked check of the same prompts (perplexity and speed baseline).
+        kgw: the KGW check of the same prompts.
+    """
+    base = load(plain) if plain else None
+    baseline = load(kgw) if kgw else None
+    rows = [row(load(n), base) for n in names]
+    folder = Path(output)
+    folder.mkdir(parents=True, exist_ok=True)
+    table = markdown(rows, base, baseline)
+    (folder / "curve.md").write_text(table)
+    data = {"rows": rows, "plain": base and base.get("perplexity_median"), "kgw": baseline}
+    (folder / "curve.json").write_text(json.dumps(data, indent=1) + "\n")
+    plot(rows, folder / "curve.png")
+    print(table, end="")
+    return 0
