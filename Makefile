@@ -50,7 +50,7 @@ test-newest:
 	$(NEWEST)/bin/python -c "import transformers; print('transformers', transformers.__version__)"
 	$(NEWEST)/bin/python -m pytest -q -p no:cacheprovider tests/test_transformers_api.py tests/test_kvcache.py
 
-LINTED := src tests research benchmarks docs/img train.py watermark.py
+LINTED := src tests lab benchmarks docs/img train.py watermark.py
 
 lint: setup
 	$(VENV)/bin/ruff check $(LINTED)
@@ -67,10 +67,9 @@ COMMA := ,
 CALIBRATE := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 50
 CALIBRATE_200 := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 200
 RESULTS := results-calibration results-calibration-hard results-calibration-region \
-	results-calibration-kernel results-calibration-sentences results-calibration-keys \
-	results-valid-table
-LONG_RESULTS := results-evaluation results-strength results-robust results-candidates results-clauses \
-	results-benchmarks results-study results-training
+	results-calibration-kernel results-calibration-sentences results-calibration-keys
+LONG_RESULTS := results-evaluation results-strength results-robust results-clauses results-curve \
+	results-benchmarks results-training
 .PHONY: $(RESULTS) $(LONG_RESULTS)
 
 results: $(RESULTS)
@@ -104,9 +103,6 @@ results-calibration-keys: setup
 	$(CALIBRATE_200) $(SENTENCES) \
 		--partition.centroids checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt \
 		--output_dir docs/calibration/kernel/keys-200
-
-results-valid-table: setup
-	$(PY) -m research.paper.valid_table --max-texts 3000
 
 # Long: the evaluation runs behind docs/evaluation (each writes runs/..., then its tables are
 # copied beside its settings file). Resumable: rerun the same target after an interruption.
@@ -160,62 +156,41 @@ results-robust: setup
 	$(call EVALUATE,robust-run,robust-run,robust-kernel-bigram-50,runs/eval-robust-kernel,--config docs/evaluation/robust-kernel-bigram-50.yaml)
 	$(call EVALUATE,robust-run,robust-run,robust-kernel-t05,runs/eval-robust-kernel-t05,--config docs/evaluation/robust-kernel-t05.yaml)
 
-# Strength against cost: the default with 8, 16 and 64 candidates per sentence on the robust
-# run's first 12 prompts, clean and paraphrased (32 is results-robust's run), and the curve
-# (docs/evaluation/candidates/curve.md).
-results-candidates: setup results-robust
-	for n in 8 16 64; do KSEMSTAMP_KEY=robust-run KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) watermark.py evaluate \
-		--config docs/evaluation/robust-run.yaml --config docs/evaluation/robust-candidates.yaml \
-		--config docs/evaluation/candidates/n$$n.yaml && mkdir -p docs/evaluation/candidates/$$n \
-		&& cp runs/eval-candidates-$$n/results.json runs/eval-candidates-$$n/results.md \
-		docs/evaluation/candidates/$$n/ || exit 1; done
-	$(PY) -m research.robust.candidates
-
-# Long (about 7 CPU-hours): sentence units (the former default) and clause units on the same
-# val prompts and keys, clean and under the Gemma paraphrase (research.robust.check), paired by
-# prompt: 24 prompts for sentence units, clause units and clause units with the trained adapter
-# (with every edit too), and 12 for the two cost levers (the pruning check after 4 tokens, 20
-# candidates); sentence and clause units also under the rewrite of every window, the recursive
-# paraphrase and the bigram attack, and each detected with the other's units; clause units also
-# under the paraphrase's second, few-shot prompt.
+# Long (about 7 CPU-hours): whole sentences and clauses as units on the same val prompts and keys
+# (the lab's design check, lab/check.py), clean and under the Gemma paraphrase, paired by prompt:
+# 24 prompts for sentence units, clause units and clause units with the trained adapter (with
+# every edit too), and 12 for two cost levers (the pruning check after 4 tokens, 20 candidates);
+# both units also under the rewrite of every window, the recursive paraphrase and the bigram
+# attack; clause units also under the paraphrase's second, few-shot prompt. Each check's summary
+# (the table's data) is copied to docs/evaluation/clauses/NAME/; its per-text files stay in runs/.
 ADAPTER := checkpoints/centroids-all-minilm-l6-v2-kernel-k64.pt
-# $(call clause_check,NAME,FLAGS,EDITS,ATTACKS,OTHER): one design's check, each further attack
-# ATTACKS names (rewrite, recursive, bigram), its edits when EDITS is set, its texts detected
-# with the OTHER units when OTHER is set, and its outputs copied to docs/evaluation/clauses/NAME/.
-define clause_check
-KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2)
-$(foreach x,$(4),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2) --attack $(x)
-)$(if $(3),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2) --stage edits)
-$(if $(5),KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m research.robust.check --name $(1) $(2) --detect-units $(5))
+LAB := KSEMSTAMP_ALLOW_WEAK_KEY=1 $(PY) -m lab
+# $(call lab_check,NAME,FLAGS,EDITS,ATTACKS): one design's check, each further attack ATTACKS
+# names, its edits when EDITS is set, and its summary copied to docs/evaluation/clauses/NAME/.
+define lab_check
+$(LAB) check --run.name $(1) $(2)
+$(foreach x,$(4),$(LAB) check --run.name $(1) $(2) --run.attack $(x)
+)$(if $(3),$(LAB) check --run.name $(1) $(2) --run.stage edits)
 mkdir -p docs/evaluation/clauses/$(1)
-cp runs/robust/check-$(1)/*.json runs/robust/check-$(1)/*.jsonl docs/evaluation/clauses/$(1)/
+cp runs/lab/check-$(1)/summary.json docs/evaluation/clauses/$(1)/
 endef
 results-clauses: setup
-	$(call clause_check,base,--prompts 24,edits,rewrite recursive bigram,clauses)
-	$(call clause_check,clauses,--prompts 24 --units clauses,edits,rewrite recursive bigram fewshot,sentences)
-	$(call clause_check,clauses-adapter,--prompts 24 --units clauses --centroids $(ADAPTER),edits)
-	$(call clause_check,clauses-p4,--prompts 12 --units clauses --prune-tokens 4)
-	$(call clause_check,clauses-c20,--prompts 12 --units clauses --candidates 20)
-	$(call clause_check,plain,--prompts 24 --plain)
-	$(call clause_check,kgw,--prompts 24 --kgw --attack rewrite)
+	$(call lab_check,base,--run.prompts 24 --mark.units sentences,edits,rewrite recursive bigram)
+	$(call lab_check,clauses,--run.prompts 24,edits,rewrite recursive bigram fewshot)
+	$(call lab_check,clauses-adapter,--run.prompts 24 --partition.centroids $(ADAPTER),edits)
+	$(call lab_check,clauses-p4,--run.prompts 12 --search.prune_tokens 4)
+	$(call lab_check,clauses-c20,--run.prompts 12 --search.max_candidates 20 --search.candidate_batch 20)
+	$(call lab_check,plain,--run.prompts 24 --run.plain)
+	$(call lab_check,kgw,--run.prompts 24 --run.kgw --run.attack rewrite)
 	mkdir -p docs/evaluation/clauses/compare
 	for pair in base:clauses base:clauses-adapter base:clauses-c20 clauses:clauses-adapter \
-		clauses:clauses-p4 clauses:clauses-c20 kgw:base kgw:clauses; do a=$${pair%%:*}; b=$${pair#*:}; $(PY) -m research.robust.check \
-		--compare $$a $$b > docs/evaluation/clauses/compare/$$a.vs.$$b.json || exit 1; done
+		clauses:clauses-p4 clauses:clauses-c20 kgw:base kgw:clauses; do a=$${pair%%:*}; b=$${pair#*:}; \
+		$(LAB) compare --first $$a --second $$b > docs/evaluation/clauses/compare/$$a.vs.$$b.json || exit 1; done
 
 # Long: the benchmark of record (half an hour to an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup
 	$(PY) -m benchmarks.bench --prompts 20 --max-new-tokens 200 --time-budget 1800 \
 		--sequential-sentences 4 --sequential-budget 300 --sections generation,detection
-
-# Long: the design study's sweeps on its committed pool, pairs and centroids.
-STUDY_DATA := --pool research/study/data/pool.jsonl --pairs research/study/data/pairs.jsonl \
-	--centroids research/study/data/centroids
-results-study: setup
-	$(PY) -m research.study sweep $(STUDY_DATA) --output research/study/results.json --keys 20
-	$(PY) -m research.study prune $(STUDY_DATA) --output research/study/prune.json --keys 20
-	KSEMSTAMP_KEY=confirm-run $(PY) -m research.study attribution \
-		--eval-config docs/evaluation/confirm-run.yaml --output research/study/attribution.json
 
 # Long: fine-tuning runs and their held-out agreement (docs/training.md, "Reproduce" there).
 results-training: setup

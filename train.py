@@ -4,11 +4,11 @@
     python train.py fit --config configs/train/news.yaml --ckpt_path checkpoints/news/last.ckpt
     python train.py fit --config configs/train/news.yaml --config configs/train/news-ddp-cpu.yaml
 
-The command line lives in ``ksemstamp.training.cli`` (also ``python -m ksemstamp.training.cli``).
+The command line lives in ``ksemstamp.cli.train`` (also ``ksemstamp train``).
 See docs/training.md.
 """
 
-from ksemstamp.training.cli import TrainCLI, cli_main
+from ksemstamp.cli.train import TrainCLI, cli_main
 
 __all__ = ["TrainCLI", "cli_main"]
 

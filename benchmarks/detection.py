@@ -19,9 +19,9 @@ from typing import Any
 from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.builders import build_detector, build_scheme
-from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.scheme.core import WatermarkScheme
 from ksemstamp.settings import WatermarkSettings
-from ksemstamp.settings_files import load_watermark_settings
+from ksemstamp.settings.files import load_watermark_settings
 from ksemstamp.text.corpora import news_windows
 
 from .harness import BENCH_KEY_LAYER, REPO, Section, fmt, measure, section_main

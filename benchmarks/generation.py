@@ -35,7 +35,7 @@ from ksemstamp.assets import load_lm, resolve_lm_dtype
 from ksemstamp.builders import build_scheme, build_watermarker
 from ksemstamp.generation.sampler import GroupResult
 from ksemstamp.settings import WatermarkSettings
-from ksemstamp.settings_files import load_watermark_settings
+from ksemstamp.settings.files import load_watermark_settings
 from ksemstamp.text.corpora import news_prompts
 from ksemstamp.watermarker import GenerationResult, Watermarker
 

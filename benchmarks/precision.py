@@ -20,7 +20,7 @@ import numpy as np
 from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.builders import build_detector
-from ksemstamp.settings_files import load_watermark_settings
+from ksemstamp.settings.files import load_watermark_settings
 from ksemstamp.text.corpora import news_windows
 
 from .harness import BENCH_KEY_LAYER, REPO, Section, fmt, section_main

@@ -24,7 +24,7 @@ from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.assets import load_lm
 from ksemstamp.builders import build_watermarker
-from ksemstamp.settings_files import load_watermark_settings
+from ksemstamp.settings.files import load_watermark_settings
 from ksemstamp.text.corpora import news_prompts
 
 from .harness import BENCH_KEY_LAYER, REPO, Section, fmt, measure, section_main

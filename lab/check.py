@@ -6,7 +6,7 @@
     python -m lab check --run.name c128 --run.attack rewrite      # every window rewritten
     python -m lab check --run.name plain --run.plain              # the same sampler, no mark
     python -m lab check --run.name kgw --run.kgw --run.attack rewrite  # the token baseline
-    python -m lab compare base c128                               # paired by prompt
+    python -m lab compare --first base --second c128              # paired by prompt
 
 The first ``run.prompts`` ``val``-split news prompts (cut as the evaluation cuts its test-split
 prompts) are generated under ``KEYS`` (prompt ``i`` under key ``i mod 3``) with the settings of

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from benchmarks import bench, detection, generation, harness, training
-from ksemstamp.settings_files import load_watermark_settings
+from ksemstamp.settings.files import load_watermark_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,8 +22,8 @@ from ksemstamp.cli import main
 from ksemstamp.detection.stats import exact_p_value, normal_sf, paper_z
 from ksemstamp.detector import Detector
 from ksemstamp.keys import valid_table
-from ksemstamp.partition import LSHPartition
-from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.scheme.core import WatermarkScheme
+from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import DirectionSettings, RegionSettings
 from ksemstamp.text.splitter import get_splitter
 
@@ -282,7 +282,7 @@ def test_hash_encoder_calibration_runs_without_models(hash_scheme, tmp_path):
 
 
 def _direction_scheme(hash_encoder):
-    from ksemstamp.partition import KMeansPartition
+    from ksemstamp.scheme.partition import KMeansPartition
 
     centroids = torch.nn.functional.normalize(
         torch.randn(6, 32, generator=torch.Generator().manual_seed(1)), dim=-1

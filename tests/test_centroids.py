@@ -7,9 +7,14 @@ import torch
 
 from ksemstamp.assets import encoder_fingerprint
 from ksemstamp.builders import build_scheme
-from ksemstamp.centroids import CentroidFile, CentroidMismatchError, fit_kmeans, transition_counts
+from ksemstamp.scheme.centroids import (
+    CentroidFile,
+    CentroidMismatchError,
+    fit_kmeans,
+    transition_counts,
+)
 from ksemstamp.settings import PartitionSettings, WatermarkSettings
-from ksemstamp.settings_files import load_watermark_settings
+from ksemstamp.settings.files import load_watermark_settings
 
 
 def test_fit_kmeans_and_transitions():

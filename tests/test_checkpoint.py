@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from ksemstamp.builders import load_centroids
-from ksemstamp.centroids import CentroidFile, IncompleteCentroidsError
-from ksemstamp.checkpoint import CheckpointError, checkpoint_centroids, read_checkpoint
 from ksemstamp.cli import main
+from ksemstamp.scheme.centroids import CentroidFile, IncompleteCentroidsError
 from ksemstamp.settings import WatermarkSettings
+from ksemstamp.training.checkpoint import CheckpointError, checkpoint_centroids, read_checkpoint
 
 
 def _ckpt(tmp_path, name="final.ckpt", **ksemstamp):

@@ -195,7 +195,7 @@ def test_every_stderr_line_is_one_write(monkeypatch):
     import sys
     import warnings
 
-    from ksemstamp.console import console_output, print_err
+    from ksemstamp.cli.console import console_output, print_err
 
     writes = []
     monkeypatch.setattr(sys, "stderr", SimpleNamespace(write=writes.append, flush=lambda: None))

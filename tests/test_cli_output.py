@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 from test_io_input import LINES, _cut, _strict
 
 import ksemstamp.cli as cli
+import ksemstamp.cli.commands as commands
 import ksemstamp.records as records
 from ksemstamp.detector import Detector
 from ksemstamp.io import ResumableWriter
-from ksemstamp.partition import LSHPartition
-from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.scheme.core import WatermarkScheme
+from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import RegionSettings
 from ksemstamp.text.splitter import get_splitter
 
@@ -37,7 +38,7 @@ def stand_in(monkeypatch):
     """The stand-in detector, and how often one was built (a model load, in real use)."""
     built = []
     stand_in = lambda cfg: built.append(1) or _detector()  # noqa: E731
-    monkeypatch.setattr(cli, "build_detector", stand_in)  # one text
+    monkeypatch.setattr(commands, "build_detector", stand_in)  # one text
     monkeypatch.setattr(records, "build_detector", stand_in)  # --input
     return built
 
@@ -273,7 +274,7 @@ def test_ctrl_c_says_in_one_line_what_was_written_and_exits_130(tmp_path, monkey
 
     monkeypatch.setattr(detector, "detect_batch", pressed_on_the_second_batch)
     monkeypatch.setattr(records, "build_detector", lambda cfg: detector)  # --input
-    monkeypatch.setattr(cli, "build_detector", lambda cfg: detector)  # --text
+    monkeypatch.setattr(commands, "build_detector", lambda cfg: detector)  # --text
     argv = ["detect", "--input", str(src), "--output", str(out), "--batch_size", "1", "--quiet"]
     assert cli.main(argv) == 130
     err = capsys.readouterr().err

@@ -11,9 +11,9 @@ import yaml
 
 from ksemstamp.calibration import CalibrationSettings
 from ksemstamp.cli import COMMANDS, main, resolve
-from ksemstamp.commandline import CommandLineError, parameters, parse
-from ksemstamp.evaluation.settings import EvalSettings
+from ksemstamp.cli.parser import CommandLineError, parameters, parse
 from ksemstamp.settings import GROUPS, MARK_KINDS, RegionSettings, WatermarkSettings
+from ksemstamp.settings.evaluation import EvalSettings
 
 SECRET = "s3cret-Key-Value-9b1e"
 
@@ -238,7 +238,7 @@ def test_the_key_never_appears_in_a_usage_error(monkeypatch, capsys):
 
 
 def test_every_option_of_every_command_has_a_description_and_groups_read_cleanly(capsys):
-    from ksemstamp.commandline import options_of
+    from ksemstamp.cli.parser import options_of
 
     for name, entry in COMMANDS.items():
         if name == "train":  # LightningCLI's own help

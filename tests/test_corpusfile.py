@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ksemstamp.centroids import CentroidFile, IncompleteCentroidsError
 from ksemstamp.cli import main as cli_main
+from ksemstamp.scheme.centroids import CentroidFile, IncompleteCentroidsError
 from ksemstamp.settings import DEFAULT_CENTROIDS, PAPER_CENTROIDS
 from ksemstamp.text.corpusfile import (
     CorpusError,
@@ -137,7 +137,7 @@ def test_a_file_lacking_what_the_mark_needs_is_refused_with_the_refit_command():
         no_mean.require("direction", "centroid file f.pt")
     message = str(info.value)
     assert "embedding mean" in message and "direction mark" in message
-    assert "python -m ksemstamp.centroids --encoder enc --k 4" in message
+    assert "ksemstamp centroids --encoder enc --k 4" in message
     _file(mean=torch.zeros(8)).require("direction", "f.pt")
     with pytest.raises(IncompleteCentroidsError, match="consistent K"):
         _file(mean=torch.zeros(8), settings={"k": 8}).require("direction", "f.pt")
@@ -187,8 +187,8 @@ def test_centroids_command_fits_a_complete_file_on_a_corpus(tmp_path, capsys):
 @pytest.mark.e2e
 def test_centroids_for_an_adapted_encoder_carry_the_adapter(tmp_path, encoder):
     from ksemstamp.assets import encoder_fingerprint
-    from ksemstamp.centroids import fit_centroid_file
-    from ksemstamp.encoding import embed
+    from ksemstamp.scheme.centroids import fit_centroid_file
+    from ksemstamp.scheme.encoding import embed
     from ksemstamp.text.corpusfile import domain_documents
 
     corpus = tmp_path / "speeches.jsonl"

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 import ksemstamp.cli as cli
+import ksemstamp.cli.commands as commands
 import ksemstamp.records as records
-from ksemstamp.detectable import length_note, scored_units, units_needed
+from ksemstamp.detection.detectable import length_note, scored_units, units_needed
 from ksemstamp.detection.stats import exact_p_value, normal_sf, paper_z
 from ksemstamp.results import GenerationResult, SentenceRecord
 from ksemstamp.settings import WatermarkSettings
@@ -80,7 +81,7 @@ class _Watermarker:
 def test_generate_says_a_text_is_too_short_in_its_record_and_on_stderr(
     tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setattr(cli, "build_watermarker", lambda settings: _Watermarker())
+    monkeypatch.setattr(commands, "build_watermarker", lambda settings: _Watermarker())
     monkeypatch.setattr(records, "build_watermarker", lambda settings: _Watermarker())
     assert cli.main(["generate", "--prompt", "A prompt sentence.", "--quiet"]) == 0
     err = capsys.readouterr().err

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ksemstamp.detector import Detector
-from ksemstamp.partition import LSHPartition
-from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.scheme.core import WatermarkScheme
+from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import RegionSettings
 from ksemstamp.text.splitter import get_splitter
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from ksemstamp.builders import build_detector, build_scheme
-from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.scheme.core import WatermarkScheme
 from ksemstamp.settings import WatermarkSettings
 from tests.virtual_device import DeviceMixError, VirtualTensor, virtual_device
 
@@ -93,7 +93,7 @@ def centroids(tmp_path):
     """A centroid file of ``TinyEncoder`` (K = 8, with a mean and two components), as
     ``ksemstamp centroids`` writes one: a scheme is built from it as users build theirs."""
     from ksemstamp.assets import encoder_fingerprint
-    from ksemstamp.centroids import CentroidFile
+    from ksemstamp.scheme.centroids import CentroidFile
 
     generator = torch.Generator().manual_seed(1)
     encoder = TinyEncoder()

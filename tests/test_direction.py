@@ -13,8 +13,8 @@ from test_watermarker import ScriptedSampler, _watermarker
 from ksemstamp.detection.stats import context_sums, direction_z, normal_sf
 from ksemstamp.detector import Detector
 from ksemstamp.keys import keyed_directions
-from ksemstamp.partition import KMeansPartition
-from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.scheme.core import WatermarkScheme
+from ksemstamp.scheme.partition import KMeansPartition
 from ksemstamp.settings import DirectionSettings
 from ksemstamp.text.splitter import get_splitter
 
@@ -337,7 +337,7 @@ def test_a_repeat_is_never_kept_for_its_score(hash_encoder):
 
 
 def test_cli_report_shows_scores_and_the_exact_z():
-    from ksemstamp.cli import format_detection
+    from ksemstamp.cli.console import format_detection
     from ksemstamp.detector import DetectionResult
 
     result = DetectionResult(

@@ -61,7 +61,7 @@ WALKTHROUGH = [
 def run(command: str, extra: list[str]) -> None:
     """One command of the walk-through, in this process, from the current folder."""
     from ksemstamp.cli import main
-    from ksemstamp.training.cli import cli_main
+    from ksemstamp.cli.train import cli_main
 
     words = shlex.split(command)
     if words[:2] == ["python", "train.py"]:
@@ -86,7 +86,7 @@ def test_your_own_domain_from_pairs_to_detection(tmp_path, monkeypatch):
     for command, extra in WALKTHROUGH:
         run(command, extra)
     # The centroids came from the speeches, and the checkpoint holds what the mark needs.
-    from ksemstamp.checkpoint import checkpoint_centroids
+    from ksemstamp.training.checkpoint import checkpoint_centroids
 
     fitted = checkpoint_centroids("checkpoints/domain/final.ckpt")
     fitted.require("direction", "final.ckpt")

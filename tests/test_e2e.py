@@ -303,7 +303,7 @@ def test_the_shipped_trained_adapter_loads_offline_and_detects_its_own_text(enco
     # configs/ksemstamp-trained.yaml: the kernel objective's adapter, shipped in the package with
     # its centroids, layered over the default. It adapts a copy of the encoder it is given, the
     # text it watermarks is detected under it, and the base scheme scores that text differently.
-    from ksemstamp.settings_files import load_watermark_settings
+    from ksemstamp.settings.files import load_watermark_settings
 
     cfg = load_watermark_settings(
         ["configs/ksemstamp.yaml", "configs/ksemstamp-trained.yaml"],

@@ -5,7 +5,7 @@ import pytest
 from ksemstamp.evaluation.edit_stage import edit_stage, human_pool
 from ksemstamp.evaluation.predict import read_records
 from ksemstamp.evaluation.run import Run
-from ksemstamp.evaluation.settings import EvalSettings
+from ksemstamp.settings.evaluation import EvalSettings
 
 PROMPTS = [
     {"id": "p0", "article_id": "a0", "prompt": "Zero."},

@@ -6,7 +6,6 @@ import pytest
 
 from ksemstamp.evaluation.predict import read_records
 from ksemstamp.evaluation.run import Run
-from ksemstamp.evaluation.settings import EvalSettings
 from ksemstamp.evaluation.size import (
     first_reaching,
     measure,
@@ -14,6 +13,7 @@ from ksemstamp.evaluation.size import (
     sentence_ends,
     size_stage,
 )
+from ksemstamp.settings.evaluation import EvalSettings
 from ksemstamp.text.splitter import get_splitter
 
 TEXT = "Stocks rose on Monday. Bonds fell. Oil was flat all day."

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from ksemstamp.builders import build_detector, build_scheme, build_watermarker
-from ksemstamp.settings import PAPER_CENTROIDS, WatermarkSettings
 from ksemstamp.detector import Detector
+from ksemstamp.settings import PAPER_CENTROIDS, WatermarkSettings
 
 pytestmark = pytest.mark.e2e
 
@@ -112,7 +112,7 @@ def scheme(cfg, encoder):
 
 
 def _prompts() -> list[str]:
-    from ksemstamp.cli import news_prompt
+    from ksemstamp.text.corpora import news_prompt
 
     return [news_prompt(i) for i in range(NUM_PROMPTS)]
 

@@ -3,7 +3,7 @@
 import pytest
 
 from ksemstamp.cli import main
-from ksemstamp.gpucheck import CheckFailed, check_ranks, expected_devices
+from ksemstamp.cli.gpucheck import CheckFailed, check_ranks, expected_devices
 from ksemstamp.parallel import DEVICE_LINE
 
 

@@ -5,8 +5,8 @@ import subprocess
 import pytest
 import torch
 
-from ksemstamp.cudarand import cuda_randperm, curand_words, philox4x32_10, randperm_key_bits
 from ksemstamp.keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key, valid_table
+from ksemstamp.scheme.cudarand import cuda_randperm, curand_words, philox4x32_10, randperm_key_bits
 
 
 @pytest.mark.parametrize("k,gamma", [(8, 0.25), (8, 0.5), (16, 0.25), (4, 0.75)])
@@ -25,7 +25,7 @@ def test_keyed_table_deterministic_and_key_dependent():
 
 
 # The reference code's table: row q = the first gamma*K of torch.randperm(K) on a CUDA generator
-# seeded with q * 15485863. For K = 8, recomputed by ksemstamp.cudarand; no sort key repeats in
+# seeded with q * 15485863. For K = 8, recomputed by ksemstamp.scheme.cudarand; no sort key repeats in
 # these rows, so they rest on the Philox stream and the sort by the keys' low 9 bits alone.
 PAPER_K8_ROWS = [[5, 2], [6, 2], [5, 2], [6, 0], [7, 2], [1, 4], [0, 3], [6, 3]]
 

@@ -123,7 +123,11 @@ def test_installed_package_ships_no_lab_code():
 
 def test_lab_commands_run_from_the_repository_root():
     out = subprocess.run(
-        [sys.executable, "-m", "lab", "--help"], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "lab", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     for command in ("check", "compare", "curve"):
         assert command in out

@@ -8,9 +8,9 @@ import torch
 from test_watermarker import ScriptedSampler
 
 from ksemstamp.marks import DirectionMark, Mark, RegionMark, make_mark
-from ksemstamp.partition import LSHPartition
 from ksemstamp.results import Judgement
-from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.scheme.core import WatermarkScheme
+from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import DirectionSettings, RegionSettings, SamplingSettings, SearchSettings
 from ksemstamp.text.splitter import get_splitter
 from ksemstamp.watermarker import Watermarker

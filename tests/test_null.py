@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from ksemstamp.keys import valid_table
-from ksemstamp.partition import kmeans_regions, lsh_regions
+from ksemstamp.scheme.partition import kmeans_regions, lsh_regions
 
 N = 20000  # transitions per key
 

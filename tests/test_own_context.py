@@ -12,8 +12,8 @@ from test_watermarker import ScriptedSampler, _watermarker
 
 from ksemstamp.detection.stats import direction_z, normal_sf
 from ksemstamp.detector import Detector
-from ksemstamp.partition import KMeansPartition
-from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.scheme.core import WatermarkScheme
+from ksemstamp.scheme.partition import KMeansPartition
 from ksemstamp.settings import DirectionSettings, RegionSettings
 from ksemstamp.text.splitter import get_splitter
 

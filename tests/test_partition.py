@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ksemstamp.partition import KMeansPartition, LSHPartition, kmeans_regions, lsh_regions
+from ksemstamp.scheme.partition import KMeansPartition, LSHPartition, kmeans_regions, lsh_regions
 
 
 def _naive_kmeans(emb, centroids, margin):

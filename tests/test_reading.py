@@ -3,7 +3,7 @@
 import pytest
 
 from ksemstamp.calibration.embeddings import CachedEncoder
-from ksemstamp.encoding import embed
+from ksemstamp.scheme.encoding import embed
 from ksemstamp.text.reading import reading_form
 
 

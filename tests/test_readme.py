@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ksemstamp.cli import resolve
-from ksemstamp.commandline import parse
+from ksemstamp.cli.parser import parse
 from ksemstamp.keys import new_key
 
 ROOT = Path(__file__).resolve().parents[1]

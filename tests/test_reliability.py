@@ -14,11 +14,11 @@ import torch
 
 from ksemstamp.assets import encoder_fingerprint
 from ksemstamp.builders import build_scheme
-from ksemstamp.centroids import CentroidFile
 from ksemstamp.cli import main
-from ksemstamp.console import command_line
+from ksemstamp.cli.console import command_line
+from ksemstamp.scheme.centroids import CentroidFile
 from ksemstamp.settings import WatermarkSettings
-from ksemstamp.settings_files import load_settings_file, load_watermark_settings
+from ksemstamp.settings.files import load_settings_file, load_watermark_settings
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--sampling.max_new_tokens", "12", "--search.max_candidates", "3", "--quiet"]

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ksemstamp.evaluation.settings import EvalSettings
 from ksemstamp.settings import WatermarkSettings
+from ksemstamp.settings.evaluation import EvalSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("docs", "benchmarks/results")

@@ -535,7 +535,7 @@ def test_serve_logs_the_address(monkeypatch, capsys, app):
     import uvicorn
 
     import ksemstamp.serve as serve_module
-    from ksemstamp.console import console_output
+    from ksemstamp.cli.console import console_output
 
     ran = []
     monkeypatch.setattr(serve_module, "create_app", lambda *a, **k: app)

@@ -21,11 +21,10 @@ from ksemstamp.settings import (
     MARK_KINDS,
     DirectionSettings,
     RegionSettings,
-    SearchSettings,
     SettingsError,
     WatermarkSettings,
 )
-from ksemstamp.settings_files import command_line_layers, load_watermark_settings, merge
+from ksemstamp.settings.files import command_line_layers, load_watermark_settings, merge
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 OWN = ("key", "allow_weak_key", "chat")
@@ -66,8 +65,8 @@ STANDS_FOR = {
         "keep": "search.prune_keep",
         "margin": "search.prune_margin",
     },
-    ("ksemstamp.partition", "KMeansPartition"): {"margin": "mark.margin"},
-    ("ksemstamp.partition", "LSHPartition"): {
+    ("ksemstamp.scheme.partition", "KMeansPartition"): {"margin": "mark.margin"},
+    ("ksemstamp.scheme.partition", "LSHPartition"): {
         "bits": "partition.lsh_bits",
         "margin": "mark.margin",
         "seed": "partition.lsh_seed",
@@ -134,7 +133,7 @@ def test_no_public_constructor_default_differs_from_the_settings():
             checked.add((where, p.name))
     # Every argument listed above exists and was checked (a rename would skip it silently).
     listed = {(w, n) for w, args in STANDS_FOR.items() for n in args}
-    listed.add((("ksemstamp.scheme", "WatermarkScheme"), "mark"))
+    listed.add((("ksemstamp.scheme.core", "WatermarkScheme"), "mark"))
     assert listed <= checked, listed - checked
 
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from ksemstamp.detector import Detector
 from ksemstamp.generation.prompts import plan_prompt
-from ksemstamp.partition import LSHPartition
-from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.scheme.core import WatermarkScheme
+from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import RegionSettings
 from ksemstamp.text.normalize import normalize_text
 from ksemstamp.text.splitter import get_splitter

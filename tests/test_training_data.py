@@ -99,7 +99,7 @@ def test_word_overlap():
 
 
 def test_wordnet_paraphraser_substitutes_and_reinflects():
-    from ksemstamp.training.paraphrase import WordNetParaphraser
+    from ksemstamp.training.wordnet import WordNetParaphraser
 
     wn = WordNetParaphraser(rate=1.0)
     assert wn.synonyms("the") == ()  # stopword

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ksemstamp.assets import encoder_fingerprint, load_encoder  # noqa: E402
-from ksemstamp.centroids import CentroidFile  # noqa: E402
+from ksemstamp.scheme.centroids import CentroidFile  # noqa: E402
 from ksemstamp.training.loss import margin_contrastive_loss, region_consistency_loss  # noqa: E402
 from ksemstamp.training.module import EncoderModule  # noqa: E402
 from train import cli_main  # noqa: E402
@@ -291,8 +291,8 @@ def test_warmup_factor_against_transformers_schedule():
 @pytest.mark.e2e
 def test_watermark_from_the_final_checkpoint_and_refusals(tmp_path):
     from ksemstamp.builders import build_detector, build_scheme
-    from ksemstamp.checkpoint import CheckpointError
     from ksemstamp.settings import WatermarkSettings
+    from ksemstamp.training.checkpoint import CheckpointError
 
     fit(make_config(tmp_path))
     final = tmp_path / "run" / "final.ckpt"

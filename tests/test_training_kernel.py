@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ksemstamp.adapter import (
+from ksemstamp.assets import encoder_fingerprint
+from ksemstamp.scheme.adapter import (
     adapter_id,
     adapter_payload,
     add_adapters,
@@ -19,9 +20,8 @@ from ksemstamp.adapter import (
     load_adapter,
     merge_adapters,
 )
-from ksemstamp.assets import encoder_fingerprint
-from ksemstamp.centroids import CentroidFile, CentroidMismatchError
-from ksemstamp.scheme import soft_context_weights
+from ksemstamp.scheme.centroids import CentroidFile, CentroidMismatchError
+from ksemstamp.scheme.core import soft_context_weights
 from ksemstamp.training.loss import kernel_alignment_loss, scored_features, unit_sums
 from ksemstamp.training.units import Batch, read_units
 
@@ -225,7 +225,7 @@ def test_training_on_the_objective_raises_retention_in_a_toy_world():
 
 
 def test_kernel_features_read_a_file_and_refit_on_new_embeddings():
-    from ksemstamp.centroids import principal_components
+    from ksemstamp.scheme.centroids import principal_components
     from ksemstamp.training.kernel import KernelFeatures
 
     g = torch.Generator().manual_seed(0)

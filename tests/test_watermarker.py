@@ -8,8 +8,8 @@ import torch
 from ksemstamp.generation.pruning import prune_rule
 from ksemstamp.generation.sampler import Candidate, GroupResult
 from ksemstamp.marks import make_mark
-from ksemstamp.partition import LSHPartition
-from ksemstamp.scheme import WatermarkScheme
+from ksemstamp.scheme.core import WatermarkScheme
+from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import LimitSettings, RegionSettings, SamplingSettings, SearchSettings
 from ksemstamp.text.splitter import get_splitter
 from ksemstamp.watermarker import Watermarker, summarize

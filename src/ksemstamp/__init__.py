@@ -41,7 +41,7 @@ _EXPORTS = {
     "build_scheme": "builders",
     "Watermarker": "watermarker",
     "Detector": "detector",
-    "WatermarkScheme": "scheme",
+    "WatermarkScheme": "scheme.core",
     "GenerationResult": "results",
     "DetectionResult": "results",
 }

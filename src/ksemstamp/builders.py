@@ -19,11 +19,11 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from .settings import WatermarkSettings
+from .settings.watermark import WatermarkSettings
 
 if TYPE_CHECKING:
     from .detector import Detector
-    from .scheme import WatermarkScheme
+    from .scheme.core import WatermarkScheme
     from .watermarker import Watermarker
 
 
@@ -42,7 +42,7 @@ def load_scheme_encoder(settings: WatermarkSettings, encoder: Any = None):
     """The sentence encoder on ``model.device``: ``encoder`` when it is a loaded model, else the
     checkpoint's, or the one ``encoder`` (or ``model.encoder``) names."""
     from .assets import load_encoder
-    from .checkpoint import load_checkpoint_encoder
+    from .training.checkpoint import load_checkpoint_encoder
 
     settings = as_settings(settings)
     if encoder is not None and not isinstance(encoder, str):
@@ -55,8 +55,8 @@ def load_scheme_encoder(settings: WatermarkSettings, encoder: Any = None):
 def load_centroids(settings: WatermarkSettings):
     """The ``CentroidFile`` of the settings (their checkpoint's or their file), checked to hold
     what the mark needs (for the direction mark, ``mark.whiten`` principal components)."""
-    from .centroids import CentroidFile
-    from .checkpoint import REFIT, checkpoint_centroids
+    from .scheme.centroids import CentroidFile
+    from .training.checkpoint import REFIT, checkpoint_centroids
 
     settings = as_settings(settings)
     mark = settings.mark
@@ -94,8 +94,8 @@ def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkS
     # The key first, then the centroids: a weak key is refused before torch loads, a centroid
     # file the mark cannot use before any model is loaded.
     key = checked_key(settings)
-    from .partition import KMeansPartition, LSHPartition
-    from .scheme import WatermarkScheme
+    from .scheme.core import WatermarkScheme
+    from .scheme.partition import KMeansPartition, LSHPartition
     from .text.splitter import get_splitter
 
     kmeans = settings.partition.kind == "kmeans"

@@ -22,7 +22,7 @@ _EXPORTS = {
     "Oracle": "evaluation.metrics",
     "build_prompts": "evaluation.prompt_set",
     "build_attack": "evaluation.rewrite",
-    "EvalSettings": "evaluation.settings",
+    "EvalSettings": "settings.evaluation",
     "news_articles": "text.corpora",
     "get_splitter": "text.splitter",
 }

@@ -38,7 +38,7 @@ import string
 import warnings
 from typing import TYPE_CHECKING, NamedTuple
 
-from .cudarand import cuda_randperm
+from .scheme.cudarand import cuda_randperm
 
 if TYPE_CHECKING:
     from torch import Tensor

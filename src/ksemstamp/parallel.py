@@ -34,9 +34,9 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
-from .devices import DeviceSettings  # noqa: F401  (re-exported: its former home)
 from .io import ResumableWriter, write_jsonl_atomic
 from .jsonl import read_jsonl, read_jsonl_objects
+from .settings.devices import DeviceSettings  # noqa: F401  (re-exported: its former home)
 
 
 @dataclass

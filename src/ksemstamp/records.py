@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from .builders import build_detector, build_watermarker, checked_key
-from .detectable import length_note
-from .devices import DeviceSettings
+from .detection.detectable import length_note
 from .io import (
     ResumableWriter,
     earlier_output_problem,
@@ -29,7 +28,8 @@ from .io import (
     write_jsonl_atomic,
 )
 from .jsonl import InputRecord, read_jsonl, read_jsonl_objects
-from .settings import WatermarkSettings
+from .settings.devices import DeviceSettings
+from .settings.watermark import WatermarkSettings
 
 if TYPE_CHECKING:
     from .parallel import Job

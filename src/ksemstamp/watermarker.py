@@ -49,8 +49,8 @@ from .results import (
     SentenceRecord,
     summarize,
 )
-from .scheme import WatermarkScheme
-from .settings import LimitSettings, SamplingSettings, SearchSettings, WatermarkSettings
+from .scheme.core import WatermarkScheme
+from .settings.watermark import LimitSettings, SamplingSettings, SearchSettings, WatermarkSettings
 from .text.textcheck import readable
 
 __all__ = [

@@ -1,5 +1,5 @@
 """Calibration of the detector on human text, with detection power beside it.
-May import: ksemstamp core modules and detection, text; never cli or builders.
+May import: ksemstamp core modules and detection, scheme, settings, text; never cli or builders.
 
 Human-written text does not depend on the secret key, so the share of human texts a detector
 flags at level ``alpha`` is its false-positive rate. One key gives one valid table and therefore
@@ -42,7 +42,7 @@ _EXPORTS = {
     ),
     **dict.fromkeys(("CachedEncoder", "embedding_store", "with_cached_encoder"), ".embeddings"),
     **dict.fromkeys(("plot_pvalues", "render_report", "write_outputs"), ".report"),
-    **dict.fromkeys(("ALPHAS", "CalibrationSettings"), ".settings"),
+    **dict.fromkeys(("ALPHAS", "CalibrationSettings"), "..settings.calibration"),
     "run_calibration": ".run",
     **dict.fromkeys(
         (

@@ -10,9 +10,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..assets import cache_dir, encoder_fingerprint
-from ..encoding import embed, encoder_device
 from ..io import atomic_target
-from ..scheme import WatermarkScheme
+from ..scheme.core import WatermarkScheme
+from ..scheme.encoding import embed, encoder_device
 from ..text.reading import READING_VERSION
 
 

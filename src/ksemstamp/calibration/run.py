@@ -10,7 +10,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..jsonl import read_jsonl
-from ..scheme import WatermarkScheme
+from ..scheme.core import WatermarkScheme
+from ..settings.calibration import ALPHAS, CalibrationSettings  # noqa: F401  (re-exported: their former home)
 from ..text.corpora import SOURCE_LABELS, human_texts
 from .embeddings import embedding_store, with_cached_encoder
 from .scoring import (
@@ -24,7 +25,6 @@ from .scoring import (
     simulate_watermarked,
     stats_of,
 )
-from .settings import ALPHAS, CalibrationSettings  # noqa: F401  (re-exported: their former home)
 from .summary import group_rates, power_summary, summarise_null
 
 

@@ -24,7 +24,7 @@ from ..detection.scan import NullLaw, combined_test, null_law, scan_seed, score_
 from ..detection.stats import context_sums, normal_sf, null_count_pmf, paper_z
 from ..detector import Detector
 from ..keys import keyed_directions, valid_table
-from ..scheme import WatermarkScheme
+from ..scheme.core import WatermarkScheme
 from .embeddings import with_cached_encoder
 
 STATS = ("paper", "exact")

@@ -1,5 +1,5 @@
 """What the ``Detector`` computes: key-free scoring plans and the exact tests on them.
-May import: ksemstamp core modules and text; never cli, builders, watermarker, detector or marks.
+May import: ksemstamp core modules and settings, text; never cli, builders, watermarker, detector or marks.
 
 * ``plans``: ``ScoringPlan``, a text's sentences, regions and vectors before any key;
 * ``stats``: the paper's z-test and the exact key-randomisation tests;

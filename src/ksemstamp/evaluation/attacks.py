@@ -111,7 +111,7 @@ class WordNetCandidates:
     """Lexical substitution: several independent draws of the project's WordNet paraphraser."""
 
     def __init__(self, num_candidates: int = 4, rate: float = 0.4, seed: int = 0) -> None:
-        from ..training.paraphrase import WordNetParaphraser
+        from ..training.wordnet import WordNetParaphraser
 
         self.paraphraser = WordNetParaphraser(rate=rate)
         self.num_candidates = num_candidates

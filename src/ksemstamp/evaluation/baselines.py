@@ -12,39 +12,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
-from ..settings import SamplingSettings
+from ..settings.evaluation import KGWSettings
+from ..settings.watermark import SamplingSettings
 from ..text.normalize import normalize_text
-
-
-@dataclass
-class KGWSettings:
-    """KGW's parameters, as transformers' ``WatermarkingConfig`` names them (the paper's
-    comparison: gamma 0.25, delta 2 and a one-token context)."""
-
-    greenlist_ratio: float = 0.25
-    """gamma: the share of the vocabulary on the green list."""
-    bias: float = 2.0
-    """delta: added to the logits of green tokens."""
-    hashing_key: int = 15485863
-    """The key of the green lists (public: KGW is the baseline)."""
-    seeding_scheme: Literal["lefthash", "selfhash"] = "lefthash"
-    """How the previous tokens seed the green list."""
-    context_width: int = 1
-    """Previous tokens that seed the green list."""
-
-    def watermarking_config(self):
-        from transformers import WatermarkingConfig
-
-        return WatermarkingConfig(
-            greenlist_ratio=self.greenlist_ratio,
-            bias=self.bias,
-            hashing_key=self.hashing_key,
-            seeding_scheme=self.seeding_scheme,
-            context_width=self.context_width,
-        )
 
 
 class KGWGenerator:
@@ -74,7 +45,7 @@ class KGWGenerator:
 
     def generate(self, prompts: Sequence[str]) -> list[dict]:
         """One record per prompt: ``text``, ``num_tokens`` and ``status``."""
-        import torch  # here: the evaluation's settings (this module's ``KGWSettings``) need none
+        import torch  # here: importing KGW's generator loads no model library
 
         with torch.no_grad():
             return self._generate(prompts)

@@ -28,21 +28,9 @@ import re
 import textwrap
 from collections.abc import Callable, Sequence
 
+from ..settings.evaluation import EDITS
 from ..text.splitter import PunktSplitter, get_splitter
 
-EDITS = (
-    "reorder",
-    "swap",
-    "merge",
-    "split",
-    "drop",
-    "crop",
-    "interleave-50",
-    "interleave-75",
-    "hard-wrap",
-    "homoglyphs",
-    "zero-width",
-)
 CYRILLIC = {"a": "а", "c": "с", "e": "е", "i": "і", "o": "о", "p": "р", "x": "х", "y": "у",
             "A": "А", "B": "В", "C": "С", "E": "Е", "H": "Н", "K": "К", "M": "М", "O": "О",
             "P": "Р", "T": "Т", "X": "Х"}  # fmt: skip

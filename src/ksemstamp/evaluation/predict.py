@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..parallel import Job, merge_shards, predict_to_shards, read_records, shard_paths
-from .report import LABELS
+from ..settings.evaluation import LABELS, KGWSettings
 
 __all__ = [
     "GeneratorFactory",
@@ -46,7 +46,7 @@ class GeneratorFactory:
     def __call__(self, device: torch.device) -> Job:
         from ..assets import load_lm
         from ..builders import build_scheme, build_watermarker, load_scheme_encoder
-        from ..settings import WatermarkSettings
+        from ..settings.watermark import WatermarkSettings
 
         if self.algorithm not in LABELS:
             raise ValueError(f"unknown algorithm {self.algorithm!r}")
@@ -64,7 +64,7 @@ class GeneratorFactory:
                 return built[key_index]
             cfg = configs[key_index]
             if self.algorithm == "kgw":
-                from .baselines import KGWGenerator, KGWSettings
+                from .baselines import KGWGenerator
 
                 built[key_index] = KGWGenerator(
                     model, tokenizer, KGWSettings(**self.kgw), cfg.sampling

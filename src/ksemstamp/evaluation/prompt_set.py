@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..settings.evaluation import EvalSettings
 from ..text.corpora import leading_sentences, news_articles
-from .settings import EvalSettings
 
 # The prompt rule of every command; other modules import it under this name.
 split_article = leading_sentences

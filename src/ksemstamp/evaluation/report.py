@@ -9,18 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..io import atomic_target
-
-LABELS = {
-    "ksemstamp": "k-SemStamp",
-    "ksemstamp-chained": "k-SemStamp (direction, chained contexts)",
-    "ksemstamp-paper": "k-SemStamp (paper)",
-    "ksemstamp-region": "k-SemStamp (region, K=64)",
-    "ksemstamp-soft": "k-SemStamp (direction, soft contexts)",
-    "ksemstamp-pruned": "k-SemStamp (direction, soft contexts, pruned 32 to 12)",
-    "semstamp": "SemStamp",
-    "kgw": "KGW",
-    "none": "No watermark",
-}
+from ..settings.evaluation import LABELS
 
 
 def statistic_label(algorithm: str, mark: str, statistic: str, scan: bool = False) -> str:

@@ -51,6 +51,7 @@ from ..io import (
     write_jsonl_atomic,
     write_text_atomic,
 )
+from ..settings.evaluation import LABELS, EvalSettings, keep_fixed_settings
 from .prompt_set import (  # noqa: F401  (re-exported: the prompt rules' former home)
     build_prompts,
     cut_at_token,
@@ -58,9 +59,8 @@ from .prompt_set import (  # noqa: F401  (re-exported: the prompt rules' former 
     human_continuation,
     split_article,
 )
-from .report import LABELS, markdown_table, plot_roc, statistic_label
+from .report import markdown_table, plot_roc, statistic_label
 from .scoring import MISSING_SCORE, detection_entry, generation_stats
-from .settings import EvalSettings, keep_fixed_settings
 
 logger = logging.getLogger(__name__)
 

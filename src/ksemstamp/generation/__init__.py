@@ -1,5 +1,5 @@
 """The machinery of the sentence loop behind ``Watermarker``: sampling, decoding, documents.
-May import: ksemstamp core modules and text; never cli, builders, watermarker, detector or marks.
+May import: ksemstamp core modules and settings, text; never cli, builders, watermarker, detector or marks.
 
 * ``sampler``: ``CandidateSampler``, candidate sentences sampled many rows at a time;
 * ``batch``: a round's data and bookkeeping (candidates, group results, the live rows);

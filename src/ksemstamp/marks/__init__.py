@@ -1,5 +1,5 @@
 """The watermark marks: one module per key rule, behind the ``Mark`` interface of ``base``.
-May import: ksemstamp core modules and generation, detection, text; never cli, builders, watermarker or detector.
+May import: ksemstamp core modules and generation, detection, scheme, settings, text; never cli, builders, watermarker or detector.
 
 ``region`` is k-SemStamp's (and SemStamp's) valid-region rule, ``direction`` the keyed-direction
 score. The sentence loop (``watermarker``) and the ``Detector`` ask a mark; neither branches on
@@ -16,8 +16,8 @@ from .region import RegionMark
 
 if TYPE_CHECKING:
     from ..generation.pruning import PruneRule
-    from ..scheme import WatermarkScheme
-    from ..settings import MarkSettings
+    from ..scheme.core import WatermarkScheme
+    from ..settings.watermark import MarkSettings
 
 __all__ = ["MARKS", "DirectionMark", "Mark", "RegionMark", "Round", "SentenceState", "make_mark"]
 

@@ -28,7 +28,7 @@ from ..results import DetectionResult, Judgement
 if TYPE_CHECKING:
     from ..detection.plans import ScoringPlan
     from ..generation.sampler import Pruner
-    from ..scheme import WatermarkScheme
+    from ..scheme.core import WatermarkScheme
 
 PLAN_FIELDS = ("sentences", "regions", "seed_region", "seed", "completion", "normalized")
 """What a ``DetectionResult`` reports of its text's ``ScoringPlan`` as it is."""

@@ -30,13 +30,13 @@ from ..detection.stats import normal_sf
 from ..generation.pruning import PruneRule, rows_to_keep
 from ..generation.sampler import Candidate, Pruner
 from ..results import DetectionResult, Judgement, rank_of, too_short
-from ..settings import DirectionSettings
+from ..settings.watermark import DirectionSettings
 from ..text.normalize import sentence_key
 from .base import Mark, Round, SentenceState, Verdict, plan_result
 
 if TYPE_CHECKING:
     from ..detection.plans import ScoringPlan
-    from ..scheme import WatermarkScheme
+    from ..scheme.core import WatermarkScheme
 
 
 SELECTIONS = ("text", "sentence")

@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 
 from ..detection.stats import exact_p_value, normal_sf, paper_z
 from ..results import DetectionResult, Judgement, too_short
-from ..settings import RegionSettings
+from ..settings.watermark import RegionSettings
 from .base import Mark, Round, Verdict, plan_result
 
 if TYPE_CHECKING:
     from ..detection.plans import ScoringPlan
-    from ..scheme import WatermarkScheme
+    from ..scheme.core import WatermarkScheme
 
 MARGIN_PASS_RATE = 0.74
 """Share of news sentences at least the margin (m = 0.035) from their region's border: with the

@@ -1,5 +1,5 @@
 """A local web page for the detector and the generator: ``ksemstamp serve``.
-May import: ksemstamp core modules and generation, detection, text; never cli.
+May import: ksemstamp core modules and generation, detection, scheme, settings, text; never cli.
 
 ``create_app`` builds the FastAPI app (models loaded once); ``serve`` runs it with uvicorn and
 prints the address. The page and its script are package data under ``static/``: nothing is
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 
-from ..settings import WatermarkSettings
+from ..settings.watermark import WatermarkSettings
 from .app import create_app
 from .guard import install_redaction
 from .present import Limits

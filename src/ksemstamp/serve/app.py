@@ -32,8 +32,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..builders import as_settings, build_detector, build_scheme, build_watermarker
 from ..keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key
-from ..scheme import WatermarkScheme
-from ..settings import WatermarkSettings
+from ..scheme.core import WatermarkScheme
+from ..settings.watermark import WatermarkSettings
 from .guard import (
     RedactKey,
     StrictJSONResponse,

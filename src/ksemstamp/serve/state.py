@@ -17,8 +17,8 @@ from typing import Any
 from fastapi import HTTPException, Request
 
 from ..detector import DetectionResult, Detector
-from ..scheme import WatermarkScheme
-from ..settings import WatermarkSettings
+from ..scheme.core import WatermarkScheme
+from ..settings.watermark import WatermarkSettings
 from ..watermarker import Watermarker
 from .jobs import GenerationQueue, JobFailed
 from .present import Limits, detection_view

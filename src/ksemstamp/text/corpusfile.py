@@ -230,16 +230,3 @@ def prompts(
     write_jsonl_atomic(output, rows)
     print(f"wrote {output}: {len(rows)} prompts from {split} documents")
     return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    from ..console import call
-
-    command = {"export": export, "prompts": prompts}.get(sys.argv[1] if len(sys.argv) > 1 else "")
-    if command is None:
-        raise SystemExit("usage: python -m ksemstamp.text.corpusfile {export,prompts} [OPTIONS]")
-    raise SystemExit(
-        call(command, sys.argv[2:], f"python -m ksemstamp.text.corpusfile {sys.argv[1]}")
-    )

@@ -16,7 +16,7 @@ share them score alike under a key (measured on health-news tweets in docs/evalu
 Everything else is read as it is. A sentence that is nothing but markup (a bare link) is read as
 it is too, so that such sentences do not all read as the same empty string.
 
-``reading_form`` is applied by every encoder pass of the mark (``ksemstamp.encoding.embed``,
+``reading_form`` is applied by every encoder pass of the mark (``scheme.encoding.embed``,
 and the training module's forward pass), so generation, detection, calibration, centroid fitting
 and training read sentences alike. Sentences themselves, their offsets and what is shown to a
 user are unchanged. ``READING_VERSION`` names this rule in caches of embeddings.

@@ -1,5 +1,5 @@
 """Fine-tuning a paraphrase-robust sentence encoder for k-SemStamp.
-May import: ksemstamp core modules and text; never cli, builders, watermarker or detector.
+May import: ksemstamp core modules and scheme, settings, text; never cli, builders, watermarker or detector.
 
 * ``loss``: the margin contrastive loss and the kernel objective as pure tensor functions;
 * ``units``: windows of units (a passage and what else says the same) for the kernel objective;

@@ -9,9 +9,9 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
-from ..adapter import adapter_payload, base_fingerprint, merge_adapters
 from ..assets import encoder_fingerprint, load_encoder
-from ..centroids import centroid_file_from
+from ..scheme.adapter import adapter_payload, base_fingerprint, merge_adapters
+from ..scheme.centroids import centroid_file_from
 from ..text.corpusfile import DomainSentences, domain_documents, require_sentences
 from .module import EncoderModule
 

@@ -30,9 +30,7 @@ def read_pairs(path: str | Path, limit: int | None = None) -> list[tuple[str, st
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"pair file not found: {path} (build one with `python -m ksemstamp.training.pairs`)"
-        )
+        raise FileNotFoundError(f"pair file not found: {path} (build one with `ksemstamp pairs`)")
     pairs: list[tuple[str, str]] = []
     for number, row in iter_jsonl_objects(path):
         if not isinstance(row.get("text"), str) or not isinstance(row.get("paraphrase"), str):

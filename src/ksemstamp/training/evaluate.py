@@ -5,8 +5,6 @@
     ksemstamp agreement --encoder checkpoints/encoder-news \
         --centroids checkpoints/centroids-encoder-news-k64.pt --pairs data/pairs/news-val.jsonl
 
-(``python -m ksemstamp.training.evaluate`` takes the same options.)
-
 Reports, over held-out pairs (overall and per paraphrase method):
 
 * ``region_agreement``: share of pairs whose text and paraphrase share a k-means region;
@@ -32,16 +30,15 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import sys
 from collections.abc import Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..centroids import DEFAULT_REGIONS
 from ..io import write_json_atomic
 from ..jsonl import read_jsonl_objects
-from ..settings import RegionSettings
+from ..scheme.centroids import DEFAULT_REGIONS
+from ..settings.watermark import RegionSettings
 
 if TYPE_CHECKING:
     import torch
@@ -61,7 +58,7 @@ def agreement_report(
     """Region agreement (all, margin-passing, top share by margin), chance level, cosine gap."""
     import torch
 
-    from ..partition import kmeans_gap, kmeans_regions
+    from ..scheme.partition import kmeans_gap, kmeans_regions
     from .loss import cosine_gap
 
     text_regions, text_ok = kmeans_regions(text_emb, centroids, margin)
@@ -115,8 +112,8 @@ def evaluate(
     import torch
 
     from ..assets import encoder_fingerprint, load_encoder
-    from ..centroids import CentroidFile, fit_kmeans
-    from ..encoding import embed
+    from ..scheme.centroids import CentroidFile, fit_kmeans
+    from ..scheme.encoding import embed
     from ..text.corpora import domain_sentences
     from .data import distinct_texts
 
@@ -152,7 +149,7 @@ def evaluate(
             "margin": margin,
             **report_for(loaded.centroids),
         }
-    # The same recipe as KMeansCallback and `python -m ksemstamp.centroids`.
+    # The same recipe as KMeansCallback and `ksemstamp centroids`.
     docs = domain_sentences(max_sentences=fit_sentences)
     flat = [s for doc in docs for s in doc]
     domain = embed(encoder, flat, progress=True)
@@ -299,9 +296,3 @@ def agreement(
         plot_agreement({**earlier, label or encoder: report}, plot)
         print(f"wrote {plot}")
     return 0
-
-
-if __name__ == "__main__":
-    from ..console import call
-
-    raise SystemExit(call(agreement, sys.argv[1:], "python -m ksemstamp.training.evaluate"))

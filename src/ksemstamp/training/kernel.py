@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from lightning import LightningModule
 from torch import Tensor, nn
 
-from ..centroids import CentroidFile, principal_components
+from ..scheme.centroids import CentroidFile, principal_components
 from ..text.splitter import SPLITTERS
 from .loss import scored_features
 

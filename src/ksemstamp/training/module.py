@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..adapter import add_adapters
 from ..assets import DEFAULT_ENCODER, encoder_fingerprint, load_encoder
-from ..centroids import CentroidFile, fit_kmeans
-from ..partition import kmeans_regions
-from ..settings import DEFAULT_CENTROIDS
+from ..scheme.adapter import add_adapters
+from ..scheme.centroids import CentroidFile, fit_kmeans
+from ..scheme.partition import kmeans_regions
+from ..settings.watermark import DEFAULT_CENTROIDS
 from ..text.corpusfile import domain_documents
 from ..text.reading import reading_form
 from ..text.splitter import clauses
@@ -127,7 +127,7 @@ class EncoderModule(L.LightningModule):
                 centroids define those features during training (``None``: the shipped file
                 of ``encoder``). ``KMeansCallback`` refits all three for the trained encoder.
             adapter_rank: ``0`` fine-tunes every weight; ``r > 0`` freezes the encoder and
-                trains rank-``r`` adapters (``ksemstamp.adapter``), which ship inside the
+                trains rank-``r`` adapters (``ksemstamp.scheme.adapter``), which ship inside the
                 centroid file instead of a whole encoder.
             adapter_alpha: the adapters' scale numerator (``alpha / r``).
             kernel_units: ``sentences`` or ``clauses``: what the kernel objective scores, as

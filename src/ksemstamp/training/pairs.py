@@ -4,8 +4,6 @@
     ksemstamp pairs --split val --num 500 --output data/pairs/news-val.jsonl
     ksemstamp pairs --corpus data/domain.txt --num 2000 --output data/pairs/domain-train.jsonl
 
-(``python -m ksemstamp.training.pairs`` takes the same options.)
-
 Sources are sentences of the ``fit`` split (training) or ``val`` split (held-out pairs) of the
 news corpus or of a corpus file (``--corpus``, see ``ksemstamp.text.corpusfile``), shuffled with a
 seed. Each source gets a paraphrase from the small chat LM (a share
@@ -26,7 +24,6 @@ import json
 import logging
 import random
 import re
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
@@ -116,9 +113,9 @@ def build_pairs(
     from tqdm import tqdm
 
     from ..assets import load_encoder
-    from ..encoding import embed
     from ..paraphrase import CHAT, LMParaphraser
-    from .paraphrase import WordNetParaphraser
+    from ..scheme.encoding import embed
+    from .wordnet import WordNetParaphraser
 
     if not 0.0 <= lm_share <= 1.0:
         raise ValueError(f"lm_share must be in [0, 1], got {lm_share}")
@@ -276,9 +273,3 @@ def pairs(
     )
     print(f"wrote {written} pairs to {output}")
     return 0
-
-
-if __name__ == "__main__":
-    from ..console import call
-
-    raise SystemExit(call(pairs, sys.argv[1:], "python -m ksemstamp.training.pairs"))

@@ -1,15 +1,10 @@
-"""The command line: every command of the project in one registry, ``COMMANDS``.
+"""The commands that generate and detect, make keys, calibrate, serve and train.
 
-``ksemstamp COMMAND`` (the console script), ``python watermark.py COMMAND`` and
-``python -m ksemstamp COMMAND`` run the same commands. Each is a function whose signature and
-docstring are its options (``commandline``): the watermark settings at the top
-(``--search.max_candidates 8``, ``--mark.kind region``), ``--config FILE`` (repeatable),
-``--print_config``. The tools keep their own module's entry as well (``python -m
-ksemstamp.training.pairs`` is ``ksemstamp pairs``); ``train`` hands its command line to
-LightningCLI (``train.py``).
-
-The commands that generate and detect are here; the others are their modules' (``evaluate``:
-``evaluation.run``; the training tools: ``training``; ``centroids``; ``corpus``: ``text.corpusfile``).
+Each is a function whose signature and docstring are its options (``cli.parser``): the
+watermark settings at the top (``--search.max_candidates 8``, ``--mark.kind region``),
+``--config FILE`` (repeatable), ``--print_config``. The registry that names them, with the
+commands of the other packages (``evaluate``, the training tools, ``centroids``, ``corpus``),
+is ``cli.COMMANDS``.
 """
 
 from __future__ import annotations
@@ -17,29 +12,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from jsonargparse.typing import PositiveInt
 
-from .builders import build_detector, build_scheme, build_watermarker, checked_key
-from .calibration.settings import CalibrationSettings
-from .centroids import centroids
-from .commandline import CommandLineError
-from .console import ARGV, call, command_line, format_detection, print_err
-from .detectable import length_note
-from .devices import DeviceSettings
-from .evaluation.run import evaluate
-from .gpucheck import gpucheck
-from .records import JsonlFiles, run_records
-from .settings import WatermarkSettings
-from .text.corpora import news_prompt
-from .text.corpusfile import export, prompts
-from .text.textcheck import printable
-from .training.evaluate import agreement
-from .training.pairs import pairs
+from ..builders import build_detector, build_scheme, build_watermarker, checked_key
+from ..detection.detectable import length_note
+from ..records import JsonlFiles, run_records
+from ..settings.calibration import CalibrationSettings
+from ..settings.devices import DeviceSettings
+from ..settings.watermark import WatermarkSettings
+from ..text.corpora import news_prompt
+from ..text.textcheck import printable
+from .console import ARGV, command_line, format_detection, print_err
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +167,7 @@ def demo(
         prompt_words: prompt length in words, cut back to a sentence end (paper: about 32).
         quiet: no progress bars.
     """
-    from .keys import DEMO_KEY, KEY_ENV
+    from ..keys import DEMO_KEY, KEY_ENV
 
     prompt = news_prompt(article, prompt_words)
     if settings.key is None and os.environ.get(KEY_ENV) is None:
@@ -220,7 +207,7 @@ def demo(
 
 def keygen() -> int:
     """Print a new random key (256 bits): export KSEMSTAMP_KEY="$(ksemstamp keygen)"."""
-    from .keys import new_key
+    from ..keys import new_key
 
     print(new_key())
     return 0
@@ -242,11 +229,11 @@ def calibrate(
         output_dir: the JSON, report and PNG go here.
         quiet: no progress bars.
     """
-    from .keys import DEMO_KEY, key_fingerprint
+    from ..keys import DEMO_KEY, key_fingerprint
 
     calibration = calibration or CalibrationSettings()
     scheme = build_scheme(settings)  # a weak key is refused before the run's modules load
-    from .calibration import run_calibration, write_outputs
+    from ..calibration import run_calibration, write_outputs
 
     shown = {"model": {"encoder": settings.model.encoder}, "mark": settings.to_dict()["mark"]}
     shown["partition"] = {"kind": settings.partition.kind}
@@ -299,7 +286,7 @@ def serve(
     key = checked_key(settings)  # a weak key is refused before the page's modules load
     if key is not None:  # resolved once: the demo key's warning shows once
         settings = dataclasses.replace(settings, key=key)
-    from .serve import Limits, serve
+    from ..serve import Limits, serve
 
     serve(
         settings,
@@ -314,99 +301,10 @@ def serve(
 def train(argv: Sequence[str]) -> int:
     """Fine-tune a sentence encoder and fit its centroids (LightningCLI, as train.py):
     ksemstamp train fit --config configs/train/news.yaml."""
-    from .training.cli import cli_main
+    from .train import cli_main
 
     cli_main(list(argv))
     return 0
 
 
 train.takes_argv = True  # type: ignore[attr-defined]
-
-# ---------------------------------------------------------------------- the registry
-
-COMMANDS: dict[str, Callable | dict[str, Callable]] = {
-    "generate": generate,
-    "detect": detect,
-    "demo": demo,
-    "serve": serve,
-    "keygen": keygen,
-    "calibrate": calibrate,
-    "evaluate": evaluate,
-    "train": train,
-    "pairs": pairs,
-    "agreement": agreement,
-    "centroids": centroids,
-    "corpus": {"export": export, "prompts": prompts},
-    "gpucheck": gpucheck,
-}
-"""Every command, by name; a mapping holds subcommands (``ksemstamp corpus export``)."""
-
-RESUMABLE = ("evaluate",)
-"""Commands without ``--input`` whose rerun resumes (their stages are kept as they finish)."""
-
-
-Commands = dict[str, Callable | dict[str, Callable]]
-
-
-def usage(prog: str, commands: Commands | None = None) -> str:
-    """The list of commands, each with the first line of its docstring."""
-    lines = [f"usage: {prog} COMMAND [OPTIONS]  ({prog} COMMAND --help lists a command's)", ""]
-    for name, entry in (commands or COMMANDS).items():
-        entries = entry.items() if isinstance(entry, dict) else [("", entry)]
-        for sub, fn in entries:
-            first = (fn.__doc__ or "").strip().split("\n")[0].rstrip(".")
-            lines.append(f"  {(name + ' ' + sub).strip():<18} {first}")
-    return "\n".join(lines)
-
-
-def resolve(
-    argv: Sequence[str], prog: str, commands: Commands | None = None
-) -> tuple[Callable, str, list[str]]:
-    """The command function ``argv`` names, its program name and the rest of ``argv``."""
-    import difflib
-
-    commands = commands or COMMANDS
-    name = argv[0] if argv else ""
-    entry = commands.get(name)
-    if entry is None:
-        close = difflib.get_close_matches(name, list(commands), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise CommandLineError(f"unknown command {name!r}{hint}; known: {', '.join(commands)}")
-    if isinstance(entry, dict):
-        sub = argv[1] if len(argv) > 1 else ""
-        if sub not in entry:
-            raise CommandLineError(f"{name}: give one of {', '.join(entry)}")
-        return entry[sub], f"{prog} {name} {sub}", list(argv[2:])
-    return entry, f"{prog} {name}", list(argv[1:])
-
-
-def main(
-    argv: Sequence[str] | None = None, prog: str = "ksemstamp", commands: Commands | None = None
-) -> int:
-    """Run a command of ``commands`` (``COMMANDS``; the benchmarks and the lab give theirs, read
-    the same way); returns the exit status (a bad command line exits with 2, Ctrl-C 130)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        if not argv or argv[0] in ("-h", "--help"):
-            print(usage(prog, commands))
-            return 0 if argv else 2
-        try:
-            fn, name, rest = resolve(argv, prog, commands)
-        except CommandLineError as err:
-            print_err(f"{prog}: error: {err}")
-            raise SystemExit(2) from None
-        return call(fn, rest, name)
-    except KeyboardInterrupt as stop:
-        # Ctrl-C: one line saying what was kept, not a traceback. Under the `ddp` strategy
-        # every process gets it; the first one speaks for all.
-        if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
-            command = next((a for a in argv if a in RESUMABLE), None)
-            detail = str(stop) or (
-                "rerun the same command to resume" if command else "nothing was written"
-            )
-            print_err(f"interrupted: {detail}")
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,7 @@ A centroid file is a ``torch.save`` dict of tensors and plain types (loadable wi
     settings             dict: k, seed, num_sentences, num_documents, source (where the
                          sentences came from)
 
-Every writer (``python -m ksemstamp.centroids``, ``KMeansCallback``'s export, the final training
+Every writer (``ksemstamp centroids``, ``KMeansCallback``'s export, the final training
 checkpoint, which holds the same dict) builds it with ``centroid_file_from``. Generation and
 detection refuse a file whose fingerprint differs from the loaded encoder's, and a file that
 lacks what the configured mark needs (``CentroidFile.require``).
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from .assets import DEFAULT_ENCODER
-from .io import atomic_target
+from ..assets import DEFAULT_ENCODER
+from ..io import atomic_target
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -65,7 +65,7 @@ class CentroidFile:
     mean: Tensor | None = None
     components: Tensor | None = None
     adapter: dict | None = None
-    """Adapters (``ksemstamp.adapter``) that turn the encoder named here, whose fingerprint is
+    """Adapters (``ksemstamp.scheme.adapter``) that turn the encoder named here, whose fingerprint is
     ``encoder_fingerprint``, into the one the centroids belong to; ``None``: the encoder as
     it is."""
 
@@ -134,7 +134,7 @@ class CentroidFile:
         """Raise ``IncompleteCentroidsError`` unless this file has what ``mark`` needs.
 
         ``origin`` names the file; ``refit`` is the command that makes a complete one (by
-        default ``python -m ksemstamp.centroids`` for this file's encoder and K); ``whiten``
+        default ``ksemstamp centroids`` for this file's encoder and K); ``whiten``
         is the number of principal components the mark projects out.
         """
         missing = []
@@ -156,7 +156,7 @@ class CentroidFile:
         if not missing:
             return
         refit = refit or (
-            f"python -m ksemstamp.centroids --encoder {self.encoder or 'ENCODER'} "
+            f"ksemstamp centroids --encoder {self.encoder or 'ENCODER'} "
             f"--k {self.num_regions} [--corpus FILE] --output FILE"
         )
         raise IncompleteCentroidsError(
@@ -169,8 +169,8 @@ class CentroidFile:
         recorded fingerprint, then (when the file carries an adapter) with the adapter merged
         into its weights; ``copy`` adapts a copy and leaves ``encoder`` as it is. An encoder
         this file has adapted already is returned as it is."""
+        from ..assets import encoder_fingerprint
         from .adapter import adapter_id, load_adapter
-        from .assets import encoder_fingerprint
 
         if self.adapter is None:
             self.check_encoder(encoder_fingerprint(encoder), spec)
@@ -191,7 +191,7 @@ class CentroidFile:
                 f"these centroids were fitted for encoder '{self.encoder}' (fingerprint "
                 f"{self.encoder_fingerprint}) but the encoder in use{f' ({spec})' if spec else ''} "
                 f"has fingerprint {fingerprint}; refit centroids for this encoder "
-                f"(`python -m ksemstamp.centroids --encoder ...`) or load the matching encoder"
+                f"(`ksemstamp centroids --encoder ...`) or load the matching encoder"
             )
 
 
@@ -291,14 +291,14 @@ def fit_centroid_file(
     The sentences are those of ``corpus`` (a corpus file, see ``ksemstamp.text.corpusfile``) or,
     when it is ``None``, of the bundled news corpus: ``split``'s sentences of at least
     ``min_words`` words, at most ``max_sentences``. The corpus is read and checked (not text,
-    empty, too small for ``k``) before the encoder is loaded. ``adapter`` (``ksemstamp.adapter``
+    empty, too small for ``k``) before the encoder is loaded. ``adapter`` (``ksemstamp.scheme.adapter``
     payload): merged into the encoder before it embeds; the file carries it, with the fingerprint
     of the encoder it adapts.
     """
+    from ..assets import encoder_fingerprint, load_encoder
+    from ..text.corpusfile import domain_documents, require_sentences
     from .adapter import load_adapter
-    from .assets import encoder_fingerprint, load_encoder
     from .encoding import embed
-    from .text.corpusfile import domain_documents, require_sentences
 
     if k < 2:
         raise ValueError(f"k must be >= 2, got {k}")
@@ -365,11 +365,3 @@ def centroids(
         f"sentences of {fitted.settings['num_documents']} documents ({fitted.settings['source']})"
     )
     return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    from .console import call
-
-    raise SystemExit(call(centroids, sys.argv[1:], "python -m ksemstamp.centroids"))

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .assets import DEFAULT_ENCODER, DEFAULT_LM
-from .settings_checks import SettingsError, at_least, build_group, check
+from ..assets import DEFAULT_ENCODER, DEFAULT_LM
+from .checks import SettingsError, at_least, build_group, check
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 """The checkout's root (relative settings paths are tried against it); not used to find data."""
-PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"
 # Shipped inside the package, so a wheel install finds them; ``checkpoints/`` links to the files.
 # K = 64 is the default mark's partition (research/study: power of the exact test); K = 8 is the
 # paper's.
@@ -71,7 +71,7 @@ class ModelSettings:
     checkpoint: str | None = None
     """A ``final.ckpt`` that ``train.py`` wrote: its fine-tuned encoder, centroids, mean and
     principal components are used instead of ``encoder`` and ``partition.centroids`` (leave
-    those unset). See ``ksemstamp.checkpoint``."""
+    those unset). See ``ksemstamp.training.checkpoint``."""
     device: str = "cpu"
     """Where the models of one process are built (``cpu``, ``cuda``, ``cuda:1``). Commands that
     spread work over devices (``--parallel.devices``) build each process's models on its own."""

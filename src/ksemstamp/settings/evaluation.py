@@ -11,14 +11,67 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..io import write_json_atomic
-from ..settings import WatermarkSettings
-from ..settings_files import load_watermark_settings
-from .baselines import KGWSettings
-from .edits import EDITS
-from .report import LABELS
+from .files import load_watermark_settings
+from .watermark import WatermarkSettings
+
+LABELS = {
+    "ksemstamp": "k-SemStamp",
+    "ksemstamp-chained": "k-SemStamp (direction, chained contexts)",
+    "ksemstamp-paper": "k-SemStamp (paper)",
+    "ksemstamp-region": "k-SemStamp (region, K=64)",
+    "ksemstamp-soft": "k-SemStamp (direction, soft contexts)",
+    "ksemstamp-pruned": "k-SemStamp (direction, soft contexts, pruned 32 to 12)",
+    "semstamp": "SemStamp",
+    "kgw": "KGW",
+    "none": "No watermark",
+}
+"""The algorithms an evaluation compares, by name, with their report labels."""
+
+EDITS = (
+    "reorder",
+    "swap",
+    "merge",
+    "split",
+    "drop",
+    "crop",
+    "interleave-50",
+    "interleave-75",
+    "hard-wrap",
+    "homoglyphs",
+    "zero-width",
+)
+
+
+@dataclass
+class KGWSettings:
+    """KGW's parameters, as transformers' ``WatermarkingConfig`` names them (the paper's
+    comparison: gamma 0.25, delta 2 and a one-token context)."""
+
+    greenlist_ratio: float = 0.25
+    """gamma: the share of the vocabulary on the green list."""
+    bias: float = 2.0
+    """delta: added to the logits of green tokens."""
+    hashing_key: int = 15485863
+    """The key of the green lists (public: KGW is the baseline)."""
+    seeding_scheme: Literal["lefthash", "selfhash"] = "lefthash"
+    """How the previous tokens seed the green list."""
+    context_width: int = 1
+    """Previous tokens that seed the green list."""
+
+    def watermarking_config(self):
+        from transformers import WatermarkingConfig
+
+        return WatermarkingConfig(
+            greenlist_ratio=self.greenlist_ratio,
+            bias=self.bias,
+            hashing_key=self.hashing_key,
+            seeding_scheme=self.seeding_scheme,
+            context_width=self.context_width,
+        )
+
 
 # Settings that change what the stored records mean: a run folder refuses a change to them.
 FIXED_SETTINGS = (

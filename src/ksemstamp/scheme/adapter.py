@@ -103,7 +103,7 @@ def merge_adapters(model: nn.Module) -> None:
 def base_fingerprint(model: nn.Module) -> str:
     """The ``assets.encoder_fingerprint`` of the base encoder under ``model``'s adapters: its
     state without the adapters, under the names the plain encoder gives it."""
-    from .assets import state_fingerprint
+    from ..assets import state_fingerprint
 
     adapted = {name for name, module in model.named_modules() if isinstance(module, LoRALinear)}
     state = {}
@@ -120,7 +120,7 @@ def base_fingerprint(model: nn.Module) -> str:
 
 def adapter_id(payload: dict) -> str:
     """A short hash of an adapter payload's tensors and scale."""
-    from .assets import state_fingerprint
+    from ..assets import state_fingerprint
 
     state = {f"down.{k}": v for k, v in payload["down"].items()}
     state |= {f"up.{k}": v for k, v in payload["up"].items()}

@@ -38,8 +38,8 @@ import docstring_parser
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
-from .settings import GROUPS, MARK_KINDS, SettingsError, WatermarkSettings
-from .settings_files import command_line_layers
+from ..settings.files import command_line_layers
+from ..settings.watermark import GROUPS, MARK_KINDS, SettingsError, WatermarkSettings
 
 
 class CommandLineError(ValueError):

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
-from .results import GenerationResult
-from .settings import WatermarkSettings
+from ..results import GenerationResult
+from ..settings.watermark import WatermarkSettings
 
 TYPICAL_UNIT_Z = 1.5
 """The direction mark's typical z over the square root of a clean text's scored units: median z

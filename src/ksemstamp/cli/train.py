@@ -1,6 +1,6 @@
 """The training command line: LightningCLI over ``EncoderModule`` and ``PairDataModule``.
 
-``train.py`` at the top of the checkout and ``python -m ksemstamp.training.cli`` both run it::
+``train.py`` at the top of the checkout and ``ksemstamp train`` both run it::
 
     python train.py fit --config configs/train/news.yaml
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
-from ..console import print_err
 from ..text.corpusfile import CorpusError
-from .callbacks import KMeansCallback
-from .data import PairDataModule
-from .module import EncoderModule
+from ..training.callbacks import KMeansCallback
+from ..training.data import PairDataModule
+from ..training.module import EncoderModule
+from .console import print_err
 
 
 class TrainCLI(LightningCLI):
@@ -70,7 +70,3 @@ def cli_main(args: list[str] | None = None) -> TrainCLI:
     except CorpusError as err:
         print_err(f"error: {err}")
         raise SystemExit(2) from None
-
-
-if __name__ == "__main__":
-    cli_main()

@@ -39,11 +39,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from ..keys import key_fingerprint, keyed_directions, start_region, valid_table
+from ..settings.watermark import DirectionSettings, MarkSettings
+from ..text.normalize import normalize_text
+from ..text.splitter import PunktSplitter
 from .encoding import embed, encoder_device
-from .keys import key_fingerprint, keyed_directions, start_region, valid_table
-from .settings import DirectionSettings, MarkSettings
-from .text.normalize import normalize_text
-from .text.splitter import PunktSplitter
 
 WEIGHT_FLOOR = 0.01
 """Soft context weights below this share of a context's largest weight are dropped."""

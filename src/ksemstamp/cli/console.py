@@ -21,8 +21,8 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from .commandline import CommandLineError, options_of, parse
-from .text.textcheck import printable
+from ..text.textcheck import printable
+from .parser import CommandLineError, options_of, parse
 
 ARGV: list[str] = []
 """The command being run, its name first and then its arguments (``calibrate`` records it as
@@ -37,7 +37,7 @@ def call(fn: Callable, argv: Sequence[str], prog: str) -> int:
     and status 2. The library's log and warnings show on stderr while it runs
     (``console_output``).
     """
-    from .assets import AssetError
+    from ..assets import AssetError
 
     argv = list(argv)
     if getattr(fn, "takes_argv", False):
@@ -158,7 +158,7 @@ def hide_secrets(message: str, argv: Sequence[str], known: Sequence[str] = ()) -
     """
     import os
 
-    from .keys import KEY_ENV
+    from ..keys import KEY_ENV
 
     head, found, listed = message.partition(UNRECOGNIZED)
     if found:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .centroids import CentroidFile
+from ..scheme.centroids import CentroidFile
 
 
 class CheckpointError(ValueError):
@@ -89,8 +89,8 @@ def load_checkpoint_encoder(
     ``device``, built as training built it (``EncoderModule`` from the checkpoint's
     hyperparameters: the base encoder must be loadable here) and checked against the
     fingerprint the checkpoint records."""
-    from .assets import encoder_fingerprint
-    from .training.module import EncoderModule
+    from ..assets import encoder_fingerprint
+    from .module import EncoderModule
 
     ckpt = ckpt if ckpt is not None else read_checkpoint(path)
     # LightningCLI adds its own entries (``_instantiator``) to the hyperparameters.
@@ -108,7 +108,7 @@ def load_checkpoint_encoder(
     if module.hparams.adapter_rank:
         # Trained with adapters: merged into plain layers, and marked as adapted by the
         # checkpoint's own adapter, which its centroid file carries.
-        from .adapter import adapter_id, adapter_payload, merge_adapters
+        from ..scheme.adapter import adapter_id, adapter_payload, merge_adapters
 
         payload = adapter_payload(
             encoder, module.hparams.adapter_rank, module.hparams.adapter_alpha

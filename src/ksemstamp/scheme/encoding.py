@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .text.reading import reading_form
+from ..text.reading import reading_form
 
 
 @torch.inference_mode()

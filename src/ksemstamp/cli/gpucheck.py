@@ -1,6 +1,6 @@
 """Check the whole path on this machine's GPUs: train on one, generate and detect on all.
 
-    ksemstamp gpucheck                 # every visible GPU (also python -m ksemstamp.gpucheck)
+    ksemstamp gpucheck                 # every visible GPU
     ksemstamp gpucheck --devices 2     # the first two
     ksemstamp gpucheck --cpu           # the same logic on 2 CPU processes (gloo)
 
@@ -93,9 +93,9 @@ PROBE = "ksemstamp.training.callbacks.DeviceProbe"
 def train(work: Path, corpus: Path, accelerator: str, steps: int) -> tuple[Path, str]:
     """Pairs from the corpus and a short fit on one device; the final checkpoint and the
     device training ran on, read while it ran (``training.callbacks.DeviceProbe``)."""
-    from .training.callbacks import DeviceProbe
-    from .training.cli import cli_main
-    from .training.pairs import build_pairs
+    from ..training.callbacks import DeviceProbe
+    from ..training.pairs import build_pairs
+    from .train import cli_main
 
     pairs = work / "pairs.jsonl"
     build_pairs(pairs, num=8 * steps, corpus=str(corpus), progress=False)
@@ -142,10 +142,10 @@ def run_check(
     max_new_tokens: int = 96,
 ) -> list[str]:
     """Every step of the check; returns the report lines (raises ``CheckFailed``)."""
-    from .io import write_jsonl_atomic, write_text_atomic
-    from .jsonl import read_jsonl_objects
-    from .keys import KEY_ENV, new_key
-    from .text.corpusfile import corpus_prompts, export_source
+    from ..io import write_jsonl_atomic, write_text_atomic
+    from ..jsonl import read_jsonl_objects
+    from ..keys import KEY_ENV, new_key
+    from ..text.corpusfile import corpus_prompts, export_source
 
     expected = expected_devices(cpu, devices)
     accelerator = "cpu" if cpu else "gpu"
@@ -202,7 +202,7 @@ def run_check(
 def human_windows(corpus: Path, count: int, words: int = 120) -> list[str]:
     """``count`` human texts of the corpus, the first ``words`` words of its last documents
     (the prompts come from its first ones)."""
-    from .text.corpusfile import read_documents
+    from ..text.corpusfile import read_documents
 
     documents = [d for d in read_documents(corpus) if len(d.split()) >= words // 2]
     return [" ".join(d.split()[:words]) for d in documents[-count:]]
@@ -219,9 +219,9 @@ def web_and_metrics(
     """The web page's detector on ``device`` (the ``serve`` app's, without a server): its
     verdicts on the generated texts must be ``detect``'s; then the evaluation's metrics,
     computed on the device, from its z-scores of the generated texts against ``human`` ones."""
-    from .evaluation.metrics import auroc, roc_curve, tpr_at_fpr
-    from .serve import create_app
-    from .settings import WatermarkSettings
+    from ..evaluation.metrics import auroc, roc_curve, tpr_at_fpr
+    from ..serve import create_app
+    from ..settings.watermark import WatermarkSettings
 
     settings = WatermarkSettings.from_dict(
         {"key": key, "model": {"checkpoint": str(checkpoint), "device": device}}
@@ -296,9 +296,3 @@ def gpucheck(
     print("\n".join(report))
     print("ok: training, generation and detection ran on the expected devices")
     return 0
-
-
-if __name__ == "__main__":
-    from .console import call
-
-    raise SystemExit(call(gpucheck, sys.argv[1:], "python -m ksemstamp.gpucheck"))

@@ -1,0 +1,54 @@
+"""Every setting of the project, each a field of a small typed group, documented once.
+May import: ksemstamp core modules and text; never cli, builders, watermarker, detector or marks.
+
+* ``watermark``: ``WatermarkSettings`` and its groups (``model``, ``partition``, ``mark``,
+  ``search``, ``sampling``, ``detection``, ``limits``), the default centroid files;
+* ``files``: settings files, read and layered; ``checks``: the checks every group runs;
+* ``devices``: ``--parallel.*``, how an input file is spread over devices;
+* ``calibration``, ``evaluation``, ``training``: the groups of those commands.
+
+The watermark's groups are importable from here (``from ksemstamp.settings import
+WatermarkSettings``).
+"""
+
+from .checks import SettingsError
+from .watermark import (
+    DEFAULT_CENTROIDS,
+    GROUPS,
+    MARK_KINDS,
+    PACKAGE_DATA,
+    PAPER_CENTROIDS,
+    REPO_ROOT,
+    DetectionSettings,
+    DirectionSettings,
+    LimitSettings,
+    MarkSettings,
+    ModelSettings,
+    PartitionSettings,
+    RegionSettings,
+    SamplingSettings,
+    SearchSettings,
+    WatermarkSettings,
+    merge,
+)
+
+__all__ = [
+    "DEFAULT_CENTROIDS",
+    "GROUPS",
+    "MARK_KINDS",
+    "PACKAGE_DATA",
+    "PAPER_CENTROIDS",
+    "REPO_ROOT",
+    "DetectionSettings",
+    "DirectionSettings",
+    "LimitSettings",
+    "MarkSettings",
+    "ModelSettings",
+    "PartitionSettings",
+    "RegionSettings",
+    "SamplingSettings",
+    "SearchSettings",
+    "SettingsError",
+    "WatermarkSettings",
+    "merge",
+]
