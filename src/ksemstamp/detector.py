@@ -53,7 +53,7 @@ from .detection.stats import STATISTICS
 from .marks import make_mark
 from .results import DetectionResult
 from .scheme.core import WatermarkScheme
-from .settings.watermark import DetectionSettings, DirectionSettings, LimitSettings, Statistic
+from .settings.groups import DetectionSettings, DirectionSettings, LimitSettings, Statistic
 from .text.normalize import normalize_text, sentence_key
 from .text.splitter import continuation_sentences
 from .text.textcheck import not_text, unsupported_script

@@ -50,7 +50,8 @@ from .results import (
     summarize,
 )
 from .scheme.core import WatermarkScheme
-from .settings.watermark import LimitSettings, SamplingSettings, SearchSettings, WatermarkSettings
+from .settings.groups import LimitSettings, SamplingSettings, SearchSettings
+from .settings.watermark import WatermarkSettings
 from .text.textcheck import readable
 
 __all__ = [

@@ -39,7 +39,8 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from ..settings.files import command_line_layers
-from ..settings.watermark import GROUPS, MARK_KINDS, SettingsError, WatermarkSettings
+from ..settings.groups import MARK_KINDS
+from ..settings.watermark import GROUPS, SettingsError, WatermarkSettings
 
 
 class CommandLineError(ValueError):

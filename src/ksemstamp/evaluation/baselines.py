@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Sequence
 
 from ..settings.evaluation import KGWSettings
-from ..settings.watermark import SamplingSettings
+from ..settings.groups import SamplingSettings
 from ..text.normalize import normalize_text
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..settings.watermark import SamplingSettings
+from ..settings.groups import SamplingSettings
 
 
 def warp_logits(

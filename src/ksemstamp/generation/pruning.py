@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..settings.watermark import SearchSettings
+from ..settings.groups import SearchSettings
 
 
 @dataclass(frozen=True)

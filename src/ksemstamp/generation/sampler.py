@@ -42,7 +42,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..settings.watermark import SamplingSettings
+from ..settings.groups import SamplingSettings
 from ..text.splitter import PunktSplitter
 from .batch import (
     Candidate,

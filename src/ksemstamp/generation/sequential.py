@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..settings.watermark import SamplingSettings
+from ..settings.groups import SamplingSettings
 from ..text.splitter import PunktSplitter
 from .sampler import Candidate, GroupResult, Judge, Pruner, _check_round, _LMSampler, _separator
 

@@ -17,7 +17,7 @@ from .region import RegionMark
 if TYPE_CHECKING:
     from ..generation.pruning import PruneRule
     from ..scheme.core import WatermarkScheme
-    from ..settings.watermark import MarkSettings
+    from ..settings.groups import MarkSettings
 
 __all__ = ["MARKS", "DirectionMark", "Mark", "RegionMark", "Round", "SentenceState", "make_mark"]
 

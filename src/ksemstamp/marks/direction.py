@@ -30,7 +30,7 @@ from ..detection.stats import normal_sf
 from ..generation.pruning import PruneRule, rows_to_keep
 from ..generation.sampler import Candidate, Pruner
 from ..results import DetectionResult, Judgement, rank_of, too_short
-from ..settings.watermark import DirectionSettings
+from ..settings.groups import DirectionSettings
 from ..text.normalize import sentence_key
 from .base import Mark, Round, SentenceState, Verdict, plan_result
 

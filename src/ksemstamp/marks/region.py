@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..detection.stats import exact_p_value, normal_sf, paper_z
 from ..results import DetectionResult, Judgement, too_short
-from ..settings.watermark import RegionSettings
+from ..settings.groups import RegionSettings
 from .base import Mark, Round, Verdict, plan_result
 
 if TYPE_CHECKING:

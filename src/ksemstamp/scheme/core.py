@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from ..keys import key_fingerprint, keyed_directions, start_region, valid_table
-from ..settings.watermark import DirectionSettings, MarkSettings
+from ..settings.groups import DirectionSettings, MarkSettings
 from ..text.normalize import normalize_text
 from ..text.splitter import PunktSplitter
 from .encoding import embed, encoder_device

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..settings.watermark import PartitionSettings, RegionSettings
+from ..settings.groups import PartitionSettings, RegionSettings
 
 
 def kmeans_regions(emb: Tensor, centroids: Tensor, margin: float) -> tuple[Tensor, Tensor]:

@@ -12,9 +12,8 @@ WatermarkSettings``).
 """
 
 from .checks import SettingsError
-from .watermark import (
+from .groups import (
     DEFAULT_CENTROIDS,
-    GROUPS,
     MARK_KINDS,
     PACKAGE_DATA,
     PAPER_CENTROIDS,
@@ -28,9 +27,8 @@ from .watermark import (
     RegionSettings,
     SamplingSettings,
     SearchSettings,
-    WatermarkSettings,
-    merge,
 )
+from .watermark import GROUPS, WatermarkSettings, merge
 
 __all__ = [
     "DEFAULT_CENTROIDS",

@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from .watermark import MARK_KINDS, WatermarkSettings, merge
+from .groups import MARK_KINDS
+from .watermark import WatermarkSettings, merge
 
 
 def load_settings_file(path: str | Path) -> dict[str, Any]:
@@ -38,7 +39,7 @@ def load_settings_file(path: str | Path) -> dict[str, Any]:
 
 def resolve_path(name: str | Path) -> Path:
     """A settings file named relative to the working directory, else to the checkout."""
-    from .watermark import REPO_ROOT
+    from .groups import REPO_ROOT
 
     path = Path(name)
     return path if path.exists() or path.is_absolute() else REPO_ROOT / path

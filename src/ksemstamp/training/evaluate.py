@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from ..io import write_json_atomic
 from ..jsonl import read_jsonl_objects
 from ..scheme.centroids import DEFAULT_REGIONS
-from ..settings.watermark import RegionSettings
+from ..settings.groups import RegionSettings
 
 if TYPE_CHECKING:
     import torch

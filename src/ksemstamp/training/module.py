@@ -20,7 +20,7 @@ from ..assets import DEFAULT_ENCODER, encoder_fingerprint, load_encoder
 from ..scheme.adapter import add_adapters
 from ..scheme.centroids import CentroidFile, fit_kmeans
 from ..scheme.partition import kmeans_regions
-from ..settings.watermark import DEFAULT_CENTROIDS
+from ..settings.groups import DEFAULT_CENTROIDS
 from ..text.corpusfile import domain_documents
 from ..text.reading import reading_form
 from ..text.splitter import clauses
