@@ -28,6 +28,7 @@ from ksemstamp.assets import encoder_fingerprint, load_encoder  # noqa: E402
 from ksemstamp.scheme.centroids import CentroidFile  # noqa: E402
 from ksemstamp.training.loss import margin_contrastive_loss, region_consistency_loss  # noqa: E402
 from ksemstamp.training.module import EncoderModule  # noqa: E402
+from ksemstamp.training.objectives import MarginObjective  # noqa: E402
 from train import cli_main  # noqa: E402
 
 PAIRS = [
@@ -80,6 +81,8 @@ PAIRS = [
         "A new mayor will be elected by voters this spring.",
     ),
 ]
+
+KERNEL = "ksemstamp.training.objectives.KernelObjective"
 
 
 def make_config(tmp_path: Path, devices: int = 1) -> Path:
@@ -203,7 +206,7 @@ def test_ddp_spawn_two_process_fit_produces_the_same_artefacts(tmp_path):
     config = make_config(tmp_path, devices=2)
     # With the region term on, every rank fits provisional centroids in on_train_start (a
     # collective: embedding shards, broadcast) before the first step.
-    fit(config, "--model.region_weight=0.5")
+    fit(config, "--model.objective.region_weight=0.5")
     check_artefacts(tmp_path)
     metrics = logged_metrics(tmp_path)
     assert "val/region_agreement" in metrics
@@ -213,6 +216,7 @@ def test_ddp_spawn_two_process_fit_produces_the_same_artefacts(tmp_path):
 @pytest.mark.e2e
 def test_module_gathers_negatives_from_all_ranks_with_own_offset(monkeypatch):
     module = EncoderModule(val_kmeans_sentences=0)
+    assert isinstance(module.objective, MarginObjective)
     assert not any(p.requires_grad for n, p in module.encoder.named_parameters() if "pooler" in n)
     module._trainer = SimpleNamespace(world_size=2, global_rank=1)  # as if rank 1 of 2
     positive = torch.randn(3, 4, requires_grad=True)
@@ -224,7 +228,7 @@ def test_module_gathers_negatives_from_all_ranks_with_own_offset(monkeypatch):
         return torch.stack([rank0, x])  # (world, batch, dim), as Lightning returns it
 
     monkeypatch.setattr(module, "all_gather", fake_all_gather)
-    columns, offset = module._columns(positive)
+    columns, offset = module.objective._columns(module, positive)
     assert calls == [True]  # gradients must flow back through the gather
     assert columns.shape == (6, 4) and offset == 3
     assert torch.equal(columns[:3], rank0) and torch.equal(columns[3:], positive)
@@ -232,22 +236,23 @@ def test_module_gathers_negatives_from_all_ranks_with_own_offset(monkeypatch):
 
 @pytest.mark.e2e
 def test_training_step_adds_the_weighted_region_term(monkeypatch):
-    module = EncoderModule(val_kmeans_sentences=8, region_weight=0.5, region_temperature=0.1)
+    objective = MarginObjective(region_weight=0.5, region_temperature=0.1)
+    module = EncoderModule(val_kmeans_sentences=8, objective=objective)
     module.encoder.eval()  # no dropout, so the embeddings below are the step's own
     module._trainer = SimpleNamespace(world_size=1, global_rank=0)
     logged = {}
     monkeypatch.setattr(module, "log", lambda name, value, **kw: logged.update({name: value}))
-    module._current_centroids = torch.nn.functional.normalize(torch.randn(8, 384), dim=-1)
+    module.current_centroids = torch.nn.functional.normalize(torch.randn(8, 384), dim=-1)
     batch = {"text": [t for t, _ in PAIRS[:4]], "paraphrase": [p for _, p in PAIRS[:4]]}
     loss = module.training_step(batch, 0)
     with torch.no_grad():
         anchor, positive = module(batch["text"]), module(batch["paraphrase"])
     margin = margin_contrastive_loss(anchor, positive, delta=0.8, reduction="mean")
-    region = region_consistency_loss(anchor, positive, module._current_centroids, temperature=0.1)
+    region = region_consistency_loss(anchor, positive, module.current_centroids, temperature=0.1)
     assert torch.isclose(logged["train/region_loss"], region, atol=1e-5)
     assert torch.isclose(loss, margin + 0.5 * region, atol=1e-5)
     with pytest.raises(ValueError, match="val_kmeans_sentences"):
-        EncoderModule(val_kmeans_sentences=0, region_weight=1.0)
+        EncoderModule(val_kmeans_sentences=0, objective=MarginObjective(region_weight=1.0))
 
 
 @pytest.mark.parametrize("layer", ["news-ddp-cpu.yaml", "news-region.yaml", "news-kernel.yaml"])
@@ -257,14 +262,19 @@ def test_training_config_layers_parse(layer, capsys):
         fit(ROOT / "configs/train" / layer, "--print_config")
     assert exit_info.value.code in (None, 0)
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed["model"]["delta"] == 0.8  # the paper's margin stays underneath
-    if layer == "news-region.yaml":
-        assert printed["model"]["region_weight"] == 0.2
-        assert len(printed["data"]["train_file"]) == 3
+    objective = printed["model"]["objective"]
     if layer == "news-kernel.yaml":
-        # The model's objective is linked to the data module's (which then batches windows).
-        assert printed["model"]["objective"] == "kernel" and "objective" not in printed["data"]
-        assert printed["model"]["adapter_rank"] == 8
+        # Another class for the objective, and a data module that batches windows for it.
+        assert objective["class_path"].endswith("KernelObjective")
+        assert objective["init_args"]["units"] == "sentences"
+        assert printed["data"]["batches"] == "windows" and printed["model"]["adapter_rank"] == 8
+        return
+    assert objective["class_path"].endswith("MarginObjective")
+    assert objective["init_args"]["delta"] == 0.8  # the paper's margin stays underneath
+    assert printed["data"]["batches"] == "pairs"
+    if layer == "news-region.yaml":
+        assert objective["init_args"]["region_weight"] == 0.2
+        assert len(printed["data"]["train_file"]) == 3
 
 
 def test_warmup_factor_against_transformers_schedule():
@@ -386,7 +396,8 @@ def test_kernel_objective_with_an_adapter_ships_in_the_centroid_file(tmp_path):
     config = make_config(tmp_path)
     fit(
         config,
-        "--model.objective=kernel",
+        f"--model.objective={KERNEL}",
+        "--data.batches=windows",
         "--model.adapter_rank=4",
         "--model.lr=1e-3",
         f"--data.train_file={units}",
@@ -437,11 +448,12 @@ def test_ddp_spawn_kernel_objective_gathers_columns_of_unequal_size(tmp_path):
     units = make_units(tmp_path)
     fit(
         make_config(tmp_path, devices=2),
-        "--model.objective=kernel",
+        f"--model.objective={KERNEL}",
+        "--model.objective.units=clauses",
+        "--model.objective.refit_every=1",
+        "--model.objective.refit_sentences=41",
+        "--data.batches=windows",
         "--model.adapter_rank=2",
-        "--model.kernel_units=clauses",
-        "--model.kernel_refit_every=1",
-        "--model.kernel_refit_sentences=41",
         f"--data.train_file={units}",
         f"--data.val_file={units}",
         "--data.batch_size=2",

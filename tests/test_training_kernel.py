@@ -255,46 +255,40 @@ def test_kernel_features_read_a_file_and_refit_on_new_embeddings():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"kernel_units": "words"}, "kernel_units must be one of"),
-        ({"kernel_clause_words": 0}, "kernel_clause_words"),
-        ({"kernel_refit_every": -1}, "kernel_refit_every"),
-        ({"kernel_refit_sentences": 10}, r"num_regions \(64\)"),
+        ({"units": "words"}, "units must be one of"),
+        ({"clause_words": 0}, "clause_words"),
+        ({"refit_every": -1}, "refit_every"),
         ({"coherence": -1.0}, "coherence must be >= 0"),
         ({"decorrelation": -1.0}, "decorrelation"),
     ],
 )
 def test_kernel_options_that_cannot_train_are_refused(change, message):
-    from ksemstamp.training.kernel import check_kernel_options
+    from ksemstamp.training.objectives import KernelObjective
 
-    good = {
-        "kernel_units": "clauses",
-        "kernel_clause_words": 4,
-        "kernel_refit_every": 10,
-        "kernel_refit_sentences": 4000,
-        "num_regions": 64,
-        "decorrelation": 1.0,
-        "kernel_temperature": 0.1,
-        "kernel_whiten": 64,
+    good = {"units": "clauses", "clause_words": 4, "refit_every": 10, "refit_sentences": 4000}
+    config = KernelObjective(**good).config()
+    assert config["class_path"].endswith("KernelObjective")
+    assert config["init_args"] == {**good, "decorrelation": 1.0, "temperature": 0.1} | {
+        "whiten": 64,
+        "base_centroids": None,
         "coherence": 0.0,
+        "gather_negatives": True,
     }
-    check_kernel_options(good)
     with pytest.raises(ValueError, match=message):
-        check_kernel_options({**good, **change})
+        KernelObjective(**{**good, **change})
 
 
 @pytest.mark.e2e
 def test_the_module_refits_its_kernel_features_on_the_current_encoder():
     from ksemstamp.training.module import EncoderModule
+    from ksemstamp.training.objectives import KernelObjective
 
-    module = EncoderModule(
-        objective="kernel",
-        num_regions=8,
-        kernel_refit_every=5,
-        kernel_refit_sentences=60,
-        embed_batch_size=32,
-    )
+    objective = KernelObjective(refit_every=5, refit_sentences=60)
+    module = EncoderModule(objective=objective, num_regions=8, embed_batch_size=32)
     assert module.kernel_features.centroids.shape[0] == 64  # the shipped file's K
-    module.refit_kernel_features()
+    with pytest.raises(ValueError, match=r"num_regions \(64\)"):
+        EncoderModule(objective=KernelObjective(refit_every=1, refit_sentences=10))
+    module.on_train_batch_start([], 0)  # a refit is due at step 0
     emb = module.embed_sharded(module.domain_sentence_list(60))
     assert module.kernel_features.centroids.shape == (8, emb.shape[1])
     assert torch.allclose(module.kernel_features.mean, emb.mean(0), atol=1e-5)
@@ -308,14 +302,18 @@ def test_the_module_refits_its_kernel_features_on_the_current_encoder():
             ],
         }
     ]
-    anchor, positive, others, *_ = module._kernel_terms(windows)
+    anchor, positive, others, *_ = objective._terms(module, windows)
     assert anchor.shape == (2, 8 * emb.shape[1]) and others.shape == (2, 8 * emb.shape[1])
-    loss, retained, units = module._kernel_step(windows)
+    logged = {}
+    module.log = lambda name, value, **kw: logged.update({name: (value, kw["batch_size"])})
+    loss = module.training_step(windows, 0)
+    retained, units = logged["train/retention"]
     assert units == 2 and torch.isfinite(loss) and 0 < float(retained) <= 1
     # A refit is due at step 0 (no trainer: the step stays 0), once however many batches
     # share the step under gradient accumulation.
     calls = []
-    module.refit_kernel_features = lambda: calls.append(module.global_step)
+    module.kernel_features.refit = lambda emb, centroids: calls.append(module.global_step)
+    objective._refit_step = None
     for batch_idx in range(3):
         module.on_train_batch_start(windows, batch_idx)
     assert calls == [0]

@@ -42,7 +42,6 @@ class TrainCLI(LightningCLI):
         parser.add_lightning_class_args(KMeansCallback, "kmeans")
         parser.link_arguments("model.num_regions", "kmeans.num_regions")
         parser.link_arguments("kmeans.corpus", "model.corpus")
-        parser.link_arguments("model.objective", "data.objective")
 
     def before_fit(self) -> None:
         """Without a logger (``--trainer.logger false``) the learning-rate monitor that the

@@ -3,7 +3,7 @@
 Each line of a pair file is ``{"text": ..., "paraphrase": ...}`` (other keys, such as ``id`` or
 ``method``, are kept out of the batch). Batches are dicts of two lists of strings; tokenisation
 happens in the ``EncoderModule`` because the tokenizer belongs to the encoder. Under the kernel
-objective a batch is a list of windows (``training.units``).
+objective a batch is a list of windows (``training.units``, ``batches: windows``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
@@ -93,7 +93,7 @@ class PairDataModule(L.LightningDataModule):
         max_train_pairs: int | None = None,
         max_val_pairs: int | None = None,
         num_workers: int = 0,
-        objective: str = "margin",
+        batches: Literal["pairs", "windows"] = "pairs",
     ) -> None:
         """
         Args:
@@ -108,18 +108,19 @@ class PairDataModule(L.LightningDataModule):
             max_train_pairs: use only the first this many (distinct) training pairs or windows.
             max_val_pairs: use only the first this many validation pairs or windows.
             num_workers: ``DataLoader`` workers (strings need no heavy loading; 0 is fine).
-            objective: the model's (``train.py`` links it to ``model.objective``): ``margin``
-                batches pairs, ``kernel`` batches windows of units.
+            batches: ``pairs`` (the margin objective's) or ``windows`` of units (the kernel
+                objective's, ``training.units``); the model's objective must learn from the
+                same (``EncoderModule`` checks it when fitting starts).
         """
         super().__init__()
         if batch_size < 2:
             raise ValueError("batch_size must be >= 2: in-batch negatives need a second pair")
-        if objective not in ("margin", "kernel"):
-            raise ValueError(f"objective must be 'margin' or 'kernel', got {objective!r}")
+        if batches not in ("pairs", "windows"):
+            raise ValueError(f"batches must be 'pairs' or 'windows', got {batches!r}")
         self.save_hyperparameters()
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
-        self._collate = collate_windows if objective == "kernel" else collate_pairs
+        self._collate = collate_windows if batches == "windows" else collate_pairs
 
     def _setup_windows(self, stage: str) -> None:
         hp = self.hparams
@@ -141,7 +142,7 @@ class PairDataModule(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         hp = self.hparams
-        if hp.objective == "kernel":
+        if hp.batches == "windows":
             self._setup_windows(stage)
             return
         if stage == "fit" and self.train_set is None:

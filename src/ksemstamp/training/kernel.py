@@ -6,12 +6,11 @@ centroids (``loss.scored_features``). The objective must see those features, so 
 small module of fixed buffers: read from the base encoder's centroid file, or refitted on the
 encoder being trained (``refit``), as ``KMeansCallback`` refits the shipped file afterwards.
 The buffers are not saved in checkpoints: they are read again, or refitted, on every start.
-Beside it, the checks of the objective's settings and the gather of its columns under DDP.
+Beside it, the gather of the objective's columns under DDP.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -20,7 +19,6 @@ from lightning import LightningModule
 from torch import Tensor, nn
 
 from ..scheme.centroids import CentroidFile, principal_components
-from ..text.splitter import SPLITTERS
 from .loss import scored_features
 
 
@@ -64,25 +62,6 @@ class KernelFeatures(nn.Module):
             fitted = principal_components(embeddings.float().cpu(), mean.cpu(), whiten)
             self.components = fitted.to(self.mean)
         self.centroids = F.normalize(centroids.float(), dim=-1).to(self.mean)
-
-
-def check_kernel_options(hp: Mapping) -> None:
-    """Refuse kernel-objective settings that cannot train, in one line each (``hp``:
-    ``EncoderModule``'s arguments by name)."""
-    units, words = hp["kernel_units"], hp["kernel_clause_words"]
-    if units not in SPLITTERS:
-        raise ValueError(f"kernel_units must be one of {SPLITTERS}, got {units!r}")
-    if words < 1:
-        raise ValueError(f"kernel_clause_words must be >= 1, got {words}")
-    every, sentences, k = hp["kernel_refit_every"], hp["kernel_refit_sentences"], hp["num_regions"]
-    if every < 0 or sentences < k:
-        raise ValueError(
-            f"kernel_refit_every must be >= 0 and kernel_refit_sentences >= num_regions ({k}), "
-            f"got {every} and {sentences}"
-        )
-    names = ("decorrelation", "kernel_temperature", "kernel_whiten", "coherence")
-    if min(hp[n] for n in names) < 0:
-        raise ValueError(f"{', '.join(names)} must be >= 0")
 
 
 def gather_columns(module: LightningModule, local: Tensor, ok: Tensor) -> tuple[Tensor, Tensor]:
