@@ -36,7 +36,10 @@ def import_graph(roots: list[tuple[Path, str]]) -> dict[str, set[str]]:
                     target = ".".join(base + ([node.module] if node.module else []))
                 else:
                     target = node.module or ""
-                targets = [target] + [f"{target}.{alias.name}" for alias in node.names]
+                submodules = [f"{target}.{alias.name}" for alias in node.names]
+                # ``from package import module`` imports the module, not the package's face.
+                named = [m for m in submodules if m in modules]
+                targets = named if len(named) == len(submodules) else [target, *submodules]
             elif isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:

@@ -169,23 +169,46 @@ def _count_tokens(
             results[g].wasted_tokens += spent
 
 
-def _check_round(
-    prefixes, rows, generator, contexts, heads=None
-) -> tuple[bool, list[str], list[str]]:
-    """Validate ``sample_round``'s arguments; returns whether ``generator`` is one per group,
-    and the contexts and heads (empty ones when none are given)."""
-    per_group = isinstance(generator, Sequence)
-    if per_group and len(generator) != len(prefixes):
-        raise ValueError("need one generator per prefix")
-    if len(prefixes) != len(rows) or not prefixes:
-        raise ValueError("need one row count per prefix, and at least one prefix")
-    if any(n < 1 for n in rows):
-        raise ValueError(f"every group needs at least one row, got {list(rows)}")
-    if heads is not None and len(heads) != len(prefixes):
-        raise ValueError("need one head (or '') per prefix")
-    empty = [""] * len(prefixes)
-    return (
-        per_group,
-        list(contexts) if contexts is not None else empty,
-        list(heads) if heads is not None else empty,
-    )
+@dataclass(frozen=True)
+class RoundRequest:
+    """What one ``sample_round`` call asks for, checked (see ``_LMSampler.sample_round``)."""
+
+    prefixes: list[str]
+    rows: list[int]
+    judge: Judge
+    generator: torch.Generator | Sequence[torch.Generator] | None
+    contexts: list[str]
+    heads: list[str]
+    pruner: Pruner | None
+
+    @classmethod
+    def of(cls, prefixes, rows, judge, generator, contexts, heads, pruner) -> RoundRequest:
+        """The request, or ``ValueError`` naming what does not fit (contexts and heads: empty
+        ones when none are given)."""
+        if isinstance(generator, Sequence) and len(generator) != len(prefixes):
+            raise ValueError("need one generator per prefix")
+        if len(prefixes) != len(rows) or not prefixes:
+            raise ValueError("need one row count per prefix, and at least one prefix")
+        if any(n < 1 for n in rows):
+            raise ValueError(f"every group needs at least one row, got {list(rows)}")
+        if heads is not None and len(heads) != len(prefixes):
+            raise ValueError("need one head (or '') per prefix")
+        empty = [""] * len(prefixes)
+        return cls(
+            list(prefixes),
+            list(rows),
+            judge,
+            generator,
+            list(contexts) if contexts is not None else empty,
+            list(heads) if heads is not None else empty,
+            pruner,
+        )
+
+    @property
+    def per_group(self) -> bool:
+        """Whether ``generator`` is one per group."""
+        return isinstance(self.generator, Sequence)
+
+    def generator_of(self, group: int) -> torch.Generator | None:
+        """The generator group ``group`` draws from."""
+        return self.generator[group] if self.per_group else self.generator

@@ -49,7 +49,7 @@ from .batch import (
     GroupResult,
     Judge,
     Pruner,
-    _check_round,
+    RoundRequest,
     _count_tokens,
     _LiveRows,
     _resolve,
@@ -85,6 +85,45 @@ class _LMSampler:
         eos = tokenizer.eos_token_id
         self.device = next(model.parameters()).device
         self.eos_ids: list[int] = [eos] if isinstance(eos, int) else list(eos or [])
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What a sampler builds once from its LM, after the shared state above."""
+
+    @torch.inference_mode()
+    def sample_round(
+        self,
+        prefixes: Sequence[str],
+        rows: Sequence[int],
+        judge: Judge,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
+        contexts: Sequence[str] | None = None,
+        heads: Sequence[str] | None = None,
+        pruner: Pruner | None = None,
+    ) -> list[GroupResult]:
+        """Sample ``rows[g]`` candidate sentences after ``prefixes[g]`` for every group ``g``.
+
+        ``contexts[g]`` is the last sentence of ``prefixes[g]``: sentence ends are decided on it
+        plus the row's text, as detection will split them, and a row that would merge into it is
+        stopped as an empty (never accepted) candidate.
+
+        ``heads[g]`` (optional) is the start of an unfinished sentence that ends ``prefixes[g]``,
+        with the whitespace before it; ``contexts[g]`` is then the sentence before that one.
+        Rows complete the head's sentence: the candidate is the whole sentence, head included.
+
+        ``generator`` is one generator for all rows or one per group.
+
+        ``pruner`` (optional) stops running rows early (see ``Pruner``).
+
+        Returns one ``GroupResult`` per group with its candidates in draw order up to the first
+        accepted one (or all of them when none was accepted).
+        """
+        request = RoundRequest.of(prefixes, rows, judge, generator, contexts, heads, pruner)
+        return self._round(request)
+
+    def _round(self, request: RoundRequest) -> list[GroupResult]:
+        """The candidates of a checked request (the strategy's own)."""
+        raise NotImplementedError
 
 
 class CandidateSampler(_LMSampler):
@@ -98,15 +137,8 @@ class CandidateSampler(_LMSampler):
         suppress_eos: the LM never ends its text (see ``_LMSampler``).
     """
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        splitter: PunktSplitter,
-        config: SamplingSettings | None = None,
-        suppress_eos: bool = True,
-    ):
-        super().__init__(model, tokenizer, splitter, config, suppress_eos)
+    def _prepare(self) -> None:
+        model, tokenizer, splitter = self.model, self.tokenizer, self.splitter
         self.shared_prefix = enable_shared_prefix(model)
         self.prefixes = PrefixStore(model, tokenizer, self.device)
         vocab = model.get_output_embeddings().out_features  # also for a quantised head
@@ -147,35 +179,15 @@ class CandidateSampler(_LMSampler):
         return torch.cat([sample_rows(probs[a:b], g) for a, b, g in segments])
 
     # ------------------------------------------------------------------ one round
-    @torch.inference_mode()
-    def sample_round(
-        self,
-        prefixes: Sequence[str],
-        rows: Sequence[int],
-        judge: Judge,
-        generator: torch.Generator | Sequence[torch.Generator] | None = None,
-        contexts: Sequence[str] | None = None,
-        heads: Sequence[str] | None = None,
-        pruner: Pruner | None = None,
-    ) -> list[GroupResult]:
-        """Sample ``rows[g]`` candidate sentences after ``prefixes[g]`` for every group ``g``.
-
-        ``contexts[g]`` is the last sentence of ``prefixes[g]``: sentence ends are decided on it
-        plus the row's text, as detection will split them, and a row that would merge into it is
-        stopped as an empty (never accepted) candidate.
-
-        ``heads[g]`` (optional) is the start of an unfinished sentence that ends ``prefixes[g]``,
-        with the whitespace before it; ``contexts[g]`` is then the sentence before that one.
-        Rows complete the head's sentence: the candidate is the whole sentence, head included.
-
-        ``generator`` is one generator for all rows or one per group.
-
-        ``pruner`` (optional) stops running rows early (see ``Pruner``).
-
-        Returns one ``GroupResult`` per group with its candidates in draw order up to the first
-        accepted one (or all of them when none was accepted).
-        """
-        per_group, contexts, heads = _check_round(prefixes, rows, generator, contexts, heads)
+    def _round(self, request: RoundRequest) -> list[GroupResult]:
+        prefixes, rows, judge, pruner = (
+            request.prefixes,
+            request.rows,
+            request.judge,
+            request.pruner,
+        )
+        contexts, heads, generator = request.contexts, request.heads, request.generator
+        per_group = request.per_group
         states = self.prefixes.get(prefixes)
         live = _LiveRows.start(rows)
         decoder_class = SharedPrefixDecoder if self.shared_prefix else CopiedCacheDecoder

@@ -7,14 +7,11 @@ candidates (cut by the same splitter rule); only the cost differs. It is selecte
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from torch import Tensor
 
-from ..settings.groups import SamplingSettings
 from ..text.splitter import PunktSplitter
-from .sampler import Candidate, GroupResult, Judge, Pruner, _check_round, _LMSampler, _separator
+from .sampler import Candidate, GroupResult, Judge, Pruner, RoundRequest, _LMSampler, _separator
 
 
 class _WholeTextSentenceStop:
@@ -59,18 +56,10 @@ class SequentialCandidateSampler(_LMSampler):
         suppress_eos: the LM never ends its text (see ``_LMSampler``).
     """
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        splitter: PunktSplitter,
-        config: SamplingSettings | None = None,
-        suppress_eos: bool = True,
-    ):
+    def _prepare(self) -> None:
         from transformers import GenerationConfig
 
-        super().__init__(model, tokenizer, splitter, config, suppress_eos)
-        cfg = self.config
+        tokenizer, cfg = self.tokenizer, self.config
         self.generation_config = GenerationConfig(
             do_sample=True,
             temperature=cfg.temperature,
@@ -83,47 +72,36 @@ class SequentialCandidateSampler(_LMSampler):
             pad_token_id=tokenizer.pad_token_id,
         )
 
-    @torch.inference_mode()
-    def sample_round(
-        self,
-        prefixes: Sequence[str],
-        rows: Sequence[int],
-        judge: Judge,
-        generator: torch.Generator | Sequence[torch.Generator] | None = None,
-        contexts: Sequence[str] | None = None,
-        heads: Sequence[str] | None = None,
-        pruner: Pruner | None = None,
-    ) -> list[GroupResult]:
+    def _round(self, request: RoundRequest) -> list[GroupResult]:
         """Draw up to ``rows[g]`` candidates after ``prefixes[g]``, one at a time, stopping a
-        group at its first accepted candidate (see ``CandidateSampler.sample_round``).
+        group at its first accepted candidate.
 
         With a ``pruner`` the candidates are drawn in stages of ``pruner.every`` tokens, one
         ``generate`` call per candidate and stage over the prefix and the candidate's text so
         far, and the pruner stops candidates between stages; a group then stops at the first
         candidate accepted in the order they finish."""
-        per_group, contexts, heads = _check_round(prefixes, rows, generator, contexts, heads)
-        if pruner is not None:
+        r = request
+        if r.pruner is not None:
             return [
                 self._staged_group(
                     g,
                     prefix,
-                    rows[g],
-                    judge,
-                    generator[g] if per_group else generator,
-                    contexts[g],
-                    heads[g],
-                    pruner,
+                    r.rows[g],
+                    r.judge,
+                    r.generator_of(g),
+                    r.contexts[g],
+                    r.heads[g],
+                    r.pruner,
                 )
-                for g, prefix in enumerate(prefixes)
+                for g, prefix in enumerate(r.prefixes)
             ]
         results = []
-        for g, prefix in enumerate(prefixes):
-            gen = generator[g] if per_group else generator
+        for g, prefix in enumerate(r.prefixes):
             result = GroupResult()
-            for i in range(rows[g]):
-                cand = self._draw(prefix, contexts[g], gen, heads[g])
+            for i in range(r.rows[g]):
+                cand = self._draw(prefix, r.contexts[g], r.generator_of(g), r.heads[g])
                 result.decoded_tokens += cand.num_tokens
-                ((ok, info),) = judge([(g, i)], [cand.text])
+                ((ok, info),) = r.judge([(g, i)], [cand.text])
                 cand.accepted, cand.info = bool(ok) and bool(cand.text), info
                 result.candidates.append(cand)
                 if cand.accepted:

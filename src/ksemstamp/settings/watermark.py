@@ -21,21 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import groups
 from .checks import SettingsError, build_group
-from .groups import (
-    DEFAULT_CENTROIDS,
-    MARK_KINDS,
-    PACKAGE_DATA,
-    REPO_ROOT,
-    DetectionSettings,
-    DirectionSettings,
-    LimitSettings,
-    MarkSettings,
-    ModelSettings,
-    PartitionSettings,
-    SamplingSettings,
-    SearchSettings,
-)
 
 
 def merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
@@ -58,13 +45,13 @@ def merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
 
 
 GROUPS: dict[str, type] = {
-    "model": ModelSettings,
-    "partition": PartitionSettings,
-    "mark": DirectionSettings,
-    "search": SearchSettings,
-    "sampling": SamplingSettings,
-    "detection": DetectionSettings,
-    "limits": LimitSettings,
+    "model": groups.ModelSettings,
+    "partition": groups.PartitionSettings,
+    "mark": groups.DirectionSettings,
+    "search": groups.SearchSettings,
+    "sampling": groups.SamplingSettings,
+    "detection": groups.DetectionSettings,
+    "limits": groups.LimitSettings,
 }
 """The groups of ``WatermarkSettings`` by name (``mark``: its default kind)."""
 
@@ -76,13 +63,13 @@ class WatermarkSettings:
     The key is never written anywhere: ``to_dict`` leaves it out and ``repr`` never shows it.
     """
 
-    model: ModelSettings = field(default_factory=ModelSettings)
-    partition: PartitionSettings = field(default_factory=PartitionSettings)
-    mark: MarkSettings = field(default_factory=DirectionSettings)
-    search: SearchSettings = field(default_factory=SearchSettings)
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)
-    detection: DetectionSettings = field(default_factory=DetectionSettings)
-    limits: LimitSettings = field(default_factory=LimitSettings)
+    model: groups.ModelSettings = field(default_factory=groups.ModelSettings)
+    partition: groups.PartitionSettings = field(default_factory=groups.PartitionSettings)
+    mark: groups.MarkSettings = field(default_factory=groups.DirectionSettings)
+    search: groups.SearchSettings = field(default_factory=groups.SearchSettings)
+    sampling: groups.SamplingSettings = field(default_factory=groups.SamplingSettings)
+    detection: groups.DetectionSettings = field(default_factory=groups.DetectionSettings)
+    limits: groups.LimitSettings = field(default_factory=groups.LimitSettings)
     key: str | None = field(default=None, repr=False)
     """Secret key; falls back to ``$KSEMSTAMP_KEY``, then to a public demo key (with a warning).
     Make one with ``ksemstamp keygen``."""
@@ -134,10 +121,12 @@ class WatermarkSettings:
             given = dict(given)
             if name == "mark":
                 kind = given.pop("kind", "direction")
-                if kind not in MARK_KINDS:
-                    problems.append(f"mark.kind must be one of {list(MARK_KINDS)}, not {kind!r}")
+                if kind not in groups.MARK_KINDS:
+                    problems.append(
+                        f"mark.kind must be one of {list(groups.MARK_KINDS)}, not {kind!r}"
+                    )
                     continue
-                group = MARK_KINDS[kind]
+                group = groups.MARK_KINDS[kind]
             owner = f"the {kind} mark" if name == "mark" else name
             built, refused = build_group(group, given, name, owner)
             problems += refused
@@ -173,12 +162,12 @@ class WatermarkSettings:
             # A shipped file named relative to the checkout (configs/ksemstamp-paper.yaml names
             # checkpoints/...-k8.pt) is found from any working directory, and in a wheel install.
             if not path.is_absolute() and not path.exists():
-                for candidate in (REPO_ROOT / path, PACKAGE_DATA / path.name):
+                for candidate in (groups.REPO_ROOT / path, groups.PACKAGE_DATA / path.name):
                     if candidate.exists():
                         return candidate
             return path
-        if self.model.encoder in DEFAULT_CENTROIDS:
-            return DEFAULT_CENTROIDS[self.model.encoder]
+        if self.model.encoder in groups.DEFAULT_CENTROIDS:
+            return groups.DEFAULT_CENTROIDS[self.model.encoder]
         raise ValueError(
             f"no default centroids for encoder {self.model.encoder!r}: fit them with "
             f"`ksemstamp centroids --encoder {self.model.encoder} --output FILE` and pass "

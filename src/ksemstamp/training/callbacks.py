@@ -16,6 +16,7 @@ from ..text.corpusfile import DomainSentences, domain_documents, require_sentenc
 from .module import EncoderModule
 
 
+@dataclasses.dataclass(eq=False)
 class KMeansCallback(L.Callback):
     """After training: embed domain sentences, fit k-means, store, checkpoint and export.
 
@@ -36,54 +37,41 @@ class KMeansCallback(L.Callback):
        ``CentroidFile`` naming that folder.
     """
 
-    def __init__(
-        self,
-        num_sentences: int = 20000,
-        seed: int = 0,
-        batch_size: int = 64,
-        split: str = "fit",
-        min_words: int = 5,
-        export_dir: str | None = "checkpoints/encoder-news",
-        centroid_file: str | None = "checkpoints/centroids-encoder-news-k64.pt",
-        final_checkpoint: str | None = None,
-        corpus: str | None = None,
-        num_regions: int | None = None,
-    ) -> None:
-        """
-        Args:
-            num_sentences: domain sentences to fit k-means on (paper: sentences of 8k paragraphs).
-            seed: k-means seed.
-            batch_size: embedding batch size.
-            split: the part of the corpus's documents the sentences come from (``fit`` keeps
-                ``val`` and ``test`` unseen; ``all`` takes every document of a corpus file).
-            min_words: skip shorter sentences (headlines, bylines).
-            export_dir: folder for the fine-tuned encoder (``None``: no export, no centroid file).
-            centroid_file: where to write the ``CentroidFile`` (``None``: not written).
-            final_checkpoint: path of the checkpoint written with the centroids; default
-                ``final.ckpt`` in the ``ModelCheckpoint`` folder (or the trainer's root folder).
-            corpus: your domain's corpus file, plain text (one document per line) or JSONL with
-                a ``text`` field; ``None``: the bundled news corpus.
-            num_regions: K of the model (``train.py`` links it to ``model.num_regions``); when
-                given, the domain is read and checked for K now rather than after training.
-        """
+    num_sentences: int = 20000
+    """Domain sentences to fit k-means on (paper: sentences of 8k paragraphs)."""
+    seed: int = 0
+    """k-means seed."""
+    batch_size: int = 64
+    """Embedding batch size."""
+    split: str = "fit"
+    """The part of the corpus's documents the sentences come from (``fit`` keeps ``val`` and
+    ``test`` unseen; ``all`` takes every document of a corpus file)."""
+    min_words: int = 5
+    """Skip shorter sentences (headlines, bylines)."""
+    export_dir: str | None = "checkpoints/encoder-news"
+    """Folder for the fine-tuned encoder (``None``: no export, no centroid file)."""
+    centroid_file: str | None = "checkpoints/centroids-encoder-news-k64.pt"
+    """Where to write the ``CentroidFile`` (``None``: not written)."""
+    final_checkpoint: str | None = None
+    """Path of the checkpoint written with the centroids; default ``final.ckpt`` in the
+    ``ModelCheckpoint`` folder (or the trainer's root folder)."""
+    corpus: str | None = None
+    """Your domain's corpus file, plain text (one document per line) or JSONL with a ``text``
+    field; ``None``: the bundled news corpus."""
+    num_regions: int | None = None
+    """K of the model (``train.py`` links it to ``model.num_regions``); when given, the domain
+    is read and checked for K now rather than after training."""
+    final_checkpoint_path: str | None = dataclasses.field(default=None, init=False)
+    _domain: DomainSentences | None = dataclasses.field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
         super().__init__()
-        if num_sentences < 2:
-            raise ValueError(f"num_sentences must be >= 2, got {num_sentences}")
-        if centroid_file and not export_dir:
+        if self.num_sentences < 2:
+            raise ValueError(f"num_sentences must be >= 2, got {self.num_sentences}")
+        if self.centroid_file and not self.export_dir:
             raise ValueError("a centroid_file needs an export_dir: it must name a loadable encoder")
-        self.num_sentences = num_sentences
-        self.seed = seed
-        self.batch_size = batch_size
-        self.split = split
-        self.min_words = min_words
-        self.export_dir = export_dir
-        self.centroid_file = centroid_file
-        self.final_checkpoint = final_checkpoint
-        self.final_checkpoint_path: str | None = None
-        self.corpus = corpus
-        self._domain: DomainSentences | None = None
-        if num_regions is not None:
-            require_sentences(self.domain(), num_regions)
+        if self.num_regions is not None:
+            require_sentences(self.domain(), self.num_regions)
 
     def domain(self) -> DomainSentences:
         """The domain sentences, read once."""

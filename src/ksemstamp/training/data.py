@@ -122,46 +122,38 @@ class PairDataModule(L.LightningDataModule):
         self.val_set: Dataset | None = None
         self._collate = collate_windows if batches == "windows" else collate_pairs
 
-    def _setup_windows(self, stage: str) -> None:
+    def _training_items(self, files: list[str]) -> tuple[list, str]:
+        """The training pairs (distinct texts) or windows of ``files``, and a line saying what
+        was read."""
         hp = self.hparams
-        if stage == "fit" and self.train_set is None:
-            files = [hp.train_file] if isinstance(hp.train_file, str) else list(hp.train_file)
+        if hp.batches == "windows":
             windows = [w for path in files for w in read_units(path)][: hp.max_train_pairs]
-            rank_zero_info(
-                f"training windows: {len(windows)} with "
-                f"{sum(len(w['units']) for w in windows)} units in {len(files)} file(s)"
-            )
-            self.train_set = PairDataset(windows)
-            if len(self.train_set) < hp.batch_size:
-                raise ValueError(
-                    f"{', '.join(map(str, files))}: {len(self.train_set)} windows, fewer than "
-                    f"one batch of {hp.batch_size} (training drops incomplete batches)"
-                )
-        if stage in ("fit", "validate") and self.val_set is None and hp.val_file:
-            self.val_set = PairDataset(read_units(hp.val_file, hp.max_val_pairs))
+            units = sum(len(w["units"]) for w in windows)
+            return windows, f"training windows: {len(windows)} with {units} units"
+        pairs = [pair for path in files for pair in read_pairs(path)]
+        distinct = distinct_texts(pairs)
+        kept = distinct[: hp.max_train_pairs]
+        dropped = len(pairs) - len(distinct)
+        return kept, (
+            f"training pairs: {len(kept)} used of {len(pairs)} ({dropped} with a repeated text "
+            "dropped)"
+        )
 
     def setup(self, stage: str) -> None:
         hp = self.hparams
-        if hp.batches == "windows":
-            self._setup_windows(stage)
-            return
         if stage == "fit" and self.train_set is None:
             files = [hp.train_file] if isinstance(hp.train_file, str) else list(hp.train_file)
-            pairs = [pair for path in files for pair in read_pairs(path)]
-            distinct = distinct_texts(pairs)
-            kept = distinct[: hp.max_train_pairs]
-            rank_zero_info(
-                f"training pairs: {len(kept)} used of {len(pairs)} in {len(files)} file(s) "
-                f"({len(pairs) - len(distinct)} with a repeated text dropped)"
-            )
-            self.train_set = PairDataset(kept)
+            items, said = self._training_items(files)
+            rank_zero_info(f"{said} in {len(files)} file(s)")
+            self.train_set = PairDataset(items)
             if len(self.train_set) < hp.batch_size:
                 raise ValueError(
-                    f"{', '.join(map(str, files))}: {len(self.train_set)} distinct pairs, fewer "
-                    f"than one batch of {hp.batch_size} (training drops incomplete batches)"
+                    f"{', '.join(map(str, files))}: {len(self.train_set)} distinct {hp.batches}, "
+                    f"fewer than one batch of {hp.batch_size} (training drops incomplete batches)"
                 )
         if stage in ("fit", "validate") and self.val_set is None and hp.val_file:
-            self.val_set = PairDataset(read_pairs(hp.val_file, hp.max_val_pairs))
+            read = read_units if hp.batches == "windows" else read_pairs
+            self.val_set = PairDataset(read(hp.val_file, hp.max_val_pairs))
 
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None, "setup('fit') has not run"

@@ -1,6 +1,7 @@
 """What the encoder learns: two objectives behind one interface.
 
-``EncoderModule`` holds the encoder, the centroids and the optimiser; an ``Objective`` holds the
+``EncoderModule`` holds the encoder, the centroids and the optimiser (an objective's methods
+take it as ``module``); an ``Objective`` holds the
 loss, what a batch is (``batches``: pairs of a text and its paraphrase, or windows of units,
 ``training.data``) and what validation logs. Choose one in a config's ``model.objective``::
 
@@ -24,10 +25,12 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
+from lightning import LightningModule
 from torch import Tensor
 
 from ..scheme.partition import kmeans_regions
@@ -43,33 +46,30 @@ from .loss import (
 )
 from .units import Batch
 
-if TYPE_CHECKING:
-    from .module import EncoderModule
-
 Batches = Literal["pairs", "windows"]
 
 
 class Objective(ABC):
     """A training objective (see the module docstring)."""
 
-    batches: Batches = "pairs"
+    batches: ClassVar[Batches] = "pairs"
     """What a batch holds: ``pairs`` (``{"text": [...], "paraphrase": [...]}``) or ``windows``
     of units (``training.units``); the data module must make the same (``data.batches``)."""
 
-    def bind(self, module: EncoderModule) -> None:
+    def bind(self, module: LightningModule) -> None:
         """Check the settings against the module's and build what the objective needs once the
         encoder exists (raises ``ValueError``)."""
         return None
 
     @abstractmethod
-    def step(self, module: EncoderModule, batch: Any, stage: Literal["train", "val"]) -> Tensor:
+    def step(self, module: LightningModule, batch: Any, stage: Literal["train", "val"]) -> Tensor:
         """The loss of ``batch``, with its figures logged under ``stage/``."""
 
-    def on_train_start(self, module: EncoderModule) -> None:
+    def on_train_start(self, module: LightningModule) -> None:
         """Before the first step (collective calls run on every rank)."""
         return None
 
-    def on_train_batch_start(self, module: EncoderModule) -> None:
+    def on_train_batch_start(self, module: LightningModule) -> None:
         """Before every training batch."""
         return None
 
@@ -78,65 +78,55 @@ class Objective(ABC):
         and ``init_args``): a checkpoint keeps it so, and ``objective_from_config`` or a
         resumed ``train.py`` reads it back."""
         cls = type(self)
-        settings = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        settings = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
         return {"class_path": f"{cls.__module__}.{cls.__name__}", "init_args": settings}
 
 
+@dataclass
 class MarginObjective(Objective):
-    """The paper's margin contrastive loss on pairs, optionally with a region term.
+    """The paper's margin contrastive loss on pairs, optionally with a region term."""
 
-    Args:
-        delta: the margin (paper: 0.8).
-        loss_reduction: ``mean`` over pairs (default) or ``sum`` (the paper's formula). With
-            AdamW the two differ by a constant factor that Adam's normalisation all but cancels;
-            the mean keeps logged losses comparable across batch sizes and world sizes, and
-            under DDP's gradient averaging it gives the same gradients as one process on the
-            concatenated batch.
-        gather_negatives: under DDP, search hardest negatives among every rank's paraphrases.
-        region_weight: weight of ``loss.region_consistency_loss`` added to the margin loss (0:
-            the paper's loss alone). Its centroids are the module's provisional ones
-            (``val_kmeans_sentences`` domain sentences, refitted with the current encoder at
-            the start of training and of every validation epoch).
-        region_temperature: softmax temperature of that term, on cosines.
-    """
+    delta: float = 0.8
+    """The margin (paper: 0.8)."""
+    loss_reduction: Literal["mean", "sum"] = "mean"
+    """``mean`` over pairs (default) or ``sum`` (the paper's formula). With AdamW the two differ
+    by a constant factor that Adam's normalisation all but cancels; the mean keeps logged
+    losses comparable across batch sizes and world sizes, and under DDP's gradient averaging it
+    gives the same gradients as one process on the concatenated batch."""
+    gather_negatives: bool = True
+    """Under DDP, search hardest negatives among every rank's paraphrases."""
+    region_weight: float = 0.0
+    """Weight of ``loss.region_consistency_loss`` added to the margin loss (0: the paper's loss
+    alone). Its centroids are the module's provisional ones (``val_kmeans_sentences`` domain
+    sentences, refitted with the current encoder at the start of training and of every
+    validation epoch)."""
+    region_temperature: float = 0.05
+    """Softmax temperature of that term, on cosines."""
+    batches: ClassVar[Batches] = "pairs"
 
-    batches: Batches = "pairs"
+    def __post_init__(self) -> None:
+        if self.delta <= 0:
+            raise ValueError(f"delta must be > 0, got {self.delta}")
+        if self.loss_reduction not in ("mean", "sum"):
+            raise ValueError(f"loss_reduction must be 'mean' or 'sum', got {self.loss_reduction!r}")
+        if self.region_weight < 0:
+            raise ValueError(f"region_weight must be >= 0, got {self.region_weight}")
+        if self.region_temperature <= 0:
+            raise ValueError(f"region_temperature must be > 0, got {self.region_temperature}")
 
-    def __init__(
-        self,
-        delta: float = 0.8,
-        loss_reduction: Literal["mean", "sum"] = "mean",
-        gather_negatives: bool = True,
-        region_weight: float = 0.0,
-        region_temperature: float = 0.05,
-    ) -> None:
-        if delta <= 0:
-            raise ValueError(f"delta must be > 0, got {delta}")
-        if loss_reduction not in ("mean", "sum"):
-            raise ValueError(f"loss_reduction must be 'mean' or 'sum', got {loss_reduction!r}")
-        if region_weight < 0:
-            raise ValueError(f"region_weight must be >= 0, got {region_weight}")
-        if region_temperature <= 0:
-            raise ValueError(f"region_temperature must be > 0, got {region_temperature}")
-        self.delta = delta
-        self.loss_reduction = loss_reduction
-        self.gather_negatives = gather_negatives
-        self.region_weight = region_weight
-        self.region_temperature = region_temperature
-
-    def bind(self, module: EncoderModule) -> None:
+    def bind(self, module: LightningModule) -> None:
         if self.region_weight > 0 and module.hparams.val_kmeans_sentences <= 0:
             raise ValueError(
                 "region_weight > 0 needs provisional centroids: set val_kmeans_sentences > 0"
             )
 
-    def on_train_start(self, module: EncoderModule) -> None:
+    def on_train_start(self, module: LightningModule) -> None:
         current = module.current_centroids
         if self.region_weight > 0 and (current is None or current is module.centroids):
             # No sanity-check validation has fitted provisional centroids for this encoder.
             module.fit_provisional_centroids()
 
-    def _columns(self, module: EncoderModule, positive: Tensor) -> tuple[Tensor, int]:
+    def _columns(self, module: LightningModule, positive: Tensor) -> tuple[Tensor, int]:
         """Negative columns and the offset of this rank's own paraphrases among them."""
         world = module.trainer.world_size
         if world > 1 and self.gather_negatives:
@@ -145,7 +135,7 @@ class MarginObjective(Objective):
             return gathered.reshape(-1, positive.shape[-1]), module.global_rank * positive.shape[0]
         return positive, 0
 
-    def step(self, module: EncoderModule, batch: Any, stage: Literal["train", "val"]) -> Tensor:
+    def step(self, module: LightningModule, batch: Any, stage: Literal["train", "val"]) -> Tensor:
         # One pass per side, each padded to its own longest sentence. A single pass over both
         # sides pads every paraphrase to the longest text as well; on CPU that extra padding
         # cost more than the larger matrix products saved (about 10% per step on MiniLM).
@@ -191,64 +181,48 @@ class MarginObjective(Objective):
         return loss
 
 
+@dataclass
 class KernelObjective(Objective):
-    """``loss.kernel_alignment_loss`` on windows of units, on the default mark's features.
+    """``loss.kernel_alignment_loss`` on windows of units, on the default mark's features."""
 
-    Args:
-        decorrelation: weight of the correlation term.
-        temperature: soft-context temperature of the features (the default mark's 0.1; 0: one
-            context).
-        whiten: principal components projected out of the features (the default mark's 64).
-        base_centroids: centroid file of the base encoder whose mean, components and centroids
-            define the features during training (``None``: the shipped file of the module's
-            encoder). ``KMeansCallback`` refits all three for the trained encoder.
-        units: ``sentences`` or ``clauses``: what is scored, as the mark's ``units`` (a unit's
-            side sums its clauses' features).
-        clause_words: the clauses' ``min_words`` (the mark's ``clause_words``).
-        coherence: weight of the signed mean correlation of different units of one window,
-            which sets a text's effective number of units.
-        refit_every: ``n > 0`` refits the features on the current encoder every ``n`` steps, as
-            ``KMeansCallback`` refits them after training (``0``: the base file's throughout).
-        refit_sentences: domain sentences those refits embed.
-        gather_negatives: under DDP, score against every rank's columns.
-    """
+    decorrelation: float = 1.0
+    """Weight of the correlation term."""
+    temperature: float = 0.1
+    """Soft-context temperature of the features (the default mark's 0.1; 0: one context)."""
+    whiten: int = 64
+    """Principal components projected out of the features (the default mark's 64)."""
+    base_centroids: str | None = None
+    """Centroid file of the base encoder whose mean, components and centroids define the
+    features during training (``None``: the shipped file of the module's encoder).
+    ``KMeansCallback`` refits all three for the trained encoder."""
+    units: Literal["sentences", "clauses"] = "sentences"
+    """What is scored, as the mark's ``units`` (a unit's side sums its clauses' features)."""
+    clause_words: int = 4
+    """The clauses' ``min_words`` (the mark's ``clause_words``)."""
+    coherence: float = 0.0
+    """Weight of the signed mean correlation of different units of one window, which sets a
+    text's effective number of units."""
+    refit_every: int = 0
+    """``n > 0`` refits the features on the current encoder every ``n`` steps, as
+    ``KMeansCallback`` refits them after training (``0``: the base file's throughout)."""
+    refit_sentences: int = 4000
+    """Domain sentences those refits embed."""
+    gather_negatives: bool = True
+    """Under DDP, score against every rank's columns."""
+    batches: ClassVar[Batches] = "windows"
+    _refit_step: int | None = field(default=None, init=False, repr=False)
 
-    batches: Batches = "windows"
-
-    def __init__(
-        self,
-        decorrelation: float = 1.0,
-        temperature: float = 0.1,
-        whiten: int = 64,
-        base_centroids: str | None = None,
-        units: Literal["sentences", "clauses"] = "sentences",
-        clause_words: int = 4,
-        coherence: float = 0.0,
-        refit_every: int = 0,
-        refit_sentences: int = 4000,
-        gather_negatives: bool = True,
-    ) -> None:
-        if units not in SPLITTERS:
-            raise ValueError(f"units must be one of {SPLITTERS}, got {units!r}")
-        if clause_words < 1:
-            raise ValueError(f"clause_words must be >= 1, got {clause_words}")
-        if refit_every < 0:
-            raise ValueError(f"refit_every must be >= 0, got {refit_every}")
-        if min(decorrelation, temperature, whiten, coherence) < 0:
+    def __post_init__(self) -> None:
+        if self.units not in SPLITTERS:
+            raise ValueError(f"units must be one of {SPLITTERS}, got {self.units!r}")
+        if self.clause_words < 1:
+            raise ValueError(f"clause_words must be >= 1, got {self.clause_words}")
+        if self.refit_every < 0:
+            raise ValueError(f"refit_every must be >= 0, got {self.refit_every}")
+        if min(self.decorrelation, self.temperature, self.whiten, self.coherence) < 0:
             raise ValueError("decorrelation, temperature, whiten and coherence must be >= 0")
-        self.decorrelation = decorrelation
-        self.temperature = temperature
-        self.whiten = whiten
-        self.base_centroids = base_centroids
-        self.units = units
-        self.clause_words = clause_words
-        self.coherence = coherence
-        self.refit_every = refit_every
-        self.refit_sentences = refit_sentences
-        self.gather_negatives = gather_negatives
-        self._refit_step: int | None = None
 
-    def bind(self, module: EncoderModule) -> None:
+    def bind(self, module: LightningModule) -> None:
         k, encoder = module.hparams.num_regions, module.hparams.encoder
         if self.refit_every and self.refit_sentences < k:
             raise ValueError(
@@ -259,7 +233,7 @@ class KernelObjective(Objective):
         path = self.base_centroids or DEFAULT_CENTROIDS[encoder]
         module.kernel_features = KernelFeatures.from_file(path, self.whiten, self.temperature)
 
-    def on_train_batch_start(self, module: EncoderModule) -> None:
+    def on_train_batch_start(self, module: LightningModule) -> None:
         step = module.global_step
         # Once per optimizer step: under gradient accumulation several batches share a step.
         if self.refit_every and step % self.refit_every == 0 and step != self._refit_step:
@@ -267,7 +241,7 @@ class KernelObjective(Objective):
             module.kernel_features.refit(emb, module.fit_centroids(emb))
             self._refit_step = step
 
-    def _terms(self, module: EncoderModule, windows: list[dict]) -> tuple[Tensor, ...]:
+    def _terms(self, module: LightningModule, windows: list[dict]) -> tuple[Tensor, ...]:
         """The anchors, positive and sentence columns (gathered from every rank under DDP, this
         rank's first) and their masks, for a batch of windows."""
         clause = functools.partial(clauses, min_words=self.clause_words)
@@ -285,7 +259,7 @@ class KernelObjective(Objective):
         # This rank's columns come first: the pairs of one window among them.
         return anchor, positive, others, positive_ok, others_ok, batch.same_text.to(phi.device)
 
-    def step(self, module: EncoderModule, batch: Any, stage: Literal["train", "val"]) -> Tensor:
+    def step(self, module: LightningModule, batch: Any, stage: Literal["train", "val"]) -> Tensor:
         *core, same_text = self._terms(module, batch)
         loss = kernel_alignment_loss(
             *core, self.decorrelation, same_text=same_text, coherence=self.coherence
