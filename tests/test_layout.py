@@ -99,6 +99,18 @@ LAB_MAY_IMPORT = {"ksemstamp", "ksemstamp.experimental"}
 """What the lab imports of the package: its public API and the one module of internals."""
 
 
+def test_every_public_name_and_experimental_name_resolves():
+    """``from ksemstamp import X`` for each name ``__all__`` promises (they load lazily, so a
+    moved module shows only when the name is asked for), and the lab's ``experimental``."""
+    import ksemstamp
+    import ksemstamp.experimental as experimental
+
+    for name in ksemstamp.__all__:
+        assert getattr(ksemstamp, name) is not None, name
+    for name in experimental.__all__:
+        assert getattr(experimental, name) is not None, name
+
+
 def test_the_lab_imports_only_the_public_api_and_experimental():
     edges = import_graph([(ROOT / "src", "ksemstamp"), (ROOT, "lab")])
     lab = {name: targets for name, targets in edges.items() if name.startswith("lab")}

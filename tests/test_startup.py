@@ -79,3 +79,20 @@ def test_help_keygen_refused_keys_and_bad_flags_load_no_model_library(tmp_path):
     codes = found.pop("codes")
     assert codes == [0] * (2 + len(helps)) + [2] * len(refused)
     assert found == {}, f"loaded by: {found}"
+
+
+def test_every_front_door_runs_the_same_commands(tmp_path):
+    """``python -m ksemstamp``, ``python watermark.py`` and the console script (where this
+    environment installed it) list the same commands and run one."""
+    script = Path(sys.executable).with_name("ksemstamp")
+    doors = [[sys.executable, "-m", "ksemstamp"], [sys.executable, str(ROOT / "watermark.py")]]
+    doors += [[str(script)]] if script.exists() else []
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+    listings = []
+    for door in doors:
+        listing = subprocess.run([*door, "--help"], capture_output=True, text=True, env=env)
+        assert listing.returncode == 0, (door, listing.stderr[-2000:])
+        listings.append(listing.stdout.split("\n", 1)[1])  # the first line names the program
+        key = subprocess.run([*door, "keygen"], capture_output=True, text=True, env=env)
+        assert key.returncode == 0 and len(key.stdout.strip()) == 64, (door, key.stderr[-2000:])
+    assert "generate" in listings[0] and all(text == listings[0] for text in listings)

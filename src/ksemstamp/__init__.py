@@ -9,7 +9,7 @@ ksemstamp`` loads no model library)::
     text = build_watermarker(settings).generate([prompt])[0].text
     print(build_detector(settings).detect(text, prompt).p_value)
 
-* ``WatermarkSettings`` and its groups (``settings``), read from files by ``settings_files``;
+* ``WatermarkSettings`` and its groups (``settings``), read from files by ``settings.files``;
 * ``build_watermarker``, ``build_detector``, ``build_scheme`` (``builders``): settings in,
   ready objects out, with names or loaded models;
 * ``Watermarker`` (``watermarker``), ``Detector`` (``detector``), ``WatermarkScheme``
@@ -35,7 +35,7 @@ _EXPORTS = {
     "SamplingSettings": "settings",
     "DetectionSettings": "settings",
     "LimitSettings": "settings",
-    "load_watermark_settings": "settings_files",
+    "load_watermark_settings": "settings.files",
     "build_watermarker": "builders",
     "build_detector": "builders",
     "build_scheme": "builders",

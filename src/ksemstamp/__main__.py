@@ -2,7 +2,7 @@
 
 import sys
 
-from .cli.commands import main
+from .cli import main
 
 if __name__ == "__main__":
     sys.exit(main(prog="python -m ksemstamp"))

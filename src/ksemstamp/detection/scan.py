@@ -77,7 +77,7 @@ GLS_SHRINKAGE = 1.0
 0 is full generalised least squares (two sentences that always move together weigh as one), a
 large value the plain sum. At 1, two identical sentences weigh together 1.3 times one sentence
 unlike them. Measured on the robust run's texts under the base encoder
-(``research.robust.weights``, the whole-text test alone): 1 kept the paraphrase where it was
+(the whole-text test alone): 1 kept the paraphrase where it was
 and took the text three quarters human from 0.54 to 0.64 at 1%; 0.3 took it to 0.68, and every
 value of 1 or less lost one of the 12 texts paraphrased twice, which the combination keeps."""
 ALL_SPANS_UP_TO = 48

@@ -3,7 +3,7 @@
 Choosing the best of more candidates raises a sentence's score, and with it the evidence that
 survives a paraphrase, but every candidate costs decoding. A candidate's first few tokens
 already say much about where its whole sentence will point: on the design study's pool
-(research/study/prune.md), the score of a candidate's first 8 tokens correlates 0.62 with the whole
+(docs/studies/prune.md), the score of a candidate's first 8 tokens correlates 0.62 with the whole
 sentence's score along a random direction (0.87 after 16 tokens). So a round draws many rows,
 and every ``every`` tokens the rows still running are scored on their text so far:
 

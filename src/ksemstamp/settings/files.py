@@ -65,7 +65,7 @@ def command_line_layers(
     ``--mark.kind`` as layers for the parser, the mark's final kind, and the other tokens;
     ``takes_watermark``: the command takes the watermark settings.
 
-    A change of kind replaces the mark whole (``settings_files.merge``): the ``mark`` of a layer
+    A change of kind replaces the mark whole (``merge``): the ``mark`` of a layer
     before the last change is dropped, and the parser takes the fields of the final kind only.
     """
     layers: list[dict] = []

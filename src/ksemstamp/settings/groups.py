@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 """The checkout's root (relative settings paths are tried against it); not used to find data."""
 PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"
 # Shipped inside the package, so a wheel install finds them; ``checkpoints/`` links to the files.
-# K = 64 is the default mark's partition (research/study: power of the exact test); K = 8 is the
+# K = 64 is the default mark's partition (docs/design.md, "What the studies found": power of the exact test); K = 8 is the
 # paper's.
 DEFAULT_CENTROIDS = {
     DEFAULT_ENCODER: PACKAGE_DATA / "centroids-all-minilm-l6-v2-k64.pt",
@@ -113,14 +113,14 @@ class DirectionSettings:
     """``0``: the context region's direction alone; ``tau > 0``: every region's direction
     weighted by a softmax of the context's cosines to the centroids over ``tau``, so that a
     paraphrase across a border changes the direction a little, not entirely (``scheme``). 0.1
-    with ``own`` kept the most evidence in the design study (``research/order``); 0.05 with
+    with ``own`` kept the most evidence in the design study (docs/design.md, "Contexts: soft and own"); 0.05 with
     ``previous``. Under ``partition.kind: lsh`` (no centroids) it is ``0``."""
     whiten: int = 64
     """With centroids: this many of the domain's top principal components (stored in the
     centroid file) are projected out of what is scored. Sentences on one topic share those
     components, so without them a text's scores under one key move together; 64 raised the
     clean z by 0.5 and cut the share of human texts above alpha over keys in the design study
-    (``research/order``). ``0``: none."""
+    (docs/design.md, "What the studies found"). ``0``: none."""
     threshold: float | None = None
     """Accept the first candidate scoring at least this; after ``search.max_candidates`` draws
     keep the best-scoring one. ``None``: always the best of ``search.max_candidates`` (a
@@ -211,7 +211,7 @@ class SearchSettings:
     prune_tokens: int | None = 8
     """Direction mark without a threshold: every this many tokens of a round, the candidates
     still running are scored on their text so far, and ``prune_keep`` and ``prune_margin`` stop
-    the unpromising ones (``generation.pruning``; research/study). ``None``: every candidate
+    the unpromising ones (``generation.pruning``; docs/studies/prune.md). ``None``: every candidate
     finishes."""
     prune_keep: int = 12
     """Candidates that go on after the first pruning check (those already finished count)."""

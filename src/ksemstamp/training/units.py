@@ -12,8 +12,9 @@ the units built from them::
 the sum of its sentences' features. The window's own sentences are the batch's sentence columns:
 the other sentences of the same text, which detection needs to vary independently. A pair file
 (``{"text", "paraphrase"}`` per line) reads as windows of one sentence and one unit.
-``ksemstamp pairs`` builds pair files; ``python -m research.robust.trainpairs`` builds unit
-files of news windows (the generator's rewrites, WordNet, merges and splits).
+``ksemstamp pairs`` builds pair files; the unit files of docs/training/runs.md (news windows
+with the generator's rewrites, WordNet, merges and splits) were built by a script that is in
+the git history only.
 
 ``Batch`` turns a list of windows into the rows and masks ``loss.kernel_alignment_loss`` needs.
 With a ``split`` (a mark that scores clauses, ``text.splitter.clauses``) every sentence is read
@@ -39,7 +40,7 @@ def read_units(path: str | Path, limit: int | None = None) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(
             f"unit file not found: {path} (a pair file from `ksemstamp pairs` reads as one; "
-            "`python -m research.robust.trainpairs` builds windows of news units)"
+            "docs/training.md shows the unit file format)"
         )
     windows: list[dict] = []
     for number, row in iter_jsonl_objects(path):
