@@ -253,3 +253,30 @@ def test_clause_units_are_the_default_and_one_file_gives_whole_sentences() -> No
     assert WatermarkSettings().unit == "clause"
     region = load_watermark_settings([CONFIGS / "ksemstamp-paper.yaml"])
     assert region.unit == "sentence"  # the region mark always reads sentences
+
+
+def test_settings_are_immutable_once_built():
+    """Every settings class is frozen, a group included: a change is a new object
+    (``updated``, ``dataclasses.replace``), so settings handed to a scheme or a run cannot move
+    under it."""
+    from ksemstamp.settings import calibration, devices, evaluation, groups, watermark
+
+    classes = [
+        cls
+        for module in (calibration, devices, evaluation, groups, watermark)
+        for cls in vars(module).values()
+        if inspect.isclass(cls)
+        and dataclasses.is_dataclass(cls)
+        and cls.__module__ == module.__name__
+    ]
+    assert len(classes) >= 13
+    for cls in classes:
+        assert cls.__dataclass_params__.frozen, cls.__name__
+    settings = WatermarkSettings(key="k" * 32)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.key = "other"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.search.max_candidates = 8
+    changed = settings.updated({"search": {"max_candidates": 8}})
+    assert changed.search.max_candidates == 8 and settings.search.max_candidates != 8
+    assert changed.key == settings.key

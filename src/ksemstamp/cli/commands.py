@@ -172,7 +172,7 @@ def demo(
     prompt = news_prompt(article, prompt_words)
     if settings.key is None and os.environ.get(KEY_ENV) is None:
         # The demo's own key, said as part of the demo rather than as a warning.
-        settings.key = DEMO_KEY
+        settings = dataclasses.replace(settings, key=DEMO_KEY)
         print(
             "key: the public demo key, so anyone can forge or strip this mark; for real use\n"
             f'  export {KEY_ENV}="$(ksemstamp keygen)"   (first: source .venv/bin/activate)\n'

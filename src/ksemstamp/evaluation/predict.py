@@ -50,9 +50,10 @@ class GeneratorFactory:
 
         if self.algorithm not in LABELS:
             raise ValueError(f"unknown algorithm {self.algorithm!r}")
-        configs = [WatermarkSettings.from_dict(c) for c in self.watermark_configs]
-        for cfg in configs:
-            cfg.model.device = str(device)
+        configs = [
+            WatermarkSettings.from_dict(c).updated({"model": {"device": str(device)}})
+            for c in self.watermark_configs
+        ]
         model, tokenizer = load_lm(configs[0].model.lm, device, configs[0].model.lm_dtype)
         models: dict[str, torch.nn.Module] = {"lm": model}
         if self.algorithm != "kgw":  # one encoder for every key's scheme

@@ -10,7 +10,7 @@ from ..text.corpora import SOURCES
 ALPHAS = (0.001, 0.01, 0.05)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CalibrationSettings:
     """What to measure. ``max_texts`` human texts, ``num_keys`` keyed tables."""
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeviceSettings:
     """Where ``generate`` and ``detect`` run an ``--input`` file (Lightning's names). Setting
     any of the three sends the records through ``Trainer.predict``: spread over the devices,

@@ -45,7 +45,7 @@ EDITS = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class KGWSettings:
     """KGW's parameters, as transformers' ``WatermarkingConfig`` names them (the paper's
     comparison: gamma 0.25, delta 2 and a one-token context)."""
@@ -125,7 +125,7 @@ def _default_attacks() -> list[dict]:
     ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalSettings:
     """Settings of one evaluation run (mirrored by ``configs/eval/news.yaml``)."""
 
@@ -229,7 +229,7 @@ class EvalSettings:
 
     def __post_init__(self) -> None:
         if isinstance(self.kgw, dict):
-            self.kgw = KGWSettings(**self.kgw)
+            object.__setattr__(self, "kgw", KGWSettings(**self.kgw))
         problems = []
         unknown = sorted(set(self.algorithms) - set(LABELS))
         if unknown:
@@ -296,7 +296,7 @@ class EvalSettings:
             overrides["mark"] = {k: v for k, v in mark.items() if k in own}
         settings = settings.updated(overrides).updated(fixed)
         if self.num_keys > 1 and algorithm != "kgw":
-            settings.key = key_for(settings.key, key_index)
+            settings = dataclasses.replace(settings, key=key_for(settings.key, key_index))
         return settings
 
 

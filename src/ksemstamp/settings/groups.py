@@ -37,7 +37,7 @@ Strategy = Literal["batched", "sequential"]
 Statistic = Literal["exact", "paper"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelSettings:
     """The generator, the sentence encoder, and where they run."""
 
@@ -75,7 +75,7 @@ class ModelSettings:
         check(self, at_least(self, 1, "threads", optional=True))
 
 
-@dataclass
+@dataclass(frozen=True)
 class PartitionSettings:
     """How the encoder's space is cut into regions."""
 
@@ -96,7 +96,7 @@ class PartitionSettings:
         check(self, at_least(self, 1, "lsh_bits"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class DirectionSettings:
     """``mark: {kind: direction}``, the default: the key draws a direction per region, and a
     sentence's score is its whitened embedding projected on the direction of its context's
@@ -152,7 +152,7 @@ class DirectionSettings:
         check(self, problems)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RegionSettings:
     """``mark: {kind: region}``: k-SemStamp's (and SemStamp's) rule. A sentence is valid when
     its region is in the valid set the key draws for the previous sentence's region and it lies
@@ -191,7 +191,7 @@ MARK_KINDS: dict[str, type[DirectionSettings] | type[RegionSettings]] = {
 """The kinds of mark, by the name ``mark.kind`` gives them; the first is the default."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchSettings:
     """How the candidates of a sentence are drawn, and pruned."""
 
@@ -238,7 +238,7 @@ class SearchSettings:
         check(self, problems)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingSettings:
     """How the LM samples a candidate sentence (paper: temperature 0.7, repetition penalty
     1.05, no top-k, about 200 new tokens)."""
@@ -276,7 +276,7 @@ class SamplingSettings:
         check(self, problems)
 
 
-@dataclass
+@dataclass(frozen=True)
 class DetectionSettings:
     """The p-value a text is decided by."""
 
@@ -291,7 +291,7 @@ class DetectionSettings:
         check(self, problems)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LimitSettings:
     """How much of a prompt or a text is read."""
 

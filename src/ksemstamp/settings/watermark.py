@@ -56,7 +56,7 @@ GROUPS: dict[str, type] = {
 """The groups of ``WatermarkSettings`` by name (``mark``: its default kind)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class WatermarkSettings:
     """Everything that defines a watermark and how text is generated and scored.
 
