@@ -249,7 +249,10 @@ def header_markdown(report: dict[str, Any], title: str) -> list[str]:
 
 
 def targets_markdown(targets: Sequence[dict[str, Any]]) -> list[str]:
-    """The targets table: what was aimed at, what was measured, whether it was met."""
+    """The targets table: what was aimed at, what was measured, whether it was met (nothing
+    for a benchmark without targets)."""
+    if not targets:
+        return []
     lines = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for t in targets:
         lines.append(f"| {t['target']} | {fmt(t['measured'])} | {fmt(t['met'])} |")
