@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +87,12 @@ def test_a_report_records_the_arguments_the_runner_was_given(monkeypatch):
     assert seen == [["--texts", "5"]]
     monkeypatch.setattr(console, "ARGV", [])
     assert harness.arguments_of("probe") == []
+
+
+def test_a_benchmark_without_targets_has_no_targets_table():
+    assert harness.targets_markdown([]) == []
+    (line,) = harness.targets_markdown([{"target": "t", "measured": 0.5, "met": False}])[4:]
+    assert line == "| t | 0.50 | no |"
 
 
 def test_measure_records_seconds_and_peak_memory():
@@ -169,6 +177,57 @@ def test_the_benchmarks_list_their_commands_from_the_repository_root():
     for name in COMMANDS:
         assert f"\n  {name} " in out
     assert "usage: python -m benchmarks COMMAND" in out
+
+
+DOCUMENTED = [
+    ROOT / "benchmarks" / "README.md",
+    ROOT / "docs" / "gpu.md",
+    ROOT / "docs" / "results.md",
+    ROOT / "Makefile",
+    *sorted((ROOT / "benchmarks").glob("*.py")),
+]
+"""Where benchmark command lines are written down for a reader to run."""
+
+
+def documented_commands(path: Path) -> list[list[str]]:
+    """The ``python -m benchmarks`` command lines of ``path`` (a Markdown file's fenced blocks and
+    inline code, a Makefile's recipes, a module's indented examples), each as its argv after
+    ``benchmarks``; lines continued with a backslash are joined, and an ellipsis that stands for
+    more flags is dropped (one that stands for a flag's value is kept). A placeholder command
+    (``NAME``) and ``--help`` are left out."""
+    text = path.read_text().replace("\\\n", " ")
+    if path.suffix == ".md":
+        fenced = r"^```\w*\n(.*?)^```"
+        lines = [ln for block in re.findall(fenced, text, re.M | re.S) for ln in block.splitlines()]
+        rest = re.sub(fenced, "", text, flags=re.M | re.S)
+        lines += [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", rest)]
+    elif path.suffix == ".py":
+        lines = [ln for ln in text.splitlines() if re.match(r"\s{4,}python -m benchmarks ", ln)]
+    else:
+        lines = text.splitlines()
+    found = []
+    for line in lines:
+        _, hit, tail = line.partition("-m benchmarks ")
+        words = shlex.split(tail, comments=True) if hit else []
+        if words and words[0] != "NAME" and "--help" not in words:
+            found.append([w for i, w in enumerate(words) if w != "..." or words[i - 1][:2] == "--"])
+    return found
+
+
+def test_the_documented_command_lines_are_read_by_the_runner(capsys):
+    """Every ``python -m benchmarks`` command line the docs, the Makefile and the modules show
+    is read by the runner as written (its settings printed, nothing measured)."""
+    seen = set()
+    for path in DOCUMENTED:
+        for argv in documented_commands(path):
+            try:
+                code = run([*argv, "--print_config"])
+            except SystemExit as exit_:
+                code = exit_.code
+            assert code == 0, (path.name, argv, capsys.readouterr().err)
+            seen.add(argv[0])
+    capsys.readouterr()
+    assert seen == set(COMMANDS)
 
 
 def _variant(name: str, over: float, worst_sentence: float, watermark: bool = True) -> dict:
