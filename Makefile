@@ -189,8 +189,9 @@ results-clauses: setup
 
 # Long: the benchmark of record (half an hour to an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup
-	$(PY) -m benchmarks.bench --prompts 20 --max-new-tokens 200 --time-budget 1800 \
-		--sequential-sentences 4 --sequential-budget 300 --sections generation,detection
+	$(PY) -m benchmarks bench --generation.prompts 20 --generation.max_new_tokens 200 \
+		--generation.time_budget 1800 --generation.sequential_sentences 4 \
+		--generation.sequential_budget 300 --sections generation,detection
 
 # Long: fine-tuning runs and their held-out agreement (docs/training.md, "Reproduce" there).
 results-training: setup

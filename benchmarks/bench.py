@@ -2,91 +2,68 @@
 
 Run from the repository root (see ``benchmarks/README.md``)::
 
-    python -m benchmarks.bench --prompts 20 --max-new-tokens 200
+    python -m benchmarks bench --generation.prompts 20 --generation.max_new_tokens 200
 
 It prints the tables and writes ``results/latest.json`` (every figure, per prompt and per
-sentence) and ``latest.md``. Each part is its own module and script as well
-(``benchmarks.generation``, ``benchmarks.detection``, ``benchmarks.training``); this one runs
-them with one command line, one report and the targets of all three.
+sentence) and ``latest.md``. Each part is a command of its own as well
+(``python -m benchmarks generation``, ``detection``, ``training``); this one runs them with one
+command line, one report and the targets of all three.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from jsonargparse import Namespace
-
-from . import detection, generation, training
+from .detection import DetectionSettings, bench_detection, detection_markdown, detection_targets
+from .generation import GenerationSettings, run_generation
+from .generation_report import generation_markdown, generation_targets
 from .harness import (
+    RunSettings,
     apply_threads,
     header_markdown,
     new_report,
-    parser,
     targets_markdown,
     write_report,
 )
+from .training import TrainingSettings, bench_training, training_markdown, training_targets
 
 SECTIONS = ("generation", "detection", "training")
 NAME = "latest"
 """Results file name: ``latest.json`` and ``latest.md``."""
 
 
-def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The targets of benchmarks/README.md for the sections run, each with its figure."""
-    out = []
-    if report.get("generation"):
-        out += generation.generation_targets(report["generation"])
-    if report.get("detection"):
-        out += detection.detection_targets(report["detection"])
-    if report.get("training"):
-        out += training.training_targets(report["training"])
-    return out
+def bench(
+    generation: GenerationSettings | None = None,
+    detection: DetectionSettings | None = None,
+    training: TrainingSettings | None = None,
+    run: RunSettings | None = None,
+    sections: tuple[str, ...] = SECTIONS,
+) -> int:
+    """The benchmark of record: generation, detection and training speed in one run.
 
-
-def render(report: dict[str, Any]) -> str:
-    """The report as Markdown tables."""
-    lines = header_markdown(report, "Benchmark results")
-    if report.get("generation"):
-        lines += generation.generation_markdown(report["generation"], report["settings"])
-    if report.get("detection"):
-        lines += detection.detection_markdown(report["detection"])
-    if report.get("training"):
-        lines += training.training_markdown(report["training"])
-    return "\n".join(lines + targets_markdown(report["targets"])) + "\n"
-
-
-def parse_args(argv: Sequence[str] | None = None) -> Namespace:
-    p = parser(__doc__.split("\n\n")[0])
-    generation.add_arguments(p)
-    detection.add_arguments(p, config=False)
-    training.add_arguments(p)
-    p.add_argument(
-        "--sections",
-        type=str,
-        default=",".join(SECTIONS),
-        help="comma-separated subset of generation,detection,training",
-    )
-    args = p.parse_args(argv)
-    unknown = set(args.sections.split(",")) - set(SECTIONS)
-    if unknown:
-        p.error(f"--sections: unknown {sorted(unknown)}; choose from {list(SECTIONS)}")
-    try:
-        training.check_arguments(args)
-    except ValueError as err:
-        p.error(str(err))
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    apply_threads(args)
-    sections = set(args.sections.split(","))
-    report = new_report("bench", args, argv)
+    Args:
+        generation: the generation section's settings.
+        detection: the detection section's settings (its texts skip at least the articles
+            the generation prompts come from).
+        training: the training section's settings.
+        run: torch's threads and where the results go.
+        sections: the parts to run, of generation, detection and training (``a,b``).
+    """
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown or not sections:
+        given = f" (unknown: {', '.join(unknown)})" if unknown else ""
+        raise ValueError(f"--sections: give one or more of {', '.join(SECTIONS)}{given}")
+    generation = generation or GenerationSettings()
+    detection = detection or DetectionSettings()
+    training = training or TrainingSettings()
+    run = run or RunSettings()
+    apply_threads(run)
+    groups = {"generation": generation, "detection": detection, "training": training}
+    report = new_report("bench", {**groups, "run": run, "sections": sections})
 
     def save(final: bool) -> str:
         report["targets"] = targets(report)
-        return write_report(report, args.output_dir, NAME, render, final)
+        return write_report(report, run.output_dir, NAME, render, final)
 
     if "generation" in sections:
         print("generation", flush=True)
@@ -95,19 +72,39 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["generation"] = section
             save(final=False)
 
-        report["generation"] = generation.run_generation(args, progress)
+        report["generation"] = run_generation(generation, progress)
     if "detection" in sections:
         print("detection", flush=True)
-        scheme = detection.default_scheme(args)
-        report["detection"] = detection.bench_detection(args, scheme, skip=args.prompts)
+        skip = max(detection.skip, generation.prompts)
+        report["detection"] = bench_detection(detection, skip=skip)
     if "training" in sections:
         print("training", flush=True)
-        report["training"] = training.bench_training(args)
+        report["training"] = bench_training(training)
     print()
     print(save(final=True))
-    print(f"wrote {args.output_dir}/{NAME}.json and {NAME}.md")
+    print(f"wrote {run.output_dir}/{NAME}.json and {NAME}.md")
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The targets of benchmarks/README.md for the sections run, each with its figure."""
+    out = []
+    if report.get("generation"):
+        out += generation_targets(report["generation"])
+    if report.get("detection"):
+        out += detection_targets(report["detection"])
+    if report.get("training"):
+        out += training_targets(report["training"])
+    return out
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as Markdown tables."""
+    lines = header_markdown(report, "Benchmark results")
+    if report.get("generation"):
+        lines += generation_markdown(report["generation"], report["settings"]["generation"])
+    if report.get("detection"):
+        lines += detection_markdown(report["detection"])
+    if report.get("training"):
+        lines += training_markdown(report["training"])
+    return "\n".join(lines + targets_markdown(report["targets"])) + "\n"

@@ -1,7 +1,7 @@
 """Detection speed: ``Detector.detect_batch`` against the bare encoder on the same sentences.
 
-    python -m benchmarks.detection --detect-texts 100
-    python -m benchmarks.detection --detect-texts 400 --device cuda
+    python -m benchmarks detection --detection.texts 100
+    python -m benchmarks detection --detection.texts 400 --detection.device cuda
 
 prints the table and writes ``results/detection.json`` and ``detection.md``. Held-out human news
 texts of ~150 words are split, embedded in one encoder pass and tested (exact p-value per
@@ -13,10 +13,8 @@ the key applied to the texts' plans and their exact tests with the scan
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
-
-from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.builders import build_detector, build_scheme
 from ksemstamp.scheme.core import WatermarkScheme
@@ -24,15 +22,66 @@ from ksemstamp.settings import WatermarkSettings
 from ksemstamp.settings.files import load_watermark_settings
 from ksemstamp.text.corpora import news_windows
 
-from .harness import BENCH_KEY_LAYER, REPO, Section, fmt, measure, section_main
+from .harness import (
+    BENCH_KEY_LAYER,
+    DEFAULT_CONFIG,
+    RunSettings,
+    at_least,
+    fmt,
+    measure,
+    refuse,
+    section_report,
+)
 
 
-def bench_detection(args: Namespace, scheme: WatermarkScheme, skip: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DetectionSettings:
+    """Batched detection against the bare encoder on the same sentences."""
+
+    texts: int = 100
+    """Held-out human news texts (~150 words each) to detect."""
+    repeats: int = 3
+    """Alternating repeats of each side; the best one counts."""
+    skip: int = 20
+    """Held-out articles skipped before the texts (``bench``: at least
+    ``generation.prompts``, the articles the prompts come from)."""
+    device: str = "cpu"
+    """Where detection's encoder runs (cpu, cuda, ...)."""
+    config: str = str(DEFAULT_CONFIG)
+    """The configuration whose encoder, partition and statistic are measured."""
+
+    def __post_init__(self) -> None:
+        refuse(self, at_least(self, 1, "texts", "repeats") + at_least(self, 0, "skip"))
+
+
+def detection(detection: DetectionSettings | None = None, run: RunSettings | None = None) -> int:
+    """Detection speed: batched detection against the bare encoder on the same sentences."""
+    detection = detection or DetectionSettings()
+    return section_report(
+        "detection",
+        "Detection benchmark",
+        run or RunSettings(),
+        {"detection": detection},
+        lambda: bench_detection(detection),
+        detection_targets,
+        detection_markdown,
+    )
+
+
+def default_scheme(settings: DetectionSettings) -> WatermarkScheme:
+    """The scheme of ``settings.config`` under the benchmark key, on ``settings.device``."""
+    layer = {**BENCH_KEY_LAYER, "model": {"device": settings.device}}
+    return build_scheme(load_watermark_settings([settings.config], layer))
+
+
+def bench_detection(settings: DetectionSettings, skip: int | None = None) -> dict[str, Any]:
     """``Detector.detect_batch`` against ``encoder.encode`` on the same sentences: held-out news
-    texts after the first ``skip`` articles (those the generation prompts come from); and the
-    work outside the encoder (``Detector.score_batch`` of the texts' plans) on its own."""
+    texts after the first ``skip`` articles (``settings.skip`` unless given: those the
+    generation prompts come from); and the work outside the encoder (``Detector.score_batch``
+    of the texts' plans) on its own."""
+    scheme = default_scheme(settings)
     detector = build_detector(WatermarkSettings.from_dict(BENCH_KEY_LAYER), scheme)
-    texts = news_windows(args.detect_texts, skip=skip)
+    texts = news_windows(settings.texts, skip=settings.skip if skip is None else skip)
     splitter = scheme.splitter
     split = measure(lambda: [s for t in texts for s in splitter.split(t)])
     sentences = split.value
@@ -47,7 +96,7 @@ def bench_detection(args: Namespace, scheme: WatermarkScheme, skip: int) -> dict
     detector.detect_batch(texts[:8])
     plans = detector.plan_batch(texts)
     detect_runs, raw_runs, score_runs = [], [], []
-    for i in range(args.detect_repeats):
+    for i in range(settings.repeats):
         # Alternate which goes first, so drift from other jobs hits both alike.
         pair = [("detect", lambda: detector.detect_batch(texts)), ("raw", raw)]
         for name, fn in pair if i % 2 == 0 else pair[::-1]:
@@ -63,7 +112,7 @@ def bench_detection(args: Namespace, scheme: WatermarkScheme, skip: int) -> dict
         "sentences": len(sentences),
         "scored_units_per_text": sum(p.num_scored for p in plans) / max(1, len(plans)),
         "batch_size": batch,
-        "repeats": args.detect_repeats,
+        "repeats": settings.repeats,
         "statistic": detector.statistic,
         "detect_seconds": [round(m.seconds, 3) for m in detect_runs],
         "raw_encode_seconds": [round(m.seconds, 3) for m in raw_runs],
@@ -131,45 +180,3 @@ def detection_markdown(det: dict[str, Any]) -> list[str]:
         f"of `detect_batch` beyond the bare encoder's time.",
         "",
     ]
-
-
-def add_arguments(p: ArgumentParser, config: bool = True) -> None:
-    """The detection benchmark's flags; ``config=False`` leaves ``--default-config`` to the
-    generation benchmark's flags (``bench`` takes both)."""
-    p.add_argument("--detect-texts", type=int, default=100, help="texts for detection")
-    p.add_argument("--detect-repeats", type=int, default=3)
-    if config:
-        p.add_argument(
-            "--default-config",
-            type=str,
-            default=str(REPO / "configs" / "ksemstamp.yaml"),
-            help="the configuration whose encoder, partition and statistic are measured",
-        )
-        p.add_argument(
-            "--skip", type=int, default=20, help="held-out articles skipped before the texts"
-        )
-    p.add_argument("--device", type=str, default="cpu", help="where detection's encoder runs")
-
-
-def default_scheme(args: Namespace) -> WatermarkScheme:
-    """The scheme of ``--default-config`` under the benchmark key, on ``--device``."""
-    layer = {**BENCH_KEY_LAYER, "model": {"device": getattr(args, "device", "cpu")}}
-    return build_scheme(load_watermark_settings([args.default_config], layer))
-
-
-SECTION = Section(
-    name="detection",
-    title="Detection benchmark",
-    add_arguments=add_arguments,
-    measure=lambda args: bench_detection(args, default_scheme(args), args.skip),
-    targets=detection_targets,
-    markdown=detection_markdown,
-)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return section_main(SECTION, __doc__.split("\n\n")[0], argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

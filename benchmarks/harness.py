@@ -1,6 +1,6 @@
 """What every benchmark shares: timing and peak memory of one call, distributions over prompts,
-the report (command, machine, settings, load) and its JSON and Markdown files, and the flags
-every benchmark takes (``--threads``, ``--output-dir``).
+the report (command, machine, settings, load) and its JSON and Markdown files, and the settings
+every benchmark takes (``RunSettings``: ``--run.threads``, ``--run.output_dir``).
 
 Memory is the peak resident set size (Linux ``VmHWM``) of this process during a measured call:
 the high-water mark is reset through ``/proc/self/clear_refs`` before the call, so it includes
@@ -9,13 +9,13 @@ what was already resident (the models) plus whatever the call added on top.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import platform
 import re
 import shlex
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,11 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from jsonargparse import ArgumentParser, Namespace
+
+from ksemstamp.cli import console
 
 REPO = Path(__file__).resolve().parents[1]
 """The checkout (default configuration files and the results folder are found from it)."""
 RESULTS = REPO / "benchmarks" / "results"
+DEFAULT_CONFIG = REPO / "configs" / "ksemstamp.yaml"
+"""The shipped default configuration, which the benchmarks measure unless told otherwise."""
+PAPER_CONFIG = REPO / "configs" / "ksemstamp-paper.yaml"
 BENCH_KEY = "ksemstamp-benchmark-key"
 """A fixed, public key: benchmarks must be repeatable, and nothing here needs secrecy."""
 BENCH_KEY_LAYER = {"key": BENCH_KEY, "allow_weak_key": True}
@@ -118,29 +122,44 @@ def dist_cell(d: dict[str, Any] | None, digits: int = 2) -> str:
     return " / ".join(fmt(d[k], digits) for k in ("median", "p90", "worst"))
 
 
-# ---------------------------------------------------------------------- flags
+# ---------------------------------------------------------------------- what every benchmark takes
 
 
-def parser(description: str, threads: int | None = None) -> ArgumentParser:
-    """A benchmark's parser with the flags every benchmark takes. ``threads`` is the default of
-    ``--threads`` (None: torch's default, every core the process may use)."""
-    p = ArgumentParser(description=description, env_prefix=False)
-    p.add_argument(
-        "--threads",
-        type=int | None,
-        default=threads,
-        help="torch threads (null: torch's default, every available core; a shared machine: 1)",
-    )
-    p.add_argument(
-        "--output-dir", type=str, default=str(RESULTS), help="JSON and Markdown results go here"
-    )
-    return p
+@dataclass(frozen=True)
+class RunSettings:
+    """What every benchmark takes: torch's threads and where the results go."""
+
+    threads: int | None = None
+    """Torch threads (null: torch's default, every core the process may use; a shared
+    machine: 1)."""
+    output_dir: str = str(RESULTS)
+    """The folder the JSON and Markdown results go to."""
+
+    def __post_init__(self) -> None:
+        refuse(self, at_least(self, 1, "threads") if self.threads is not None else [])
 
 
-def apply_threads(args: Namespace) -> None:
-    """Set torch's thread count from ``--threads`` when given."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
+def at_least(settings: Any, bound: int, *names: str, why: str = "") -> list[str]:
+    """The problems of the fields ``names`` of ``settings`` below ``bound``, each starting with
+    its field's name (``why`` follows each)."""
+    return [
+        f"{name} must be >= {bound}{why}, got {getattr(settings, name)}"
+        for name in names
+        if getattr(settings, name) < bound
+    ]
+
+
+def refuse(settings: Any, problems: list[str]) -> None:
+    """Raise ``ValueError`` listing ``problems``, one a line under a title line; the command
+    line names each by its flag (``training.warmup (--training.warmup) must be >= 1 ...``)."""
+    if problems:
+        raise ValueError("\n".join([f"invalid {type(settings).__name__}", *problems]))
+
+
+def apply_threads(run: RunSettings) -> None:
+    """Set torch's thread count from ``run.threads`` when given."""
+    if run.threads:
+        torch.set_num_threads(run.threads)
 
 
 def repo_relative(path: str | Path) -> str:
@@ -178,25 +197,37 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def new_report(module: str, args: Namespace, argv: Sequence[str] | None) -> dict[str, Any]:
-    """A report's header: the command as run, the settings (every flag but the output folder;
-    JSON has no infinity, so an unlimited budget is null), the machine and the load."""
-    given = sys.argv[1:] if argv is None else list(argv)
-    command = "OMP_NUM_THREADS={} python -m benchmarks.{} {}".format(
-        os.environ.get("OMP_NUM_THREADS", "unset"), module, shlex.join(given)
+def new_report(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """A report's header: the command as run (``python -m benchmarks NAME ...``), the settings
+    (each group as a mapping, every other option as it is; not the output folder), the machine
+    and the load."""
+    command = "OMP_NUM_THREADS={} python -m benchmarks {} {}".format(
+        os.environ.get("OMP_NUM_THREADS", "unset"), name, shlex.join(arguments_of(name))
     ).strip()
-    settings = {
-        k: (None if v == float("inf") else v)
-        for k, v in args.as_dict().items()
-        if k not in ("output_dir", "__path__", "config")
-    }
     return {
         "command": command,
-        "settings": settings,
+        "settings": {group: recorded(value) for group, value in settings.items()},
         "machine": machine_info(),
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
         "started": time.perf_counter(),
     }
+
+
+def arguments_of(name: str) -> list[str]:
+    """The arguments command ``name`` was given, as the command line recorded them (empty when
+    the command was called from Python, not through ``python -m benchmarks``)."""
+    argv = console.ARGV  # ["-m", "benchmarks", NAME, ...arguments]
+    for i in range(len(argv) - 1):
+        if argv[i : i + 2] == ["benchmarks", name]:
+            return list(argv[i + 2 :])
+    return []
+
+
+def recorded(value: Any) -> Any:
+    """A settings group as a mapping without its output folder, any other value as it is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: v for k, v in dataclasses.asdict(value).items() if k != "output_dir"}
+    return list(value) if isinstance(value, tuple) else value
 
 
 def header_markdown(report: dict[str, Any], title: str) -> list[str]:
@@ -218,49 +249,38 @@ def header_markdown(report: dict[str, Any], title: str) -> list[str]:
 
 
 def targets_markdown(targets: Sequence[dict[str, Any]]) -> list[str]:
-    """The targets table: what was aimed at, what was measured, whether it was met."""
+    """The targets table: what was aimed at, what was measured, whether it was met (nothing
+    for a benchmark without targets)."""
+    if not targets:
+        return []
     lines = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for t in targets:
         lines.append(f"| {t['target']} | {fmt(t['measured'])} | {fmt(t['met'])} |")
     return lines
 
 
-@dataclass(frozen=True)
-class Section:
-    """A benchmark whose report is one section: its flags, its measurement, its targets and its
-    table (``detection``, ``training``; ``bench`` runs several in one report)."""
-
-    name: str
-    """Key of the section in the report, and the results files' name."""
-    title: str
-    add_arguments: Callable[[ArgumentParser], None]
-    measure: Callable[[Namespace], dict[str, Any]]
-    targets: Callable[[dict[str, Any]], list[dict[str, Any]]]
-    markdown: Callable[[dict[str, Any]], list[str]]
-    check: Callable[[Namespace], None] | None = None
-    """Raises ``ValueError`` on flags the measurement cannot use."""
-
-
-def section_main(section: Section, description: str, argv: Sequence[str] | None) -> int:
-    """Parse the flags, measure, and print and write the section's report."""
-    p = parser(description)
-    section.add_arguments(p)
-    args = p.parse_args(argv)
-    if section.check:
-        try:
-            section.check(args)
-        except ValueError as err:
-            p.error(str(err))
-    apply_threads(args)
-    report = new_report(section.name, args, argv)
-    report[section.name] = section.measure(args)
-    report["targets"] = section.targets(report[section.name])
+def section_report(
+    name: str,
+    title: str,
+    run: RunSettings,
+    settings: dict[str, Any],
+    measure: Callable[[], dict[str, Any]],
+    targets: Callable[[dict[str, Any]], list[dict[str, Any]]],
+    markdown: Callable[[dict[str, Any]], list[str]],
+) -> int:
+    """A benchmark whose report is one section (``detection``, ``training``, ...): measure it,
+    then print and write ``NAME.json`` and ``NAME.md`` under ``run.output_dir``. ``settings``
+    are what the report records (``run`` is added)."""
+    apply_threads(run)
+    report = new_report(name, {**settings, "run": run})
+    report[name] = measure()
+    report["targets"] = targets(report[name])
 
     def render(r: dict[str, Any]) -> str:
-        lines = header_markdown(r, section.title) + section.markdown(r[section.name])
+        lines = header_markdown(r, title) + markdown(r[name])
         return "\n".join(lines + targets_markdown(r["targets"])) + "\n"
 
-    print(write_report(report, args.output_dir, section.name, render, final=True))
+    print(write_report(report, run.output_dir, name, render, final=True))
     return 0
 
 

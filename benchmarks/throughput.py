@@ -1,8 +1,9 @@
 """Generation throughput: output tokens per second with many prompts at once, watermarked
 against plain ``generate`` on the same batch.
 
-    python -m benchmarks.throughput --batches 1,8,64 --max-new-tokens 200 --device cuda
-    python -m benchmarks.throughput --batches 1,8 --max-new-tokens 48       # a CPU's share
+    python -m benchmarks throughput --throughput.batches 1,8,64 --throughput.device cuda
+    python -m benchmarks throughput --throughput.batches 1,8 \
+        --throughput.max_new_tokens 48                                   # a CPU's share
 
 prints the table and writes ``results/throughput.json`` and ``throughput.md``. For each batch
 size ``B``, ``B`` held-out news prompts (test split, ~32 words cut at a sentence end) are
@@ -11,23 +12,65 @@ continued in one call: by the default configuration (``configs/ksemstamp.yaml``)
 ``model.generate`` on the same ``B`` prompts in one left-padded batch with the same LM, weights
 and sampling (EOS suppressed, as the sentence loop never ends a text early). Output tokens are
 counted by re-tokenising the texts, the same way for both; the first call of each is an
-untimed warm-up. ``benchmarks.generation`` has the one-prompt latency.
+untimed warm-up. ``python -m benchmarks generation`` has the one-prompt latency.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.assets import load_lm
 from ksemstamp.builders import build_watermarker
 from ksemstamp.settings.files import load_watermark_settings
 from ksemstamp.text.corpora import news_prompts
 
-from .harness import BENCH_KEY_LAYER, REPO, Section, fmt, measure, section_main
+from .harness import (
+    BENCH_KEY_LAYER,
+    DEFAULT_CONFIG,
+    RunSettings,
+    at_least,
+    fmt,
+    measure,
+    refuse,
+    section_report,
+)
+
+
+@dataclass(frozen=True)
+class ThroughputSettings:
+    """Output tokens per second with many prompts in one call, watermarked and plain."""
+
+    batches: list[int] = field(default_factory=lambda: [1, 8, 64])
+    """Prompts per call, one row each (``1,8,64``)."""
+    max_new_tokens: int = 200
+    """New tokens per prompt."""
+    device: str = "cpu"
+    """Where the LM and the encoder run (cpu, cuda, ...)."""
+    config: str = str(DEFAULT_CONFIG)
+    """The configuration measured."""
+
+    def __post_init__(self) -> None:
+        problems = at_least(self, 1, "max_new_tokens")
+        if not self.batches or min(self.batches) < 1:
+            problems.append(f"batches must be one or more sizes >= 1, got {self.batches}")
+        refuse(self, problems)
+
+
+def throughput(throughput: ThroughputSettings | None = None, run: RunSettings | None = None) -> int:
+    """Generation throughput: many prompts in one call, watermarked against plain generate."""
+    throughput = throughput or ThroughputSettings()
+    return section_report(
+        "throughput",
+        "Generation throughput",
+        run or RunSettings(),
+        {"throughput": throughput},
+        lambda: bench_throughput(throughput),
+        throughput_targets,
+        throughput_markdown,
+    )
 
 
 def _synchronize(device: torch.device) -> None:
@@ -58,17 +101,17 @@ def _plain(model, tokenizer, sampling, prompts: list[str], seed: int) -> list[st
     return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
-def bench_throughput(args: Namespace) -> dict[str, Any]:
-    """Output tokens/s of the default configuration and of plain ``generate`` for each batch
-    size of ``--batches``, on ``--device``."""
+def bench_throughput(bench: ThroughputSettings) -> dict[str, Any]:
+    """Output tokens/s of the configuration and of plain ``generate`` for each batch size of
+    ``bench.batches``, on ``bench.device``."""
     layer = {
         **BENCH_KEY_LAYER,
-        "model": {"device": args.device},
-        "sampling": {"max_new_tokens": args.max_new_tokens, "seed": 0},
+        "model": {"device": bench.device},
+        "sampling": {"max_new_tokens": bench.max_new_tokens, "seed": 0},
     }
-    settings = load_watermark_settings([args.default_config], layer)
-    model, tokenizer = load_lm(settings.model.lm, args.device, settings.model.lm_dtype)
-    sizes = sorted({int(b) for b in str(args.batches).split(",")})
+    settings = load_watermark_settings([bench.config], layer)
+    model, tokenizer = load_lm(settings.model.lm, bench.device, settings.model.lm_dtype)
+    sizes = sorted(set(bench.batches))
     prompts = news_prompts(max(sizes), words=32)
 
     def tokens(texts: list[str]) -> int:
@@ -106,10 +149,10 @@ def bench_throughput(args: Namespace) -> dict[str, Any]:
             flush=True,
         )
     return {
-        "device": args.device,
+        "device": bench.device,
         "lm": settings.model.lm,
         "lm_dtype": str(next(model.parameters()).dtype),
-        "max_new_tokens": args.max_new_tokens,
+        "max_new_tokens": bench.max_new_tokens,
         "rows": rows,
     }
 
@@ -146,29 +189,3 @@ def throughput_markdown(section: dict[str, Any]) -> list[str]:
             f"| {fmt(row['plain_tokens_per_second'], 1)} | {fmt(row['watermarked_over_plain'])} |"
         )
     return lines + [""]
-
-
-def add_arguments(p: ArgumentParser) -> None:
-    """The throughput benchmark's flags."""
-    p.add_argument("--batches", type=str, default="1,8,64", help="prompts per call, e.g. 1,8,64")
-    p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--device", type=str, default="cpu", help="where the LM and encoder run")
-    p.add_argument("--default-config", type=str, default=str(REPO / "configs" / "ksemstamp.yaml"))
-
-
-SECTION = Section(
-    name="throughput",
-    title="Generation throughput",
-    add_arguments=add_arguments,
-    measure=bench_throughput,
-    targets=throughput_targets,
-    markdown=throughput_markdown,
-)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return section_main(SECTION, __doc__.split("\n\n")[0], argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """Training speed: a steady-state optimizer step of ``EncoderModule`` under a Lightning
 ``Trainer`` against sentence-transformers' own trainer with the same loss, pairs and batches.
 
-    python -m benchmarks.training --train-batch 16 --train-steps 6
+    python -m benchmarks training --training.batch 16 --training.steps 6
 
 prints the table and writes ``results/training.json`` and ``training.md``. Needs the ``bench``
 extra (``datasets``, for sentence-transformers' trainer); without it the report says what was
@@ -13,17 +13,51 @@ from __future__ import annotations
 import importlib.util
 import tempfile
 import time
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from jsonargparse import ArgumentParser, Namespace
 
 from ksemstamp.assets import load_encoder
 from ksemstamp.text.corpora import news_articles
 from ksemstamp.text.splitter import get_splitter
 
-from .harness import Section, fmt, measure, section_main
+from .harness import RunSettings, at_least, fmt, measure, refuse, section_report
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """The encoder's training step against sentence-transformers' trainer."""
+
+    batch: int = 16
+    """Pairs per training step."""
+    steps: int = 6
+    """Measured training steps."""
+    warmup: int = 2
+    """Untimed first training steps (at least one: the first step pays one-off costs)."""
+    repeats: int = 2
+    """Alternating repeats of each trainer; the best one counts."""
+    accelerator: str = "cpu"
+    """Lightning accelerator: cpu or gpu."""
+
+    def __post_init__(self) -> None:
+        problems = at_least(self, 1, "batch", "steps", "repeats")
+        problems += at_least(self, 1, "warmup", why=" (the first step pays one-off costs)")
+        refuse(self, problems)
+
+
+def training(training: TrainingSettings | None = None, run: RunSettings | None = None) -> int:
+    """Training speed: the encoder's training step against sentence-transformers' trainer."""
+    training = training or TrainingSettings()
+    return section_report(
+        "training",
+        "Training benchmark",
+        run or RunSettings(),
+        {"training": training},
+        lambda: bench_training(training),
+        training_targets,
+        training_markdown,
+    )
 
 
 def training_pairs(count: int) -> list[tuple[str, str]]:
@@ -153,7 +187,7 @@ def _sentence_transformers_steps(
     return stamps
 
 
-def bench_training(args: Namespace) -> dict[str, Any]:
+def bench_training(settings: TrainingSettings) -> dict[str, Any]:
     """Pairs/s of ``EncoderModule``'s step against sentence-transformers' own step."""
     missing = [p for p in ("lightning", "datasets") if importlib.util.find_spec(p) is None]
     if missing:
@@ -161,18 +195,18 @@ def bench_training(args: Namespace) -> dict[str, Any]:
             "measured": False,
             "todo": f"not measured, missing packages {missing} (pip install {' '.join(missing)})",
         }
-    warm, steps, batch = args.train_warmup, args.train_steps, args.train_batch
+    warm, steps, batch = settings.warmup, settings.steps, settings.batch
     pairs = training_pairs(batch * (warm + steps))
     runners = {
         "encoder_module": _lightning_steps,
         "sentence_transformers": _sentence_transformers_steps,
     }
     results: dict[str, list[dict[str, float]]] = {name: [] for name in runners}
-    for r in range(args.train_repeats):
+    for r in range(settings.repeats):
         names = list(runners) if r % 2 == 0 else list(runners)[::-1]
         for name in names:
             m = measure(
-                lambda name=name: runners[name](pairs, batch, warm + steps, args.accelerator)
+                lambda name=name: runners[name](pairs, batch, warm + steps, settings.accelerator)
             )
             stamps = m.value
             # Steady state: from the end of the last warm-up step to the end of the last step.
@@ -184,11 +218,11 @@ def bench_training(args: Namespace) -> dict[str, Any]:
     best = {n: max(x["pairs_per_second"] for x in runs) for n, runs in results.items()}
     return {
         "measured": True,
-        "accelerator": args.accelerator,
+        "accelerator": settings.accelerator,
         "batch_size": batch,
         "warmup_steps": warm,
         "measured_steps": steps,
-        "repeats": args.train_repeats,
+        "repeats": settings.repeats,
         "max_seq_length": 128,
         "runs": results,
         "encoder_module_pairs_per_second": best["encoder_module"],
@@ -238,39 +272,3 @@ def training_markdown(train: dict[str, Any]) -> list[str]:
         f"{fmt(train['encoder_module_over_sentence_transformers'])}.",
         "",
     ]
-
-
-def add_arguments(p: ArgumentParser) -> None:
-    """The training benchmark's flags."""
-    p.add_argument("--train-batch", type=int, default=16, help="pairs per training step")
-    p.add_argument("--train-steps", type=int, default=6, help="measured training steps")
-    p.add_argument("--train-warmup", type=int, default=2, help="untimed first training steps")
-    p.add_argument("--train-repeats", type=int, default=2)
-    p.add_argument(
-        "--accelerator", type=str, default="cpu", help="Lightning accelerator: cpu or gpu"
-    )
-
-
-def check_arguments(args: Namespace) -> None:
-    """Raise ``ValueError`` on flags the measurement cannot use."""
-    if args.train_warmup < 1:
-        raise ValueError("--train-warmup must be >= 1 (the first step pays one-off costs)")
-
-
-SECTION = Section(
-    name="training",
-    title="Training benchmark",
-    add_arguments=add_arguments,
-    measure=bench_training,
-    targets=training_targets,
-    markdown=training_markdown,
-    check=check_arguments,
-)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return section_main(SECTION, __doc__.split("\n\n")[0], argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
