@@ -232,7 +232,7 @@ def quantize_int8(model):
 
     The MLP stays in float: its down-projection reads activations with a few very large
     features, which one int8 scale per input row cannot hold without a large loss of quality
-    (``python -m benchmarks.levers quality`` measures the perplexity of each format). CPU only.
+    (benchmarks/README.md, "Weight format", gives the perplexity of each format). CPU only.
     """
     import warnings
 

@@ -2,7 +2,7 @@
 
 ``SequentialCandidateSampler`` has ``CandidateSampler``'s interface and yields the same kind of
 candidates (cut by the same splitter rule); only the cost differs. It is selected with
-``search.strategy: sequential`` and exists to be measured against (``python -m benchmarks.bench``).
+``search.strategy: sequential`` and exists to be measured against (``python -m benchmarks bench``).
 """
 
 from __future__ import annotations
