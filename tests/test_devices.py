@@ -311,7 +311,7 @@ def test_gpucheck_reads_the_training_device_while_training(tmp_path, monkeypatch
     # another device ("meta") instead, so that a check made after `fit` would see it.
     from lightning.pytorch.strategies import SingleDeviceStrategy
 
-    from ksemstamp import gpucheck
+    from ksemstamp.cli.gpucheck import train
     from ksemstamp.io import write_text_atomic
     from ksemstamp.text.corpusfile import export_source
 
@@ -324,7 +324,7 @@ def test_gpucheck_reads_the_training_device_while_training(tmp_path, monkeypatch
     monkeypatch.setattr(SingleDeviceStrategy, "teardown", moving_teardown)
     corpus = tmp_path / "corpus.txt"
     write_text_atomic(corpus, "".join(d + "\n" for d in export_source("parliament")))
-    checkpoint, device = gpucheck.train(tmp_path, corpus, "cpu", steps=2)
+    checkpoint, device = train(tmp_path, corpus, "cpu", steps=2)
     assert device == "cpu" and checkpoint.is_file()
 
 

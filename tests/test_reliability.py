@@ -96,9 +96,9 @@ def test_key_appears_in_no_output_stream_or_error(tmp_path, monkeypatch, capfd):
     _write_prompts(prompts)
     prompts.write_text(prompts.read_text().splitlines()[0] + "\n")
     good = tmp_path / "key.yaml"
-    good.write_text(f"key: {YAML_KEY}\ngamma: 0.25\n")
+    good.write_text(f"key: {YAML_KEY}\nsearch: {{max_candidates: 3}}\n")
     broken = tmp_path / "broken.yaml"
-    broken.write_text(f'gamma: 0.25\nkey: "{YAML_KEY}\n')
+    broken.write_text(f'search: {{max_candidates: 3}}\nkey: "{YAML_KEY}\n')
     errors: list[str] = []
 
     def run(args: list[str]) -> None:
