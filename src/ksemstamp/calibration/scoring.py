@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..detection.scan import NullLaw, combined_test, null_law, scan_seed, score_covariance
+from ..detection.scan import NullLaw, combined_test, null_law, scan_seed
+from ..detection.spans import score_covariance
 from ..detection.stats import context_sums, normal_sf, null_count_pmf, paper_z
 from ..detector import Detector
 from ..keys import keyed_directions, valid_table
