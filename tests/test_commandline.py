@@ -11,7 +11,8 @@ import yaml
 
 from ksemstamp.calibration import CalibrationSettings
 from ksemstamp.cli import COMMANDS, main, resolve
-from ksemstamp.cli.parser import CommandLineError, parameters, parse
+from ksemstamp.cli.options import parameters
+from ksemstamp.cli.parser import CommandLineError, parse
 from ksemstamp.settings import GROUPS, MARK_KINDS, RegionSettings, WatermarkSettings
 from ksemstamp.settings.evaluation import EvalSettings
 
@@ -238,7 +239,7 @@ def test_the_key_never_appears_in_a_usage_error(monkeypatch, capsys):
 
 
 def test_every_option_of_every_command_has_a_description_and_groups_read_cleanly(capsys):
-    from ksemstamp.cli.parser import options_of
+    from ksemstamp.cli.options import options_of
 
     for name, entry in COMMANDS.items():
         if name == "train":  # LightningCLI's own help

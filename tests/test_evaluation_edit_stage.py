@@ -4,7 +4,7 @@ import pytest
 
 from ksemstamp.evaluation.edit_stage import edit_stage, human_pool
 from ksemstamp.evaluation.predict import read_records
-from ksemstamp.evaluation.run import Run
+from ksemstamp.evaluation.stages import Run
 from ksemstamp.settings.evaluation import EvalSettings
 
 PROMPTS = [

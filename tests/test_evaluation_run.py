@@ -133,7 +133,7 @@ def test_generation_batches_hold_one_key_and_records_keep_prompt_order(tmp_path,
     # A batch is generated in one call under one key: prompts reach the devices grouped by key
     # (input order within a key), and the merged records come back in prompt order.
     from ksemstamp.evaluation import predict
-    from ksemstamp.evaluation.run import Run
+    from ksemstamp.evaluation.stages import Run
 
     seen = []
 
@@ -154,7 +154,7 @@ def test_generation_batches_hold_one_key_and_records_keep_prompt_order(tmp_path,
 
 def test_a_smaller_run_in_a_larger_runs_folder_reports_only_its_own_prompts(tmp_path):
     # A larger run stored five prompts' records in the folder; this run has two of them.
-    from ksemstamp.evaluation.run import Run
+    from ksemstamp.evaluation.stages import Run
 
     run = Run(EvalSettings(output_dir=str(tmp_path)), progress=False)
     for stage, name in (("attacks", "ksemstamp.wordnet"), ("detections", "ksemstamp.wordnet")):

@@ -5,7 +5,6 @@ import math
 import pytest
 
 from ksemstamp.evaluation.predict import read_records
-from ksemstamp.evaluation.run import Run
 from ksemstamp.evaluation.size import (
     first_reaching,
     measure,
@@ -13,6 +12,7 @@ from ksemstamp.evaluation.size import (
     sentence_ends,
     size_stage,
 )
+from ksemstamp.evaluation.stages import Run
 from ksemstamp.settings.evaluation import EvalSettings
 from ksemstamp.text.splitter import get_splitter
 

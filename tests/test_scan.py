@@ -4,15 +4,13 @@ are calibrated under it."""
 import numpy as np
 import pytest
 
-from ksemstamp.detection.scan import (
+from ksemstamp.detection.scan import combined_test, null_law, scan
+from ksemstamp.detection.spans import (
     ALL_SPANS_UP_TO,
     GLS_SHRINKAGE,
-    _spread,
-    combined_test,
     gls_weights,
-    null_law,
-    scan,
     score_covariance,
+    span_spread,
     spans,
 )
 from ksemstamp.detection.stats import normal_sf
@@ -56,7 +54,7 @@ def test_spread_is_each_span_sums_standard_deviation():
     cov = score_covariance(*_text(rng, units=9))
     windows = spans(9, 2)
     direct = [np.sqrt(cov[a:b, a:b].sum()) for a, b in windows]
-    assert np.allclose(_spread(cov, windows), direct)
+    assert np.allclose(span_spread(cov, windows), direct)
 
 
 def _whole_text_p(scores, cov):

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ksemstamp.detection.scan import combined_test, score_covariance
+from ksemstamp.detection.scan import combined_test
+from ksemstamp.detection.spans import score_covariance
 from ksemstamp.detection.stats import normal_sf
 
 GOLDEN = Path(__file__).parent / "golden" / "scan.json"

@@ -8,7 +8,8 @@
   and each is still done exactly once. A line whose stored ``id`` differs from the input's is
   refused (the input changed since the output was written); ``earlier_output_problem`` checks
   a whole existing output against the input before any work. An error record whose input line
-  changed since (a broken line fixed) is taken out and redone (``redo``, ``input_changed``).
+  changed since (a broken line fixed) is taken out and redone (``redo``, ``input_changed``),
+  and ``in_input_order`` puts the redone records back in their places.
   The writer holds an exclusive lock on the file, so a second run on the same output stops at
   once.
 * ``atomic_target`` and the ``write_*_atomic`` helpers write through a temporary file and a
@@ -28,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from .jsonl import InputRecord
+from .jsonl import InputRecord, read_jsonl_objects
 
 try:
     import fcntl
@@ -312,6 +313,12 @@ def input_changed(row: dict[str, Any], source: InputRecord, content_field: str) 
 
 
 # ---------------------------------------------------------------------- atomic writes
+
+
+def in_input_order(path: str | Path) -> None:
+    """Put the records of ``path`` back in input order (redone ones were appended), atomically."""
+    rows = read_jsonl_objects(path, skip_invalid=True)
+    write_jsonl_atomic(path, sorted(rows, key=lambda r: r.get("line", 0)))
 
 
 @contextmanager

@@ -23,9 +23,9 @@ from .detection.detectable import length_note
 from .io import (
     ResumableWriter,
     earlier_output_problem,
+    in_input_order,
     input_changed,
     same_file,
-    write_jsonl_atomic,
 )
 from .jsonl import InputRecord, read_jsonl, read_jsonl_objects
 from .settings.devices import DeviceSettings
@@ -158,88 +158,17 @@ def process_jsonl(
             f"--output {args.output} is the --input file: the results would be written into "
             "the input. Give another file for --output"
         )
-    records = list(read_jsonl(args.input))
-    content_field = "prompt" if name == "generate" else "text"
-
-    def accept(rows: list, tail: bytes) -> None:
-        problem = earlier_output_problem(rows, records, content_field, ERROR_FIELDS[name], tail)
-        if problem:
-            raise ValueError(
-                f"--output {args.output} exists and is not an earlier output of `{name}` on "
-                f"{args.input}: {problem}. Give a new --output, or move that file away to start "
-                "over (rerunning with the same input and output resumes a run)"
-            )
-
+    run = _Run(args, name, list(read_jsonl(args.input)))
     # A weak key is refused before the output is opened and before any process starts (not
     # by each process once started); resolved once, the demo key's warning shows once.
     key = checked_key(cfg)
     if key is not None:
         cfg = dataclasses.replace(cfg, key=key)
-    by_line = {r.line: r for r in records}
-
-    def redo(row: dict) -> bool:  # an error record of a line fixed since
-        line = row.get("line")
-        source = by_line.get(line) if isinstance(line, int) else None
-        return source is not None and input_changed(row, source, content_field)
-
     if args.parallel.requested():
-        from .parallel import read_records, run_jsonl, shard_paths
-
-        with ResumableWriter(args.output, accept=accept, redo=redo):
-            pass  # the checks above, before any process starts; fixed lines' errors taken out
-        spawned = job(name, {**cfg.to_dict(), "key": cfg.key}, option)
-        try:
-            rows, skipped = run_jsonl(
-                args.input, args.output, spawned, args.parallel, batch_size, not args.quiet
-            )
-        except KeyboardInterrupt:
-            # Each process's finished batches are in its shard; a rerun merges them first.
-            written = sum(len(read_records(p)) for p in shard_paths(*_shard_place(args.output)))
-            done = written + len(read_records(args.output))
-            where = f"the shards beside {args.output}"
-            raise _interrupted(written, where, done, len(records)) from None
-        statuses = [row["status"] for row in rows]
-        short = sum("units_needed" in row for row in rows)
-        new = {row.get("line") for row in rows}
-        earlier = [r.get("status") for r in read_records(args.output) if r.get("line") not in new]
+        run.spread(lambda: job(name, {**cfg.to_dict(), "key": cfg.key}, option), batch_size)
     else:
-        statuses = []
-        short = 0
-        interrupted = False
-        with ResumableWriter(args.output, accept=accept, redo=redo) as out:
-            pending = [r for r in records if not out.is_done(r)]
-            skipped = len(records) - len(pending)
-            earlier = [out.done_status[r.line] for r in records if r.line in out.done_status]
-            redone = bool(out.redone)
-            if out.redone:
-                logger.info("redoing %d failed records whose input lines changed", len(out.redone))
-            if skipped:
-                logger.info("resuming: %d records already in %s", skipped, args.output)
-            bar = None
-            try:
-                processor = processors[name](cfg, option) if pending else None
-                bar = tqdm(total=len(pending), unit=unit, desc=name, disable=args.quiet)
-                for start in range(0, len(pending), batch_size):
-                    for row in processor.rows(pending[start : start + batch_size]):
-                        out.write(row)
-                        statuses.append(row["status"])
-                        short += "units_needed" in row
-                        bar.update()
-            except KeyboardInterrupt:
-                interrupted = True
-            finally:
-                if bar is not None:
-                    bar.close()
-        if interrupted:
-            # Every record is flushed as it is written: nothing done is lost. Ctrl-C can land
-            # after a record reached the file and before it was counted, so the closed file says
-            # how many are done (a pipe or device, which cannot be read back: the count).
-            done = skipped + len(statuses)
-            if Path(args.output).is_file():
-                done = len(read_jsonl_objects(args.output, missing_ok=True, skip_invalid=True))
-            raise _interrupted(done - skipped, args.output, done, len(records)) from None
-        if redone and Path(args.output).is_file():
-            _in_input_order(Path(args.output))
+        run.here(lambda: processors[name](cfg, option), unit, batch_size)
+    statuses, short, skipped = run.statuses, run.short, run.skipped
     failures = statuses.count("error")
     successes = len(statuses) - failures
     counted_as_ok = "ok" if name == "generate" else "scored"
@@ -254,7 +183,110 @@ def process_jsonl(
             "s are" if short > 1 else " is",
             cfg.unit,
         )
-    return exit_status([*earlier, *statuses])
+    return exit_status([*run.earlier, *statuses])
+
+
+@dataclass
+class _Run:
+    """One run of ``process_jsonl`` over the ``records`` of ``args.input``: what an existing
+    output must be, the records' way through this process or over devices, and what they gave
+    (``statuses`` of the records written now, ``short`` of them too short to be detected,
+    ``skipped`` input lines done before, ``earlier`` statuses of the output's other records)."""
+
+    args: JsonlFiles
+    name: str
+    records: list[InputRecord]
+    statuses: list = dataclasses.field(default_factory=list)
+    short: int = 0
+    skipped: int = 0
+    earlier: list = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.content_field = "prompt" if self.name == "generate" else "text"
+        self.by_line = {r.line: r for r in self.records}
+
+    def accept(self, rows: list, tail: bytes) -> None:
+        """Refuse an output that is not an earlier output of this command on this input."""
+        fields = ERROR_FIELDS[self.name]
+        problem = earlier_output_problem(rows, self.records, self.content_field, fields, tail)
+        if problem:
+            raise ValueError(
+                f"--output {self.args.output} exists and is not an earlier output of "
+                f"`{self.name}` on {self.args.input}: {problem}. Give a new --output, or move "
+                "that file away to start over (rerunning with the same input and output resumes "
+                "a run)"
+            )
+
+    def redo(self, row: dict) -> bool:
+        """Whether ``row`` is an error record of an input line fixed since."""
+        line = row.get("line")
+        source = self.by_line.get(line) if isinstance(line, int) else None
+        return source is not None and input_changed(row, source, self.content_field)
+
+    def spread(self, make_job: Callable[[], Callable], batch_size: int) -> None:
+        """The records spread over devices by ``parallel.run_jsonl``, each process running the
+        job ``make_job`` gives; Ctrl-C raises ``Interrupted``, counting what the shards hold."""
+        from .parallel import read_records, run_jsonl, shard_paths
+
+        args = self.args
+        with ResumableWriter(args.output, accept=self.accept, redo=self.redo):
+            pass  # the checks above, before any process starts; fixed lines' errors taken out
+        spawned = make_job()
+        try:
+            rows, self.skipped = run_jsonl(
+                args.input, args.output, spawned, args.parallel, batch_size, not args.quiet
+            )
+        except KeyboardInterrupt:
+            # Each process's finished batches are in its shard; a rerun merges them first.
+            written = sum(len(read_records(p)) for p in shard_paths(*_shard_place(args.output)))
+            done = written + len(read_records(args.output))
+            where = f"the shards beside {args.output}"
+            raise _interrupted(written, where, done, len(self.records)) from None
+        self.statuses = [row["status"] for row in rows]
+        self.short = sum("units_needed" in row for row in rows)
+        new, kept = {row.get("line") for row in rows}, read_records(args.output)
+        self.earlier = [r.get("status") for r in kept if r.get("line") not in new]
+
+    def here(self, build: Callable[[], RecordProcessor], unit: str, batch_size: int) -> None:
+        """The records not yet done through the processor ``build()`` gives, in this process,
+        each row written as it comes; Ctrl-C raises ``Interrupted``, counting what the output
+        holds."""
+        args, records = self.args, self.records
+        interrupted = False
+        with ResumableWriter(args.output, accept=self.accept, redo=self.redo) as out:
+            pending = [r for r in records if not out.is_done(r)]
+            self.skipped = skipped = len(records) - len(pending)
+            self.earlier = [out.done_status[r.line] for r in records if r.line in out.done_status]
+            redone = bool(out.redone)
+            if out.redone:
+                logger.info("redoing %d failed records whose input lines changed", len(out.redone))
+            if skipped:
+                logger.info("resuming: %d records already in %s", skipped, args.output)
+            bar = None
+            try:
+                processor = build() if pending else None
+                bar = tqdm(total=len(pending), unit=unit, desc=self.name, disable=args.quiet)
+                for start in range(0, len(pending), batch_size):
+                    for row in processor.rows(pending[start : start + batch_size]):
+                        out.write(row)
+                        self.statuses.append(row["status"])
+                        self.short += "units_needed" in row
+                        bar.update()
+            except KeyboardInterrupt:
+                interrupted = True
+            finally:
+                if bar is not None:
+                    bar.close()
+        if interrupted:
+            # Every record is flushed as it is written: nothing done is lost. Ctrl-C can land
+            # after a record reached the file and before it was counted, so the closed file says
+            # how many are done (a pipe or device, which cannot be read back: the count).
+            done = skipped + len(self.statuses)
+            if Path(args.output).is_file():
+                done = len(read_jsonl_objects(args.output, missing_ok=True, skip_invalid=True))
+            raise _interrupted(done - skipped, args.output, done, len(records)) from None
+        if redone and Path(args.output).is_file():
+            in_input_order(args.output)
 
 
 EXIT_OK, EXIT_ALL_FAILED, EXIT_SOME_FAILED = 0, 1, 3
@@ -269,12 +301,6 @@ def exit_status(statuses: list[Any]) -> int:
     if not failures:
         return EXIT_OK
     return EXIT_ALL_FAILED if failures == len(statuses) else EXIT_SOME_FAILED
-
-
-def _in_input_order(path: Path) -> None:
-    """Put the records of ``path`` back in input order (redone ones were appended), atomically."""
-    rows = read_jsonl_objects(path, skip_invalid=True)
-    write_jsonl_atomic(path, sorted(rows, key=lambda r: r.get("line", 0)))
 
 
 # ---------------------------------------------------------------------- generate and detect

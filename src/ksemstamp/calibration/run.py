@@ -70,13 +70,45 @@ def run_calibration(
         A JSON-ready dict of numbers (see ``write_outputs`` for the files made from it).
     """
     started = time.perf_counter()
-    gamma, k = scheme.gamma, scheme.num_regions
+    scan = scan and scheme.mark == "direction"
+    scheme, human, available = _score_human(scheme, settings, progress, scan)
+    stats = stats_of(human)
+    tables = calibration_keys(scheme, settings.num_keys, settings.seed)
+    rng = np.random.default_rng(settings.seed)
+    per_key = [
+        p_values(human, table, scheme.gamma, rng)
+        for table in tqdm(tables, desc="keys", unit="key", disable=not progress)
+    ]
+    sources = [s for s in settings.sources if len(human.select(s))]
+    null = {s: summarise_null(per_key, human.select(s), settings.alphas) for s in sources}
+    null["overall"] = summarise_null(per_key, np.arange(len(human)), settings.alphas)
+    by_group = {str(a): group_rates(per_key, human.groups, a) for a in settings.alphas}
+    power, configured = _power(scheme, human, tables, per_key, settings, rng, progress, scan)
+    return {
+        **(describe or {}),
+        "calibration": _what_was_measured(scheme, settings, scan, stats),
+        "sources": {s: _source_summary(human, s, available[s]) for s in sources},
+        "texts_total": len(human),
+        "null": null,
+        "groups": by_group,
+        **_pooled_distribution(per_key),
+        "configured_key": configured,
+        "power": power,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def _score_human(
+    scheme: WatermarkScheme, settings: CalibrationSettings, progress: bool, scan: bool
+) -> tuple[WatermarkScheme, ScoredTexts, dict[str, int]]:
+    """The human texts of ``settings.sources`` scored under ``scheme`` (``score_texts``), the
+    scheme that scored them (its encoder behind the embedding store when ``reuse_embeddings``),
+    and the pieces each source had; refuses when no text could be scored."""
     texts, available = human_texts(
         scheme.splitter, settings.sources, settings.max_texts, settings.window_words, settings.seed
     )
     store = embedding_store(scheme.encoder) if settings.reuse_embeddings else None
     scheme = with_cached_encoder(scheme, store)
-    scan = scan and scheme.mark == "direction"
     human = score_texts(
         scheme,
         [t.text for t in texts],
@@ -88,20 +120,24 @@ def run_calibration(
     )
     if len(human) == 0:
         raise ValueError("no human text could be scored; check the sources")
+    return scheme, human, available
 
+
+def _power(
+    scheme: WatermarkScheme,
+    human: ScoredTexts,
+    tables: list,
+    per_key: list[dict[str, np.ndarray]],
+    settings: CalibrationSettings,
+    rng: np.random.Generator,
+    progress: bool,
+    scan: bool,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Power beside the false-positive rates (simulated under every key's table, and of each
+    file of real generations under the configured key), and the configured key's rates on the
+    human texts. Empirical-FPR thresholds for power come from the human news pieces when there
+    are any."""
     stats = stats_of(human)
-    tables = calibration_keys(scheme, settings.num_keys, settings.seed)
-    rng = np.random.default_rng(settings.seed)
-    per_key = [
-        p_values(human, table, gamma, rng)
-        for table in tqdm(tables, desc="keys", unit="key", disable=not progress)
-    ]
-    sources = [s for s in settings.sources if len(human.select(s))]
-    null = {s: summarise_null(per_key, human.select(s), settings.alphas) for s in sources}
-    null["overall"] = summarise_null(per_key, np.arange(len(human)), settings.alphas)
-    by_group = {str(a): group_rates(per_key, human.groups, a) for a in settings.alphas}
-
-    # Empirical-FPR thresholds for power come from the human news pieces when there are any.
     news = human.select("news")
     reference = "news" if len(news) else "all sources"
     power: dict[str, Any] = {}
@@ -112,7 +148,7 @@ def run_calibration(
         power["simulated"] = _simulated_power(
             scheme, tables, lengths, null_news, reference, settings, rng, progress
         )
-    own = p_values(human, own_key(scheme), gamma)
+    own = p_values(human, own_key(scheme), scheme.gamma)
     configured = {
         "key_fingerprint": scheme.key_fingerprint,
         "human_fpr": {
@@ -125,32 +161,28 @@ def run_calibration(
         power[f"generated: {Path(path).name}"] = _generated_power(
             scheme, path, own_news, reference, settings, progress, scan
         )
+    return power, configured
+
+
+def _what_was_measured(
+    scheme: WatermarkScheme, settings: CalibrationSettings, scan: bool, stats: tuple[str, ...]
+) -> dict[str, Any]:
+    """The result's ``calibration`` entry: the keys, the scheme and the settings measured."""
     return {
-        **(describe or {}),
-        "calibration": {
-            "num_keys": settings.num_keys,
-            "keys": f"keyed {'tables' if scheme.mark == 'region' else 'directions'} of the "
-            f"keys 'calibration|{settings.seed}|i', i < num_keys",
-            "mark": scheme.mark,
-            "context": scheme.context,
-            "context_temperature": scheme.context_temperature,
-            "whiten": 0 if scheme.components is None else len(scheme.components),
-            "scan": scan,
-            "statistics": list(stats),
-            "alphas": list(settings.alphas),
-            "window_words": settings.window_words,
-            "seed": settings.seed,
-            "num_regions": k,
-            "gamma": gamma,
-        },
-        "sources": {s: _source_summary(human, s, available[s]) for s in sources},
-        "texts_total": len(human),
-        "null": null,
-        "groups": by_group,
-        **_pooled_distribution(per_key),
-        "configured_key": configured,
-        "power": power,
-        "seconds": round(time.perf_counter() - started, 1),
+        "num_keys": settings.num_keys,
+        "keys": f"keyed {'tables' if scheme.mark == 'region' else 'directions'} of the "
+        f"keys 'calibration|{settings.seed}|i', i < num_keys",
+        "mark": scheme.mark,
+        "context": scheme.context,
+        "context_temperature": scheme.context_temperature,
+        "whiten": 0 if scheme.components is None else len(scheme.components),
+        "scan": scan,
+        "statistics": list(stats),
+        "alphas": list(settings.alphas),
+        "window_words": settings.window_words,
+        "seed": settings.seed,
+        "num_regions": scheme.num_regions,
+        "gamma": scheme.gamma,
     }
 
 

@@ -15,12 +15,14 @@ not depend on the key); a key's p-value is then the detector's combined p-value.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..detection.scan import NullLaw, combined_test, null_law, scan_seed, score_covariance
+from ..detection.plans import ScoringPlan
+from ..detection.scan import NullLaw, combined_test, null_law, scan_seed
+from ..detection.spans import score_covariance
 from ..detection.stats import context_sums, normal_sf, null_count_pmf, paper_z
 from ..detector import Detector
 from ..keys import keyed_directions, valid_table
@@ -135,69 +137,110 @@ def score_texts(
     """
     scheme = with_cached_encoder(scheme)
     prompts = list(prompts) if prompts is not None else [None] * len(texts)
-    splitter = scheme.splitter
-    sentences = [s for t in texts for s in splitter.split(t)]
-    sentences += [s for p in prompts if p for s in splitter.split(p)[-1:]]
-    scheme.encoder.prefill(sentences, progress=progress)
-
+    _embed_every_sentence(scheme, texts, prompts, progress)
     detector = Detector(scheme, statistic="exact")
-    k = scheme.num_regions
     direction = scheme.mark == "direction"
     size = 0 if direction else int(scheme.table[0].sum().item())
-    kept_labels, kept_groups, counts, num_scored, laws = [], [], [], [], []
+    kept = _Kept(scheme.num_regions, size, direction, scan)
     group_of = list(groups) if groups is not None else [""] * len(texts)
-    rows_text, rows_context, rows_sum, variance = [], [], [], []
-    scans: list[TextScan | None] = []
-    too_short: dict[str, int] = {}
     bar = tqdm(total=len(texts), unit="text", desc="score", disable=not progress)
     for start in range(0, len(texts), batch):
         chunk = slice(start, start + batch)
         plans = detector.plan_batch(list(texts[chunk]), prompts[chunk])
         for label, group, plan in zip(labels[chunk], group_of[chunk], plans, strict=True):
             bar.update()
-            if plan.error is not None or plan.num_scored == 0:
-                too_short[label] = too_short.get(label, 0) + 1
-                continue
-            matrix = plan.transition_counts(k)
-            if direction:
-                rows, _ = plan.scored_contexts()
-                vectors = plan.vectors[rows].double().cpu().numpy()
-                weights = plan.context_weights(rows).cpu().numpy()
-                distinct, sums = context_sums(vectors, weights)
-                if scan:
-                    scans.append(_text_scan(vectors, weights, [plan.sentences[t] for t in rows]))
-                rows_text += [len(kept_labels)] * len(distinct)
-                rows_context += distinct.tolist()
-                rows_sum.append(sums)
-                variance.append(float((sums**2).sum()))
-            else:
-                laws.append(null_count_pmf(matrix, size))
-            kept_labels.append(label)
-            kept_groups.append(group)
-            counts.append(matrix)
-            num_scored.append(plan.num_scored)
+            kept.add(plan, label, group)
     bar.close()
-    pmf, survival = _tail_arrays(laws)
-    sums_of = None
-    if direction:
-        dim = int(scheme.directions.shape[1])
-        sums_of = DirectionSums(
-            text=np.array(rows_text, dtype=np.int64),
-            context=np.array(rows_context, dtype=np.int64),
-            sums=np.concatenate(rows_sum) if rows_sum else np.zeros((0, dim)),
-            variance=np.array(variance, dtype=np.float64),
+    dim = int(scheme.directions.shape[1]) if direction else 0
+    return kept.scored(dim, keep_groups=groups is not None)
+
+
+def _embed_every_sentence(
+    scheme: WatermarkScheme, texts: Sequence[str], prompts: Sequence[str | None], progress: bool
+) -> None:
+    """Embed every distinct sentence of ``texts`` and the last of each prompt in one pass of
+    ``scheme``'s cached encoder, so that scoring the texts embeds nothing more."""
+    splitter = scheme.splitter
+    sentences = [s for t in texts for s in splitter.split(t)]
+    sentences += [s for p in prompts if p for s in splitter.split(p)[-1:]]
+    scheme.encoder.prefill(sentences, progress=progress)
+
+
+@dataclass
+class _Kept:
+    """What ``score_texts`` keeps of each text, one text after the other, until ``scored``
+    stacks it into ``ScoredTexts``."""
+
+    num_regions: int
+    size: int
+    """The valid set's size (region mark; 0 under the direction mark)."""
+    direction: bool
+    scan: bool
+    labels: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    counts: list[np.ndarray] = field(default_factory=list)
+    num_scored: list[int] = field(default_factory=list)
+    laws: list[np.ndarray] = field(default_factory=list)
+    """Region mark: each text's null law of its valid count."""
+    rows_text: list[int] = field(default_factory=list)
+    rows_context: list[int] = field(default_factory=list)
+    rows_sum: list[np.ndarray] = field(default_factory=list)
+    variance: list[float] = field(default_factory=list)
+    scans: list[TextScan | None] = field(default_factory=list)
+    too_short: dict[str, int] = field(default_factory=dict)
+
+    def add(self, plan: ScoringPlan, label: str, group: str) -> None:
+        """Keep what a text's scoring ``plan`` gives, or count the text as too short."""
+        if plan.error is not None or plan.num_scored == 0:
+            self.too_short[label] = self.too_short.get(label, 0) + 1
+            return
+        matrix = plan.transition_counts(self.num_regions)
+        if self.direction:
+            self._add_direction(plan)
+        else:
+            self.laws.append(null_count_pmf(matrix, self.size))
+        self.labels.append(label)
+        self.groups.append(group)
+        self.counts.append(matrix)
+        self.num_scored.append(plan.num_scored)
+
+    def _add_direction(self, plan: ScoringPlan) -> None:
+        """The direction mark's part of a text: its sums per context (``DirectionSums``) and,
+        with the scan, what the scan needs (``TextScan``)."""
+        rows, _ = plan.scored_contexts()
+        vectors = plan.vectors[rows].double().cpu().numpy()
+        weights = plan.context_weights(rows).cpu().numpy()
+        distinct, sums = context_sums(vectors, weights)
+        if self.scan:
+            self.scans.append(_text_scan(vectors, weights, [plan.sentences[t] for t in rows]))
+        self.rows_text += [len(self.labels)] * len(distinct)
+        self.rows_context += distinct.tolist()
+        self.rows_sum.append(sums)
+        self.variance.append(float((sums**2).sum()))
+
+    def scored(self, dim: int, keep_groups: bool) -> ScoredTexts:
+        """The kept texts as ``ScoredTexts`` (``dim``: the directions' dimension)."""
+        k = self.num_regions
+        pmf, survival = _tail_arrays(self.laws)
+        sums_of = None
+        if self.direction:
+            sums_of = DirectionSums(
+                text=np.array(self.rows_text, dtype=np.int64),
+                context=np.array(self.rows_context, dtype=np.int64),
+                sums=np.concatenate(self.rows_sum) if self.rows_sum else np.zeros((0, dim)),
+                variance=np.array(self.variance, dtype=np.float64),
+            )
+        return ScoredTexts(
+            labels=self.labels,
+            counts=np.stack(self.counts) if self.counts else np.zeros((0, k, k), dtype=np.int64),
+            num_scored=np.array(self.num_scored, dtype=np.int64),
+            survival=survival,
+            pmf=pmf,
+            too_short=self.too_short,
+            direction=sums_of,
+            scans=self.scans if self.direction and self.scan else None,
+            groups=self.groups if keep_groups else None,
         )
-    return ScoredTexts(
-        labels=kept_labels,
-        counts=np.stack(counts) if counts else np.zeros((0, k, k), dtype=np.int64),
-        num_scored=np.array(num_scored, dtype=np.int64),
-        survival=survival,
-        pmf=pmf,
-        too_short=too_short,
-        direction=sums_of,
-        scans=scans if direction and scan else None,
-        groups=kept_groups if groups is not None else None,
-    )
 
 
 def _text_scan(vectors: np.ndarray, weights: np.ndarray, sentences: list[str]) -> TextScan | None:

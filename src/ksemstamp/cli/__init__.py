@@ -4,9 +4,10 @@ May import: ksemstamp core modules and calibration, detection, evaluation, gener
 ``ksemstamp COMMAND`` (the console script), ``python watermark.py COMMAND`` and
 ``python -m ksemstamp COMMAND`` run the same commands; ``main`` reads any command table the
 same way (the benchmarks' and the lab's). Each command is a function whose signature and
-docstring are its options (``parser``); ``console`` is what a command prints; ``commands``
-holds the commands that generate and detect, ``gpucheck`` the GPU self-check and ``train``
-LightningCLI's command line for ``train.py``.
+docstring are its options (``options``), which ``parser`` reads a command line into;
+``console`` is what a command prints; ``commands`` holds the commands that generate and
+detect, ``gpucheck`` the GPU self-check and ``train`` LightningCLI's command line for
+``train.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The commands that generate and detect, make keys, calibrate, serve and train.
 
-Each is a function whose signature and docstring are its options (``cli.parser``): the
+Each is a function whose signature and docstring are its options (``cli.options``): the
 watermark settings at the top (``--search.max_candidates 8``, ``--mark.kind region``),
 ``--config FILE`` (repeatable), ``--print_config``. The registry that names them, with the
 commands of the other packages (``evaluate``, the training tools, ``centroids``, ``corpus``),

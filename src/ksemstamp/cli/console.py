@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from ..text.textcheck import printable
-from .parser import CommandLineError, options_of, parse
+from .options import options_of
+from .parser import CommandLineError, parse
 
 ARGV: list[str] = []
 """The command being run, its name first and then its arguments (``calibrate`` records it as

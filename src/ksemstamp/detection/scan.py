@@ -1,30 +1,17 @@
 """Detection beyond the whole-text z: the marked span, the marked share, and one exact p-value.
 
 A watermarked passage pasted into human text is diluted in the whole text's z: three quarters
-of human sentences halve it. Three more statistics look for it:
+of human sentences halve it. Three more statistics look for it (``spans`` defines them): the
+*span* scan, the largest z over spans of consecutive scored sentences (a marked passage in one
+piece); the *mixture* statistic (marked sentences scattered among human ones, whatever their
+order); and the *weighted* whole-text z, which counts sentences that move together under the
+null about once instead of each in full.
 
-* the *span* scan: over spans of consecutive scored sentences, the largest span z (a marked
-  passage in one piece);
-* the *mixture* statistic: the log-likelihood ratio of the sentences' scores under a mixture in
-  which a share ``MIXTURE_SHARE`` of sentences are marked with mean score ``MIXTURE_MEAN``,
-  ``sum_t log(1 - pi + pi exp(mu z_t - mu^2 / 2))`` (marked sentences scattered among human
-  ones, whatever their order);
-* the *weighted* whole-text z: the scores weighted by ``w = (C + lam mean(diag C) I)^-1 1``
-  (generalised least squares with shrinkage ``lam = GLS_SHRINKAGE``, ``C`` the null covariance
-  below), which counts sentences that move together under the null (one topic, one region)
-  about once instead of each in full. The human sentences around a pasted marked passage are
-  such sentences; the marked ones, which generation keeps apart, are not. The weights depend
-  on the text alone, so ``w . s / sqrt(w' C w)`` is standard normal over keys like the plain z.
-
-Under the direction mark every sentence's score is linear in the key's Gaussian directions,
-``s_t = sum_c a_tc n_c . u_t``, so over random keys the scores of a text that does not depend
-on the key are jointly normal with mean 0 and the key-free covariance
-
-    cov[t, t'] = (a_t . a_t') (u_t . u_t')
-
-(``a_t`` the sentence's context weights, ``u_t`` its vector). Every statistic here is a function
-of that normal vector, so its null law is sampled from it (``null_law``): no assumption about
-the text enters. The draws come from a generator seeded by the key-free plan, not by the scores.
+Under the direction mark the scores of a text that does not depend on the key are, over random
+keys, jointly normal with mean 0 and a key-free covariance (``spans.score_covariance``). Every
+statistic here is a function of that normal vector, so its null law is sampled from it
+(``null_law``): no assumption about the text enters. The draws come from a generator seeded by
+the key-free plan, not by the scores.
 
 One p-value combines the four tests (``combined_test``): the smallest of the whole text's and
 the weighted whole text's exact p, the span's and the mixture's p (each the share of draws at
@@ -44,19 +31,26 @@ every device and in every batch (``tests/test_scan_golden.py`` pins them).
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
-MIN_UNITS = 3
-"""Shortest span scanned, in scored sentences: shorter spans add many tests and little power
-(a pasted passage worth detecting holds several sentences)."""
+from .spans import (
+    GLS_SHRINKAGE,
+    MIN_UNITS,
+    as_float64,
+    gls_weights,
+    mixture_statistic,
+    span_spread,
+    span_windows,
+    span_zs,
+    unit_spread,
+)
+
 DRAWS = 4999
 """Null draws of the largest span z (the smallest p-value the scan can give is 1 / 5000)."""
 MIN_DRAWS = 999
@@ -64,25 +58,6 @@ MIN_DRAWS = 999
 than this (a p-value floor of 1 / 1000, still far below alpha = 1%)."""
 DRAW_BUDGET = 5e8
 """Most multiply-adds spent on null draws (``draws * T^2``): about a second on one core."""
-MIXTURE_SHARE = 0.3
-"""Share of marked sentences the mixture statistic is tuned for (a text three quarters human has
-a quarter; one half human a half)."""
-MIXTURE_MEAN = 1.5
-"""Mean score of a marked sentence the mixture statistic is tuned for: the kept sentence's score
-after a paraphrase, between its clean value (about 2) and one half of it. Simulated over
-interleavings of 50% and 75% human sentences and scores of 1.2 to 2.0, this pair lost at most a
-few points of power against the best pair for each case."""
-GLS_SHRINKAGE = 1.0
-"""Shrinkage of the weighted whole-text test, in units of the mean null variance of a sentence:
-0 is full generalised least squares (two sentences that always move together weigh as one), a
-large value the plain sum. At 1, two identical sentences weigh together 1.3 times one sentence
-unlike them. Measured on the robust run's texts under the base encoder
-(the whole-text test alone): 1 kept the paraphrase where it was
-and took the text three quarters human from 0.54 to 0.64 at 1%; 0.3 took it to 0.68, and every
-value of 1 or less lost one of the 12 texts paraphrased twice, which the combination keeps."""
-ALL_SPANS_UP_TO = 48
-"""Texts with at most this many scored sentences scan every span; longer ones a grid of spans
-(lengths growing by a factor 1.25, starts every quarter of a length), O(T log T) of them."""
 
 
 @dataclass(frozen=True)
@@ -148,109 +123,6 @@ class CombinedResult:
     weighted_z: float | None
     weighted_p_value: float | None
     p_value: float
-
-
-def _f64(x, device: torch.device | None = None) -> Tensor:
-    return torch.as_tensor(x, dtype=torch.float64, device=device)
-
-
-def score_covariance(weights, vectors) -> Tensor:
-    """``(..., T, T)`` null covariance of the scores of sentences with context ``weights``
-    ``(..., T, K)`` and ``vectors`` ``(..., T, D)`` over random keys (see the module docstring),
-    float64 on their device."""
-    weights = _f64(weights)
-    vectors = _f64(vectors, weights.device)
-    return (weights @ weights.transpose(-1, -2)) * (vectors @ vectors.transpose(-1, -2))
-
-
-def spans(count: int, min_units: int = MIN_UNITS) -> np.ndarray:
-    """``(S, 2)`` spans ``[start, stop)`` of at least ``min_units`` of ``count`` units (the
-    whole text included): all of them up to ``ALL_SPANS_UP_TO`` units, else a grid."""
-    if count < min_units:
-        return np.zeros((0, 2), dtype=np.int64)
-    out: set[tuple[int, int]] = {(0, count)}
-    if count <= ALL_SPANS_UP_TO:
-        out |= {(i, j) for i in range(count) for j in range(i + min_units, count + 1)}
-    else:
-        length = float(min_units)
-        while round(length) < count:
-            n = int(round(length))
-            step = max(1, n // 4)
-            out |= {(i, i + n) for i in range(0, count - n + 1, step)}
-            out.add((count - n, count))
-            length *= 1.25
-    return np.array(sorted(out), dtype=np.int64)
-
-
-@functools.lru_cache(maxsize=256)
-def _windows(count: int, min_units: int, device: torch.device) -> tuple[Tensor, tuple]:
-    """``spans`` as a tensor ``(S, 2)``, and per span length ``(length, starts, rows)``: the
-    starts of that length's spans (``None``: every start, the contiguous case) and their rows in
-    the ``(S, 2)`` tensor."""
-    windows = spans(count, min_units)
-    lengths = []
-    for length in np.unique(windows[:, 1] - windows[:, 0]):
-        rows = np.flatnonzero(windows[:, 1] - windows[:, 0] == length)
-        starts = windows[rows, 0]
-        every = len(starts) == count - length + 1
-        lengths.append(
-            (
-                int(length),
-                None if every else torch.as_tensor(starts, device=device),
-                torch.as_tensor(rows, device=device),
-            )
-        )
-    return torch.as_tensor(windows, device=device), tuple(lengths)
-
-
-def _span_zs(samples: Tensor, spread: Tensor, lengths: tuple) -> Iterator[tuple[Tensor, Tensor]]:
-    """Per span length, ``(rows, z)``: the spans' rows in ``spans`` and their z ``(..., n)``
-    for scores ``samples`` ``(..., T)``, each span's sum over its ``spread`` (broadcasting as
-    ``(..., S)``): differences of cumulative sums, one length at a time."""
-    cumulative = torch.nn.functional.pad(samples.cumsum(dim=-1), (1, 0))
-    for length, starts, rows in lengths:
-        sums = cumulative[..., length:] - cumulative[..., :-length]
-        if starts is not None:
-            sums = sums.index_select(-1, starts)
-        yield rows, sums / spread[..., rows]
-
-
-def _spread(cov, windows) -> Tensor:
-    """``(..., S)`` standard deviation of each span's sum of scores of ``(..., T, T)`` ``cov``."""
-    cov = _f64(cov)
-    windows = torch.as_tensor(windows, device=cov.device)
-    cumulative = torch.nn.functional.pad(cov.cumsum(dim=-2).cumsum(dim=-1), (1, 0, 1, 0))
-    a, b = windows[:, 0], windows[:, 1]
-    var = cumulative[..., b, b] - cumulative[..., a, b] - cumulative[..., b, a]
-    return (var + cumulative[..., a, a]).clamp(min=1e-12).sqrt()
-
-
-def _unit_spread(cov: Tensor) -> Tensor:
-    return cov.diagonal(dim1=-2, dim2=-1).clamp(min=1e-12).sqrt()
-
-
-def mixture_statistic(samples, spread) -> Tensor:
-    """``(...,)`` the mixture log-likelihood ratio of score ``samples`` ``(..., T)`` with null
-    standard deviations ``spread`` ``(..., T)`` (see the module docstring)."""
-    z = _f64(samples) / _f64(spread)
-    mu, share = MIXTURE_MEAN, MIXTURE_SHARE
-    # log(1 - pi + pi exp(x)) = log(1 - pi) + softplus(x + log(pi) - log(1 - pi))
-    lead = math.log1p(-share)
-    shifted = mu * z + (math.log(share) - mu * mu / 2 - lead)
-    return (lead + torch.nn.functional.softplus(shifted, threshold=40.0)).sum(dim=-1)
-
-
-def gls_weights(cov, shrinkage: float = GLS_SHRINKAGE) -> Tensor:
-    """``(..., T)`` weights of the weighted whole-text z, ``(C + shrinkage mean(diag C) I)^-1 1``,
-    scaled so that ``weights . s`` is standard normal under scores of covariance ``cov``."""
-    cov = _f64(cov)
-    n = cov.shape[-1]
-    ridge = shrinkage * cov.diagonal(dim1=-2, dim2=-1).mean(dim=-1).clamp(min=1e-12)
-    eye = torch.eye(n, dtype=cov.dtype, device=cov.device)
-    ones = torch.ones(cov.shape[:-1] + (1,), dtype=cov.dtype, device=cov.device)
-    w = torch.linalg.solve(cov + ridge[..., None, None] * eye, ones)[..., 0]
-    quadratic = (w[..., None, :] @ cov @ w[..., :, None])[..., 0, 0]
-    return w / quadratic.clamp(min=1e-24).sqrt()[..., None]
 
 
 def _tail_share(values: Tensor, ordered: Tensor, drawn: bool = False) -> Tensor:
@@ -331,7 +203,7 @@ def null_laws(
     ``DRAW_BUDGET``), or ``None`` for a text with no span to scan. ``shrinkage``: the weighted
     test's (``gls_weights``); ``None`` leaves that test out. Computed on the covariances'
     device, texts of one length together."""
-    covs = [_f64(c) for c in covs]
+    covs = [as_float64(c) for c in covs]
     out: list[NullLaw | None] = [None] * len(covs)
     keys = [(len(c), _draw_count(len(c), draws)) for c in covs]
     for (units, count), ids in _together(keys).items():
@@ -340,12 +212,12 @@ def null_laws(
         cov = torch.stack([covs[i] for i in ids])
         samples = _draw(cov, [seeds[i] for i in ids], count)
         text = samples.sum(dim=-1) / cov.sum(dim=(-1, -2)).clamp(min=1e-12).sqrt()[:, None]
-        windows, lengths = _windows(units, min_units, cov.device)
-        spread = _spread(cov, windows)[:, None, :]
-        largest = [z.amax(dim=-1) for _, z in _span_zs(samples, spread, lengths)]
+        windows, lengths = span_windows(units, min_units, cov.device)
+        spread = span_spread(cov, windows)[:, None, :]
+        largest = [z.amax(dim=-1) for _, z in span_zs(samples, spread, lengths)]
         span, span_shares = _own_shares(torch.stack(largest).amax(dim=0))
         mixture, mixture_shares = _own_shares(
-            mixture_statistic(samples, _unit_spread(cov)[:, None, :])
+            mixture_statistic(samples, unit_spread(cov)[:, None, :])
         )
         # Each draw's own p-values, side by side (a draw's smallest is taken across them).
         tests = [_normal_tail(text), span_shares, mixture_shares]
@@ -393,8 +265,8 @@ def combined_tests(
     too short to scan (its p-value is then ``p_texts[i]`` alone). ``nulls``: the texts'
     ``null_laws`` when already drawn (their own tests then count, whatever ``shrinkage`` says);
     else they are drawn from ``seeds``. Batched as ``null_laws``."""
-    covs = [_f64(c) for c in covs]
-    scores = [_f64(s, c.device) for s, c in zip(scores, covs, strict=True)]
+    covs = [as_float64(c) for c in covs]
+    scores = [as_float64(s, c.device) for s, c in zip(scores, covs, strict=True)]
     if nulls is None:
         nulls = null_laws(covs, seeds, min_units, draws, shrinkage)
     out: list[CombinedResult | None] = [None] * len(scores)
@@ -414,15 +286,15 @@ def _combine(scores, covs, p_texts, nulls, ids, min_units) -> list[CombinedResul
     s = torch.stack([scores[i] for i in ids])
     cov = torch.stack([covs[i] for i in ids])
     count = laws[0].draws
-    windows, lengths = _windows(s.shape[-1], min_units, s.device)
-    rows, zs = zip(*_span_zs(s, _spread(cov, windows), lengths), strict=True)
+    windows, lengths = span_windows(s.shape[-1], min_units, s.device)
+    rows, zs = zip(*span_zs(s, span_spread(cov, windows), lengths), strict=True)
     z = torch.cat(zs, dim=-1)
     best = torch.cat(rows)[z.argmax(dim=-1)]
     best_z = z.amax(dim=-1, keepdim=True)
     p_span = _tail_share(best_z, torch.stack([law.span for law in laws]))[:, 0]
-    mixture = mixture_statistic(s, _unit_spread(cov))
+    mixture = mixture_statistic(s, unit_spread(cov))
     p_mixture = _tail_share(mixture[:, None], torch.stack([law.mixture for law in laws]))[:, 0]
-    observed = [_f64([p_texts[i] for i in ids], s.device), p_span, p_mixture]
+    observed = [as_float64([p_texts[i] for i in ids], s.device), p_span, p_mixture]
     weighted = p_weighted = None
     if laws[0].weights is not None:
         weighted = (torch.stack([law.weights for law in laws]) * s).sum(dim=-1)

@@ -119,36 +119,23 @@ def markdown_table(results: dict) -> str:
         f"Score: {results['score']}.",
         "",
         *decision_table(results),
+        *paper_table(results),
+        *exact_table(results),
+    ]
+    return "\n".join(lines)
+
+
+def paper_table(results: dict) -> list[str]:
+    """The paper's layout as markdown lines: detection of each algorithm and attack, quality
+    on each ``no attack`` row and on the unwatermarked and human texts, and how to read it."""
+    lines = [
         "| Algorithm | Attack | AUC | AUC 95% CI | TPR@1% | TPR@5% | Sim | PPL | PPL med. | Ent-3 "
         "| Sem-Ent | Cand./sent. | Decoded/token | Margin rej. |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for algorithm, attacks in results["detection"].items():
         q = results["quality"][algorithm]
-        for name, m in attacks.items():
-            first = name == "none"
-            lines.append(
-                "| "
-                + " | ".join(
-                    [
-                        LABELS[algorithm] if first else "",
-                        "no attack" if first else name,
-                        _fmt(m["auroc"]),
-                        _ci(m),
-                        _fmt(m["tpr_at_fpr_1"]),
-                        _fmt(m["tpr_at_fpr_5"]),
-                        _fmt(m.get("similarity")),
-                        _fmt(q["perplexity"], "{:.2f}") if first else "",
-                        _fmt(q.get("perplexity_median"), "{:.2f}") if first else "",
-                        _fmt(q["ent3"], "{:.2f}") if first else "",
-                        _fmt(q["sem_ent"], "{:.2f}") if first else "",
-                        _fmt(q.get("candidates_per_sentence"), "{:.1f}") if first else "",
-                        _fmt(q.get("decoded_per_token"), "{:.1f}") if first else "",
-                        _fmt(q.get("margin_rejection_share"), "{:.3f}") if first else "",
-                    ]
-                )
-                + " |"
-            )
+        lines += [_paper_row(algorithm, name, m, q) for name, m in attacks.items()]
     for name in ("none", "human"):
         if name in results["quality"]:
             q = results["quality"][name]
@@ -161,7 +148,7 @@ def markdown_table(results: dict) -> str:
                 f"{_fmt(q.get('decoded_per_token'), '{:.1f}')} | - |"
             )
     k = {q.get("sem_ent_k") for q in results["quality"].values()}
-    lines += [
+    return lines + [
         "",
         f"Sem-Ent: k-means with k = {sorted(k)} clusters (paper: 50) over the oracle's "
         f"mean-pooled last hidden states. PPL under `{results['settings']['oracle']}`: mean and "
@@ -170,29 +157,62 @@ def markdown_table(results: dict) -> str:
         "(no interpolation). AUC 95% CI: stratified bootstrap over texts (2000 resamples).",
         "",
     ]
+
+
+def _paper_row(algorithm: str, name: str, m: dict, q: dict) -> str:
+    """One row of the paper's table: attack ``name``'s detection ``m``, and on the ``no
+    attack`` row the algorithm's quality ``q``."""
+    first = name == "none"
+    return (
+        "| "
+        + " | ".join(
+            [
+                LABELS[algorithm] if first else "",
+                "no attack" if first else name,
+                _fmt(m["auroc"]),
+                _ci(m),
+                _fmt(m["tpr_at_fpr_1"]),
+                _fmt(m["tpr_at_fpr_5"]),
+                _fmt(m.get("similarity")),
+                _fmt(q["perplexity"], "{:.2f}") if first else "",
+                _fmt(q.get("perplexity_median"), "{:.2f}") if first else "",
+                _fmt(q["ent3"], "{:.2f}") if first else "",
+                _fmt(q["sem_ent"], "{:.2f}") if first else "",
+                _fmt(q.get("candidates_per_sentence"), "{:.1f}") if first else "",
+                _fmt(q.get("decoded_per_token"), "{:.1f}") if first else "",
+                _fmt(q.get("margin_rejection_share"), "{:.3f}") if first else "",
+            ]
+        )
+        + " |"
+    )
+
+
+def exact_table(results: dict) -> list[str]:
+    """The same texts ranked by their exact p-value, as markdown lines (none when no entry
+    has an ``exact`` ranking)."""
     exact_rows = [
         (algorithm, name, m["exact"])
         for algorithm, attacks in results["detection"].items()
         for name, m in attacks.items()
         if "exact" in m
     ]
-    if exact_rows:
-        lines += [
-            "The same texts ranked by their exact p-value instead of z (region mark: the exact "
-            "key-randomisation p-value; direction mark: z's exact normal tail, the same ranking):",
-            "",
-            "| Algorithm | Attack | AUC | AUC 95% CI | TPR@1% | TPR@5% |",
-            "|---|---|---|---|---|---|",
-        ]
-        for algorithm, name, m in exact_rows:
-            first = name == "none"
-            lines.append(
-                f"| {LABELS[algorithm] if first else ''} | {'no attack' if first else name} | "
-                f"{_fmt(m['auroc'])} | {_ci(m)} | {_fmt(m['tpr_at_fpr_1'])} | "
-                f"{_fmt(m['tpr_at_fpr_5'])} |"
-            )
-        lines.append("")
-    return "\n".join(lines)
+    if not exact_rows:
+        return []
+    lines = [
+        "The same texts ranked by their exact p-value instead of z (region mark: the exact "
+        "key-randomisation p-value; direction mark: z's exact normal tail, the same ranking):",
+        "",
+        "| Algorithm | Attack | AUC | AUC 95% CI | TPR@1% | TPR@5% |",
+        "|---|---|---|---|---|---|",
+    ]
+    for algorithm, name, m in exact_rows:
+        first = name == "none"
+        lines.append(
+            f"| {LABELS[algorithm] if first else ''} | {'no attack' if first else name} | "
+            f"{_fmt(m['auroc'])} | {_ci(m)} | {_fmt(m['tpr_at_fpr_1'])} | "
+            f"{_fmt(m['tpr_at_fpr_5'])} |"
+        )
+    return lines + [""]
 
 
 def plot_roc(results: dict, path: Path) -> None:

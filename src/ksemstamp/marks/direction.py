@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..detection.scan import combined_tests, scan_seed, score_covariance
+from ..detection.scan import combined_tests, scan_seed
+from ..detection.spans import score_covariance
 from ..detection.stats import normal_sf
 from ..generation.pruning import PruneRule, rows_to_keep
 from ..generation.sampler import Candidate, Pruner

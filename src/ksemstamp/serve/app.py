@@ -94,9 +94,29 @@ def create_app(
         settings = dataclasses.replace(settings, key=secret)
     redact = RedactKey(secret)
     install_redaction(redact)
+    state = _load_state(settings, limits, secret, encoder, lm, generation, jobs)
+    # From here on the key lives only in `settings` (whose repr and to_dict leave it out), the
+    # scheme's table and the log filter; nothing below puts it in a response.
+    del secret
+    app = _application(state, redact)
+    _add_routes(app, limits, host)
+    return app
+
+
+def _load_state(
+    settings: WatermarkSettings,
+    limits: Limits,
+    secret: str | None,
+    encoder: Any,
+    lm: Any,
+    generation: bool,
+    jobs: GenerationQueue | None,
+) -> ServeState:
+    """The models, loaded once for every request (``create_app``'s arguments), and what the
+    page shows of the key: its fingerprint and whether it is the demo key (``secret``)."""
     scheme = _one_encoder_pass_at_a_time(build_scheme(settings, encoder=encoder))
     fingerprint = scheme.key_fingerprint
-    state = ServeState(
+    return ServeState(
         settings=settings,
         scheme=scheme,
         detector=build_detector(settings, scheme),
@@ -113,9 +133,11 @@ def create_app(
         work=ThreadPoolExecutor(max_workers=DETECT_WORKERS, thread_name_prefix="ksemstamp-detect"),
         jobs=jobs,
     )
-    # From here on the key lives only in `settings` (whose repr and to_dict leave it out), the
-    # scheme's table and the log filter; nothing below puts it in a response.
-    del secret
+
+
+def _application(state: ServeState, redact: RedactKey) -> FastAPI:
+    """The FastAPI app over ``state`` (kept as ``app.state.serve``), which closes the generation
+    queue and the detection pool when the server stops; no routes yet."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -135,11 +157,9 @@ def create_app(
     app.state.serve = state
     app.state.jobs = state.jobs
     app.state.detector = state.detector
-    app.state.limits = limits
-    app.state.key_fingerprint = fingerprint
+    app.state.limits = state.limits
+    app.state.key_fingerprint = state.fingerprint
     app.state.redact = redact
-
-    _add_routes(app, limits, host)
     return app
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -109,29 +109,20 @@ def evaluate(
     centroids are fitted once per k-means seed in ``seeds``, the domain sentences embedded once,
     and the report adds the mean and spread of region agreement over seeds.
     """
-    import torch
-
     from ..assets import encoder_fingerprint, load_encoder
     from ..scheme.centroids import CentroidFile, fit_kmeans
     from ..scheme.encoding import embed
     from ..text.corpora import domain_sentences
-    from .data import distinct_texts
 
     encoder = load_encoder(encoder_spec)
     files = [pairs] if isinstance(pairs, str | Path) else list(pairs)
-    rows = distinct_texts(
-        [row for path in files for row in read_jsonl_objects(path)], itemgetter("text")
-    )
+    rows = _distinct_pairs(files)
     text_emb = embed(encoder, [r["text"] for r in rows])
     para_emb = embed(encoder, [r["paraphrase"] for r in rows])
-    methods = sorted({r.get("method", "unknown") for r in rows})
-    groups = {"all": torch.arange(len(rows))}
-    for method in methods:
-        idx = [i for i, r in enumerate(rows) if r.get("method", "unknown") == method]
-        if len(idx) >= 2:
-            groups[method] = torch.tensor(idx)
+    groups = _method_groups(rows)
 
     def report_for(centroids: torch.Tensor) -> dict:
+        """Agreement under ``centroids``, for every group of pairs."""
         return {
             name: agreement_report(
                 text_emb[idx], para_emb[idx], centroids, margin, batch_size, top_share
@@ -139,12 +130,12 @@ def evaluate(
             for name, idx in groups.items()
         }
 
+    head = {"encoder": encoder_spec, "pair_files": [str(f) for f in files]}
     if centroids_file:
         loaded = CentroidFile.load(centroids_file)
         loaded.check_encoder(encoder_fingerprint(encoder), encoder_spec)
         return {
-            "encoder": encoder_spec,
-            "pair_files": [str(f) for f in files],
+            **head,
             "centroids": centroids_file,
             "margin": margin,
             **report_for(loaded.centroids),
@@ -154,32 +145,62 @@ def evaluate(
     flat = [s for doc in docs for s in doc]
     domain = embed(encoder, flat, progress=True)
     per_seed = {seed: report_for(fit_kmeans(domain, k=k, seed=seed)) for seed in seeds}
-    first = per_seed[seeds[0]]
     report = {
-        "encoder": encoder_spec,
-        "pair_files": [str(f) for f in files],
+        **head,
         "centroids": f"fitted on {len(flat)} news fit-split sentences, seed {seeds[0]}",
         "margin": margin,
-        **first,
+        **per_seed[seeds[0]],
     }
     if len(seeds) > 1:
-        summary = {}
-        for name in groups:
-            for key in (
-                "region_agreement",
-                "region_agreement_margin",
-                "region_agreement_top",
-                "region_kappa",
-            ):
-                values = torch.tensor([per_seed[s][name][key] for s in seeds])
-                summary[f"{name}/{key}"] = {
-                    "mean": float(values.mean()),
-                    "sd": float(values.std()),
-                    "min": float(values.min()),
-                    "max": float(values.max()),
-                }
-        report["over_seeds"] = {"seeds": list(seeds), **summary}
+        report["over_seeds"] = {"seeds": list(seeds), **_over_seeds(per_seed, seeds, groups)}
     return report
+
+
+def _distinct_pairs(files: Sequence[str | Path]) -> list[dict]:
+    """The pairs of ``files``, read one after the other, each text once (its first pair)."""
+    from .data import distinct_texts
+
+    return distinct_texts(
+        [row for path in files for row in read_jsonl_objects(path)], itemgetter("text")
+    )
+
+
+def _method_groups(rows: list[dict]) -> dict[str, torch.Tensor]:
+    """Indices of the pairs reported together: ``all``, and each paraphrase ``method`` with at
+    least two pairs."""
+    import torch
+
+    groups = {"all": torch.arange(len(rows))}
+    for method in sorted({r.get("method", "unknown") for r in rows}):
+        idx = [i for i, r in enumerate(rows) if r.get("method", "unknown") == method]
+        if len(idx) >= 2:
+            groups[method] = torch.tensor(idx)
+    return groups
+
+
+def _over_seeds(
+    per_seed: dict[int, dict], seeds: Sequence[int], groups: Iterable[str]
+) -> dict[str, dict[str, float]]:
+    """Mean, spread and range over the k-means ``seeds`` of each group's region agreement and
+    kappa, by ``group/statistic``."""
+    import torch
+
+    summary = {}
+    for name in groups:
+        for key in (
+            "region_agreement",
+            "region_agreement_margin",
+            "region_agreement_top",
+            "region_kappa",
+        ):
+            values = torch.tensor([per_seed[s][name][key] for s in seeds])
+            summary[f"{name}/{key}"] = {
+                "mean": float(values.mean()),
+                "sd": float(values.std()),
+                "min": float(values.min()),
+                "max": float(values.max()),
+            }
+    return summary
 
 
 def plot_agreement(reports: dict[str, dict], path: str | Path) -> None:

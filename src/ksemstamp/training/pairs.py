@@ -25,12 +25,17 @@ import logging
 import random
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..assets import DEFAULT_ENCODER, DEFAULT_LM
 from ..io import drop_cut_last_line
 from ..jsonl import read_jsonl_objects
+
+if TYPE_CHECKING:
+    from ..paraphrase import LMParaphraser
+    from .wordnet import WordNetParaphraser
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +118,6 @@ def build_pairs(
     from tqdm import tqdm
 
     from ..assets import load_encoder
-    from ..paraphrase import CHAT, LMParaphraser
-    from ..scheme.encoding import embed
     from .wordnet import WordNetParaphraser
 
     if not 0.0 <= lm_share <= 1.0:
@@ -130,18 +133,9 @@ def build_pairs(
         if i not in done
     ]
     wordnet = WordNetParaphraser(rate=wordnet_rate)
-    lm_model = None
-    if lm_share > 0:
-        # Chat prompts, one unseeded generate per chunk: how the recorded pairs were made.
-        lm_model = LMParaphraser(
-            lm,
-            num_candidates=lm_candidates,
-            max_new_tokens=64,
-            batch_size=None,
-            seed=None,
-            prompts=CHAT,
-        )
+    lm_model = _lm_paraphraser(lm, lm_candidates) if lm_share > 0 else None
     encoder = load_encoder(filter_encoder)
+    close = _Closeness(min_similarity, max_similarity, max_overlap)
     written = 0
     bar = tqdm(
         total=num, initial=len(done), desc=f"pairs {split}", unit="pair", disable=not progress
@@ -153,47 +147,8 @@ def build_pairs(
             use_lm = [
                 lm_model is not None and _unit_hash(f"{seed}:{i}") < lm_share for i, _ in chunk
             ]
-            lm_out = iter(
-                lm_model.candidates([s for (_, s), u in zip(chunk, use_lm, strict=True) if u])
-                if any(use_lm)
-                else []
-            )
-            # Candidate lists per source: LM samples first, WordNet as the fallback.
-            options: list[list[tuple[str, str]]] = []
-            for (sid, sentence), lm_used in zip(chunk, use_lm, strict=True):
-                cands = [(c, "lm") for c in next(lm_out)] if lm_used else []
-                rng = random.Random(f"{seed}:{sid}")
-                lexical = wordnet.paraphrase(sentence, rng)
-                if lexical is not None:
-                    cands.append((lexical, "wordnet"))
-                options.append(cands)
-            flat = [c for cands in options for c, _ in cands]
-            cand_emb = embed(encoder, flat) if flat else None
-            src_emb = embed(encoder, [s for _, s in chunk])
-            row = 0
-            for (sid, sentence), cands, src in zip(chunk, options, src_emb, strict=True):
-                best = None
-                for text, method in cands:
-                    sim = float(cand_emb[row] @ src)
-                    row += 1
-                    overlap = word_overlap(sentence, text)
-                    if not (min_similarity <= sim <= max_similarity and overlap <= max_overlap):
-                        continue
-                    # Prefer LM rewrites, then the one sharing the fewest words with the source.
-                    key = (method != "lm", overlap)
-                    if best is None or key < best[0]:
-                        best = (key, text, method, sim, overlap)
-                if best is None or len(done) + written >= num:
-                    continue
-                _, text, method, sim, overlap = best
-                record = {
-                    "id": sid,
-                    "text": sentence,
-                    "paraphrase": text,
-                    "method": method,
-                    "similarity": round(sim, 4),
-                    "overlap": round(overlap, 4),
-                }
+            options = _candidates(chunk, use_lm, lm_model, wordnet, seed)
+            for record in _kept_pairs(chunk, options, encoder, close)[: num - len(done) - written]:
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                 sink.flush()
                 written += 1
@@ -202,6 +157,108 @@ def build_pairs(
     if len(done) + written < num:
         logger.warning("ran out of %s sentences at %d of %d pairs", split, len(done) + written, num)
     return written
+
+
+def _lm_paraphraser(lm: str, lm_candidates: int) -> LMParaphraser:
+    """The chat LM that paraphrases: chat prompts, one unseeded generate per chunk (how the
+    recorded pairs were made)."""
+    from ..paraphrase import CHAT, LMParaphraser
+
+    return LMParaphraser(
+        lm,
+        num_candidates=lm_candidates,
+        max_new_tokens=64,
+        batch_size=None,
+        seed=None,
+        prompts=CHAT,
+    )
+
+
+def _candidates(
+    chunk: Sequence[tuple[str, str]],
+    use_lm: list[bool],
+    lm_model: LMParaphraser | None,
+    wordnet: WordNetParaphraser,
+    seed: int,
+) -> list[list[tuple[str, str]]]:
+    """Per source of ``chunk``, its candidate paraphrases and their method: the LM's samples
+    first (where ``use_lm``), then WordNet's substitution as the fallback."""
+    lm_out = iter(
+        lm_model.candidates([s for (_, s), u in zip(chunk, use_lm, strict=True) if u])
+        if any(use_lm)
+        else []
+    )
+    options: list[list[tuple[str, str]]] = []
+    for (sid, sentence), lm_used in zip(chunk, use_lm, strict=True):
+        cands = [(c, "lm") for c in next(lm_out)] if lm_used else []
+        rng = random.Random(f"{seed}:{sid}")
+        lexical = wordnet.paraphrase(sentence, rng)
+        if lexical is not None:
+            cands.append((lexical, "wordnet"))
+        options.append(cands)
+    return options
+
+
+@dataclass(frozen=True)
+class _Closeness:
+    """What a kept paraphrase must be: as close to its source as ``min_similarity`` to
+    ``max_similarity`` (cosine under the filter encoder), sharing at most ``max_overlap`` of its
+    words."""
+
+    min_similarity: float
+    max_similarity: float
+    max_overlap: float
+
+    def best(self, sentence: str, cands: list[tuple[str, str]], sims: list[float]) -> tuple | None:
+        """``(key, text, method, similarity, overlap)`` of the best candidate that passes, or
+        ``None``: LM rewrites first, then the one sharing the fewest words with the source."""
+        best = None
+        for (text, method), sim in zip(cands, sims, strict=True):
+            overlap = word_overlap(sentence, text)
+            if not (
+                self.min_similarity <= sim <= self.max_similarity and overlap <= self.max_overlap
+            ):
+                continue
+            # Prefer LM rewrites, then the one sharing the fewest words with the source.
+            key = (method != "lm", overlap)
+            if best is None or key < best[0]:
+                best = (key, text, method, sim, overlap)
+        return best
+
+
+def _kept_pairs(
+    chunk: Sequence[tuple[str, str]],
+    options: list[list[tuple[str, str]]],
+    encoder,
+    close: _Closeness,
+) -> list[dict]:
+    """The pair record of each source of ``chunk`` whose best candidate passes ``close``, in
+    order; every candidate and source embedded at once."""
+    from ..scheme.encoding import embed
+
+    flat = [c for cands in options for c, _ in cands]
+    cand_emb = embed(encoder, flat) if flat else None
+    src_emb = embed(encoder, [s for _, s in chunk])
+    records = []
+    row = 0
+    for (sid, sentence), cands, src in zip(chunk, options, src_emb, strict=True):
+        sims = [float(cand_emb[row + n] @ src) for n in range(len(cands))]
+        row += len(cands)
+        best = close.best(sentence, cands, sims)
+        if best is None:
+            continue
+        _, text, method, sim, overlap = best
+        records.append(
+            {
+                "id": sid,
+                "text": sentence,
+                "paraphrase": text,
+                "method": method,
+                "similarity": round(sim, 4),
+                "overlap": round(overlap, 4),
+            }
+        )
+    return records
 
 
 def _default(name: str):
