@@ -5,6 +5,7 @@ holds it to that), and nothing in ``src/`` or ``tests/`` imports it. Its command
 ``ksemstamp``'s command line, with the same ``--group.field`` flags: ``python -m lab --help``.
 
 * ``check``: a design's texts generated on held-out prompts, attacked, detected
-  (``lab/check.py``); ``compare``: two checks paired by prompt;
-* ``curve``: the candidate curve from the checks (``lab/curve.py``).
+  (``lab/check.py``);
+* ``compare``: two checks paired by prompt; ``curve``: the candidate curve from the checks
+  (``lab/curve.py``).
 """

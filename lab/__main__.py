@@ -7,8 +7,8 @@ from pathlib import Path
 
 from ksemstamp.experimental import main
 
-from .check import check, compare
-from .curve import curve
+from .check import check
+from .curve import compare, curve
 
 COMMANDS = {"check": check, "compare": compare, "curve": curve}
 CHECK_DEFAULTS = Path(__file__).with_name("check.yaml")

@@ -393,30 +393,3 @@ def check(settings: WatermarkSettings, run: CheckSettings) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "settings"}))
     return 0
-
-
-def compare(first: str, second: str) -> int:
-    """Two design checks paired by prompt: the second's z less the first's, per variant.
-
-    Args:
-        first: a check's name.
-        second: another's.
-    """
-    runs = [
-        {(r["variant"], r["id"]): r for r in read_jsonl(RUNS / f"check-{n}" / "detections.jsonl")}
-        for n in (first, second)
-    ]
-    out: dict = {"first": first, "second": second}
-    for variant in ("clean", *(v for *_, v in ATTACKS.values())):
-        pairs = sorted(k for k in runs[0].keys() & runs[1].keys() if k[0] == variant)
-        if len(pairs) < 2:
-            continue
-        diff = np.array([runs[1][k]["z"] - runs[0][k]["z"] for k in pairs])
-        out[variant] = {
-            "pairs": len(pairs),
-            "mean_z_difference": float(diff.mean()),
-            "standard_error": float(diff.std(ddof=1) / np.sqrt(len(diff))),
-            "second_higher": int((diff > 0).sum()),
-        }
-    print(json.dumps(out, indent=1))
-    return 0

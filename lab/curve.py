@@ -1,4 +1,9 @@
-"""The candidate curve: strength, quality and cost of each design check, side by side.
+"""Design checks side by side: two paired by prompt, and the candidate curve over several.
+
+    python -m lab compare --first c032 --second c128
+
+prints, per variant, the second check's z less the first's over the prompts both ran (mean,
+standard error, how many the second raised).
 
     python -m lab curve --names c032,c128,c256 --plain plain --kgw kgw \
         --output docs/evaluation/curve
@@ -18,7 +23,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .check import RUNS
+import numpy as np
+
+from .check import ATTACKS, RUNS, read_jsonl
 
 VARIANTS = ("clean", "attacked", "rewrite", "recursive", "bigram")
 LABELS = {
@@ -153,4 +160,31 @@ def curve(names: list[str], output: str, plain: str | None = None, kgw: str | No
     (folder / "curve.json").write_text(json.dumps(data, indent=1) + "\n")
     plot(rows, folder / "curve.png")
     print(table, end="")
+    return 0
+
+
+def compare(first: str, second: str) -> int:
+    """Two design checks paired by prompt: the second's z less the first's, per variant.
+
+    Args:
+        first: a check's name.
+        second: another's.
+    """
+    runs = [
+        {(r["variant"], r["id"]): r for r in read_jsonl(RUNS / f"check-{n}" / "detections.jsonl")}
+        for n in (first, second)
+    ]
+    out: dict = {"first": first, "second": second}
+    for variant in ("clean", *(v for *_, v in ATTACKS.values())):
+        pairs = sorted(k for k in runs[0].keys() & runs[1].keys() if k[0] == variant)
+        if len(pairs) < 2:
+            continue
+        diff = np.array([runs[1][k]["z"] - runs[0][k]["z"] for k in pairs])
+        out[variant] = {
+            "pairs": len(pairs),
+            "mean_z_difference": float(diff.mean()),
+            "standard_error": float(diff.std(ddof=1) / np.sqrt(len(diff))),
+            "second_higher": int((diff > 0).sum()),
+        }
+    print(json.dumps(out, indent=1))
     return 0

@@ -35,7 +35,7 @@ def test_the_effective_share_is_the_units_a_text_counts_as_over_its_units():
 
 
 def test_compare_pairs_the_same_prompts(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(check, "RUNS", tmp_path)
+    monkeypatch.setattr(curve, "RUNS", tmp_path)
     for name, shift in (("a", 0.0), ("b", 1.0)):
         folder = tmp_path / f"check-{name}"
         folder.mkdir()
@@ -43,7 +43,7 @@ def test_compare_pairs_the_same_prompts(tmp_path, monkeypatch, capsys):
             {"id": f"p{i}", "variant": "clean", "z": float(i) + shift * (i % 2)} for i in range(4)
         ]
         (folder / "detections.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert check.compare("a", "b") == 0
+    assert curve.compare("a", "b") == 0
     out = json.loads(capsys.readouterr().out)
     assert out["clean"]["pairs"] == 4 and out["clean"]["mean_z_difference"] == 0.5
     assert out["clean"]["second_higher"] == 2
