@@ -1,10 +1,13 @@
 """The command line: flags from the settings groups and the commands' signatures, files,
-printing, errors, and the spelling of earlier releases. No model is loaded."""
+printing, errors, the dashed spelling of development versions refused, and every command line
+the docs show read as written. No model is loaded."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
+from pathlib import Path
 
 import pytest
 import yaml
@@ -187,7 +190,7 @@ def test_evaluate_takes_its_settings_from_files_and_flags(tmp_path):
         settings.select_attacks(["d"])
 
 
-def test_the_spelling_of_earlier_releases_is_an_unknown_option(capsys):
+def test_the_dashed_spelling_of_development_versions_is_an_unknown_option(capsys):
     # 0.1.0 was never released: the dashed flags of its development versions are not read.
     with pytest.raises(CommandLineError, match="max-new-tokens"):
         _parse(["generate", "--max-new-tokens", "40"])
@@ -263,3 +266,52 @@ def test_the_web_page_names_the_command_line_as_users_run_it():
 
     page = (Path(ksemstamp.serve.__file__).parent / "static" / "index.html").read_text()
     assert "watermark.py" not in page and "ksemstamp detect --input" in page
+
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV_OR_WRAPPER = re.compile(r"^([A-Z_]+=\S*|nice|-n|\d+|time)$")
+
+
+def documented_command_lines(path: Path) -> list[list[str]]:
+    """The ``ksemstamp`` command lines of a Markdown file's fenced blocks or a Makefile's recipes,
+    each as its argv after the program name: continued lines joined, environment assignments and
+    ``nice`` dropped, cut at a pipe or redirection. Synopses (``[--flag ...]``), placeholders
+    (``COMMAND``) and ``--help`` are left out."""
+    text = path.read_text().replace("\\\n", " ")
+    if path.suffix == ".md":
+        blocks = re.findall(r"^```\w*\n(.*?)^```", text, re.M | re.S)
+        lines = [line for block in blocks for line in block.splitlines()]
+    else:
+        lines = [line for line in text.splitlines() if line.startswith("\t")]
+    found = []
+    for line in lines:
+        words = shlex.split(line, comments=True)
+        while words and ENV_OR_WRAPPER.match(words[0]):
+            words = words[1:]
+        if words[:1] == ["ksemstamp"]:
+            words = words[1:]
+        elif words[:3] == ["python", "-m", "ksemstamp"]:
+            words = words[3:]
+        else:
+            continue
+        for stop in ("|", ">", "&&", ";", "2>&1"):
+            words = words[: words.index(stop)] if stop in words else words
+        if words and not words[0].isupper() and "--help" not in words and "[--" not in line:
+            found.append(words)
+    return found
+
+
+def test_the_documented_command_lines_are_read_as_written():
+    """Every ``ksemstamp`` command line the README, the docs and the Makefile show parses and
+    builds its settings (files named must exist, flags must be today's); nothing runs."""
+    paths = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md"))]
+    seen = []
+    for path in paths:
+        for argv in documented_command_lines(path):
+            fn, prog, rest = resolve(argv, "ksemstamp")
+            try:
+                parse(fn, rest, prog)
+            except CommandLineError as err:
+                pytest.fail(f"{path.relative_to(ROOT)}: ksemstamp {' '.join(argv)}: {err}")
+            seen.append(argv[0])
+    assert {"generate", "detect", "calibrate", "evaluate", "pairs", "agreement"} <= set(seen)

@@ -4,7 +4,7 @@ Results files under ``docs/`` and ``benchmarks/results/`` record the settings th
 were made with: evaluation settings files and the ``settings`` of ``results.json``
 (``EvalSettings``, with ``watermark_overrides`` inside), the watermark settings of calibration
 reports, of benchmark variants and of study validation runs (``WatermarkSettings``, in its
-groups or in the flat spelling of earlier releases, which still loads). When a setting is
+groups). When a setting is
 renamed or removed, a reader can no longer tell what such a file ran with, nor rerun it; this
 test names the file and the setting so that the file is regenerated or annotated in the same
 change (``RETIRED``).

@@ -243,7 +243,7 @@ def test_a_grouped_file_that_gives_the_other_kinds_field_is_an_error_not_dropped
 
 
 def test_clause_units_are_the_default_and_one_file_gives_whole_sentences() -> None:
-    # The sentence-unit files keep what was measured with them: the mark of earlier releases
+    # The sentence-unit files keep what was measured with them: the former default
     # (texts generated before clause units detect best with it) and the trained adapter.
     assert WatermarkSettings().mark.units == "clauses"
     base = CONFIGS / "ksemstamp.yaml"

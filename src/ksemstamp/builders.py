@@ -28,14 +28,10 @@ if TYPE_CHECKING:
 
 
 def as_settings(settings: Any) -> WatermarkSettings:
-    """``settings`` as ``WatermarkSettings``: itself, or the flat ``config.WatermarkConfig`` of
-    earlier releases (deprecated) in its groups."""
-    if isinstance(settings, WatermarkSettings):
-        return settings
-    to_settings = getattr(settings, "to_settings", None)
-    if to_settings is None:
+    """``settings`` itself, checked to be ``WatermarkSettings`` (a clear error for anything else)."""
+    if not isinstance(settings, WatermarkSettings):
         raise TypeError(f"expected WatermarkSettings, got {type(settings).__name__}")
-    return to_settings()
+    return settings
 
 
 def load_scheme_encoder(settings: WatermarkSettings, encoder: Any = None):
