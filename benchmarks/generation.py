@@ -61,6 +61,8 @@ class GenerationSettings:
     """Overrides ``search.max_candidates`` (N_max) of both configurations."""
     lm_dtype: str | None = None
     """Overrides ``model.lm_dtype`` of both configurations (fp32, bf16, ...)."""
+    device: str | None = None
+    """Overrides ``model.device`` of both configurations (cuda, cuda:1; null: the files')."""
     time_budget: float | None = None
     """Seconds of generation after which no further prompt is started (null: no limit)."""
     sequential_sentences: int = 6
@@ -107,15 +109,16 @@ def render(report: dict[str, Any]) -> str:
 def read_config(path: Path, settings: GenerationSettings) -> WatermarkSettings:
     """A configuration file as shipped, with the benchmark's key, length and one prompt per call
     (per-prompt timing); ``settings.lm_dtype`` and ``settings.max_candidates`` override it when
-    given."""
+    given, and ``settings.device`` puts it on that device."""
     # A fixed seed: every variant and every rerun samples the same way.
     layer: dict[str, Any] = {
         **BENCH_KEY_LAYER,
         "sampling": {"max_new_tokens": settings.max_new_tokens, "seed": 0},
         "search": {"prompt_batch": 1},
     }
-    if settings.lm_dtype:
-        layer["model"] = {"lm_dtype": settings.lm_dtype}
+    model = {"lm_dtype": settings.lm_dtype, "device": settings.device}
+    if any(model.values()):
+        layer["model"] = {k: v for k, v in model.items() if v}
     if settings.max_candidates:
         layer["search"]["max_candidates"] = settings.max_candidates
     return load_watermark_settings([path], layer)

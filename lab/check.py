@@ -382,6 +382,7 @@ def check(settings: WatermarkSettings, run: CheckSettings) -> int:
         "perplexity_median": float(np.median([r["perplexity"] for r in scored.values()]))
         if scored
         else None,
+        "perplexity_by_id": {i: r["perplexity"] for i, r in scored.items()},
     }
     records, variants = detect_all(settings, run, generations, attacked)
     summary.update(variants)

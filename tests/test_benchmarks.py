@@ -381,3 +381,20 @@ def test_detection_and_throughput_targets_follow_the_device():
     assert target["met"] and target["measured"] == 0.6
     assert throughput.throughput_targets(dict(section, device="cpu")) == []
     assert "| 64 | 900.0 | 1500.0 | 0.60 |" in throughput.throughput_markdown(section)
+
+
+def test_the_generation_benchmark_measures_any_profile_on_any_device():
+    """``--generation.device`` moves both configurations (a GPU run needs no edited file), and
+    ``--generation.default_config`` measures another profile, such as the GPU one, as is."""
+    gpu = ROOT / "configs" / "ksemstamp-gpu.yaml"
+    settings = generation.GenerationSettings(default_config=str(gpu), device="cuda:1")
+    variants = {v.name: v.config for v in generation.make_variants(settings)}
+    assert {c.model.device for c in variants.values()} == {"cuda:1"}
+    assert (variants["default"].search.max_candidates, variants["default"].search.prune_keep) == (
+        128,
+        32,
+    )
+    plain = generation.read_config(
+        ROOT / "configs" / "ksemstamp.yaml", generation.GenerationSettings()
+    )
+    assert plain.model.device == "cpu" and plain.search.max_candidates == 32

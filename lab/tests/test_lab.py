@@ -58,6 +58,7 @@ def _summary(name, candidates, temperature, clean, attacked, perplexity, seconds
         },
         "texts": 12,
         "perplexity_median": perplexity,
+        "perplexity_by_id": {"p0": perplexity, "p1": perplexity},
         "decoded_per_token": candidates / 1.5,
         "seconds_per_token": seconds,
         "clean": {"detected_1pct": clean, "worst_key": clean, "median_z": 6.0, "texts": 12},
@@ -79,8 +80,8 @@ def test_the_curve_is_a_table_a_file_and_a_plot(tmp_path, monkeypatch):
     out = tmp_path / "curve"
     assert curve.curve(["c32", "c128"], str(out), plain="plain") == 0
     table = (out / "curve.md").read_text()
-    assert "| c128 | 128 | 12 | 0.7 | 12 | 1.00 (1.00) | 0.90 (0.50) |" in table
-    assert "| 0.75 (0.50) | 17.5 | 85.3 | 5.0x |" in table
+    assert "| c128 | 128 | 12 | 0.7 | 12 | 1.00 (1.00), z 6.0 | 0.90 (0.50), z 3.0 |" in table
+    assert "| 0.75 (0.50) | 17.5 | 1.03 [1.03, 1.03] | 85.3 | 5.0x |" in table
     assert "median perplexity 17.0" in table
     data = json.loads((out / "curve.json").read_text())
     assert [r["name"] for r in data["rows"]] == ["c32", "c128"]
@@ -97,3 +98,16 @@ def test_the_lab_runs_through_the_packages_command_line(capsys):
     with pytest.raises(SystemExit) as bad:
         run(["check", "--run.prompts", "many"])
     assert bad.value.code == 2
+
+
+def test_perplexity_is_compared_with_plain_text_prompt_by_prompt():
+    plain = {"a": 10.0, "b": 20.0, "c": 40.0}
+    # twice as perplexing on every prompt: ratio 2, and every resample agrees
+    doubled = curve.paired_ratio({k: 2 * v for k, v in plain.items()}, plain)
+    assert doubled["texts"] == 3 and doubled["ratio"] == pytest.approx(2.0)
+    assert doubled["ci95"] == pytest.approx([2.0, 2.0])
+    # a prompt only one side scored is left out; fewer than two pairs give no ratio
+    mixed = curve.paired_ratio({"a": 5.0, "b": 40.0, "z": 1.0}, plain)
+    assert mixed["texts"] == 2 and mixed["ratio"] == pytest.approx(1.0)
+    assert mixed["ci95"][0] < 1.0 < mixed["ci95"][1]
+    assert curve.paired_ratio({"a": 1.0}, plain) is None
