@@ -135,7 +135,7 @@ def markdown(rows: list[dict], plain: dict | None, kgw: dict | None) -> str:
     return "\n".join(lines) + ("\n\n" + " ".join(notes) if notes else "") + "\n"
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, plain_perplexity: float | None = None) -> None:
     """Detection at 1% against candidates per unit, one line per temperature and variant."""
     import matplotlib
 
@@ -161,6 +161,9 @@ def plot(rows: list[dict], path: Path) -> None:
     left.set_ylim(0, 1.02)
     left.legend(fontsize=7)
     right.set_ylabel("median perplexity (oracle)")
+    right.set_yscale("log")
+    if plain_perplexity is not None:
+        right.axhline(plain_perplexity, color="grey", linestyle=":", label="unwatermarked")
     right.legend(fontsize=7)
     for ax in (left, right):
         ax.set_xscale("log", base=2)
@@ -188,7 +191,7 @@ def curve(names: list[str], output: str, plain: str | None = None, kgw: str | No
     (folder / "curve.md").write_text(table)
     data = {"rows": rows, "plain": base and base.get("perplexity_median"), "kgw": baseline}
     (folder / "curve.json").write_text(json.dumps(data, indent=1) + "\n")
-    plot(rows, folder / "curve.png")
+    plot(rows, folder / "curve.png", base and base.get("perplexity_median"))
     print(table, end="")
     return 0
 
