@@ -67,7 +67,8 @@ COMMA := ,
 CALIBRATE := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 50
 CALIBRATE_200 := $(PY) watermark.py calibrate --calibration.max_texts 3000 --calibration.num_keys 200
 RESULTS := results-calibration results-calibration-hard results-calibration-region \
-	results-calibration-kernel results-calibration-sentences results-calibration-keys
+	results-calibration-kernel results-calibration-sentences results-calibration-keys \
+	results-calibration-gpu
 LONG_RESULTS := results-evaluation results-strength results-robust results-clauses results-curve \
 	results-benchmarks results-training
 .PHONY: $(RESULTS) $(LONG_RESULTS)
@@ -95,6 +96,11 @@ results-calibration-kernel: setup
 # The default with whole sentences as units instead of clauses (configs/ksemstamp-sentences.yaml).
 results-calibration-sentences: setup
 	$(CALIBRATE) $(SENTENCES) --output_dir docs/calibration/sentences
+
+# The GPU profile draws more candidates; what it detects with is the default's, so its report
+# must equal the default's figure for figure.
+results-calibration-gpu: setup
+	$(CALIBRATE) --config configs/ksemstamp-gpu.yaml --output_dir docs/calibration/gpu
 
 # The spread over keys, which 50 keys measure only roughly (their worst key is one draw of the
 # tail): the default and the trained adapter under 200 keys each.
@@ -186,6 +192,23 @@ results-clauses: setup
 	for pair in base:clauses base:clauses-adapter base:clauses-c20 clauses:clauses-adapter \
 		clauses:clauses-p4 clauses:clauses-c20 kgw:base kgw:clauses; do a=$${pair%%:*}; b=$${pair#*:}; \
 		$(LAB) compare --first $$a --second $$b > docs/evaluation/clauses/compare/$$a.vs.$$b.json || exit 1; done
+
+# Long (about 3 CPU-hours): the candidate curve with clause units, on the first 12 val prompts
+# (3 keys), clean, under the Gemma paraphrase and the rewrite of every window, and with every
+# edit: the default (32 candidates, the 12 best going on after 8 tokens), 128 candidates (the 32
+# best going on: configs/ksemstamp-gpu.yaml), the default's candidates drawn at temperature 1.0,
+# and the same sampler unwatermarked; then the table and plot (docs/evaluation/curve/), and each
+# check's summary copied to docs/evaluation/curve/NAME/. More points: more `$(CURVE)` lines.
+CURVE := $(LAB) check --run.prompts 12 --run.name
+results-curve: setup
+	$(CURVE) plain12 --run.plain
+	for flags in "c032k12" "c128k32 --config configs/ksemstamp-gpu.yaml"; do \
+		$(CURVE) $$flags && $(CURVE) $$flags --run.attack rewrite && \
+		$(CURVE) $$flags --run.stage edits || exit 1; done
+	$(CURVE) c032k12t10 --sampling.temperature 1.0
+	for name in plain12 c032k12 c128k32 c032k12t10; do mkdir -p docs/evaluation/curve/$$name && \
+		cp runs/lab/check-$$name/summary.json docs/evaluation/curve/$$name/ || exit 1; done
+	$(LAB) curve --names c032k12,c128k32,c032k12t10 --plain plain12 --output docs/evaluation/curve
 
 # Long: the benchmark of record (half an hour to an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup
