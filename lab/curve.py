@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ksemstamp.experimental import save_figure
+
 from .check import ATTACKS, RUNS, read_jsonl
 
 VARIANTS = ("clean", "attacked", "rewrite", "recursive", "bigram")
@@ -169,7 +171,7 @@ def plot(rows: list[dict], path: Path, plain_perplexity: float | None = None) ->
         ax.set_xscale("log", base=2)
         ax.set_xlabel("candidates per unit")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

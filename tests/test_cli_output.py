@@ -375,3 +375,23 @@ def test_every_command_silences_the_model_loading_bars(stand_in, monkeypatch, qu
     assert cli.main(["detect", "--text", "One. Two.", *quiet]) == 0
     assert not hf_logging.is_progress_bar_enabled()
     assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"  # for what loads transformers later
+
+
+def test_figures_are_saved_as_small_palette_pngs(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from ksemstamp.io import save_figure
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1, 2], [0, 1, 4], label="a")
+    ax.legend()
+    path = tmp_path / "plots" / "figure.png"
+    save_figure(fig, path, dpi=80)
+    plt.close(fig)
+    image = Image.open(path)
+    assert image.format == "PNG" and image.mode == "P" and image.size == (320, 240)
+    assert [p.name for p in path.parent.iterdir()] == ["figure.png"]  # no temporary file left

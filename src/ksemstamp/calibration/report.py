@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import atomic_target, write_json_atomic, write_text_atomic
+from ..io import save_figure, write_json_atomic, write_text_atomic
 from .scoring import DIAGNOSTIC, STATS
 
 
@@ -370,8 +370,7 @@ def plot_pvalues(result: dict[str, Any], path: str | Path) -> None:
     n, keys = result["texts_total"], result["calibration"]["num_keys"]
     fig.suptitle(f"{n} human texts x {keys} keys")
     fig.tight_layout()
-    with atomic_target(path) as tmp:
-        fig.savefig(tmp, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

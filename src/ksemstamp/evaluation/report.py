@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..io import atomic_target
+from ..io import save_figure
 from ..settings.evaluation import LABELS
 
 
@@ -236,6 +236,5 @@ def plot_roc(results: dict, path: Path) -> None:
         ax.set_ylabel("true positive rate")
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    with atomic_target(path) as tmp:
-        fig.savefig(tmp, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

@@ -35,7 +35,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..io import write_json_atomic
+from ..io import save_figure, write_json_atomic
 from ..jsonl import read_jsonl_objects
 from ..scheme.centroids import DEFAULT_REGIONS
 from ..settings.groups import RegionSettings
@@ -250,7 +250,7 @@ def plot_agreement(reports: dict[str, dict], path: str | Path) -> None:
     fig.legend(handles, labels, loc="lower center", ncol=len(reports), fontsize=8, frameon=False)
     fig.suptitle("Text and paraphrase in one k-means region", fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
