@@ -331,3 +331,55 @@ def test_the_command_line_refuses_an_empty_key_variable(monkeypatch, capsys, com
     assert main([*command, "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "KSEMSTAMP_KEY is set but empty" in err and "demo key" in err
+
+
+# ---------------------------------------------------------------------- keys that read as words
+
+PHRASES = [
+    "TheQuickBrownFoxJumpsOverTheLazyDogEveryMorningAtNine",  # zxcvbn alone: 141 bits
+    "the council met on monday and approved the budget for schools",
+    "It-Was-The-Best-Of-Times-It-Was-The-Worst-Of-Times",
+    "TheQuickBrownFoxJumpsOverTheLazyDogEveryMorningAt",  # valid base64 as well
+]
+
+
+@pytest.mark.parametrize("key", PHRASES)
+def test_a_key_that_reads_as_words_is_judged_as_words(monkeypatch, key):
+    from ksemstamp.keys import WEAK_KEY_ENV, check_key, key_strength
+
+    monkeypatch.delenv(WEAK_KEY_ENV, raising=False)
+    strength = key_strength(key)
+    assert strength.basis == "words" and strength.bits < 128
+    with pytest.raises(ValueError, match="it reads as words") as err:
+        check_key(key)
+    assert key not in str(err.value)
+
+
+def test_random_keys_never_read_as_words():
+    import base64
+    import random
+
+    from ksemstamp.keys import phrase_bits
+
+    rng = random.Random(61)
+    for _ in range(700):
+        data = rng.randbytes(rng.choice((16, 24, 32)))
+        for key in (
+            data.hex(),
+            base64.b64encode(data).decode(),
+            base64.urlsafe_b64encode(data).decode().rstrip("="),
+        ):
+            assert phrase_bits(key) is None, key
+
+
+def test_a_long_passphrase_of_random_words_is_strong():
+    import random
+
+    from ksemstamp.keys import check_key, key_strength
+
+    words = ["orbit", "velvet", "canyon", "pickle", "lantern", "quartz", "meadow", "thunder"]
+    words += ["saddle", "hazard", "glacier", "walnut", "pepper", "falcon", "ribbon", "nickel"]
+    rng = random.Random(3)
+    phrase = "-".join(rng.choice(words) for _ in range(16))
+    assert key_strength(phrase).basis == "words"
+    check_key(phrase)
