@@ -169,6 +169,56 @@ def test_bad_files_are_one_line_without_the_key(tmp_path, capsys):
     assert "broken.yaml: YAML error at line" in capsys.readouterr().err
 
 
+def _alias_bomb(levels: int, flow: bool = False) -> str:
+    """YAML of ``levels`` anchors, each a list of nine aliases of the one before: 9**levels
+    values once expanded, in ``levels`` lines."""
+    names = "abcdefghijklmnop"[:levels]
+    items = [", ".join(['"x"'] * 9)] + [", ".join([f"*{p}"] * 9) for p in names[:-1]]
+    if flow:
+        return "[" + ", ".join(f"&{n} [{i}]" for n, i in zip(names, items, strict=True)) + "]"
+    return "".join(f"{n}: &{n} [{i}]\n" for n, i in zip(names, items, strict=True))
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_naming_the_file(tmp_path, capsys):
+    import time
+    import tracemalloc
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_alias_bomb(9))
+    tracemalloc.start()
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as exit_:
+        main(["detect", "--config", str(bomb), "--text", "One. Two."])
+    seconds, (_, peak) = time.perf_counter() - start, tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert f"{bomb}: its YAML aliases expand to more than 100,000 values" in err
+    assert seconds < 2 and peak < 300 * 2**20
+    # in a flag's value, read as YAML for a typed option, and in a list option's
+    for flag in ("--search.max_candidates", "--calibration.alphas"):
+        command = "calibrate" if flag.startswith("--calibration") else "detect"
+        with pytest.raises(SystemExit):
+            main([command, flag, _alias_bomb(7, flow=True)])
+        assert f"the value of {flag}: its YAML aliases expand" in capsys.readouterr().err
+    # a few aliases stay as YAML has them
+    small = tmp_path / "small.yaml"
+    small.write_text("sampling: &s {seed: 4}\nsearch: {max_candidates: 3}\n")
+    assert _parse(["detect", "--config", str(small)]).kwargs["settings"].sampling.seed == 4
+
+
+def test_a_settings_file_that_is_not_utf8_or_too_large_is_named(tmp_path, capsys):
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("sampling: {seed: 1}\n# caf\xe9\n".encode("latin-1"))
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("# padding\n" * 200_000)
+    for path, problem in ((latin, "not UTF-8 text"), (huge, "larger than 1,048,576 bytes")):
+        with pytest.raises(SystemExit):
+            main(["detect", "--config", str(path), "--text", "One. Two."])
+        err = capsys.readouterr().err
+        assert f"{path}: {problem}" in err and len(err.strip().splitlines()) == 1
+
+
 def test_evaluate_takes_its_settings_from_files_and_flags(tmp_path):
     file = tmp_path / "eval.yaml"
     attacks = [{"name": n, "paraphraser": "wordnet"} for n in ("a", "b", "c")]

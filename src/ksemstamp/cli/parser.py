@@ -31,7 +31,7 @@ import docstring_parser
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
-from ..settings.files import command_line_layers
+from ..settings.files import check_aliases, command_line_layers, load_yaml
 from ..settings.groups import MARK_KINDS
 from ..settings.watermark import GROUPS, SettingsError, WatermarkSettings
 from .options import Option, is_settings_class, options_of, parameters
@@ -165,6 +165,12 @@ def parse(fn: Callable, argv: Sequence[str], prog: str) -> Invocation:
     takes_watermark = any(p.hint is WatermarkSettings for p in parameters(fn))
     try:
         files, kind, rest = command_line_layers(argv, takes_watermark)
+        for n, token in enumerate(rest):
+            flag, eq, value = token.partition("=")
+            if flag.startswith("--") and eq:
+                check_aliases(value, f"the value of {flag}")
+            elif not token.startswith("--") and n:
+                check_aliases(token, f"the value of {rest[n - 1]}")
         rest = _normalise(rest, {o.flag: o for o in options.values()})
         parser = build_parser(fn, prog, kind)
         config = [a for layer in files for a in ("--config", yaml.safe_dump(layer))]
@@ -270,8 +276,8 @@ def _normalise(tokens: list[str], options: dict[str, Option]) -> list[str]:
 
 def _list_items(value: str, item: type) -> list:
     if value.lstrip().startswith("["):
-        loaded = yaml.safe_load(value)
+        loaded = load_yaml(value, "a list option's value")
         if isinstance(loaded, list):
             return loaded
     parts = [p.strip() for p in value.split(",") if p.strip()]
-    return parts if item is str else [yaml.safe_load(p) for p in parts]
+    return parts if item is str else [load_yaml(p, "a list option's item") for p in parts]

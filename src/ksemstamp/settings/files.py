@@ -18,20 +18,100 @@ import yaml
 from .groups import MARK_KINDS
 from .watermark import WatermarkSettings, merge
 
+MAX_FILE_BYTES = 1 << 20
+"""Largest settings file read (1 MiB; the shipped ones are under 10 KiB)."""
+MAX_YAML_NODES = 100_000
+"""Most values a settings file (or a YAML value on the command line) may hold once its
+aliases are expanded: an alias repeats what its anchor names, so nine lines of aliases can
+stand for billions of values (an "alias bomb"), expanded by whatever walks them next."""
 
-def load_settings_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML settings file into a dict, as it is written.
 
-    A YAML syntax error is re-raised as a ``ValueError`` naming only the file and position:
-    PyYAML's own message quotes the offending line, which may hold the secret key.
-    """
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, counting what each alias stands for (``MAX_YAML_NODES``)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.expanded = 0
+        self.sizes: dict[int, int] = {}
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        alias = self.check_event(yaml.AliasEvent)
+        node = super().compose_node(parent, index)
+        # A node of its own is counted once here (its children as they are composed); an
+        # alias counts all it stands for.
+        self.expanded += self._size(node) if alias else 1
+        if self.expanded > MAX_YAML_NODES:
+            raise _TooLarge
+        return node
+
+    def _size(self, node: yaml.Node) -> int:
+        """Values ``node`` holds once expanded (aliases within it counted whole)."""
+        known = self.sizes.get(id(node))
+        if known is None:
+            children = node.value if isinstance(node.value, list) else []
+            flat = [n for c in children for n in (c if isinstance(c, tuple) else (c,))]
+            known = 1 + sum(self._size(n) for n in flat)
+            self.sizes[id(node)] = known
+        return known
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """``yaml.safe_load(text)``, refusing aliases that expand past ``MAX_YAML_NODES`` values;
+    a ``ValueError`` names ``source`` (never quoting the text: it may hold the key)."""
+    loader = _BoundedLoader(text)
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        return loader.get_single_data()
+    except _TooLarge:
+        raise ValueError(
+            f"{source}: its YAML aliases expand to more than {MAX_YAML_NODES:,} values "
+            "(settings are small: write them out)"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or "not valid YAML"
-        raise ValueError(f"{path}: YAML error{where}: {problem}") from None
+        raise ValueError(f"{source}: YAML error{where}: {problem}") from None
+    finally:
+        loader.dispose()
+
+
+def check_aliases(text: str, source: str) -> None:
+    """Raise ``load_yaml``'s ``ValueError`` when ``text``, read as YAML, holds aliases that
+    expand past ``MAX_YAML_NODES`` values; text that is not YAML passes (a command line's
+    values are read as YAML by the parser when their type is not text)."""
+    if "*" not in text:  # no alias
+        return
+    try:
+        load_yaml(text, source)
+    except ValueError as err:
+        if "aliases expand" in str(err):  # not YAML errors: the value may be plain text
+            raise
+
+
+def load_settings_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML settings file into a dict, as it is written.
+
+    Refused with a ``ValueError`` naming the file: a file over ``MAX_FILE_BYTES``, one that is
+    not UTF-8, aliases that expand past ``MAX_YAML_NODES`` values (``load_yaml``), and a YAML
+    syntax error, told by position only (PyYAML's own message quotes the offending line, which
+    may hold the secret key).
+    """
+    path = Path(path)
+    with path.open("rb") as handle:
+        raw = handle.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_FILE_BYTES:,} bytes; a settings file is small")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {err.start}); save the settings file as UTF-8"
+        ) from None
+    data = load_yaml(text, str(path)) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of settings")
     return data
