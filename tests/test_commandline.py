@@ -169,6 +169,72 @@ def test_bad_files_are_one_line_without_the_key(tmp_path, capsys):
     assert "broken.yaml: YAML error at line" in capsys.readouterr().err
 
 
+def _integer_options():
+    """``(command line, flag)`` for every integer option of every command, of both marks."""
+    import typing
+
+    from ksemstamp.cli.options import options_of
+
+    seen = {}
+    for name, entry in COMMANDS.items():
+        for sub, fn in entry.items() if isinstance(entry, dict) else [("", entry)]:
+            for kind in MARK_KINDS:
+                options = options_of(fn, kind)
+                given = [(o.flag, "1" if o.hint is int else "x") for o in options if o.required]
+                for option in options:
+                    args = typing.get_args(option.hint) or (option.hint,)
+                    if int in args:
+                        head = [name, sub] if sub else [name]
+                        mark = ["--mark.kind", kind] if option.dest.startswith("mark.") else []
+                        rest = [t for f, v in given if f != option.flag for t in (f, v)]
+                        seen[(name, sub, option.dest)] = ([*head, *mark, *rest], option.flag)
+    return sorted(seen.values())
+
+
+INTEGER_OPTIONS = _integer_options()
+
+
+@pytest.mark.parametrize(("argv", "flag"), INTEGER_OPTIONS, ids=[f for _, f in INTEGER_OPTIONS])
+def test_every_integer_setting_refuses_an_absurd_value(argv, flag):
+    with pytest.raises(CommandLineError) as err:
+        _parse([*argv, flag, "99999999999999999999"])
+    message = str(err.value)
+    assert f"{flag[2:]} ({flag}) must be <= " in message
+
+
+def test_an_absurd_search_is_refused_in_one_line_before_any_model_loads(monkeypatch, capsys):
+    import time
+
+    import ksemstamp.assets
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(ksemstamp.assets, "load_encoder", no_model)
+    monkeypatch.setattr(ksemstamp.assets, "load_lm", no_model)
+    huge = "99999999999999999999"
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--prompt", "A.", "--search.max_candidates", huge,
+              "--search.candidate_batch", huge])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "search.max_candidates (--search.max_candidates) must be <= 10,000" in err
+    assert "search.candidate_batch (--search.candidate_batch) must be <= 4,096" in err
+    assert time.perf_counter() - start < 5
+
+
+def test_a_float_setting_must_be_finite(tmp_path, capsys):
+    path = tmp_path / "inf.yaml"
+    path.write_text("sampling: {temperature: .inf}\nmark: {context_temperature: .nan}\n")
+    with pytest.raises(CommandLineError) as err:
+        _parse(["detect", "--config", str(path)])
+    assert "sampling.temperature (--sampling.temperature) must be a finite number" in str(err.value)
+    assert "mark.context_temperature (--mark.context_temperature) must be a finite" in str(
+        err.value
+    )
+
+
 def _alias_bomb(levels: int, flow: bool = False) -> str:
     """YAML of ``levels`` anchors, each a list of nine aliases of the one before: 9**levels
     values once expanded, in ``levels`` lines."""

@@ -15,13 +15,13 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-
-from jsonargparse.typing import PositiveInt
+from typing import Annotated
 
 from ..builders import build_detector, build_scheme, build_watermarker, checked_key
 from ..detection.detectable import length_note
 from ..records import JsonlFiles, run_records
 from ..settings.calibration import CalibrationSettings
+from ..settings.checks import Range
 from ..settings.devices import DeviceSettings
 from ..settings.watermark import WatermarkSettings
 from ..text.corpora import news_prompt
@@ -108,7 +108,7 @@ def detect(
     input: str | None = None,
     prompt: str | None = None,
     output: str | None = None,
-    batch_size: PositiveInt = 64,
+    batch_size: Annotated[int, Range(1, 4096)] = 64,
     parallel: DeviceSettings | None = None,
     quiet: bool = False,
 ) -> int:
@@ -158,7 +158,10 @@ def detect(
 
 
 def demo(
-    settings: WatermarkSettings, article: int = 0, prompt_words: int = 32, quiet: bool = False
+    settings: WatermarkSettings,
+    article: Annotated[int, Range(0, 100_000)] = 0,
+    prompt_words: Annotated[int, Range(1, 10_000)] = 32,
+    quiet: bool = False,
 ) -> int:
     """Watermark the opening of a held-out news article, then detect the mark.
 
@@ -269,8 +272,8 @@ def calibrate(
 def serve(
     settings: WatermarkSettings,
     host: str = "127.0.0.1",
-    port: int = 8000,
-    max_chars: PositiveInt | None = None,
+    port: Annotated[int, Range(0, 65_535)] = 8000,
+    max_chars: Annotated[int, Range(1, 100_000_000)] | None = None,
     generation: bool = True,
     quiet: bool = False,
 ) -> int:

@@ -29,8 +29,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Annotated
 from unittest import mock
 
+from ..settings.checks import Range
 from .console import print_err
 
 LINE = re.compile(r"^rank (\d+)/(\d+): models on (\S+): (.*)$", re.MULTILINE)
@@ -259,13 +261,13 @@ def _close(a: float | None, b: float | None) -> bool:
 
 
 def gpucheck(
-    devices: int | None = None,
+    devices: Annotated[int, Range(1, 4096)] | None = None,
     cpu: bool = False,
     workdir: str | None = None,
     corpus: str | None = None,
-    steps: int = 4,
-    prompts: int = 4,
-    max_new_tokens: int = 96,
+    steps: Annotated[int, Range(1, 100_000)] = 4,
+    prompts: Annotated[int, Range(1, 10_000)] = 4,
+    max_new_tokens: Annotated[int, Range(1, 100_000)] = 96,
 ) -> int:
     """Train, generate and detect on this machine's GPUs, and check each ran where it should.
 

@@ -27,8 +27,12 @@ from typing import Any
 
 import docstring_parser
 
+from ..settings.checks import SEED_BOUNDS, Range, range_of
 from ..settings.groups import MARK_KINDS
 from ..settings.watermark import GROUPS, WatermarkSettings
+
+DEFAULT_BOUNDS = Range(*SEED_BOUNDS)
+"""The bounds of an integer option that declares none: what a 64-bit integer holds."""
 
 
 @dataclass(frozen=True)
@@ -137,11 +141,17 @@ class Parameter:
     """``settings`` (fields at the top), ``group`` (``--name.field``) or ``option``."""
     required: bool = False
     """No default: the command line or a file must give it."""
+    bounds: Range = DEFAULT_BOUNDS
+    """An integer option's bounds (``Annotated[int, Range(1, 4096)]`` in the signature; else
+    what a 64-bit integer holds)."""
+    optional: bool = False
+    """``None`` is a value of it."""
 
 
 def parameters(fn: Callable) -> list[Parameter]:
     """The parameters of a command function, in order."""
     hints = typing.get_type_hints(fn)
+    declared = typing.get_type_hints(fn, include_extras=True)
     docs = _docs(fn)
     out = []
     for p in inspect.signature(fn).parameters.values():
@@ -156,7 +166,19 @@ def parameters(fn: Callable) -> list[Parameter]:
         else:
             role = "option"
         required = p.default is inspect.Parameter.empty and role == "option"
-        out.append(Parameter(p.name, hint, default, docs.get(p.name), role, required))
+        bounds, optional = range_of(declared.get(p.name, Any))
+        out.append(
+            Parameter(
+                p.name,
+                hint,
+                default,
+                docs.get(p.name),
+                role,
+                required,
+                bounds or DEFAULT_BOUNDS,
+                optional,
+            )
+        )
     return out
 
 

@@ -212,6 +212,7 @@ def build(fn: Callable, values: dict[str, Any]) -> dict[str, Any]:
                 taken.add(p.name)
             else:
                 kwargs[p.name] = values[p.name]
+                problems += p.bounds.problems(p.name, values[p.name], p.optional)
         except SettingsError as err:
             problems += err.problems
     if problems:

@@ -27,10 +27,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from ..assets import DEFAULT_ENCODER
 from ..io import atomic_target
+from ..settings.checks import SEED, Range
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -324,13 +325,13 @@ def fit_centroid_file(
 def centroids(
     output: str,
     encoder: str = DEFAULT_ENCODER,
-    k: int = DEFAULT_REGIONS,
+    k: Annotated[int, Range(2, 4096)] = DEFAULT_REGIONS,
     corpus: str | None = None,
     split: Literal["fit", "val", "test", "all"] = "fit",
-    min_words: int = 5,
-    max_sentences: int = 20000,
-    seed: int = 0,
-    batch_size: int = 64,
+    min_words: Annotated[int, Range(1, 1000)] = 5,
+    max_sentences: Annotated[int, Range(1, 10_000_000)] = 20000,
+    seed: Annotated[int, SEED] = 0,
+    batch_size: Annotated[int, Range(1, 4096)] = 64,
     quiet: bool = False,
 ) -> int:
     """Fit k-means centroids of an encoder's sentence embeddings and write a centroid file.

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 from ..text.corpora import SOURCES
+from .checks import SEED, Range, bound_problems
 
 ALPHAS = (0.001, 0.01, 0.05)
 
@@ -16,15 +18,15 @@ class CalibrationSettings:
 
     sources: tuple[str, ...] = SOURCES
     """Human sources: news (held-out val and test splits), parliament, tweets."""
-    max_texts: int = 3000
+    max_texts: Annotated[int, Range(1, 10_000_000)] = 3000
     """Human texts in all, shared among the sources."""
-    num_keys: int = 50
+    num_keys: Annotated[int, Range(2, 100_000)] = 50
     """Random keyed tables; the rates are reported over them (at least 2)."""
-    window_words: int = 150
+    window_words: Annotated[int, Range(1, 100_000)] = 150
     """Words per human text (about 200 tokens)."""
-    simulated_per_key: int = 200
+    simulated_per_key: Annotated[int, Range(0, 1_000_000)] = 200
     """Simulated watermarked region sequences per key (0: none)."""
-    seed: int = 0
+    seed: Annotated[int, SEED] = 0
     """Seed of the keys and of the sampling."""
     alphas: tuple[float, ...] = ALPHAS
     """Levels at which false-positive rates and power are reported."""
@@ -34,15 +36,7 @@ class CalibrationSettings:
     """Keep sentence embeddings on disk (``embedding_store``) and reuse them in later runs."""
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.max_texts < 1:
-            problems.append(f"max_texts must be >= 1, got {self.max_texts}")
-        if self.num_keys < 2:
-            problems.append(f"num_keys must be >= 2 (spread over keys), got {self.num_keys}")
-        if self.window_words < 1:
-            problems.append(f"window_words must be >= 1, got {self.window_words}")
-        if self.simulated_per_key < 0:
-            problems.append(f"simulated_per_key must be >= 0, got {self.simulated_per_key}")
+        problems = bound_problems(self)
         if not self.sources:
             problems.append("sources must name at least one source")
         if problems:

@@ -1,11 +1,79 @@
 """How a settings dataclass refuses values: one ``SettingsError`` that lists every problem, one
 a line, each starting with the name of its field (``search.max_candidates`` once the group is
-known: ``build_group``), so that a file or a command line can name the setting and its flag."""
+known: ``build_group``), so that a file or a command line can name the setting and its flag.
+
+Every integer setting declares its bounds beside its type, ``Annotated[int, Range(1, 4096)]``
+(a command's own integer options too): an upper bound that a real run could use, so that an
+absurd value (``--search.max_candidates 99999999999999999999``) is refused in one line before
+any model loads instead of a run that makes no progress while it fills memory. A float setting
+must be a finite number."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+SEED_BOUNDS = (-(2**63), 2**63 - 1)
+"""What a 64-bit seed holds."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """The bounds of an integer setting, declared with its type:
+    ``Annotated[int, Range(1, 4096)]`` (``None`` passes where the type allows it)."""
+
+    low: int
+    high: int
+
+    def problems(self, name: str, value: Any, optional: bool = False) -> list[str]:
+        """Why ``value`` of the setting ``name`` is out of bounds (none when it is within, is
+        not an integer, or is ``None``)."""
+        if not isinstance(value, int) or isinstance(value, bool):
+            return []
+        tail = " or null" if optional else ""
+        if value < self.low:
+            return [f"{name} must be >= {self.low}{tail}, got {value}"]
+        if value > self.high:
+            return [f"{name} must be <= {self.high:,}{tail}, got {value}"]
+        return []
+
+
+SEED = Range(*SEED_BOUNDS)
+
+
+def range_of(hint: Any) -> tuple[Range | None, bool]:
+    """The ``Range`` an ``Annotated`` type hint declares (in a union too: ``Annotated[int,
+    Range(1, 9)] | None``), and whether ``None`` is allowed."""
+    optional = False
+    candidates = [hint]
+    if get_origin(hint) in (typing.Union, types.UnionType):
+        candidates = list(get_args(hint))
+        optional = type(None) in candidates
+    for candidate in candidates:
+        if get_origin(candidate) is typing.Annotated:
+            found = [m for m in candidate.__metadata__ if isinstance(m, Range)]
+            if found:
+                return found[0], optional
+    return None, optional
+
+
+def bound_problems(group: object) -> list[str]:
+    """The problems of ``group``'s integer fields outside their declared ``Range`` (those that
+    declare none: outside what a 64-bit integer holds) and of its float fields that are not
+    finite numbers."""
+    hints = get_type_hints(type(group), include_extras=True)
+    problems = []
+    for f in dataclasses.fields(group):
+        value = getattr(group, f.name)
+        bounds, optional = range_of(hints[f.name])
+        problems += (bounds or SEED).problems(f.name, value, optional)
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{f.name} must be a finite number, got {value}")
+    return problems
 
 
 class SettingsError(ValueError):
@@ -18,8 +86,9 @@ class SettingsError(ValueError):
 
 
 def check(group: object, problems: list[str]) -> None:
-    """Raise ``SettingsError`` with ``problems`` and every ``Literal`` field of ``group`` whose
-    value is not one of its choices."""
+    """Raise ``SettingsError`` with ``problems``, every ``Literal`` field of ``group`` whose
+    value is not one of its choices and every field out of its bounds (``bound_problems``)."""
+    problems = bound_problems(group) + problems
     hints = get_type_hints(type(group))
     for f in reversed(dataclasses.fields(group)):
         choices = get_args(hints[f.name]) if get_origin(hints[f.name]) is Literal else ()
@@ -28,18 +97,6 @@ def check(group: object, problems: list[str]) -> None:
             problems.insert(0, f"{f.name} must be one of {list(choices)}, not {value!r}")
     if problems:
         raise SettingsError(f"invalid {type(group).__name__}", problems)
-
-
-def at_least(group: object, bound: int, *names: str, optional: bool = False) -> list[str]:
-    """The problems of the fields ``names`` of ``group`` below ``bound`` (``None`` passes when
-    ``optional``)."""
-    problems = []
-    for name in names:
-        value = getattr(group, name)
-        if not (optional and value is None) and value < bound:
-            tail = " or null" if optional else ""
-            problems.append(f"{name} must be >= {bound}{tail}, got {value}")
-    return problems
 
 
 def build_group(

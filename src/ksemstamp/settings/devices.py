@@ -7,7 +7,9 @@ loading it; the run over devices is ``parallel``'s.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from .checks import Range, check
 
 
 @dataclass(frozen=True)
@@ -19,11 +21,14 @@ class DeviceSettings:
     accelerator: str | None = None
     """Lightning accelerator: ``cpu``, ``gpu``, ``cuda``, ``mps`` or ``auto`` (the default once
     another of these settings is given)."""
-    devices: int | str | None = None
+    devices: Annotated[int, Range(-1, 4096)] | str | None = None
     """How many devices (``2``), which (``0,2``), or all (``auto``, ``-1``); default ``auto``."""
     strategy: str | None = None
     """Lightning strategy: ``ddp`` (one process per device, started by running the command
     again), ``ddp_spawn`` (started from this one) or ``auto``."""
+
+    def __post_init__(self) -> None:
+        check(self, [])
 
     def requested(self) -> bool:
         """Whether any setting was given (else the records are processed in this process)."""

@@ -11,9 +11,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from ..io import write_json_atomic
+from .checks import SEED, Range, bound_problems, check
 from .files import load_watermark_settings
 from .watermark import WatermarkSettings
 
@@ -54,12 +55,15 @@ class KGWSettings:
     """gamma: the share of the vocabulary on the green list."""
     bias: float = 2.0
     """delta: added to the logits of green tokens."""
-    hashing_key: int = 15485863
+    hashing_key: Annotated[int, SEED] = 15485863
     """The key of the green lists (public: KGW is the baseline)."""
     seeding_scheme: Literal["lefthash", "selfhash"] = "lefthash"
     """How the previous tokens seed the green list."""
-    context_width: int = 1
+    context_width: Annotated[int, Range(1, 64)] = 1
     """Previous tokens that seed the green list."""
+
+    def __post_init__(self) -> None:
+        check(self, [])
 
     def watermarking_config(self):
         from transformers import WatermarkingConfig
@@ -131,17 +135,17 @@ class EvalSettings:
 
     output_dir: str = "runs/eval-news"
     """Run folder (resumable)."""
-    num_prompts: int = 100
+    num_prompts: Annotated[int, Range(1, 1_000_000)] = 100
     """Held-out news prompts (paper: 1000 RealNews prompts)."""
-    prompt_words: int = 32
+    prompt_words: Annotated[int, Range(1, 10_000)] = 32
     """Prompt length in words, cut back to a sentence end (when ``prompt_tokens`` is unset)."""
-    prompt_tokens: int | None = None
+    prompt_tokens: Annotated[int, Range(1, 100_000)] | None = None
     """Cut each prompt after this many generator tokens instead, mid-sentence as the paper's
     32-token prompts are: the generator completes the sentence first, and the human negative
     starts with the rest of that sentence. ``None``: whole sentences of ``prompt_words``."""
-    min_human_sentences: int = 3
+    min_human_sentences: Annotated[int, Range(0, 10_000)] = 3
     """Skip articles whose text after the prompt has fewer sentences than this."""
-    max_new_tokens: int = 200
+    max_new_tokens: Annotated[int, Range(1, 100_000)] = 200
     """Generation length, and the length human negatives are cut to (paper: ~200)."""
     algorithms: list[str] = field(
         default_factory=lambda: ["ksemstamp", "ksemstamp-paper", "semstamp", "kgw", "none"]
@@ -172,7 +176,7 @@ class EvalSettings:
     """A ``final.ckpt`` that ``train.py`` wrote: the sentence-level algorithms (and ``none``)
     take its fine-tuned encoder, centroids and mean (``model.checkpoint``); KGW has no
     encoder."""
-    num_keys: int = 1
+    num_keys: Annotated[int, Range(1, 10_000)] = 1
     """Watermark keys, taken by the prompts in turn: prompt ``i`` is generated and detected
     (with its human negative) under key ``i mod num_keys``, derived from the configured key
     (``key_for``). A design that works for one key and not another shows up in the averages
@@ -204,12 +208,12 @@ class EvalSettings:
     does not pick its candidates with the detector's eyes."""
     oracle: str = "gemma3-270m"
     """Perplexity / Sem-Ent oracle LM (paper: OPT-2.7B)."""
-    oracle_batch: int = 4
+    oracle_batch: Annotated[int, Range(1, 4096)] = 4
     """Texts per oracle pass."""
-    sem_ent_k: int = 50
+    sem_ent_k: Annotated[int, Range(1, 100_000)] = 50
     """k-means clusters for Sem-Ent (paper: 50); fewer when there are under 5 texts per
     cluster (``metrics.TEXTS_PER_CLUSTER``)."""
-    devices: int | str = 1
+    devices: Annotated[int, Range(-1, 4096)] | str = 1
     """Devices generation spreads over, one process each (Lightning's ``devices``: a number,
     ``0,2``, ``auto`` or ``-1`` for all); each builds its models on its own device."""
     accelerator: str = "cpu"
@@ -220,17 +224,17 @@ class EvalSettings:
     generation runs on the ``accelerator``'s devices."""
     strategy: str = "auto"
     """Lightning strategy, e.g. ddp, ddp_spawn."""
-    prompt_batch: int = 4
+    prompt_batch: Annotated[int, Range(1, 4096)] = 4
     """Prompts generated together in one batch."""
-    attack_batch: int = 8
+    attack_batch: Annotated[int, Range(1, 4096)] = 8
     """Texts per attack call."""
-    seed: int = 0
+    seed: Annotated[int, SEED] = 0
     """Sampling seed of every algorithm (it replaces the watermark files' ``seed``)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.kgw, dict):
             object.__setattr__(self, "kgw", KGWSettings(**self.kgw))
-        problems = []
+        problems = bound_problems(self)
         unknown = sorted(set(self.algorithms) - set(LABELS))
         if unknown:
             problems.append(f"unknown algorithms {unknown}; known: {sorted(LABELS)}")
@@ -254,19 +258,8 @@ class EvalSettings:
         clash = sorted(set(names) & set(self.edits))
         if clash:
             problems.append(f"attacks and edits share the names {clash}")
-        for name in (
-            "num_prompts",
-            "max_new_tokens",
-            "prompt_batch",
-            "attack_batch",
-            "num_keys",
-        ):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        if isinstance(self.devices, int) and (self.devices == 0 or self.devices < -1):
-            problems.append(f"devices must be >= 1, -1 (all) or a string, got {self.devices}")
-        if self.prompt_tokens is not None and self.prompt_tokens < 1:
-            problems.append(f"prompt_tokens must be >= 1 or null, got {self.prompt_tokens}")
+        if self.devices == 0:
+            problems.append("devices must be >= 1, -1 (all) or a string, got 0")
         if problems:
             raise ValueError("invalid evaluation settings:\n  " + "\n  ".join(problems))
 

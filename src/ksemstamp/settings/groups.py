@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from ..assets import DEFAULT_ENCODER, DEFAULT_LM
-from .checks import at_least, check
+from .checks import SEED, Range, check
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 """The checkout's root (relative settings paths are tried against it); not used to find data."""
@@ -66,13 +66,13 @@ class ModelSettings:
     device: str = "cpu"
     """Where the models of one process are built (``cpu``, ``cuda``, ``cuda:1``). Commands that
     spread work over devices (``--parallel.devices``) build each process's models on its own."""
-    threads: int | None = None
+    threads: Annotated[int, Range(1, 1024)] | None = None
     """torch threads for generation and detection; ``None`` keeps torch's default (every core
     available to the process, unless ``OMP_NUM_THREADS`` says otherwise). Set 1 on a machine
     shared with other jobs, where threads waiting on busy cores slow every job down."""
 
     def __post_init__(self) -> None:
-        check(self, at_least(self, 1, "threads", optional=True))
+        check(self, [])
 
 
 @dataclass(frozen=True)
@@ -87,13 +87,13 @@ class PartitionSettings:
     (``configs/ksemstamp-paper.yaml`` names the shipped K = 8 file, the paper's). Fit one with
     ``ksemstamp centroids``. The file also carries the domain's mean and principal components
     (``mark.whiten``), and the encoder's low-rank adapter when training made one."""
-    lsh_bits: int = 3
-    """``lsh``: hyperplanes ``d`` (``2**d`` regions; paper: 3)."""
-    lsh_seed: int = 0
+    lsh_bits: Annotated[int, Range(1, 12)] = 3
+    """``lsh``: hyperplanes ``d`` (``2**d`` regions, at most 4,096; paper: 3)."""
+    lsh_seed: Annotated[int, SEED] = 0
     """``lsh``: seed of the hyperplanes."""
 
     def __post_init__(self) -> None:
-        check(self, at_least(self, 1, "lsh_bits"))
+        check(self, [])
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class DirectionSettings:
     paraphrase across a border changes the direction a little, not entirely (``scheme``). 0.1
     with ``own`` kept the most evidence in the design study (docs/design.md, "Contexts: soft and own"); 0.05 with
     ``previous``. Under ``partition.kind: lsh`` (no centroids) it is ``0``."""
-    whiten: int = 64
+    whiten: Annotated[int, Range(0, 4096)] = 64
     """With centroids: this many of the domain's top principal components (stored in the
     centroid file) are projected out of what is scored. Sentences on one topic share those
     components, so without them a text's scores under one key move together; 64 raised the
@@ -141,12 +141,12 @@ class DirectionSettings:
     units: Literal["sentences", "clauses"] = "clauses"
     """What generation draws and detection scores: ``clauses`` (cut after , ; : once ``clause_words``
     words precede: more evidence after a paraphrase, a third more decoding) or ``sentences``."""
-    clause_words: int = 4
+    clause_words: Annotated[int, Range(1, 100)] = 4
     """``clauses``: the fewest words a clause holds before a comma, semicolon or colon may end
     it (a shorter piece runs on into the next); a sentence's last clause may be shorter."""
 
     def __post_init__(self) -> None:
-        problems = at_least(self, 0, "whiten") + at_least(self, 1, "clause_words")
+        problems = []
         if self.context_temperature < 0:
             problems.append(f"context_temperature must be >= 0, got {self.context_temperature}")
         check(self, problems)
@@ -166,16 +166,15 @@ class RegionSettings:
     valid_mode: ValidMode = "keyed"
     """``keyed`` (HMAC of the secret key) or ``paper`` (the reference code's public table,
     seeded by ``q * 15485863``)."""
-    novelty_patience: int = 10
+    novelty_patience: Annotated[int, Range(0, 10_000)] = 10
     """Candidates after which a valid but already-used region transition is accepted; 0 is the
     paper's rule. A repeated transition adds no evidence for the exact test."""
-    margin_patience: int | None = 20
+    margin_patience: Annotated[int, Range(0, 10_000)] | None = 20
     """Candidates after which a candidate in a valid region is accepted without the margin;
     ``None`` keeps the margin to ``search.max_candidates`` (the paper's rule)."""
 
     def __post_init__(self) -> None:
-        problems = at_least(self, 0, "novelty_patience")
-        problems += at_least(self, 0, "margin_patience", optional=True)
+        problems = []
         if not 0 < self.gamma < 1:
             problems.append(f"gamma must be in (0, 1), got {self.gamma}")
         if self.margin < 0:
@@ -195,11 +194,11 @@ MARK_KINDS: dict[str, type[DirectionSettings] | type[RegionSettings]] = {
 class SearchSettings:
     """How the candidates of a sentence are drawn, and pruned."""
 
-    max_candidates: int = 32
+    max_candidates: Annotated[int, Range(1, 10_000)] = 32
     """Candidates per sentence before giving up on the rule: the region mark then keeps the
     last one drawn (paper: 100), the direction mark the best-scoring one (of those that pruning
     lets finish; a pruned candidate does not count against the budget)."""
-    candidate_batch: int = 32
+    candidate_batch: Annotated[int, Range(1, 4096)] = 32
     """Most candidate rows per document in one batched decode: 32 rows decode in about 2.9x
     one row's time on a CPU (``generation.rounds.ROW_COST``), and more rarely pay off."""
     adaptive_batch: bool = True
@@ -208,12 +207,12 @@ class SearchSettings:
     strategy: Strategy = "batched"
     """``batched`` (many rows over one prefill) or ``sequential`` (one ``generate`` call per
     candidate, as the reference code; a baseline for benchmarks)."""
-    prune_tokens: int | None = 8
+    prune_tokens: Annotated[int, Range(1, 4096)] | None = 8
     """Direction mark without a threshold: every this many tokens of a round, the candidates
     still running are scored on their text so far, and ``prune_keep`` and ``prune_margin`` stop
     the unpromising ones (``generation.pruning``; docs/studies/prune.md). ``None``: every candidate
     finishes."""
-    prune_keep: int = 12
+    prune_keep: Annotated[int, Range(1, 10_000)] = 12
     """Candidates that go on after the first pruning check (those already finished count)."""
     prune_margin: float | None = 0.3
     """At every pruning check, a running candidate whose partial score is below the best
@@ -222,13 +221,11 @@ class SearchSettings:
     """Seconds after which the search for one sentence falls back as at ``max_candidates``,
     checked between rounds (a sentence can overrun it by one round). ``None``: no limit (the
     paper's rule). With a budget, the text depends on the machine's speed, not only the seed."""
-    prompt_batch: int = 4
+    prompt_batch: Annotated[int, Range(1, 4096)] = 4
     """Prompts generated together in one batch."""
 
     def __post_init__(self) -> None:
-        problems = at_least(self, 1, "max_candidates", "candidate_batch", "prune_keep")
-        problems += at_least(self, 1, "prompt_batch")
-        problems += at_least(self, 1, "prune_tokens", optional=True)
+        problems = []
         if self.prune_margin is not None and self.prune_margin < 0:
             problems.append(f"prune_margin must be >= 0 or null, got {self.prune_margin}")
         if self.sentence_time_budget is not None and self.sentence_time_budget <= 0:
@@ -247,26 +244,25 @@ class SamplingSettings:
     """Softmax temperature (paper: 0.7)."""
     repetition_penalty: float = 1.05
     """Penalty of the tokens the prompt and the row hold already (paper: 1.05)."""
-    top_k: int = 0
+    top_k: Annotated[int, Range(0, 1_000_000)] = 0
     """Keep only the ``top_k`` most likely tokens; 0 disables it (paper: no top-k)."""
     top_p: float = 1.0
     """Nucleus sampling's share of probability; 1 disables it."""
-    max_new_tokens: int = 200
+    max_new_tokens: Annotated[int, Range(1, 100_000)] = 200
     """Stop a continuation once it has this many tokens (paper: about 200) and ends a
     sentence: with clause units, the sentence the budget falls in is finished, by more clauses
     drawn while the text is fewer than ``max_sentence_tokens`` tokens over (so a text overruns
     by less than twice that, most often by one or two clauses), never starting a new one."""
-    max_sentence_tokens: int = 64
+    max_sentence_tokens: Annotated[int, Range(1, 4096)] = 64
     """A candidate with no sentence end within this many tokens is discarded."""
-    seed: int | None = None
+    seed: Annotated[int, SEED] | None = None
     """Sampling seed. ``None``: every call samples afresh (two users asking the same prompt get
     different texts) and each record carries the seed it drew (``seed``); a number: the same
     prompt and settings always give the same text (set it to a record's ``seed`` to reproduce
     that record). The evaluation, the golden tests and the benchmarks set theirs."""
 
     def __post_init__(self) -> None:
-        problems = at_least(self, 0, "top_k")
-        problems += at_least(self, 1, "max_new_tokens", "max_sentence_tokens")
+        problems = []
         if self.temperature <= 0:
             problems.append(f"temperature must be > 0, got {self.temperature}")
         if self.repetition_penalty <= 0:
@@ -295,16 +291,15 @@ class DetectionSettings:
 class LimitSettings:
     """How much of a prompt or a text is read."""
 
-    max_prompt_tokens: int | None = 512
+    max_prompt_tokens: Annotated[int, Range(1, 1_000_000)] | None = 512
     """Most prompt tokens the LM sees; the left part of a longer prompt is dropped (the record
     says how much). Never more than the LM's context less ``sampling.max_new_tokens`` and one
     sentence. ``None``: the LM's context is the only bound. Memory grows with it: every
     candidate row holds the prompt's key/value cache."""
-    max_text_chars: int = 200_000
+    max_text_chars: Annotated[int, Range(1, 100_000_000)] = 200_000
     """Longest input, in characters: a text to detect (with its prompt) or a prompt to continue;
     a longer one gets an error record at once. About 40 s of detection on 2 CPU cores. The web
     page (``serve``) takes the same limit unless given ``--max_chars``."""
 
     def __post_init__(self) -> None:
-        problems = at_least(self, 1, "max_text_chars")
-        check(self, problems + at_least(self, 1, "max_prompt_tokens", optional=True))
+        check(self, [])

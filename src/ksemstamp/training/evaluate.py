@@ -33,11 +33,12 @@ import math
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from ..io import save_figure, write_json_atomic
 from ..jsonl import read_jsonl_objects
 from ..scheme.centroids import DEFAULT_REGIONS
+from ..settings.checks import Range
 from ..settings.groups import RegionSettings
 
 if TYPE_CHECKING:
@@ -263,11 +264,11 @@ def agreement(
     encoder: str,
     pairs: list[str],
     centroids: str | None = None,
-    fit_sentences: int = _default("fit_sentences"),
-    k: int = _default("k"),
+    fit_sentences: Annotated[int, Range(1, 10_000_000)] = _default("fit_sentences"),
+    k: Annotated[int, Range(2, 4096)] = _default("k"),
     seeds: list[int] | None = None,
     margin: float = _default("margin"),
-    batch_size: int = _default("batch_size"),
+    batch_size: Annotated[int, Range(1, 4096)] = _default("batch_size"),
     top_share: float = _default("top_share"),
     output: str | None = None,
     compare: list[str] | None = None,

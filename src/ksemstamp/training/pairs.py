@@ -27,11 +27,12 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from ..assets import DEFAULT_ENCODER, DEFAULT_LM
 from ..io import drop_cut_last_line
 from ..jsonl import read_jsonl_objects
+from ..settings.checks import SEED, Range
 
 if TYPE_CHECKING:
     from ..paraphrase import LMParaphraser
@@ -268,20 +269,20 @@ def _default(name: str):
 
 def pairs(
     output: str,
-    num: int,
+    num: Annotated[int, Range(1, 10_000_000)],
     split: Literal["fit", "val", "test"] = _default("split"),
     corpus: str | None = None,
-    seed: int = _default("seed"),
+    seed: Annotated[int, SEED] = _default("seed"),
     lm_share: float = _default("lm_share"),
     lm: str = _default("lm"),
-    lm_candidates: int = _default("lm_candidates"),
+    lm_candidates: Annotated[int, Range(1, 256)] = _default("lm_candidates"),
     filter_encoder: str = _default("filter_encoder"),
     min_similarity: float = _default("min_similarity"),
     max_similarity: float = _default("max_similarity"),
     max_overlap: float = _default("max_overlap"),
     wordnet_rate: float = _default("wordnet_rate"),
-    chunk_size: int = _default("chunk_size"),
-    threads: int = 1,
+    chunk_size: Annotated[int, Range(1, 4096)] = _default("chunk_size"),
+    threads: Annotated[int, Range(1, 1024)] = 1,
     quiet: bool = False,
 ) -> int:
     """Build paraphrase pairs for fine-tuning, offline and resumably.
