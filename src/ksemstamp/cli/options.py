@@ -45,6 +45,8 @@ class Option:
     help: str | None = None
     required: bool = False
     """The command has no default for it: the command line or a file must give it."""
+    bounds: Range | None = None
+    """An integer option's declared bounds, shown in the help."""
 
     @property
     def flag(self) -> str:
@@ -85,6 +87,7 @@ def group_options(cls: type, prefix: str, instance: Any = None) -> list[Option]:
     """The options of a settings dataclass under ``prefix`` (``""``: at the top); a field that
     is itself a settings dataclass is a group of its own (one level)."""
     hints = typing.get_type_hints(cls)
+    declared = typing.get_type_hints(cls, include_extras=True)
     docs = _docs(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -95,7 +98,8 @@ def group_options(cls: type, prefix: str, instance: Any = None) -> list[Option]:
         if is_settings_class(hints[f.name]) and not prefix:
             out += group_options(hints[f.name], f"{dest}.", default)
         else:
-            out.append(Option(dest, hints[f.name], default, docs.get(f.name)))
+            bounds = range_of(declared[f.name])[0]
+            out.append(Option(dest, hints[f.name], default, docs.get(f.name), bounds=bounds))
     return out
 
 
@@ -203,5 +207,6 @@ def options_of(fn: Callable, kind: str = "direction") -> list[Option]:
         elif p.role == "group":
             out += group_options(p.hint, f"{p.name}.", p.default)
         else:
-            out.append(Option(p.name, p.hint, p.default, p.help, p.required))
+            bounds = None if p.bounds is DEFAULT_BOUNDS else p.bounds
+            out.append(Option(p.name, p.hint, p.default, p.help, p.required, bounds))
     return out

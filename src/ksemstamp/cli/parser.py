@@ -95,7 +95,10 @@ def build_parser(fn: Callable, prog: str, kind: str = "direction") -> ArgumentPa
         target = groups.get(head, parser)
         hint = optional_text if option.hint == (str | None) else option.hint
         given = {"required": True} if option.required else {"default": option.default}
-        target.add_argument(option.flag, type=hint, help=option.help, **given)
+        shown = option.help
+        if option.bounds is not None:
+            shown = f"{shown or ''} ({option.bounds.low:,} to {option.bounds.high:,})".strip()
+        target.add_argument(option.flag, type=hint, help=shown, **given)
     return parser
 
 
