@@ -178,3 +178,72 @@ def test_changing_a_job_from_another_origin_is_refused(method):
     path = "/api/generate" if method == "post" else "/api/jobs/x"
     response = getattr(client, method)(path, headers={"Origin": "http://evil.example"}, **kwargs)
     assert response.status_code == 403
+
+
+# ---------------------------------------------------------------------- bodies past the limits
+
+SMALL = Limits(max_chars=1_000, max_upload_bytes=20_000)
+CHUNK = 4096
+
+
+def _stream(head: bytes, pad: bytes, total: int, pulled: list[int]):
+    """A body of about ``total`` bytes sent in chunks without a Content-Length (chunked):
+    ``head``, then ``pad`` repeated; ``pulled`` counts the chunks the server asked for."""
+    yield head
+    pulled.append(1)
+    for _ in range(total // CHUNK):
+        pulled.append(1)
+        yield pad * (CHUNK // len(pad))
+
+
+BODIES = {
+    "/api/detect": ("application/json", b'{"text": "', b"The council met. "),
+    "/api/generate": ("application/json", b'{"prompt": "', b"The council met. "),
+    "/api/batch": (
+        "multipart/form-data; boundary=XyZ",
+        b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="t.txt"\r\n'
+        b"Content-Type: text/plain\r\n\r\n",
+        b"The council met. ",
+    ),
+}
+
+
+@pytest.mark.parametrize("route", list(BODIES))
+def test_a_chunked_body_past_the_limit_is_refused_as_it_streams_in(route):
+    app = create_app(
+        CFG, limits=SMALL, encoder=HashEncoder(), generation=False,
+        jobs=GenerationQueue(Gate()),
+    )  # fmt: skip
+    client = TestClient(app)
+    kind, head, pad = BODIES[route]
+    largest = SMALL.max_upload_bytes + 4 * SMALL.max_chars
+    pulled: list[int] = []
+    response = client.post(
+        route, content=_stream(head, pad, 50 * largest, pulled), headers={"Content-Type": kind}
+    )
+    assert response.status_code == 413, response.text
+    assert response.json() == {"error": "the request is larger than this server accepts"}
+    assert response.headers["x-frame-options"] == "DENY"
+    # and answers the next request as usual (a real server and 200 MB: test_serve_load.py)
+    assert client.post("/api/detect", json={"text": TEXT}).status_code == 200
+
+
+def test_a_declared_length_past_the_limit_is_refused_before_reading():
+    client = TestClient(_app(generation=False))
+    pulled: list[int] = []
+    headers = {"Content-Type": "application/json", "Content-Length": str(10**9)}
+    response = client.post(
+        "/api/detect", content=_stream(b'{"text": "', b"x", 10**6, pulled), headers=headers
+    )
+    assert response.status_code == 413 and len(pulled) <= 1
+
+
+def test_a_second_file_in_one_upload_is_refused_not_ignored():
+    client = TestClient(APP)
+    one = ("a.jsonl", json.dumps({"text": TEXT}).encode())
+    two = ("b.jsonl", json.dumps({"text": "Other. Text."}).encode())
+    for files in ([("file", one), ("file", two)], [("file", one), ("extra", two)]):
+        response = client.post("/api/batch", files=files)
+        assert response.status_code == 422
+        assert response.json()["error"] == "the request holds 2 files; upload one file a request"
+    assert client.post("/api/batch", files=[("file", one)]).status_code == 200

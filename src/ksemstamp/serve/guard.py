@@ -8,7 +8,10 @@
   ``GET`` and ``HEAD``: detections, uploads, generations, cancellations) that comes from a
   browser page of another origin is refused. Requests without an ``Origin`` header (``curl``,
   scripts) are not browsers' cross-site requests and are served.
-* **Size limit**: a body declared larger than the limits allow is refused before it is read.
+* **Size limit** (``BodyLimit``): a body declared larger than the limits allow is refused
+  before it is read, and one sent without a ``Content-Length`` (``Transfer-Encoding:
+  chunked``) as soon as what has streamed in passes them: the server never holds more of a
+  body than the limits, however it is sent.
 * **Security headers** on every answer: no sniffing of content types, no framing, no referrer,
   and a content security policy that lets the page load only its own files.
 * **Errors**: one JSON shape, ``{"error": message}``; an unexpected exception is logged and
@@ -27,6 +30,8 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..io import json_line
 from .present import Limits
@@ -100,10 +105,50 @@ def host_name(header: str) -> str:
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
+TOO_LARGE = "the request is larger than this server accepts"
+
+
+class BodyLimit:
+    """ASGI middleware: a request whose body passes ``limit`` bytes gets a 413, whether its
+    ``Content-Length`` says so (before any of it is read) or it streams in without one (as
+    soon as the bytes received pass the limit: no more of it is read or kept).
+
+    The refusal is raised from the body's stream as the ``HTTPException`` that FastAPI's
+    body parsing passes on (and the app's handler answers); a route that has begun its
+    answer before reading the whole body is answered as it began."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length", b"").decode("latin-1").strip()
+        if declared.isdigit() and int(declared) > self.limit:
+            await problem(413, TOO_LARGE)(scope, receive, send)
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise HTTPException(413, TOO_LARGE)
+            return message
+
+        await self.app(scope, limited, send)
+
+
 def install_guards(app: FastAPI, limits: Limits, host: str | None) -> None:
     """Put the checks of the module docstring in front of every route of ``app``."""
     hosts = allowed_hosts(host)
-    largest = limits.max_upload_bytes + 4 * limits.max_chars
+    # Inside the guard below, so that a refused body's answer carries the security headers.
+    app.add_middleware(BodyLimit, limit=limits.max_upload_bytes + 4 * limits.max_chars)
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
@@ -123,10 +168,6 @@ def install_guards(app: FastAPI, limits: Limits, host: str | None) -> None:
                 return _secured(
                     problem(403, "requests that change something are taken from this page only")
                 )
-        # Refuse an oversized body before reading it (the limits below apply once it is read).
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > largest:
-            return _secured(problem(413, "the request is larger than this server accepts"))
         # A bare 500 with no detail: an exception's message might hold anything.
         try:
             response = await call_next(request)

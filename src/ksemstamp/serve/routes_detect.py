@@ -6,8 +6,9 @@ import time
 from pathlib import PurePath
 from typing import Any
 
-from fastapi import APIRouter, Depends, File, HTTPException, UploadFile
+from fastapi import APIRouter, Depends, File, HTTPException, Request, UploadFile
 from pydantic import BaseModel
+from starlette.datastructures import UploadFile as StarletteUpload
 
 from ..detector import DetectionResult
 from ..io import json_line
@@ -49,11 +50,18 @@ def detect_one(state: ServeState, text: str, prompt: str | None) -> dict[str, An
 
 @router.post("/api/batch")
 async def batch(
+    request: Request,
     file: UploadFile = File(...),  # noqa: B008
     state: ServeState = STATE,
 ) -> dict[str, Any]:
-    """Score an uploaded .txt (one text) or .jsonl (``ksemstamp detect --input``)."""
+    """Score an uploaded .txt (one text) or .jsonl (``ksemstamp detect --input``): one file
+    a request (a second one is refused, not ignored)."""
     limits = state.limits
+    uploads = [v for _, v in (await request.form()).multi_items() if isinstance(v, StarletteUpload)]
+    if len(uploads) > 1:
+        raise HTTPException(
+            422, f"the request holds {len(uploads)} files; upload one file a request"
+        )
     name = PurePath(file.filename or "upload").name
     suffix = PurePath(name).suffix.lower()
     if suffix not in JSONL_SUFFIXES + TEXT_SUFFIXES:
