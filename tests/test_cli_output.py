@@ -173,9 +173,6 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path, stand_in, capsys
     _write(src, ROWS)
     assert _detect(src, tmp_path) == 2  # a folder
     assert capsys.readouterr().err.strip() == f"error: {tmp_path}: Is a directory"
-    if os.path.exists("/dev/full"):  # a full disk: every write fails with ENOSPC
-        assert _detect(src, "/dev/full") == 2
-        assert capsys.readouterr().err.strip().endswith("/dev/full: No space left on device")
     locked = tmp_path / "read-only.jsonl"
     locked.write_text("")
     locked.chmod(0o444)
@@ -395,3 +392,64 @@ def test_figures_are_saved_as_small_palette_pngs(tmp_path):
     image = Image.open(path)
     assert image.format == "PNG" and image.mode == "P" and image.size == (320, 240)
     assert [p.name for p in path.parent.iterdir()] == ["figure.png"]  # no temporary file left
+
+
+@pytest.mark.parametrize("device", ["/dev/null", "/dev/full"])
+def test_a_device_that_keeps_nothing_is_refused_before_any_model_loads(
+    tmp_path, stand_in, capsys, device
+):
+    if not os.path.exists(device):
+        pytest.skip(f"no {device} here")
+    src = tmp_path / "in.jsonl"
+    _write(src, ROWS)
+    assert _detect(src, device) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"error: --output {device} is a device, not a file: the records written there would "
+        "not be kept, nor could a rerun resume from them. Give a file"
+    )
+    assert stand_in == []
+
+
+def test_a_pipe_takes_the_records(tmp_path, stand_in):
+    import threading
+
+    src, pipe = tmp_path / "in.jsonl", tmp_path / "pipe"
+    _write(src, ROWS)
+    os.mkfifo(pipe)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()))
+    reader.start()
+    assert _detect(src, pipe) == 0
+    reader.join(30)
+    lines = got[0].decode().splitlines()
+    assert [json.loads(x)["line"] for x in lines] == [1, 2, 3]
+
+
+def test_a_missing_output_folder_is_created_and_said(tmp_path, stand_in, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "new" / "dir" / "out.jsonl"
+    _write(src, ROWS)
+    assert _detect(src, out) == 0
+    assert f"created the folder {out.parent} for out.jsonl" in capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 3
+    assert _detect(src, out) == 0  # there now: nothing to say
+    assert "created the folder" not in capsys.readouterr().err
+
+
+def test_a_record_s_chat_and_prompt_must_have_their_types(tmp_path, stand_in):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    rows = [
+        {"text": "One. Two.", "chat": "yes"},
+        {"text": "One. Two.", "chat": 1},
+        {"text": "One. Two.", "prompt": ["a"]},
+        {"text": "One. Two.", "chat": True, "prompt": None},
+    ]
+    _write(src, rows)
+    assert _detect(src, out) == 3
+    errors = [json.loads(x).get("error") for x in out.read_text().splitlines()]
+    assert errors == [
+        "'chat' must be true or false, got str",
+        "'chat' must be true or false, got int",
+        "'prompt' must be a string or null, got list",
+        None,
+    ]

@@ -457,7 +457,10 @@ def test_parse_jsonl_and_check_record():
         (4, False),
     ]
     assert parsed[1].error == "line 2 is blank"
-    assert check_record({"text": "a", "prompt": 3}, "f", 10) == "'prompt' must be a string, got int"
+    assert (
+        check_record({"text": "a", "prompt": 3}, "f", 10)
+        == "'prompt' must be a string or null, got int"
+    )
     assert check_record({"text": "a", "key_fingerprint": "f"}, "f", 10) is None
 
 

@@ -21,9 +21,11 @@ Reading JSONL (a user's input, ``InputRecord``, and the files written here) is `
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +39,41 @@ except ImportError:  # Windows: no advisory locks; outputs are not locked there
     fcntl = None  # type: ignore[assignment]
 
 _ESCAPED = re.compile("[\ud800-\udfff\x85\u2028\u2029]")
+logger = logging.getLogger(__name__)
+
+
+def make_folder_for(path: str | Path) -> None:
+    """Create the folder ``path`` goes in when it is missing, and say so (a mistyped
+    ``--output`` folder shows up at once instead of a tree made in silence)."""
+    parent = Path(path).parent
+    if not parent.exists():
+        parent.mkdir(parents=True, exist_ok=True)
+        logger.warning("created the folder %s for %s", parent, Path(path).name)
+
+
+def output_problem(path: str | Path) -> str | None:
+    """Why records cannot be written to ``path`` (checked before any model loads), or
+    ``None``: a folder, or a device that is neither a terminal nor a pipe (``/dev/null`` keeps
+    nothing, ``/dev/full`` takes nothing), where no record could be kept or read back."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None  # a new file (or one that cannot be reached: opening it says why)
+    if stat.S_ISDIR(mode):
+        return f"{path}: Is a directory"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        try:
+            with open(path, "rb", buffering=0) as handle:
+                terminal = os.isatty(handle.fileno())
+        except OSError:
+            terminal = False
+        if not terminal:
+            return (
+                f"--output {path} is a device, not a file: the records written there would "
+                "not be kept, nor could a rerun resume from them. Give a file"
+            )
+    return None
 
 
 def drop_cut_last_line(path: str | Path) -> bytes:
@@ -93,12 +130,13 @@ class ResumableWriter:
         redo: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder_for(self.path)
         self.done_ids: set[str] = set()
         self.done_lines: dict[int, str] = {}  # input line -> its record's id, as JSON
         self.done_status: dict[int, Any] = {}  # input line -> its record's status
         self.redone: set[int] = set()  # input lines whose records ``redo`` took out
         self._handle: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._regular = self.path.is_file()
         try:
             _lock(self._handle, self.path)
             # A device or a pipe (/dev/stdout) holds no earlier records and cannot be cut.
@@ -191,7 +229,8 @@ class ResumableWriter:
         try:
             self._handle.write(json_line(record) + "\n")
             self._handle.flush()
-            os.fsync(self._handle.fileno())
+            if self._regular:  # a pipe or a terminal (/dev/stdout) cannot be synced
+                os.fsync(self._handle.fileno())
         except OSError as err:  # a full disk: say which file
             raise OSError(err.errno, err.strerror, str(self.path)) from err
 
@@ -327,7 +366,7 @@ def atomic_target(path: str | Path) -> Iterator[Path]:
     without an error, removed when it raises. The temporary name keeps ``path``'s suffix, so
     writers that pick a format by suffix (``savefig``) still do."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder_for(path)
     tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}{path.suffix}")
     try:
         yield tmp

@@ -25,6 +25,7 @@ from .io import (
     earlier_output_problem,
     in_input_order,
     input_changed,
+    output_problem,
     same_file,
 )
 from .jsonl import InputRecord, read_jsonl, read_jsonl_objects
@@ -92,11 +93,18 @@ ERROR_FIELDS: dict[str, dict[str, Any]] = {
 
 
 def text_problem(data: dict) -> str | None:
-    """Why a detection record has no text to score (a missing or non-string ``text``)."""
+    """Why a detection record cannot be scored as it is: a missing or non-string ``text``, a
+    ``prompt`` that is neither a string nor null, a ``chat`` that is not true or false."""
     if "text" not in data:
         return "missing field 'text'"
     if not isinstance(data["text"], str):
         return f"'text' must be a string, got {type(data['text']).__name__}"
+    prompt = data.get("prompt")
+    if prompt is not None and not isinstance(prompt, str):
+        return f"'prompt' must be a string or null, got {type(prompt).__name__}"
+    chat = data.get("chat")
+    if chat is not None and not isinstance(chat, bool):
+        return f"'chat' must be true or false, got {type(chat).__name__}"
     return None
 
 
@@ -153,6 +161,9 @@ def process_jsonl(
     """
     if not args.output:
         raise ValueError(f"{name}: --input needs --output")
+    problem = output_problem(args.output)
+    if problem:
+        raise ValueError(problem)
     if same_file(args.input, args.output):
         raise ValueError(
             f"--output {args.output} is the --input file: the results would be written into "

@@ -297,10 +297,7 @@ def check_record(data: dict[str, Any], fingerprint: str, max_chars: int) -> str 
     problem = text_problem(data)
     if problem:
         return problem
-    prompt = data.get("prompt")
-    if prompt is not None and not isinstance(prompt, str):
-        return f"'prompt' must be a string, got {type(prompt).__name__}"
-    if len(data["text"]) + len(prompt or "") > max_chars:
+    if len(data["text"]) + len(data.get("prompt") or "") > max_chars:
         return f"text and prompt are longer than the limit of {max_chars:,} characters"
     return key_problem(data, fingerprint)
 
