@@ -267,6 +267,12 @@ def test_a_yaml_alias_bomb_is_refused_at_once_naming_the_file(tmp_path, capsys):
         with pytest.raises(SystemExit):
             main([command, flag, _alias_bomb(7, flow=True)])
         assert f"the value of {flag}: its YAML aliases expand" in capsys.readouterr().err
+    # training reads its files through LightningCLI: the same bound holds there
+    from ksemstamp.cli.train import cli_main
+
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["fit", "--config", str(bomb)])
+    assert exit_.value.code == 2 and f"{bomb}: its YAML aliases expand" in capsys.readouterr().err
     # a few aliases stay as YAML has them
     small = tmp_path / "small.yaml"
     small.write_text("sampling: &s {seed: 4}\nsearch: {max_candidates: 3}\n")

@@ -9,9 +9,12 @@ See docs/training.md.
 
 from __future__ import annotations
 
+import sys
+
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
+from ..settings.files import check_aliases, load_settings_file
 from ..text.corpusfile import CorpusError
 from ..training.callbacks import KMeansCallback
 from ..training.data import PairDataModule
@@ -57,8 +60,15 @@ def cli_main(args: list[str] | None = None) -> TrainCLI:
     """Run the CLI; ``args`` replaces ``sys.argv[1:]`` so tests can call it in-process.
 
     A corpus that cannot be used (``kmeans.corpus``: missing, not text, too small for K) ends
-    the run before training with one line on stderr and exit status 2.
+    the run before training with one line on stderr and exit status 2, as do a settings file
+    or value that the other commands refuse (over 1 MiB, not UTF-8, YAML aliases that expand
+    past a bound: ``settings.files``), checked before LightningCLI reads them.
     """
+    try:
+        _check_files_and_values(sys.argv[1:] if args is None else args)
+    except ValueError as err:
+        print_err(f"error: {err}")
+        raise SystemExit(2) from None
     try:
         return TrainCLI(
             EncoderModule,
@@ -69,3 +79,16 @@ def cli_main(args: list[str] | None = None) -> TrainCLI:
     except CorpusError as err:
         print_err(f"error: {err}")
         raise SystemExit(2) from None
+
+
+def _check_files_and_values(argv: list[str]) -> None:
+    """Raise ``ValueError`` for a ``--config`` file or a flag's value that ``settings.files``
+    refuses (LightningCLI would read and expand it first)."""
+    for n, token in enumerate(argv):
+        flag, eq, value = token.partition("=")
+        if flag == "--config" and (eq or n + 1 < len(argv)):
+            load_settings_file(value if eq else argv[n + 1])
+        elif flag.startswith("--") and eq:
+            check_aliases(value, f"the value of {flag}")
+        elif not token.startswith("--") and n and argv[n - 1].startswith("--"):
+            check_aliases(token, f"the value of {argv[n - 1]}")
