@@ -34,7 +34,16 @@ from ksemstamp.settings import PAPER_CENTROIDS, WatermarkSettings
 pytestmark = pytest.mark.e2e
 
 GOLDEN = Path(__file__).parent / "golden"
-RECORD = os.environ.get("KSEMSTAMP_RECORD_GOLDEN") == "1"
+RECORD = os.environ.get("KSEMSTAMP_RECORD_GOLDEN", "") not in ("", "0")
+VARIANT = os.environ.get("KSEMSTAMP_RECORD_GOLDEN", "") if RECORD else ""
+VARIANT = "" if VARIANT == "1" else VARIANT
+"""``KSEMSTAMP_RECORD_GOLDEN=1`` re-records the fixtures; ``=NAME`` records a variant beside
+them (``generate.NAME.json``). The region mark's short generations sample fp32 logits, whose
+last bits differ between CPU families (their vector units sum in other orders): one token in
+about two thousand can come out otherwise, and the text goes on from there. The second
+prompt's fallback sentence does so ('... man to death, Lt.' on Intel Xeon, '... woman to
+death.' on AMD EPYC), so both machines' outputs are recorded (``*.intel.json``); code that
+changes no algorithm reproduces one of them exactly."""
 KEY = "golden-key"
 NUM_PROMPTS = 3
 NUM_DETECT = 50
@@ -82,12 +91,22 @@ def _assert_same(
 
 
 def _check(name: str, actual, rel: float = 1e-9, abs_: float = 1e-12) -> None:
+    """``actual`` equals the fixture ``name.json`` or one of its recorded variants
+    (``name.VARIANT.json``, see ``VARIANT``)."""
     actual = json.loads(json.dumps(_clean(actual)))
-    path = GOLDEN / f"{name}.json"
+    path = GOLDEN / (f"{name}.json" if not VARIANT else f"{name}.{VARIANT}.json")
     if RECORD:
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(json.dumps(actual, indent=1, sort_keys=True) + "\n")
-    _assert_same(actual, json.loads(path.read_text()), name, rel, abs_)
+    recorded = [GOLDEN / f"{name}.json", *sorted(GOLDEN.glob(f"{name}.*.json"))]
+    misses = []
+    for fixture in recorded:
+        try:
+            _assert_same(actual, json.loads(fixture.read_text()), name, rel, abs_)
+            return
+        except AssertionError as miss:
+            misses.append(f"{fixture.name}: {miss}")
+    raise AssertionError("matches no recorded output:\n" + "\n".join(misses))
 
 
 @pytest.fixture(scope="module")
