@@ -182,8 +182,22 @@ def build_watermarker(
     sequential = settings.search.strategy == "sequential"
     strategy = SequentialCandidateSampler if sequential else CandidateSampler
     sampler = strategy(model, tokenizer, scheme.splitter, settings.sampling)
+    steering = None
+    if settings.search.steer > 0:
+        from .assets import cache_dir
+        from .generation.steering import Steering, token_vectors
+
+        vocab = model.get_output_embeddings().out_features
+        vectors = token_vectors(tokenizer, vocab, scheme, cache_dir() / "steering")
+        steering = Steering(vectors, scheme.directions, settings.search.steer)
     return Watermarker(
-        scheme, sampler, settings.search, settings.sampling, settings.limits, chat=settings.chat
+        scheme,
+        sampler,
+        settings.search,
+        settings.sampling,
+        settings.limits,
+        chat=settings.chat,
+        steering=steering,
     )
 
 

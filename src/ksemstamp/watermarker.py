@@ -40,6 +40,7 @@ from .generation.prompts import CONTINUE, chat_prefix, lm_context, plan_prompt, 
 from .generation.pruning import prune_rule
 from .generation.rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
 from .generation.sampler import Candidate, CandidateSampler
+from .generation.steering import Steering
 from .marks import Mark, Round, make_mark
 from .results import (
     NO_REGION,
@@ -91,6 +92,8 @@ class Watermarker:
             settings of (with the pruning of ``search``).
         max_sentences: optional cap on sentences per document.
         row_cost: relative cost of one extra row in a batched decode step.
+        steering: the logit bias toward the key (``generation.steering``; built from
+            ``search.steer`` by ``build_watermarker``); ``None``: none.
     """
 
     def __init__(
@@ -105,13 +108,14 @@ class Watermarker:
         mark: Mark | None = None,
         max_sentences: int | None = None,
         row_cost: float = ROW_COST,
+        steering: Steering | None = None,
     ) -> None:
         search = search or SearchSettings()
         sampling = sampling or SamplingSettings()
         limits = limits or LimitSettings()
         self.scheme = scheme
         self.sampler = sampler
-        self.mark = mark or make_mark(scheme, prune=prune_rule(search))
+        self.mark = mark or make_mark(scheme, prune=prune_rule(search), steering=steering)
         self.max_candidates = search.max_candidates
         self.candidate_batch = search.candidate_batch
         self.adaptive_batch = search.adaptive_batch
@@ -193,9 +197,10 @@ class Watermarker:
             # Heads only while a prompt is being completed: samplers written for the plain
             # interface keep working for prompts that end a sentence.
             heads = {"heads": [d.head for d in active]} if any(d.completing for d in active) else {}
-            pruner = None
+            pruner = bias = None
             if watermark and not all(d.completing for d in active):
                 pruner = self.mark.pruner(active)
+                bias = self.mark.round_bias(active)
             results = self.sampler.sample_round(
                 [d.prefix for d in active],
                 rows,
@@ -204,6 +209,7 @@ class Watermarker:
                 [d.context for d in active],
                 **heads,
                 **({"pruner": pruner} if pruner is not None else {}),
+                **({"bias": bias} if bias is not None else {}),
             )
             for doc, res in zip(active, results, strict=True):
                 rates = self._acceptance if watermark and not doc.completing else None

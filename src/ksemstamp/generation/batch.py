@@ -35,18 +35,30 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class PruneVerdict:
+    """A pruner's answer: one flag per running row (keep decoding it) and, optionally, the
+    ``(rows, V)`` logit bias each running row decodes with from now on (``steering``)."""
+
+    keep: list[bool]
+    bias: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
 class Pruner:
     """Stops rows of a round before they finish.
 
     Every ``every`` tokens of a round, ``decide(tokens, rows, texts, finished)`` sees the rows
     still running (``rows[i] = (group, index in group)``, ``texts[i]`` their text so far, each
     ``tokens`` long) and, per group, the candidates already finished (``finished[g]``, judged,
-    pruned ones left out), and returns one flag per running row: keep decoding it. A stopped row
-    becomes a ``Candidate`` with ``pruned=True`` and no text; its tokens count as wasted.
+    pruned ones left out), and returns one flag per running row: keep decoding it (or a
+    ``PruneVerdict``, which may also steer the rows anew). A stopped row becomes a
+    ``Candidate`` with ``pruned=True`` and no text; its tokens count as wasted.
     """
 
     every: int
-    decide: Callable[[int, list[tuple[int, int]], list[str], list[list[Candidate]]], list[bool]]
+    decide: Callable[
+        [int, list[tuple[int, int]], list[str], list[list[Candidate]]], list[bool] | PruneVerdict
+    ]
 
     def __post_init__(self) -> None:
         if self.every < 1:
@@ -180,11 +192,17 @@ class RoundRequest:
     contexts: list[str]
     heads: list[str]
     pruner: Pruner | None
+    bias: torch.Tensor | None = None
+    """``(groups, V)`` logit bias each group's rows decode with (``steering``), or ``None``."""
 
     @classmethod
-    def of(cls, prefixes, rows, judge, generator, contexts, heads, pruner) -> RoundRequest:
+    def of(
+        cls, prefixes, rows, judge, generator, contexts, heads, pruner, bias=None
+    ) -> RoundRequest:
         """The request, or ``ValueError`` naming what does not fit (contexts and heads: empty
         ones when none are given)."""
+        if bias is not None and (bias.ndim != 2 or len(bias) != len(prefixes)):
+            raise ValueError("need one row of logit bias per prefix")
         if isinstance(generator, Sequence) and len(generator) != len(prefixes):
             raise ValueError("need one generator per prefix")
         if len(prefixes) != len(rows) or not prefixes:
@@ -202,6 +220,7 @@ class RoundRequest:
             list(contexts) if contexts is not None else empty,
             list(heads) if heads is not None else empty,
             pruner,
+            bias,
         )
 
     @property

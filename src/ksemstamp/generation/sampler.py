@@ -49,6 +49,7 @@ from .batch import (
     GroupResult,
     Judge,
     Pruner,
+    PruneVerdict,
     RoundRequest,
     _count_tokens,
     _LiveRows,
@@ -100,6 +101,7 @@ class _LMSampler:
         contexts: Sequence[str] | None = None,
         heads: Sequence[str] | None = None,
         pruner: Pruner | None = None,
+        bias: Tensor | None = None,
     ) -> list[GroupResult]:
         """Sample ``rows[g]`` candidate sentences after ``prefixes[g]`` for every group ``g``.
 
@@ -113,12 +115,16 @@ class _LMSampler:
 
         ``generator`` is one generator for all rows or one per group.
 
-        ``pruner`` (optional) stops running rows early (see ``Pruner``).
+        ``pruner`` (optional) stops running rows early (see ``Pruner``); it may also give the
+        rows it keeps a new logit bias.
+
+        ``bias`` (optional) is a ``(groups, V)`` logit bias that every row of group ``g`` adds
+        to its logits before the sampling settings (``steering``).
 
         Returns one ``GroupResult`` per group with its candidates in draw order up to the first
         accepted one (or all of them when none was accepted).
         """
-        request = RoundRequest.of(prefixes, rows, judge, generator, contexts, heads, pruner)
+        request = RoundRequest.of(prefixes, rows, judge, generator, contexts, heads, pruner, bias)
         return self._round(request)
 
     def _round(self, request: RoundRequest) -> list[GroupResult]:
@@ -164,14 +170,18 @@ class CandidateSampler(_LMSampler):
         seen: Tensor,
         generator: torch.Generator | None,
         segments: Sequence[tuple[int, int, torch.Generator | None]] = (),
+        bias: Tensor | None = None,
     ) -> Tensor:
-        """Sample one token per row from ``(R, V)`` logits; ``seen`` marks tokens to penalise.
+        """Sample one token per row from ``(R, V)`` logits; ``seen`` marks tokens to penalise,
+        ``bias`` (``(R, V)``, optional) is added to the logits first.
 
         ``segments`` optionally gives ``(start, stop, generator)`` row ranges that draw from
         their own generators (one per document, so a document's text does not depend on the
         other documents of its batch); otherwise ``generator`` serves every row.
         """
         suppress = self.eos_ids if self.suppress_eos else ()
+        if bias is not None:
+            logits = logits.float() + bias
         logits = warp_logits(logits, seen, self.config, suppress)
         probs = logits.softmax(dim=-1)
         if not segments:
@@ -198,6 +208,7 @@ class CandidateSampler(_LMSampler):
         for g, state in enumerate(states):
             seen[g, state.ids] = True
         seen = seen[index]
+        bias = None if request.bias is None else request.bias.float().to(self.device)[index]
         results = [GroupResult() for _ in rows]
         # outcome[g][i]: None while row i of group g runs, else its Candidate
         outcome: list[list[Candidate | None]] = [[None] * n for n in rows]
@@ -207,7 +218,9 @@ class CandidateSampler(_LMSampler):
         while len(live):
             step += 1
             segments = _segments(live.group, generator) if per_group else []
-            next_ids = self._next_tokens(logits, seen, None if per_group else generator, segments)
+            next_ids = self._next_tokens(
+                logits, seen, None if per_group else generator, segments, bias
+            )
             seen[torch.arange(len(live), device=self.device), next_ids] = True
             finished = self._advance(live, next_ids, contexts, heads)
             if finished:
@@ -220,7 +233,7 @@ class CandidateSampler(_LMSampler):
 
             _resolve(outcome, resolved, results)
             if pruner is not None and step % pruner.every == 0:
-                self._prune(pruner, step, live, outcome, resolved, heads)
+                bias = self._prune(pruner, step, live, outcome, resolved, heads, bias)
                 _resolve(outcome, resolved, results)
             # Rows continue while their group is open and they have not finished.
             keep = [
@@ -235,6 +248,7 @@ class CandidateSampler(_LMSampler):
                 keep_t = torch.tensor(keep, device=self.device)
                 decoder.keep(keep_t)
                 seen, next_ids = seen[keep_t], next_ids[keep_t]
+                bias = None if bias is None else bias[keep_t]
                 live.keep(keep)
             logits = decoder.step(next_ids, live.group)
         return results
@@ -284,27 +298,39 @@ class CandidateSampler(_LMSampler):
         outcome: list[list[Candidate | None]],
         resolved: list[bool],
         heads: list[str],
-    ) -> None:
-        """Ask ``pruner`` about the rows still running in open groups; mark the ones it stops."""
+        bias: Tensor | None,
+    ) -> Tensor | None:
+        """Ask ``pruner`` about the rows still running in open groups; mark the ones it stops.
+        Returns the live rows' logit bias, with the new bias of the rows it steered anew."""
         running = [
             r
             for r, (g, i) in enumerate(zip(live.group, live.index, strict=True))
             if not resolved[g] and outcome[g][i] is None
         ]
         if not running:
-            return
+            return bias
         texts = [
             heads[live.group[r]] + self.tokenizer.decode(live.tokens[r], skip_special_tokens=True)
             for r in running
         ]
         finished = [[c for c in row if c is not None and not c.pruned] for row in outcome]
-        flags = pruner.decide(step, [live.place(r) for r in running], texts, finished)
+        verdict = pruner.decide(step, [live.place(r) for r in running], texts, finished)
+        flags = verdict.keep if isinstance(verdict, PruneVerdict) else verdict
+        if isinstance(verdict, PruneVerdict) and verdict.bias is not None:
+            steered = verdict.bias.float().to(self.device)
+            if steered.shape != (len(running), self.has_newline.shape[0]):
+                raise ValueError(f"the pruner's bias has shape {tuple(steered.shape)}")
+            if bias is None:
+                bias = torch.zeros(len(live), steered.shape[1], device=self.device)
+            bias = bias.clone()
+            bias[torch.tensor(running, device=self.device)] = steered
         if len(flags) != len(running):
             raise ValueError(f"the pruner returned {len(flags)} flags for {len(running)} rows")
         for r, go_on in zip(running, flags, strict=True):
             if not go_on:
                 g, i = live.place(r)
                 outcome[g][i] = Candidate("", len(live.tokens[r]), False, pruned=True)
+        return bias
 
     def _sentence(self, context: str, tokens: list[int], final: bool, head: str = "") -> str | None:
         """The row's sentence if it is complete (or ``final``), ``""`` if it can never be one,

@@ -11,7 +11,16 @@ import torch
 from torch import Tensor
 
 from ..text.splitter import PunktSplitter
-from .sampler import Candidate, GroupResult, Judge, Pruner, RoundRequest, _LMSampler, _separator
+from .sampler import (
+    Candidate,
+    GroupResult,
+    Judge,
+    Pruner,
+    PruneVerdict,
+    RoundRequest,
+    _LMSampler,
+    _separator,
+)
 
 
 class _WholeTextSentenceStop:
@@ -34,6 +43,16 @@ class _WholeTextSentenceStop:
         return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
 
+class _AddBias:
+    """A logits processor adding a fixed ``(V,)`` bias (``steering``) to the scores."""
+
+    def __init__(self, bias: Tensor) -> None:
+        self.bias = bias
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        return scores + self.bias.to(scores.device, scores.dtype)
+
+
 class SequentialCandidateSampler(_LMSampler):
     """One candidate per ``model.generate`` call: the reference implementation's strategy.
 
@@ -42,7 +61,8 @@ class SequentialCandidateSampler(_LMSampler):
     temperature, repetition penalty, top-k/top-p and EOS suppression as ``CandidateSampler``)
     and stops through a criterion that re-decodes and re-splits the whole text after every
     token. Each finished candidate is judged at once and a group stops at its first accepted
-    candidate, so nothing is ever decoded speculatively (``wasted_tokens`` stays 0).
+    candidate, so nothing is ever decoded speculatively (``wasted_tokens`` stays 0). A logit
+    bias (``steering``) is added after transformers' own processors.
 
     Sentences are cut with the same rule as ``CandidateSampler`` (``splitter.next_sentence`` on
     the previous sentence plus the continuation), so both samplers yield the same kind of
@@ -92,14 +112,16 @@ class SequentialCandidateSampler(_LMSampler):
                     r.contexts[g],
                     r.heads[g],
                     r.pruner,
+                    None if r.bias is None else r.bias[g],
                 )
                 for g, prefix in enumerate(r.prefixes)
             ]
         results = []
         for g, prefix in enumerate(r.prefixes):
             result = GroupResult()
+            bias = None if r.bias is None else r.bias[g]
             for i in range(r.rows[g]):
-                cand = self._draw(prefix, r.contexts[g], r.generator_of(g), r.heads[g])
+                cand = self._draw(prefix, r.contexts[g], r.generator_of(g), r.heads[g], bias)
                 result.decoded_tokens += cand.num_tokens
                 ((ok, info),) = r.judge([(g, i)], [cand.text])
                 cand.accepted, cand.info = bool(ok) and bool(cand.text), info
@@ -120,9 +142,11 @@ class SequentialCandidateSampler(_LMSampler):
         context: str,
         head: str,
         pruner: Pruner,
+        bias: Tensor | None = None,
     ) -> GroupResult:
         """One group's candidates drawn stage by stage under ``pruner`` (see ``sample_round``)."""
         result = GroupResult()
+        biases: list[Tensor | None] = [bias] * num
         partial: list[list[int]] = [[] for _ in range(num)]
         outcome: list[Candidate | None] = [None] * num
         step = 0
@@ -130,7 +154,7 @@ class SequentialCandidateSampler(_LMSampler):
             step += pruner.every
             for i in running:
                 limit = min(step, self.config.max_sentence_tokens)
-                partial[i] = self._extend(prefix, generator, partial[i], limit)
+                partial[i] = self._extend(prefix, generator, partial[i], limit, biases[i])
                 cand = self._finished(partial[i], context, head, final=len(partial[i]) < limit)
                 if cand is None:
                     continue
@@ -149,7 +173,11 @@ class SequentialCandidateSampler(_LMSampler):
                 head + self.tokenizer.decode(partial[i], skip_special_tokens=True) for i in running
             ]
             finished = [[c for c in outcome if c is not None and not c.pruned]]
-            flags = pruner.decide(step, [(0, i) for i in running], texts, finished)
+            verdict = pruner.decide(step, [(0, i) for i in running], texts, finished)
+            flags = verdict.keep if isinstance(verdict, PruneVerdict) else verdict
+            if isinstance(verdict, PruneVerdict) and verdict.bias is not None:
+                for i, row in zip(running, verdict.bias, strict=True):
+                    biases[i] = row
             for i, go_on in zip(running, flags, strict=True):
                 if not go_on:
                     outcome[i] = Candidate("", len(partial[i]), False, pruned=True)
@@ -159,22 +187,33 @@ class SequentialCandidateSampler(_LMSampler):
         return result
 
     def _draw(
-        self, prefix: str, context: str, generator: torch.Generator | None, head: str = ""
+        self,
+        prefix: str,
+        context: str,
+        generator: torch.Generator | None,
+        head: str = "",
+        bias: Tensor | None = None,
     ) -> Candidate:
         """One candidate sentence from one ``generate`` call over the whole prefix (with a
         ``head``, the whole-text stop waits one sentence longer than needed; the candidate is
         still cut by ``next_sentence``)."""
-        tokens = self._extend(prefix, generator, [], self.config.max_sentence_tokens)
+        tokens = self._extend(prefix, generator, [], self.config.max_sentence_tokens, bias)
         cand = self._finished(tokens, context, head, final=True)
         assert cand is not None
         return cand
 
     def _extend(
-        self, prefix: str, generator: torch.Generator | None, start: list[int], limit: int
+        self,
+        prefix: str,
+        generator: torch.Generator | None,
+        start: list[int],
+        limit: int,
+        bias: Tensor | None = None,
     ) -> list[int]:
         """``start`` extended by one ``generate`` call over the prefix and ``start``, until the
-        whole text holds a further sentence or ``limit`` tokens (the reference's stop rule)."""
-        from transformers import StoppingCriteriaList
+        whole text holds a further sentence or ``limit`` tokens (the reference's stop rule);
+        ``bias``: a ``(V,)`` logit bias (``steering``)."""
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         enc = self.tokenizer(prefix, return_tensors="pt")
         prefix_ids = enc["input_ids"].to(self.device)
@@ -190,6 +229,8 @@ class SequentialCandidateSampler(_LMSampler):
             max_new_tokens=limit - len(start),
             stopping_criteria=stop,
         )
+        if bias is not None:
+            kwargs["logits_processor"] = LogitsProcessorList([_AddBias(bias)])
         if generator is None:
             out = self.model.generate(input_ids, **kwargs)
         else:

@@ -16,6 +16,7 @@ from .region import RegionMark
 
 if TYPE_CHECKING:
     from ..generation.pruning import PruneRule
+    from ..generation.steering import Steering
     from ..scheme.core import WatermarkScheme
     from ..settings.groups import MarkSettings
 
@@ -28,18 +29,23 @@ def make_mark(
     scheme: WatermarkScheme,
     prune: PruneRule | None = None,
     settings: MarkSettings | None = None,
+    steering: Steering | None = None,
 ) -> Mark:
     """The mark ``scheme`` holds the settings of (``scheme.settings``), and for the direction
     mark the rule that stops running candidates early (``prune``; the region mark has none).
     ``settings``: the same kind's settings to generate with instead of the scheme's (they give
     the region mark's patience, the direction mark's threshold and selection; the scheme's
-    decide everything else)."""
+    decide everything else). ``steering``: the direction mark's logit bias toward the key."""
     settings = settings or scheme.settings
     if settings.kind != scheme.mark:
         raise ValueError(f"the scheme's mark is {scheme.mark}, the settings' {settings.kind}")
     if settings.kind == DirectionMark.name:
         return DirectionMark(
-            scheme, threshold=settings.threshold, prune=prune, selection=settings.selection
+            scheme,
+            threshold=settings.threshold,
+            prune=prune,
+            selection=settings.selection,
+            steering=steering,
         )
     return RegionMark(
         scheme,

@@ -103,6 +103,11 @@ class Mark(ABC):
         """When the running rows of a round stop early (``None``: every row finishes)."""
         return None
 
+    def round_bias(self, docs: Sequence[SentenceState]) -> Tensor | None:
+        """``(docs, V)`` logit bias the rows of each document's round decode with
+        (``generation.steering``); ``None``: none."""
+        return None
+
     @abstractmethod
     def test(self, plan: ScoringPlan, statistic: str, alpha: float, scan: bool) -> DetectionResult:
         """The detector's verdict on one text's ``plan`` (planned without error): its p-value

@@ -29,7 +29,8 @@ from ..detection.scan import combined_tests, scan_seed
 from ..detection.spans import score_covariance
 from ..detection.stats import normal_sf
 from ..generation.pruning import PruneRule, rows_to_keep
-from ..generation.sampler import Candidate, Pruner
+from ..generation.sampler import Candidate, Pruner, PruneVerdict
+from ..generation.steering import Steering
 from ..results import DetectionResult, Judgement, rank_of, too_short
 from ..settings.groups import DirectionSettings
 from ..text.normalize import sentence_key
@@ -90,6 +91,7 @@ class DirectionMark(Mark):
         threshold: float | None = DirectionSettings.threshold,
         prune: PruneRule | None = None,
         selection: str = DirectionSettings.selection,
+        steering: Steering | None = None,
     ) -> None:
         super().__init__(scheme)
         if selection not in SELECTIONS:
@@ -97,6 +99,19 @@ class DirectionMark(Mark):
         self.threshold = math.inf if threshold is None else float(threshold)
         self.prune = prune
         self.selection = selection
+        self.steering = steering if steering is not None and steering.strength > 0 else None
+
+    def round_bias(self, docs: Sequence[SentenceState]) -> Tensor | None:
+        """``(docs, V)`` logit bias of a round under ``steering``: toward the context each
+        document's last unit handed on (none for a document completing its prompt's sentence,
+        or with no context yet)."""
+        if self.steering is None:
+            return None
+        none = torch.zeros(self.scheme.num_regions, dtype=torch.float64)
+        weights = [
+            none if d.completing or d.weights is None else d.weights.double().cpu() for d in docs
+        ]
+        return self.steering.bias(torch.stack(weights))
 
     @property
     def turns_down(self) -> bool:
@@ -176,10 +191,11 @@ class DirectionMark(Mark):
         rows: list[tuple[int, int]],
         texts: list[str],
         finished: list[list[Candidate]],
-    ) -> list[bool]:
+    ) -> list[bool] | PruneVerdict:
         """The pruner's decision: score the running rows' partial texts on their documents'
         contexts (one encoder pass) and apply ``pruning.rows_to_keep`` per document. Rows
-        completing a prompt's sentence always go on."""
+        completing a prompt's sentence always go on. Under ``steering`` with own contexts, the
+        rows are steered from now on toward their partial texts' own contexts."""
         flags = [True] * len(rows)
         groups: dict[int, list[int]] = {}
         for i, (g, _) in enumerate(rows):
@@ -190,6 +206,12 @@ class DirectionMark(Mark):
             return flags
         emb = self.scheme.embed([texts[i] for i in order])
         own = list(self.scheme.context_weights(emb)) if self.scheme.context == "own" else None
+        bias = None
+        if self.steering is not None and own is not None:
+            # From here on each row is steered toward the context its own text is heading to.
+            weights = torch.zeros(len(rows), self.scheme.num_regions, dtype=torch.float64)
+            weights[order] = torch.stack(own).double().cpu()
+            bias = self.steering.bias(weights)
         values = self._score_rows(docs, [rows[i] for i in order], emb, own)[3].tolist()
         scores = dict(zip(order, values, strict=True))
         for i in order:
@@ -208,7 +230,7 @@ class DirectionMark(Mark):
             keep = rows_to_keep(self.prune, tokens, [scores[i] for i in ids], done)
             for i, go_on in zip(ids, keep, strict=True):
                 flags[i] = go_on
-        return flags
+        return flags if bias is None else PruneVerdict(flags, bias)
 
     def test(self, plan: ScoringPlan, statistic: str, alpha: float, scan: bool) -> DetectionResult:
         return self.test_batch([plan], statistic, alpha, scan)[0]

@@ -217,6 +217,13 @@ class SearchSettings:
     prune_margin: float | None = 0.3
     """At every pruning check, a running candidate whose partial score is below the best
     finished candidate's score minus this stops; ``None`` never stops one this way."""
+    steer: float = 0.0
+    """Direction mark: while candidates are sampled, every token's logit gains this many
+    standard deviations of its meaning's projection on the key's direction for the context
+    being written toward (the previous unit's, then, from the first pruning check, each row's
+    own text so far: ``generation.steering``), so that candidates start nearer the key and
+    selection needs fewer. ``0``: candidates are sampled as the LM alone would. Detection does
+    not depend on it. Costs perplexity as it grows."""
     sentence_time_budget: float | None = None
     """Seconds after which the search for one sentence falls back as at ``max_candidates``,
     checked between rounds (a sentence can overrun it by one round). ``None``: no limit (the
@@ -226,6 +233,8 @@ class SearchSettings:
 
     def __post_init__(self) -> None:
         problems = []
+        if self.steer < 0:
+            problems.append(f"steer must be >= 0, got {self.steer}")
         if self.prune_margin is not None and self.prune_margin < 0:
             problems.append(f"prune_margin must be >= 0 or null, got {self.prune_margin}")
         if self.sentence_time_budget is not None and self.sentence_time_budget <= 0:

@@ -94,6 +94,8 @@ class WatermarkSettings:
                 "detection.statistic 'paper' is defined for the region mark only; the direction "
                 "mark's statistic is 'exact'"
             )
+        if self.mark.kind != "direction" and self.search.steer:
+            problems.append("search.steer steers toward the direction mark's keyed directions")
         if problems:
             raise SettingsError("invalid settings", problems)
 
