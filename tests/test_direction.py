@@ -500,3 +500,54 @@ def test_text_gains_pick_the_candidate_with_the_largest_text_z():
         agree += int(gains.argmax()) == int(torch.tensor(z_new).argmax())
     # A first-order rule: it picks the largest z in nearly every round.
     assert agree / trials > 0.9
+
+
+# ---------------------------------------------------------------------- far past any threshold
+
+
+class _AlignedEncoder:
+    """Sentence ``i`` (``"Point number i is made."``) embeds as the key's direction ``i``."""
+
+    def __init__(self, directions: torch.Tensor) -> None:
+        self.rows = torch.nn.functional.normalize(directions.float(), dim=-1)
+
+    def get_embedding_dimension(self) -> int:
+        return int(self.rows.shape[1])
+
+    def encode(self, sentences, batch_size=32, convert_to_tensor=True, show_progress_bar=False):
+        return torch.stack([self.rows[int(s.split()[2])] for s in sentences])
+
+
+def test_a_text_far_past_any_threshold_gets_a_positive_p_value_everywhere():
+    from ksemstamp.cli.console import format_detection
+    from ksemstamp.serve.present import detection_view
+
+    key, regions, dim = "far-key", 16, 256
+    directions = keyed_directions(regions, dim, key)
+    encoder = _AlignedEncoder(directions)
+    mark = DirectionSettings(context="own", context_temperature=0.0)
+    scheme = WatermarkScheme(
+        encoder, KMeansPartition(encoder.rows, margin=0.0), key, get_splitter(), mark
+    )
+    text = " ".join(f"Point number {i} is made." for i in range(12))
+    for scan in (False, True):
+        result = Detector(scheme, scan=scan).detect(text)
+        assert result.z_score > 40 and normal_sf(result.z_score) == 0.0  # underflows
+        assert 0 < result.p_value <= 1e-300 and result.watermarked
+        assert result.log10_p_value < -300 and math.isfinite(result.log10_p_value)
+        record = result.to_record()
+        assert record["p_value"] > 0 and record["log10_p_value"] == result.log10_p_value
+        shown = format_detection(result, "sentence")
+        assert f"p = < 1e-300 (log10 p = {result.log10_p_value:.1f})" in shown
+        view = detection_view(
+            result,
+            text,
+            gamma=None,
+            alpha=0.01,
+            valid_per_row=0,
+            num_regions=regions,
+            mark="direction",
+            context="own",
+        )
+        assert view["p_value"] > 0 and view["log10_p_value"] == result.log10_p_value
+        assert "probability 0 " not in view["explanation"]

@@ -238,6 +238,9 @@ class DetectionResult:
     weighted_p_value: float | None = None
     """Windowed detection: the p-value of the weighted whole-text z (sentences that move
     together under the null counted about once; ``ksemstamp.detection.scan``)."""
+    log10_p_value: float | None = None
+    """``log10`` of ``p_value``, computed in log space, when the p-value is below
+    ``stats.P_FLOOR`` (then ``p_value`` holds that bound): an exact p-value is never 0."""
 
     @property
     def tampered(self) -> bool:
@@ -270,10 +273,20 @@ class DetectionResult:
             out["span_p_value"] = self.span_p_value
             out["mixture_p_value"] = self.mixture_p_value
             out["weighted_p_value"] = self.weighted_p_value
+        if self.log10_p_value is not None:
+            out["log10_p_value"] = self.log10_p_value
         if self.normalized:
             out["normalized"] = dict(self.normalized)
             out["tampered"] = self.tampered
         return out
+
+
+def shown_p(p: float, log10: float | None = None) -> str:
+    """A p-value as people read it: ``1.2e-05``, or below the reported floor ``< 1e-300
+    (log10 p = -349.2)`` (``DetectionResult.log10_p_value``)."""
+    if log10 is not None:
+        return f"< {p:.0e} (log10 p = {log10:.1f})"
+    return f"{p:.3g}"
 
 
 def too_short(result: DetectionResult) -> DetectionResult:

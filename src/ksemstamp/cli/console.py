@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from ..results import shown_p
 from ..text.textcheck import printable
 from .options import options_of
 from .parser import CommandLineError, parse
@@ -278,6 +279,7 @@ def format_detection(result, unit: str = "sentence") -> str:
     combined = f", the {len(tests)} tests above combined" if tests else ""
     lines.append(
         f"scored {result.num_scored}, {counted} {result.num_valid}  |  z = {result.z_score:.2f} "
-        f"({kind})  p = {result.p_value:.3g} ({result.statistic}{combined})  ->  {verdict}"
+        f"({kind})  p = {shown_p(result.p_value, result.log10_p_value)} "
+        f"({result.statistic}{combined})  ->  {verdict}"
     )
     return "\n".join(lines)

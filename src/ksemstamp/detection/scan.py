@@ -32,6 +32,7 @@ every device and in every batch (``tests/test_scan_golden.py`` pins them).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -115,6 +116,9 @@ class CombinedResult:
         weighted_z: the weighted whole-text z (``gls_weights``; ``None`` without that test).
         weighted_p_value: its exact p-value (the normal tail; ``None`` without that test).
         p_value: the combined p-value (see the module docstring).
+        log_p_value: its natural logarithm, computed in log space (finite where ``p_value``
+            underflows to 0: a text far beyond any threshold).
+        log_weighted_p_value: the weighted test's, likewise.
     """
 
     span: ScanResult
@@ -123,6 +127,8 @@ class CombinedResult:
     weighted_z: float | None
     weighted_p_value: float | None
     p_value: float
+    log_p_value: float = 0.0
+    log_weighted_p_value: float | None = None
 
 
 def _tail_share(values: Tensor, ordered: Tensor, drawn: bool = False) -> Tensor:
@@ -259,12 +265,15 @@ def combined_tests(
     min_units: int = MIN_UNITS,
     draws: int = DRAWS,
     shrinkage: float | None = GLS_SHRINKAGE,
+    log_p_texts: Sequence[float] | None = None,
 ) -> list[CombinedResult | None]:
     """Span, mixture, weighted z and one p-value for each text's ``scores[i]`` ``(T_i,)`` of
     null covariance ``covs[i]`` whose whole-text test gave ``p_texts[i]``; ``None`` for a text
     too short to scan (its p-value is then ``p_texts[i]`` alone). ``nulls``: the texts'
     ``null_laws`` when already drawn (their own tests then count, whatever ``shrinkage`` says);
-    else they are drawn from ``seeds``. Batched as ``null_laws``."""
+    else they are drawn from ``seeds``. Batched as ``null_laws``. ``log_p_texts``: the whole
+    text's p-values as natural logarithms, where a p-value may underflow (the combination is
+    then computed in log space; default: the logarithms of ``p_texts``)."""
     covs = [as_float64(c) for c in covs]
     scores = [as_float64(s, c.device) for s, c in zip(scores, covs, strict=True)]
     if nulls is None:
@@ -274,13 +283,13 @@ def combined_tests(
     keys = [(len(scores[i]), nulls[i].draws) for i in live]
     for members in _together(keys).values():
         ids = [live[m] for m in members]
-        combined = _combine(scores, covs, p_texts, nulls, ids, min_units)
+        combined = _combine(scores, covs, p_texts, nulls, ids, min_units, log_p_texts)
         for i, result in zip(ids, combined, strict=True):
             out[i] = result
     return out
 
 
-def _combine(scores, covs, p_texts, nulls, ids, min_units) -> list[CombinedResult]:
+def _combine(scores, covs, p_texts, nulls, ids, min_units, log_p_texts) -> list[CombinedResult]:
     """``combined_tests`` of texts ``ids``, all of one length and one number of draws."""
     laws = [nulls[i] for i in ids]
     s = torch.stack([scores[i] for i in ids])
@@ -295,16 +304,27 @@ def _combine(scores, covs, p_texts, nulls, ids, min_units) -> list[CombinedResul
     mixture = mixture_statistic(s, unit_spread(cov))
     p_mixture = _tail_share(mixture[:, None], torch.stack([law.mixture for law in laws]))[:, 0]
     observed = [as_float64([p_texts[i] for i in ids], s.device), p_span, p_mixture]
-    weighted = p_weighted = None
+    if log_p_texts is not None:
+        logs = [as_float64([log_p_texts[i] for i in ids], s.device)]
+    else:
+        logs = [torch.log(observed[0])]
+    logs += [torch.log(p_span), torch.log(p_mixture)]
+    weighted = p_weighted = log_weighted = None
     if laws[0].weights is not None:
         weighted = (torch.stack([law.weights for law in laws]) * s).sum(dim=-1)
         p_weighted = _normal_tail(weighted)
+        log_weighted = torch.special.log_ndtr(-weighted)
         observed.append(p_weighted)
+        logs.append(log_weighted)
     smallest = torch.stack(observed).amin(dim=0)
     hits = (torch.stack([law.smallest for law in laws]) <= smallest[:, None] + 1e-15).sum(dim=-1)
-    p = (1.0 + hits.double()) / (count + 1)
+    simulated = (1.0 + hits.double()) / (count + 1)
     # Below the simulation's floor, the Bonferroni bound when it is smaller (still exact).
-    p = torch.where(p <= 1.0 / (count + 1), torch.minimum(p, len(observed) * smallest), p)
+    at_floor = simulated <= 1.0 / (count + 1)
+    p = torch.where(at_floor, torch.minimum(simulated, len(observed) * smallest), simulated)
+    # The same in log space: finite where the p-value itself underflows to 0.
+    bound = math.log(len(observed)) + torch.stack(logs).amin(dim=0)
+    log_p = torch.where(at_floor, torch.minimum(simulated.log(), bound), simulated.log())
     none = [None] * len(ids)
     columns = zip(
         best.tolist(),
@@ -315,12 +335,16 @@ def _combine(scores, covs, p_texts, nulls, ids, min_units) -> list[CombinedResul
         none if weighted is None else weighted.tolist(),
         none if p_weighted is None else p_weighted.tolist(),
         p.clamp(max=1.0).tolist(),
+        log_p.clamp(max=0.0).tolist(),
+        none if log_weighted is None else log_weighted.tolist(),
         strict=True,
     )
     where = windows.tolist()
     return [
-        CombinedResult(ScanResult(span_z, *where[at], span_p), mix, mix_p, w_z, w_p, combined)
-        for at, span_z, span_p, mix, mix_p, w_z, w_p, combined in columns
+        CombinedResult(
+            ScanResult(span_z, *where[at], span_p), mix, mix_p, w_z, w_p, combined, log_p, log_w
+        )
+        for at, span_z, span_p, mix, mix_p, w_z, w_p, combined, log_p, log_w in columns
     ]
 
 

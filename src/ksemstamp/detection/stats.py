@@ -56,6 +56,28 @@ def normal_sf(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
+def log_normal_sf(z: float) -> float:
+    """The natural logarithm of ``normal_sf(z)``, computed in log space (finite for any z:
+    ``normal_sf`` underflows to 0 from z = 38.5)."""
+    import torch
+
+    return float(torch.special.log_ndtr(torch.tensor(-float(z), dtype=torch.float64)))
+
+
+P_FLOOR = 1e-300
+"""Smallest p-value reported as a number. A smaller one (a text far beyond any threshold,
+z > 37) is reported as this bound, with its exact value as ``log10_p_value``: an exact
+p-value is never 0."""
+
+
+def reported_p(log_p: float) -> tuple[float, float | None]:
+    """A p-value given by its natural logarithm as it is reported: ``(p, None)``, or
+    ``(P_FLOOR, log10 p)`` when ``p`` is below ``P_FLOOR``."""
+    if log_p >= math.log(P_FLOOR):
+        return math.exp(log_p), None
+    return P_FLOOR, log_p / math.log(10.0)
+
+
 def subset_sum_pmf(values: np.ndarray, size: int) -> np.ndarray:
     """Law of ``sum(values[S])`` for ``S`` a uniformly random subset of ``size`` indices.
 

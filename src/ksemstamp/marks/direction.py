@@ -27,7 +27,7 @@ from torch import Tensor
 
 from ..detection.scan import combined_tests, scan_seed
 from ..detection.spans import score_covariance
-from ..detection.stats import normal_sf
+from ..detection.stats import P_FLOOR, log_normal_sf, normal_sf
 from ..generation.pruning import PruneRule, rows_to_keep
 from ..generation.sampler import Candidate, Pruner, PruneVerdict
 from ..generation.steering import Steering
@@ -278,9 +278,9 @@ class DirectionMark(Mark):
         if scan and texts:
             seeds = [scan_seed(_scored_sentences(plans[i])) for i in texts]
             p_texts = [results[i].text_p_value for i in texts]
-            for i, combined in zip(
-                texts, combined_tests(values, covs, p_texts, seeds), strict=True
-            ):
+            logs = [log_normal_sf(results[i].z_score) for i in texts]
+            tested = combined_tests(values, covs, p_texts, seeds, log_p_texts=logs)
+            for i, combined in zip(texts, tested, strict=True):
                 self._combine(results[i], plans[i], combined, alpha)
         return results
 
@@ -294,8 +294,10 @@ class DirectionMark(Mark):
             result.verdicts[t] = "valid" if value > 0 else "invalid"
         result.num_valid = result.verdicts.count("valid")
         result.z_score = float(z)
-        result.text_p_value = float(normal_sf(z))
-        result.p_value = result.text_p_value
+        p = float(normal_sf(z))
+        if p < P_FLOOR:  # an exact p-value is never 0: the bound, and its value in log space
+            p, result.log10_p_value = P_FLOOR, log_normal_sf(z) / math.log(10.0)
+        result.text_p_value = result.p_value = p
         result.watermarked = result.p_value <= alpha
 
     @staticmethod
@@ -309,7 +311,12 @@ class DirectionMark(Mark):
         result.span_z, result.span_p_value = best.z, best.p_value
         result.mixture_p_value = combined.mixture_p_value
         result.weighted_p_value = combined.weighted_p_value
-        result.p_value = combined.p_value
+        if combined.weighted_p_value is not None and combined.weighted_p_value < P_FLOOR:
+            result.weighted_p_value = P_FLOOR
+        result.p_value, result.log10_p_value = combined.p_value, None
+        if combined.p_value < P_FLOOR:
+            result.p_value = P_FLOOR
+            result.log10_p_value = combined.log_p_value / math.log(10.0)
         result.watermarked = result.p_value <= alpha
 
 

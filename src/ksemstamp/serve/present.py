@@ -6,13 +6,15 @@ dicts, so they are tested without a server.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..detection.stats import null_count_pmf, transition_matrix
+from ..detection.stats import P_FLOOR, log_normal_sf, null_count_pmf, transition_matrix
 from ..detector import DetectionResult
 from ..records import ERROR_FIELDS as RECORD_ERROR_FIELDS
 from ..records import key_problem, text_problem
+from ..results import shown_p
 from ..text.normalize import normalize_text, tampered
 
 # The detector's verdicts, as the page names them (under the direction mark, "valid" is a
@@ -167,7 +169,8 @@ def explanation(
             f"Each scored {unit}'s score is how far its meaning points along {direction}. "
             f"If this text had been written "
             f"without our key, a total score this high (z = {result.z_score:.2f}) would turn up "
-            f"with probability {text_p:.3g} (the shaded area of the chart), whatever its "
+            f"with probability {shown_p(text_p, _text_log10(result))} (the shaded area of the "
+            f"chart), whatever its "
             f"topic or style: over random keys the total is exactly normal, with a spread the "
             f"text's own {unit}s fix ({result.num_valid} of {result.num_scored} scored "
             f"{unit}s lean the key's way; half would by chance).{span}{caveat}"
@@ -269,6 +272,7 @@ def detection_view(
         "headline": HEADLINES[kind],
         "message": result.error,
         "p_value": result.p_value,
+        "log10_p_value": result.log10_p_value,
         "z_score": result.z_score,
         "num_scored": result.num_scored,
         "num_valid": result.num_valid,
@@ -287,6 +291,14 @@ def detection_view(
         "weighted_p_value": result.weighted_p_value,
         "explanation": explanation(result, gamma, alpha, mark, soft_contexts, context, unit),
     }
+
+
+def _text_log10(result: DetectionResult) -> float | None:
+    """``log10`` of the whole text's p-value when it is below the reported floor."""
+    text_p = result.p_value if result.text_p_value is None else result.text_p_value
+    if text_p is None or text_p > P_FLOOR or result.z_score is None:
+        return None
+    return log_normal_sf(result.z_score) / math.log(10.0)
 
 
 # ---------------------------------------------------------------------- batch

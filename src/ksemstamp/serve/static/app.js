@@ -7,8 +7,10 @@ const SVG = "http://www.w3.org/2000/svg";
 let info = null;
 
 // ---------------------------------------------------------------- helpers
-function fmtP(p) {
+function fmtP(p, log10) {
   if (p === null || p === undefined) return "–";
+  // Below the reported floor the record gives the exact value as its logarithm.
+  if (log10 !== null && log10 !== undefined) return `< ${p.toExponential(0)} (log₁₀ p = ${log10.toFixed(1)})`;
   if (p >= 0.001) return p.toPrecision(3).replace(/\.?0+$/, "");
   return p.toExponential(2);
 }
@@ -162,7 +164,7 @@ function renderDetection(target, view) {
   const numbers = node.querySelector(".numbers");
   const direction = view.mark === "direction";
   const rows = view.status === "ok" ? [
-    ["p-value", `${fmtP(view.p_value)} (${view.statistic})`],
+    ["p-value", `${fmtP(view.p_value, view.log10_p_value)} (${view.statistic})`],
     ["z-score", `${fmtNum(view.z_score)} (${direction ? "exact" : "paper"})`],
     [direction ? "positive / scored" : "valid / scored", `${view.num_valid} of ${view.num_scored}`],
     ["expected by chance", `${fmtNum(view.expected_valid, 1)} (${direction ? "half" : `γ = ${view.gamma}`})`],
@@ -337,7 +339,7 @@ function renderBatch(target, out) {
       [r.line, "num"], [r.id ?? "", ""], [text.length > 70 ? text.slice(0, 67) + "…" : text, ""],
       [r.status, ""],
       [r.status === "ok" ? (r.watermarked ? "watermarked" : "not watermarked") : "", "decision"],
-      [r.status === "ok" ? fmtP(r.p_value) : "", "num"],
+      [r.status === "ok" ? fmtP(r.p_value, r.log10_p_value) : "", "num"],
       [r.status === "ok" ? fmtNum(r.z_score) : "", "num"],
       [r.status === "error" ? "" : `${r.num_valid} / ${r.num_scored}`, "num"],
       [r.error || "", ""],
