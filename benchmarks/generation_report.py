@@ -85,7 +85,9 @@ def generation_markdown(section: dict[str, Any], settings: dict[str, Any]) -> li
                     f", pruned to {search['prune_keep']} after {search['prune_tokens']} tokens"
                 )
         elif r["watermark"]:
-            scheme = f"{k} / {mark['margin']} / {search['max_candidates']}"
+            # the margin is search's now; results made before name it under mark
+            margin = search.get("margin", mark.get("margin"))
+            scheme = f"{k} / {margin} / {search['max_candidates']}"
         per_prompt = dist_cell(r["candidates_per_sentence_per_prompt"], 1)
         candidates = (
             f"{fmt(r['candidates_per_sentence'], 1)}; {per_prompt}" if r["watermark"] else "-"

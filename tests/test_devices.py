@@ -116,7 +116,7 @@ def _settings(centroids, mark: str, device) -> WatermarkSettings:
             "key": "device-test-key-for-detection",
             "model": {"device": str(device)},
             "partition": {"centroids": str(centroids)},
-            "mark": MARKS[mark],
+            **MARKS[mark],
         }
     )
 
@@ -126,8 +126,9 @@ def _scheme(encoder, centroids, mark: str, device="cpu") -> WatermarkScheme:
 
 
 def _fields(result) -> dict:
-    keep = ("status", "z_score", "p_value", "verdicts", "regions", "span", "mixture_p_value")
-    return {name: getattr(result, name) for name in keep} | {"scores": result.scores}
+    keep = ("status", "z_score", "p_value", "verdicts", "regions")
+    details = {name: result.details.get(name) for name in ("span", "mixture_p_value")}
+    return {name: getattr(result, name) for name in keep} | details | {"scores": result.scores}
 
 
 def _close(got: dict, want: dict, rel: float) -> None:
@@ -144,9 +145,11 @@ def _close(got: dict, want: dict, rel: float) -> None:
 
 
 MARKS = {
-    "direction": {"whiten": 2},
-    "direction-previous": {"whiten": 2, "context": "previous", "context_temperature": 0.0},
-    "region": {"kind": "region", "gamma": 0.25, "margin": 0.0},
+    "direction": {"mark": {"whiten": 2}},
+    "direction-previous": {
+        "mark": {"whiten": 2, "context": "previous", "context_temperature": 0.0}
+    },
+    "region": {"mark": {"kind": "region", "gamma": 0.25}, "search": {"margin": 0.0}},
 }
 
 
@@ -161,7 +164,7 @@ def test_detection_on_the_accelerator_gives_the_cpus_results(accelerator, centro
     exact = accelerator.type != "cuda"
     for g, w in zip(got, want, strict=True):
         _close(_fields(g), _fields(w), rel=1e-12 if exact else 1e-4)
-    assert any(g.span for g in got) == mark.startswith("direction")
+    assert any(g.details.get("span") for g in got) == mark.startswith("direction")
     assert detector.scheme.partition.centroids.device.type == accelerator.type
 
 
@@ -176,9 +179,9 @@ def test_calibration_on_the_accelerator_gives_the_cpus_p_values(accelerator, cen
     want = score_texts(cpu, TEXTS, labels, PROMPTS, scan=True)
     scheme = _scheme(copy.deepcopy(encoder).to(accelerator), centroids, "direction", accelerator)
     got = score_texts(scheme, TEXTS, labels, PROMPTS, scan=True)
-    for directions in calibration_keys(cpu, 2, seed=0):
-        p_want = p_values(want, directions, 0.25)["exact"]
-        p_got = p_values(got, directions, 0.25)["exact"]
+    for directions in calibration_keys(want.mark, 2, seed=0):
+        p_want = p_values(want, directions)["exact"]
+        p_got = p_values(got, directions)["exact"]
         assert np.allclose(p_got, p_want, rtol=1e-9 if accelerator.type != "cuda" else 1e-4)
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -13,9 +14,10 @@ from test_watermarker import ScriptedSampler, _watermarker
 from ksemstamp.detection.stats import context_sums, direction_z, normal_sf
 from ksemstamp.detector import Detector
 from ksemstamp.keys import keyed_directions
+from ksemstamp.marks import build_mark
 from ksemstamp.scheme.core import WatermarkScheme
-from ksemstamp.scheme.partition import KMeansPartition
-from ksemstamp.settings import DirectionSettings
+from ksemstamp.scheme.partition import KMeansPartition, LSHPartition
+from ksemstamp.settings import DirectionSettings, RegionSettings
 from ksemstamp.text.splitter import get_splitter
 
 # ---------------------------------------------------------------------- keyed directions
@@ -162,10 +164,10 @@ def _greedy_text(scheme: WatermarkScheme, prompt: str, length: int, pool: list[s
     """Sentences picked one by one as the best-scoring of the pool after the previous one."""
     previous = int(scheme.regions([prompt])[0][0])
     emb = scheme.embed(pool)
-    vectors, regions = scheme.vectors(emb), scheme.locate(emb)[0]
+    vectors, regions = build_mark(scheme).vectors(emb), scheme.locate(emb)[0]
     chosen, used = [], set()
     for _ in range(length):
-        scores = scheme.scores(vectors, [previous] * len(pool))
+        scores = build_mark(scheme).scores(vectors, [previous] * len(pool))
         for i in used:
             scores[i] = -math.inf
         best = int(scores.argmax())
@@ -197,7 +199,7 @@ def test_detects_a_text_written_for_the_key(hash_encoder):
 
 def _variance(scheme, result) -> float:
     emb = scheme.embed(result.sentences)
-    vectors = scheme.vectors(emb).double().numpy()
+    vectors = build_mark(scheme).vectors(emb).double().numpy()
     previous = [result.seed_region, *result.regions][: len(result.regions)]
     return float((context_sums(vectors, previous)[1] ** 2).sum())
 
@@ -223,15 +225,13 @@ def test_center_is_subtracted_before_scoring(hash_encoder):
     scheme = _scheme(hash_encoder, center=center)
     emb = scheme.embed(["Some sentence."])
     expected = torch.nn.functional.normalize(emb - center, dim=-1)
-    assert torch.allclose(scheme.vectors(emb), expected)
-    assert torch.allclose(scheme.vectors(emb).norm(dim=-1), torch.ones(1))
+    assert torch.allclose(build_mark(scheme).vectors(emb), expected)
+    assert torch.allclose(build_mark(scheme).vectors(emb).norm(dim=-1), torch.ones(1))
 
 
-def test_region_only_parts_refuse_the_direction_mark(hash_encoder):
+def test_the_direction_mark_needs_a_key(hash_encoder):
     scheme = _scheme(hash_encoder)
-    assert scheme.table is None
-    with pytest.raises(ValueError):
-        scheme.is_valid(0, 1)
+    assert not hasattr(build_mark(scheme), "host_table")  # no valid table: no region mark parts
     # The direction mark has no public table: it needs a key.
     with pytest.raises(ValueError, match="key"):
         WatermarkScheme(hash_encoder, scheme.partition, None, get_splitter(), DirectionSettings())
@@ -241,7 +241,11 @@ def test_region_only_parts_refuse_the_direction_mark(hash_encoder):
 
 
 def _scored(scheme, previous: int, texts: list[str]) -> list[float]:
-    return scheme.scores(scheme.vectors(scheme.embed(texts)), [previous] * len(texts)).tolist()
+    return (
+        build_mark(scheme)
+        .scores(build_mark(scheme).vectors(scheme.embed(texts)), [previous] * len(texts))
+        .tolist()
+    )
 
 
 def test_accepts_the_first_candidate_reaching_the_threshold(hash_encoder):
@@ -266,7 +270,7 @@ def test_accepts_the_first_candidate_reaching_the_threshold(hash_encoder):
     record = res.sentences[0]
     assert record.text == high and record.candidates == 2 and not record.fallback
     assert record.score == pytest.approx(scores[pool.index(high)], abs=1e-5)
-    assert record.rejected_region == 1
+    assert record.rejected == {"score": 1, "repeat": 0}
     assert res.to_record()["scores"] == [pytest.approx(record.score, abs=1e-6)]
 
 
@@ -311,7 +315,7 @@ def test_best_of_max_candidates_without_threshold_is_no_fallback(hash_encoder):
     record = wm.generate([prompt])[0].sentences[0]
     assert sampler.rounds == [[6]]
     assert record.text == pool[int(np.argmax(scores))] and record.candidates == 6
-    assert not record.fallback and record.rejected_region == 0
+    assert not record.fallback and record.rejected == {"score": 0, "repeat": 0}
 
 
 def test_a_repeat_is_never_kept_for_its_score(hash_encoder):
@@ -319,10 +323,10 @@ def test_a_repeat_is_never_kept_for_its_score(hash_encoder):
     # whitespace ignored), so the loop must not keep one for its score: under own contexts the
     # best sentence of the first round would otherwise win every later round too.
     scheme = _scheme(hash_encoder)
-    scheme.context = "own"
+    scheme.settings = dataclasses.replace(scheme.settings, context="own")
     pool = _pool(6)
-    own = scheme.context_weights(scheme.embed(pool))
-    scores = scheme.scores(scheme.vectors(scheme.embed(pool)), own).tolist()
+    own = build_mark(scheme).context_weights(scheme.embed(pool))
+    scores = build_mark(scheme).scores(build_mark(scheme).vectors(scheme.embed(pool)), own).tolist()
     order = [pool[int(i)] for i in np.argsort(scores)[::-1]]
     best, second = order[0], order[1]
     again = "  " + best.upper().replace(" ", "  ")
@@ -336,10 +340,11 @@ def test_a_repeat_is_never_kept_for_its_score(hash_encoder):
     assert "repeat" not in verdict.verdicts
 
 
-def test_cli_report_shows_scores_and_the_exact_z():
+def test_cli_report_shows_scores_and_the_exact_z(hash_encoder):
     from ksemstamp.cli.console import format_detection
     from ksemstamp.detector import DetectionResult
 
+    direction = build_mark(_scheme(hash_encoder))
     result = DetectionResult(
         status="ok",
         z_score=3.1,
@@ -352,7 +357,7 @@ def test_cli_report_shows_scores_and_the_exact_z():
         verdicts=["repeat", "valid", "invalid"],
         scores=[None, 1.25, -0.5],
     )
-    text = format_detection(result)
+    text = format_detection(result, direction)
     assert "+1.25" in text and "-0.50" in text and "(exact)" in text and "positive 2" in text
     assert "span" not in text and "normalised" not in text
     # The verdicts are named as the web page names them, under a header, with a legend.
@@ -361,22 +366,32 @@ def test_cli_report_shows_scores_and_the_exact_z():
     assert rows[3].split()[:4] == ["3", "6", "-0.50", "blocked"] and "invalid" not in text
     assert "blocked: scored, does not carry it" in text and "repeat: repeats" in text
     # The scan's span and what normalisation changed are reported when there are any.
-    result.span, result.span_z, result.span_p_value, result.text_p_value = [1, 3], 2.9, 0.002, 0.01
-    result.mixture_p_value = 0.04
+    result.details = {
+        "span": [1, 3],
+        "span_z": 2.9,
+        "span_p_value": 0.002,
+        "text_p_value": 0.01,
+        "mixture_p_value": 0.04,
+    }
     result.normalized = {"look_alike": 3}
-    text = format_detection(result)
+    text = format_detection(result, direction)
     assert "most marked span (sentences 2-3, z = 2.90) p = 0.002" in text
     assert "marked sentences scattered among others p = 0.04" in text
     assert "(exact, the 3 tests above combined)" in text
-    text = format_detection(result, "clause")  # the default's units are named as they are
+    text = format_detection(result, direction, "clause")  # the default's units as they are
     assert "most marked span (clauses 2-3" in text and "marked clauses scattered" in text
-    result.weighted_p_value = 0.005
-    text = format_detection(result)
+    result.details["weighted_p_value"] = 0.005
+    text = format_detection(result, direction)
     assert "sentences that move together counted once p = 0.005" in text
     assert "the 4 tests above combined" in text and "p below" not in text
     assert "3 look-alike" in text
-    result.scores = None  # the region mark: the paper's z, no score column
-    assert "(paper)" in format_detection(result) and "+1.25" not in format_detection(result)
+    # the region mark: the paper's z, no score column
+    region = build_mark(
+        WatermarkScheme(hash_encoder, LSHPartition(32), "k", get_splitter(), RegionSettings())
+    )
+    result.scores, result.details = None, {}
+    shown = format_detection(result, region)
+    assert "(paper)" in shown and "+1.25" not in shown and "valid 2" in shown
 
 
 def test_a_time_budget_keeps_the_best_candidate_so_far(hash_encoder, ten_second_clock):
@@ -410,16 +425,16 @@ def test_a_time_budget_keeps_the_best_candidate_so_far(hash_encoder, ten_second_
 
 def test_context_weights_hard_and_soft(hash_encoder):
     emb = _scheme(hash_encoder).embed(_pool(20))
-    hard = _scheme(hash_encoder).context_weights(emb)
+    hard = build_mark(_scheme(hash_encoder)).context_weights(emb)
     regions = _scheme(hash_encoder).locate(emb)[0]
     assert torch.equal(hard, torch.nn.functional.one_hot(regions, 4).double())
-    soft = _scheme(hash_encoder, temperature=0.05).context_weights(emb)
+    soft = build_mark(_scheme(hash_encoder, temperature=0.05)).context_weights(emb)
     assert torch.allclose(soft.norm(dim=-1), torch.ones(20, dtype=torch.float64))
     assert (soft >= 0).all() and torch.equal(soft.argmax(dim=-1), regions)
     # Weights under 1% of the largest are dropped; a large temperature spreads them evenly.
     top = soft.max(dim=-1, keepdim=True).values
     assert ((soft == 0) | (soft >= 0.01 * top)).all()
-    flat = _scheme(hash_encoder, temperature=1e6).context_weights(emb)
+    flat = build_mark(_scheme(hash_encoder, temperature=1e6)).context_weights(emb)
     assert torch.allclose(flat, torch.full_like(flat, 0.5))
     with pytest.raises(ValueError):
         _scheme(hash_encoder, temperature=-1.0)
@@ -448,9 +463,9 @@ def test_soft_contexts_generate_and_detect(hash_encoder):
     kept = [r.score for r in res.sentences]
     assert [s for s in result.scores if s is not None] == pytest.approx(kept, abs=1e-5)
     emb = scheme.embed([prompt, *result.sentences])
-    weights = scheme.context_weights(emb)[:-1].numpy()
-    vectors = scheme.vectors(emb[1:]).double().numpy()
-    z = direction_z(vectors, weights, scheme.directions.double().numpy())
+    weights = build_mark(scheme).context_weights(emb)[:-1].numpy()
+    vectors = build_mark(scheme).vectors(emb[1:]).double().numpy()
+    z = direction_z(vectors, weights, build_mark(scheme).directions.double().numpy())
     assert result.z_score == pytest.approx(z, rel=1e-6)
     # The same text under hard contexts is scored on other directions.
     hard = Detector(_scheme(hash_encoder), scan=False).detect(res.text, prompt=prompt)
@@ -537,17 +552,8 @@ def test_a_text_far_past_any_threshold_gets_a_positive_p_value_everywhere():
         assert result.log10_p_value < -300 and math.isfinite(result.log10_p_value)
         record = result.to_record()
         assert record["p_value"] > 0 and record["log10_p_value"] == result.log10_p_value
-        shown = format_detection(result, "sentence")
+        shown = format_detection(result, Detector(scheme).mark, "sentence")
         assert f"p = < 1e-300 (log10 p = {result.log10_p_value:.1f})" in shown
-        view = detection_view(
-            result,
-            text,
-            gamma=None,
-            alpha=0.01,
-            valid_per_row=0,
-            num_regions=regions,
-            mark="direction",
-            context="own",
-        )
+        view = detection_view(result, text, Detector(scheme).mark, alpha=0.01)
         assert view["p_value"] > 0 and view["log10_p_value"] == result.log10_p_value
         assert "probability 0 " not in view["explanation"]

@@ -6,6 +6,7 @@ import pytest
 
 from ksemstamp.builders import build_detector, build_scheme, build_watermarker
 from ksemstamp.detector import Detector
+from ksemstamp.marks import build_mark
 from ksemstamp.settings import WatermarkSettings
 from ksemstamp.text.corpora import news_articles
 
@@ -182,13 +183,13 @@ def test_held_out_prompts_of_every_kind_generate_and_detection_agrees(short_pipe
     # the first too, is scored on its own context, and detection of the text alone scores it;
     # under the chained mark the keyed start value's direction scores the first sentence, which
     # detection of the text alone only uses as a seed.
-    own = scheme.context == "own"
+    own = scheme.settings.context == "own"
     for result in (empty, answer):
         assert result.status == "ok" and result.num_sentences >= 2, result.error
         first = result.sentences[0]
         emb = scheme.embed([first.text])
-        context = scheme.context_weights(emb) if own else [scheme.start_region]
-        expected = float(scheme.scores(scheme.vectors(emb), context)[0])
+        context = build_mark(scheme).context_weights(emb) if own else [scheme.start_region]
+        expected = float(build_mark(scheme).scores(build_mark(scheme).vectors(emb), context)[0])
         assert first.score == pytest.approx(expected, abs=1e-4)
         found = detector.detect(result.text, result.prompt_for_detection)
         assert (found.verdicts[0] != "seed") if own else (found.verdicts[0] == "seed")

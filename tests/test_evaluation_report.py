@@ -2,8 +2,13 @@
 
 import pytest
 
-from ksemstamp.evaluation.report import decision_table, markdown_table, statistic_label
+from ksemstamp.evaluation.report import KGW_STATISTIC, decision_table, markdown_table
 from ksemstamp.evaluation.scoring import flagged_at_alpha
+
+DIRECTION_STATISTIC = (
+    "direction statistic: z of the summed projections on the key's directions, exactly "
+    "standard normal over random keys; p is its normal tail"
+)
 
 
 def test_flagged_at_alpha_shares_per_key_and_worst_key():
@@ -75,8 +80,8 @@ RESULTS = {
         for name in ("ksemstamp", "kgw", "human")
     },
     "statistics": {
-        "ksemstamp": statistic_label("ksemstamp", "direction", "exact"),
-        "kgw": statistic_label("kgw", "region", "exact"),
+        "ksemstamp": DIRECTION_STATISTIC,
+        "kgw": KGW_STATISTIC,
     },
     "size": {
         "ksemstamp": {"texts": 12, "never": 1, "median_tokens": 87.0, "alpha": 0.01},
@@ -99,12 +104,24 @@ def test_decision_table_rows_per_algorithm_and_text():
     assert len({row.count("|") for row in rows}) == 1  # not ragged
     text = "\n".join(lines)
     assert "KGW's z-test" in text and "direction statistic" in text
-    assert "paper" not in statistic_label("ksemstamp", "direction", "exact")
 
 
-def test_statistic_labels_say_which_test_each_p_value_is():
-    assert "paper" in statistic_label("ksemstamp-paper", "region", "paper")
-    assert "exact key-randomisation" in statistic_label("ksemstamp-paper", "region", "exact")
+def test_each_mark_says_which_test_each_of_its_p_values_is(hash_encoder):
+    from ksemstamp.marks import build_mark
+    from ksemstamp.scheme.core import WatermarkScheme
+    from ksemstamp.scheme.partition import LSHPartition
+    from ksemstamp.settings import DirectionSettings, RegionSettings
+    from ksemstamp.text.splitter import get_splitter
+
+    def described(settings, scan=False):
+        scheme = WatermarkScheme(hash_encoder, LSHPartition(32), "k", get_splitter(), settings)
+        return build_mark(scheme).describe(scan)["statistic"]
+
+    region = described(RegionSettings())
+    assert "paper" in region["paper"] and "exact key-randomisation" in region["exact"]
+    direction = described(DirectionSettings(context_temperature=0.0))
+    assert direction == {"exact": DIRECTION_STATISTIC} and "paper" not in direction["exact"]
+    assert "span scan" in described(DirectionSettings(context_temperature=0.0), scan=True)["exact"]
 
 
 def test_markdown_table_starts_with_the_decisions():

@@ -118,8 +118,8 @@ def cfg():
             "key": KEY,
             "model": {"lm_dtype": "fp32"},
             "partition": {"centroids": str(PAPER_CENTROIDS)},
-            "mark": {"kind": "region", "margin_patience": None, "novelty_patience": 10},
-            "search": {"max_candidates": 12},
+            "mark": {"kind": "region"},
+            "search": {"max_candidates": 12, "margin_patience": None, "novelty_patience": 10},
             "sampling": {"max_new_tokens": 40, "seed": 7},
         }
     )

@@ -12,6 +12,7 @@ from test_watermarker import ScriptedSampler, _watermarker
 
 from ksemstamp.detection.stats import direction_z, normal_sf
 from ksemstamp.detector import Detector
+from ksemstamp.marks import build_mark
 from ksemstamp.scheme.core import WatermarkScheme
 from ksemstamp.scheme.partition import KMeansPartition
 from ksemstamp.settings import DirectionSettings, RegionSettings
@@ -38,7 +39,9 @@ def _pool(n: int) -> list[str]:
 def _best(scheme: WatermarkScheme, pool: list[str], count: int) -> list[str]:
     """The ``count`` pool sentences that score best on their own contexts."""
     emb = scheme.embed(pool)
-    scores = scheme.scores(scheme.vectors(emb), scheme.context_weights(emb))
+    scores = build_mark(scheme).scores(
+        build_mark(scheme).vectors(emb), build_mark(scheme).context_weights(emb)
+    )
     return [pool[i] for i in scores.argsort(descending=True)[:count].tolist()]
 
 
@@ -48,7 +51,7 @@ def test_own_context_is_the_direction_marks(hash_encoder):
     region = WatermarkScheme(
         hash_encoder, KMeansPartition(torch.eye(4, 32), 0.0), "k", get_splitter(), RegionSettings()
     )
-    assert region.context == "previous"
+    assert not build_mark(region).scores_first  # each sentence after the one before it
     with pytest.raises(TypeError):
         RegionSettings(context="own")
     with pytest.raises(ValueError, match="context must be one of"):
@@ -58,10 +61,10 @@ def test_own_context_is_the_direction_marks(hash_encoder):
 def test_whitened_vectors_have_no_part_along_the_components(hash_encoder):
     components = torch.randn(5, 32, generator=torch.Generator().manual_seed(1))
     scheme = _scheme(hash_encoder, components=components)
-    vectors = scheme.vectors(scheme.embed(_pool(20)))
+    vectors = build_mark(scheme).vectors(scheme.embed(_pool(20)))
     assert torch.allclose(vectors.norm(dim=-1), torch.ones(20), atol=1e-5)
     assert (vectors @ components.T).abs().max() < 1e-5
-    plain = _scheme(hash_encoder).vectors(scheme.embed(_pool(20)))
+    plain = build_mark(_scheme(hash_encoder)).vectors(scheme.embed(_pool(20)))
     assert not torch.allclose(vectors, plain)
 
 
@@ -74,9 +77,9 @@ def test_every_sentence_is_scored_on_its_own_context_in_any_order(hash_encoder):
     assert result.num_scored == 8 and result.watermarked and result.p_value < 1e-4
     emb = scheme.embed(result.sentences)
     z = direction_z(
-        scheme.vectors(emb).double().numpy(),
-        scheme.context_weights(emb).numpy(),
-        scheme.directions.double().numpy(),
+        build_mark(scheme).vectors(emb).double().numpy(),
+        build_mark(scheme).context_weights(emb).numpy(),
+        build_mark(scheme).directions.double().numpy(),
     )
     assert result.z_score == pytest.approx(z, rel=1e-6)
     shuffled = marked[:]
@@ -121,24 +124,27 @@ def test_windowed_detection_finds_a_marked_passage_among_human_sentences(hash_en
     pool = _pool(200)
     marked = _best(scheme, pool, 8)
     emb = scheme.embed(pool)
-    scores = scheme.scores(scheme.vectors(emb), scheme.context_weights(emb))
+    scores = build_mark(scheme).scores(
+        build_mark(scheme).vectors(emb), build_mark(scheme).context_weights(emb)
+    )
     human = [s for s, v in zip(pool, scores.tolist(), strict=True) if abs(v) < 0.5][:24]
     text = " ".join(human[:12] + marked + human[12:])
     plain = Detector(scheme, scan=False).detect(text)
     windowed = Detector(scheme, scan=True).detect(text)
-    assert plain.span is None and plain.p_value == plain.text_p_value
-    assert windowed.span == pytest.approx([12, 20], abs=1)
-    assert windowed.text_p_value == pytest.approx(normal_sf(plain.z_score))
+    tests = windowed.details
+    assert plain.details == {} and plain.p_value == pytest.approx(normal_sf(plain.z_score))
+    assert tests["span"] == pytest.approx([12, 20], abs=1)
+    assert tests["text_p_value"] == pytest.approx(normal_sf(plain.z_score))
     smallest = min(
-        windowed.text_p_value,
-        windowed.span_p_value,
-        windowed.mixture_p_value,
-        windowed.weighted_p_value,
+        tests["text_p_value"],
+        tests["span_p_value"],
+        tests["mixture_p_value"],
+        tests["weighted_p_value"],
     )
     assert smallest <= windowed.p_value <= 4 * smallest + 1e-12 or windowed.p_value < 0.002
-    assert windowed.span_p_value < windowed.text_p_value and windowed.watermarked
+    assert tests["span_p_value"] < tests["text_p_value"] and windowed.watermarked
     record = windowed.to_record()
-    assert record["span"] == windowed.span and "span_p_value" in record
+    assert record["span"] == tests["span"] and "span_p_value" in record
     # the same text detected twice gives the same p-value (the null draws are seeded)
     assert Detector(scheme, scan=True).detect(text).p_value == windowed.p_value
 

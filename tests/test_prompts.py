@@ -45,16 +45,16 @@ def test_a_prompt_that_ends_a_sentence_is_continued_and_seeds(splitter):
     start = plan_prompt("  It rained. The council met on Monday. ", splitter, WordTokenizer())
     assert start.kind == CONTINUE and start.error is None
     assert start.prefix == "It rained. The council met on Monday."
-    assert start.context == start.seed == "The council met on Monday."
+    assert start.last_sentence == start.seed == "The council met on Monday."
 
 
 def test_a_prompt_that_ends_mid_sentence_is_to_be_completed(splitter):
     start = plan_prompt("It rained.\n\nThe council met on", splitter, WordTokenizer())
     assert start.kind == COMPLETE and start.seed is None
-    assert start.context == "It rained." and start.open_sentence == "The council met on"
+    assert start.last_sentence == "It rained." and start.open_sentence == "The council met on"
     assert start.head == "\n\nThe council met on"  # as it follows the context in the prompt
     alone = plan_prompt("The council met on", splitter, WordTokenizer())
-    assert alone.context == "" and alone.head == "The council met on"
+    assert alone.last_sentence == "" and alone.head == "The council met on"
 
 
 def test_empty_prompt_and_chat(splitter):
@@ -63,7 +63,7 @@ def test_empty_prompt_and_chat(splitter):
     assert plan_prompt("", splitter, tok).prefix == "<s>" == start_text(tok)
     chat = plan_prompt("Write a story. About a", splitter, tok, chat=True)
     assert chat.kind == CHAT and chat.prefix == "<s>user: Write a story. About a\nassistant:"
-    assert chat.seed is None and chat.open_sentence == "" and chat.context == ""
+    assert chat.seed is None and chat.open_sentence == "" and chat.last_sentence == ""
     with pytest.raises(ValueError, match="no chat template"):
         chat_prefix(None, "x")
 

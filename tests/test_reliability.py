@@ -236,7 +236,7 @@ def test_lsh_partition_scores_on_hard_contexts():
     cfg = WatermarkSettings.from_dict(
         {"partition": {"kind": "lsh"}, "mark": {"context_temperature": 0.05}, "key": "k"}
     )
-    assert build_scheme(cfg, encoder=_Encoder()).context_temperature == 0.0
+    assert build_scheme(cfg, encoder=_Encoder()).settings.context_temperature == 0.0
 
 
 def test_gamma_times_k_must_be_whole(tmp_path):

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ksemstamp.settings import WatermarkSettings
+from ksemstamp.settings import MARK_KINDS, WatermarkSettings
 from ksemstamp.settings.evaluation import EvalSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ RETIRED = {
 }
 """Settings that older results record and that no longer exist, and what took their place."""
 KNOWN = {
-    "watermark": field_names(WatermarkSettings),
+    "watermark": field_names(WatermarkSettings).union(*map(field_names, MARK_KINDS.values())),
     "evaluation": field_names(EvalSettings) | set(RETIRED),
 }
 

@@ -14,8 +14,8 @@ from ksemstamp.detector import DetectionResult
 from ksemstamp.jsonl import parse_jsonl
 from ksemstamp.serve import Limits, create_app
 from ksemstamp.serve.jobs import GenerationQueue, JobFailed, QueueFull
-from ksemstamp.serve.present import _segments, check_record, null_chart
-from ksemstamp.settings import WatermarkSettings
+from ksemstamp.serve.present import _segments, check_record
+from ksemstamp.settings import DirectionSettings, RegionSettings, WatermarkSettings
 
 SECRET = "fast-serve-secret-key-7f3a91"
 SENTENCES = [f"Sentence number {i} talks about topic {i * 7 % 13}." for i in range(40)]
@@ -35,15 +35,16 @@ def client(app):
     return TestClient(app)
 
 
-def _valid_chain(scheme, length):
+def _valid_chain(detector, length):
     """Sentences whose every consecutive pair is valid under the app's key."""
+    scheme, table = detector.scheme, detector.mark.host_table
     regions = scheme.regions(SENTENCES)[0].tolist()
     chain, prev, used = [SENTENCES[0]], regions[0], set()
     while len(chain) < length:
         options = [
             (s, r)
             for s, r in zip(SENTENCES, regions, strict=True)
-            if scheme.table[prev, r] and s not in chain
+            if table[prev, r] and s not in chain
         ]
         if not options:
             break
@@ -67,7 +68,7 @@ def test_index_and_assets_are_served_locally(client):
 
 
 def test_detect_a_marked_chain_colours_every_sentence(client, app):
-    chain = _valid_chain(app.state.detector.scheme, 10)
+    chain = _valid_chain(app.state.detector, 10)
     text = " ".join(chain[:5]) + "\n\n" + " ".join(chain[5:])
     view = client.post("/api/detect", json={"text": text}).json()
     assert view["status"] == "ok" and view["decision"] == "watermarked"
@@ -130,7 +131,7 @@ def _upload(client, name, data: bytes):
 
 
 def test_batch_jsonl_keeps_the_cli_contract_and_reports_bad_lines(client, app):
-    chain = _valid_chain(app.state.detector.scheme, 8)
+    chain = _valid_chain(app.state.detector, 8)
     lines = [
         json.dumps({"id": "marked", "text": " ".join(chain)}),
         "{not json",
@@ -290,7 +291,7 @@ def test_generation_is_refused_without_a_model(client):
 
 def test_the_key_never_leaves_the_server(client, app, caplog, monkeypatch):
     caplog.set_level(logging.DEBUG)
-    chain = _valid_chain(app.state.detector.scheme, 6)
+    chain = _valid_chain(app.state.detector, 6)
     responses = [
         client.get("/"),
         client.get("/static/app.js"),
@@ -344,7 +345,7 @@ def test_null_chart_uses_the_prompt_seed():
         seed_region=0,
         p_value=0.5,
     )
-    chart = null_chart(result, valid_per_row=1, num_regions=4)
+    chart = _mark(RegionSettings(), bits=2).view(result, 0.01, "sentence")["null"]
     # Transitions 0->1 and 1->2, one valid region per row: each valid with chance 1/4.
     assert chart["pmf"] == pytest.approx([9 / 16, 6 / 16, 1 / 16])
     assert chart["tail"] == pytest.approx(7 / 16) and chart["expected"] == pytest.approx(0.5)
@@ -354,29 +355,30 @@ def test_direction_mark_view_scores_and_normal_chart(hash_encoder):
     cfg = WatermarkSettings.from_dict(
         {
             "partition": {"kind": "lsh"},
-            "mark": {"kind": "direction", "context": "previous", "scan": False},
+            "mark": {"kind": "direction", "context": "previous"},
+            "detection": {"scan": False},
             "key": SECRET,
         }
     )
     app = create_app(cfg, encoder=hash_encoder, generation=False)
     client = TestClient(app)
     assert client.get("/api/info").json()["mark"] == "direction"
-    scheme = app.state.detector.scheme
+    scheme, mark = app.state.detector.scheme, app.state.detector.mark
     # A chain picked for the key: each next sentence the best-scoring after the previous one.
     emb = scheme.embed(SENTENCES)
-    vectors, regions = scheme.vectors(emb), scheme.locate(emb)[0].tolist()
+    vectors, regions = mark.vectors(emb), scheme.locate(emb)[0].tolist()
     chain, prev = [SENTENCES[0]], regions[0]
     for _ in range(7):
-        scores = scheme.scores(vectors, [prev] * len(SENTENCES)).tolist()
+        scores = mark.scores(vectors, [prev] * len(SENTENCES)).tolist()
         best = max((i for i, s in enumerate(SENTENCES) if s not in chain), key=lambda i: scores[i])
         chain.append(SENTENCES[best])
         prev = regions[best]
     view = client.post("/api/detect", json={"text": " ".join(chain)}).json()
-    assert view["mark"] == "direction" and view["decision"] == "watermarked"
+    assert view["counted"] == "positive / scored" and view["decision"] == "watermarked"
     assert view["null"]["kind"] == "normal"
     assert view["null"]["z"] == pytest.approx(view["z_score"])
     assert view["null"]["tail"] == pytest.approx(view["p_value"])
-    assert view["expected_valid"] == pytest.approx(view["num_scored"] / 2)
+    assert view["expected"] == pytest.approx(view["num_scored"] / 2)
     scored = [s for s in view["sentences"] if s["scored"]]
     assert len(scored) == 7 and all(s["score"] > 0 for s in scored)
     assert view["sentences"][0]["score"] is None
@@ -396,11 +398,12 @@ def test_own_context_view_names_the_sentence_itself_and_the_marked_span(hash_enc
     app = create_app(cfg, encoder=hash_encoder, generation=False)
     client = TestClient(app)
     info = client.get("/api/info").json()
-    assert info["context"] == "own" and info["scan"] is True
-    scheme = app.state.detector.scheme
+    assert info["mark_settings"]["context"] == "own" and info["scan"] is True
+    assert info["prompt_seeds"] is False
+    scheme, mark = app.state.detector.scheme, app.state.detector.mark
     # The sentences that lean the key's way on their own context, in any order.
     emb = scheme.embed(SENTENCES)
-    scores = scheme.scores(scheme.vectors(emb), scheme.locate(emb)[0]).tolist()
+    scores = mark.scores(mark.vectors(emb), scheme.locate(emb)[0]).tolist()
     marked = sorted(range(len(SENTENCES)), key=lambda i: -scores[i])[:8]
     view = client.post("/api/detect", json={"text": " ".join(SENTENCES[i] for i in marked)})
     view = view.json()
@@ -415,17 +418,39 @@ def test_own_context_view_names_the_sentence_itself_and_the_marked_span(hash_enc
     assert smallest <= view["p_value"] <= 4 * smallest + 1e-9
 
 
-def test_soft_context_explanation():
-    from ksemstamp.serve.present import explanation
+def _mark(settings, bits=3, kmeans=False):
+    """The mark of ``settings`` on a stand-in encoder and an LSH (or k-means) partition."""
+    from conftest import HashEncoder
 
+    from ksemstamp.marks import build_mark
+    from ksemstamp.scheme.core import WatermarkScheme
+    from ksemstamp.scheme.partition import KMeansPartition, LSHPartition
+    from ksemstamp.text.splitter import get_splitter
+
+    if kmeans:
+        import torch
+
+        centroids = torch.nn.functional.normalize(
+            torch.randn(4, 32, generator=torch.Generator().manual_seed(0)), dim=-1
+        )
+        partition = KMeansPartition(centroids, 0.0)
+    else:
+        partition = LSHPartition(32, bits=bits)
+    return build_mark(WatermarkScheme(HashEncoder(), partition, "k", get_splitter(), settings))
+
+
+def _explanation(mark, result):
+    return mark.view(result, 0.01, "sentence")["explanation"]
+
+
+def test_soft_context_explanation():
     result = DetectionResult(status="ok", z_score=3.0, p_value=0.00135, num_scored=6, num_valid=5)
-    text = explanation(result, 0.25, 0.01, mark="direction", soft_contexts=True)
+    text = _explanation(_mark(DirectionSettings(), kmeans=True), result)
     assert "blend of the directions" in text and "exactly normal" in text
 
 
 def test_explanation_names_a_text_that_never_changes_step():
-    from ksemstamp.serve.present import explanation
-
+    region = _mark(RegionSettings())
     same = DetectionResult(
         status="ok",
         num_scored=3,
@@ -435,7 +460,7 @@ def test_explanation_names_a_text_that_never_changes_step():
         p_value=0.25,
         statistic="exact",
     )
-    assert "same step, region 2 to region 2" in explanation(same, 0.25, 0.01)
+    assert "same step, region 2 to region 2" in _explanation(region, same)
     varied = DetectionResult(
         status="ok",
         num_scored=2,
@@ -445,7 +470,7 @@ def test_explanation_names_a_text_that_never_changes_step():
         p_value=0.06,
         statistic="exact",
     )
-    assert "same step" not in explanation(varied, 0.25, 0.01)
+    assert "same step" not in _explanation(region, varied)
 
 
 def test_parse_jsonl_and_check_record():

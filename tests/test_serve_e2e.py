@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from ksemstamp.marks import build_mark
 from ksemstamp.serve import create_app, free_port
 from ksemstamp.settings import WatermarkSettings
 from ksemstamp.text.corpora import news_articles
@@ -55,15 +56,19 @@ def marked_text(app) -> str:
         if 8 <= len(s.split()) <= 30 and s[0].isupper() and s[-1] in ".!?" and '"' not in s
     ]
     emb = scheme.embed(pool)
-    regions, vectors = scheme.locate(emb)[0].tolist(), scheme.vectors(emb)
-    own = scheme.context == "own"
+    regions, vectors = scheme.locate(emb)[0].tolist(), build_mark(scheme).vectors(emb)
+    own = scheme.settings.context == "own"
     # Under own contexts every sentence counts, the first too: start with the best of the pool;
     # chained, the first sentence only seeds.
-    first = int(scheme.scores(vectors, scheme.context_weights(emb)).argmax()) if own else 0
+    first = (
+        int(build_mark(scheme).scores(vectors, build_mark(scheme).context_weights(emb)).argmax())
+        if own
+        else 0
+    )
     chain, prev = [first], regions[first]
     while len(chain) < 11:
-        contexts = scheme.context_weights(emb) if own else [prev] * len(pool)
-        scores = scheme.scores(vectors, contexts)
+        contexts = build_mark(scheme).context_weights(emb) if own else [prev] * len(pool)
+        scores = build_mark(scheme).scores(vectors, contexts)
         scores[chain] = float("-inf")
         for _ in range(50):
             best = int(scores.argmax())
@@ -89,7 +94,7 @@ def test_detect_marked_and_human_text(client, app, marked_text, human_text):
     assert marked["decision"] == "watermarked" and marked["p_value"] <= 0.01
     verdicts = [s["verdict"] for s in marked["sentences"]]
     # Under own contexts the first sentence is scored too; chained, it only seeds.
-    first = 0 if app.state.detector.scheme.context == "own" else 1
+    first = 0 if app.state.detector.scheme.settings.context == "own" else 1
     assert verdicts[first:] == ["valid"] * (11 - first)
     human = client.post("/api/detect", json={"text": human_text}).json()
     assert human["status"] == "ok" and human["num_scored"] >= 4
@@ -196,7 +201,7 @@ def test_browser_shows_verdict_coloured_sentences_batch_and_generation(
             assert page.inner_text("#verdict") == "Watermarked"
             spans = page.locator(".marked-text .s")
             verdicts = spans.evaluate_all("els => els.map(e => e.dataset.verdict)")
-            own = app.state.detector.scheme.context == "own"
+            own = app.state.detector.scheme.settings.context == "own"
             assert verdicts == (["valid"] * 11 if own else ["seed"] + ["valid"] * 10)
             # Coloured: a valid sentence's background is the green of the legend.
             colour = page.eval_on_selector(

@@ -19,8 +19,10 @@ import ksemstamp
 from ksemstamp.settings import (
     GROUPS,
     MARK_KINDS,
+    DetectionSettings,
     DirectionSettings,
     RegionSettings,
+    SearchSettings,
     SettingsError,
     WatermarkSettings,
 )
@@ -49,33 +51,25 @@ STANDS_FOR = {
         "statistic": "detection.statistic",
         "alpha": "detection.alpha",
         "max_chars": "limits.max_text_chars",
-        "scan": "mark.scan",
+        "scan": "detection.scan",
     },
     ("ksemstamp.watermarker", "Watermarker"): {"chat": "chat"},
-    ("ksemstamp.marks.direction", "DirectionMark"): {
-        "threshold": "mark.threshold",
-        "selection": "mark.selection",
-    },
-    ("ksemstamp.marks.region", "RegionMark"): {
-        "novelty_patience": "mark.novelty_patience",
-        "margin_patience": "mark.margin_patience",
-    },
     ("ksemstamp.generation.pruning", "PruneRule"): {
         "every": "search.prune_tokens",
         "keep": "search.prune_keep",
         "margin": "search.prune_margin",
     },
-    ("ksemstamp.scheme.partition", "KMeansPartition"): {"margin": "mark.margin"},
+    ("ksemstamp.scheme.partition", "KMeansPartition"): {"margin": "search.margin"},
     ("ksemstamp.scheme.partition", "LSHPartition"): {
         "bits": "partition.lsh_bits",
-        "margin": "mark.margin",
+        "margin": "search.margin",
         "seed": "partition.lsh_seed",
     },
 }
 """The constructor arguments that stand for a setting under another name, or a field of one
 kind of mark, and the setting they stand for."""
 NOT_SETTINGS = {
-    ("ksemstamp.generation.prompts", "PromptStart"): {"kind", "context", "seed"},
+    ("ksemstamp.generation.prompts", "PromptStart"): {"kind", "seed"},
     ("ksemstamp.detection.plans", "ScoringPlan"): {"seed"},
 }
 """Arguments that share a setting's name and mean something else (a prompt's kind, the sentence
@@ -186,8 +180,8 @@ def test_every_shipped_file_loads_on_the_defaults_without_a_warning(path):
 def test_every_problem_is_named_by_its_place():
     data = {
         "partition": {"kind": "grid"},
-        "search": {"candidate_batch": 0},
-        "mark": {"kind": "region", "gamma": 1.5, "margin": -1},
+        "search": {"candidate_batch": 0, "margin": -1},
+        "mark": {"kind": "region", "gamma": 1.5},
     }
     with pytest.raises(SettingsError) as err:
         WatermarkSettings.from_dict(data)
@@ -195,8 +189,8 @@ def test_every_problem_is_named_by_its_place():
     assert {p.split(" ")[0] for p in problems} == {
         "partition.kind",
         "search.candidate_batch",
+        "search.margin",
         "mark.gamma",
-        "mark.margin",
     }
 
 
@@ -208,10 +202,28 @@ def test_a_mark_has_only_its_own_fields():
     region = WatermarkSettings.from_dict({"mark": {"kind": "region", "gamma": 0.5}})
     assert isinstance(region.mark, RegionSettings) and region.mark.gamma == 0.5
     assert region.to_dict()["mark"]["kind"] == "region" and "whiten" not in region.to_dict()["mark"]
-    with pytest.raises(SettingsError, match="'paper' is defined for the region mark only"):
+    with pytest.raises(SettingsError, match="'paper' is not a statistic of the direction mark"):
         WatermarkSettings(
             detection=dataclasses.replace(WatermarkSettings().detection, statistic="paper")
         )
+
+
+def test_identity_and_effort_are_apart_and_another_mark_s_effort_is_refused():
+    # What a detector must share with the generator is the mark's; how hard generation tries
+    # is search's, and a search setting only another kind reads is refused when given.
+    assert {f.name for f in dataclasses.fields(DirectionSettings)} == {
+        "kind", "context", "context_temperature", "whiten", "units", "clause_words"
+    }  # fmt: skip
+    assert {"threshold", "selection", "margin", "novelty_patience"} <= set(
+        SearchSettings.__dataclass_fields__
+    )
+    assert "scan" in DetectionSettings.__dataclass_fields__
+    with pytest.raises(SettingsError, match="search.margin is read by the region mark only"):
+        WatermarkSettings.from_dict({"search": {"margin": 0.02}})
+    with pytest.raises(SettingsError, match="search.threshold is read by the direction mark only"):
+        WatermarkSettings.from_dict({"mark": {"kind": "region"}, "search": {"threshold": 1.0}})
+    # their defaults are harmless, so files layered over the default file keep working
+    assert WatermarkSettings.from_dict({"mark": {"kind": "region"}}).search.threshold is None
 
 
 def test_the_key_is_never_in_a_dict_or_repr():

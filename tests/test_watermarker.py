@@ -5,9 +5,8 @@ import dataclasses
 import pytest
 import torch
 
-from ksemstamp.generation.pruning import prune_rule
 from ksemstamp.generation.sampler import Candidate, GroupResult
-from ksemstamp.marks import make_mark
+from ksemstamp.marks import build_mark
 from ksemstamp.scheme.core import WatermarkScheme
 from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import LimitSettings, RegionSettings, SamplingSettings, SearchSettings
@@ -40,22 +39,28 @@ class ScriptedSampler:
         return out
 
 
-PAPER_RULE = RegionSettings(novelty_patience=0, margin_patience=None)
+PAPER_RULE = RegionSettings()
+PAPER_SEARCH = {"novelty_patience": 0, "margin_patience": None}
 """Algorithm 1's acceptance rule, the loop tests' default."""
 SEARCH = {f.name for f in dataclasses.fields(SearchSettings)}
-RULE = ("novelty_patience", "margin_patience", "threshold", "selection")
+
+
+def _table(scheme):
+    """The valid table the region mark of ``scheme`` draws from its key."""
+    return build_mark(scheme).host_table
 
 
 def _scheme(hash_encoder):
     return WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), "k", get_splitter(), PAPER_RULE)
 
 
-def _watermarker(scheme, sampler, chat=False, mark=None, max_sentences=None, **given):
-    """A ``Watermarker`` with the settings named by their fields: search's, ``max_new_tokens``
-    and ``seed``, ``max_prompt_chars`` (``limits.max_text_chars``), ``prune`` (a
-    ``PruneRule``), and the mark's generation rule (region: patience; direction: threshold,
-    selection). As the loop's tests expect: the paper's N_max (100) and no pruning unless
-    given."""
+def _watermarker(scheme, sampler, chat=False, mark=None, max_sentences=None, table=None, **given):
+    """A ``Watermarker`` with the settings named by their fields: search's (the mark's
+    generation rule among them: region: patience; direction: threshold, selection),
+    ``max_new_tokens`` and ``seed``, ``max_prompt_chars`` (``limits.max_text_chars``),
+    ``prune`` (a ``PruneRule``) and ``table`` (a valid table the region mark uses instead of
+    its key's). As the loop's tests expect: the paper's N_max (100) and acceptance rule, and no
+    pruning unless given."""
     prune = given.pop("prune", None)
     pruning = {"prune_tokens": None}
     if prune is not None:
@@ -64,14 +69,19 @@ def _watermarker(scheme, sampler, chat=False, mark=None, max_sentences=None, **g
             "prune_keep": prune.keep,
             "prune_margin": prune.margin,
         }
-    search = {"max_candidates": 100, **pruning, **{k: given[k] for k in SEARCH & set(given)}}
+    paper = PAPER_SEARCH if scheme.settings.kind == "region" else {}
+    search = {
+        "max_candidates": 100,
+        **paper,
+        **pruning,
+        **{k: given[k] for k in SEARCH & set(given)},
+    }
     sampling = SamplingSettings(**{k: given[k] for k in ("max_new_tokens", "seed") if k in given})
     chars = {"max_text_chars": given["max_prompt_chars"]} if "max_prompt_chars" in given else {}
-    own = {f.name for f in dataclasses.fields(scheme.settings)}
-    rule = {k: given[k] for k in RULE if k in given and k in own}
-    if rule and mark is None:
-        settings = dataclasses.replace(scheme.settings, **rule)
-        mark = make_mark(scheme, prune_rule(SearchSettings(**search)), settings)
+    if mark is None:
+        mark = build_mark(scheme, SearchSettings(**search))
+    if table is not None:
+        mark.table = mark.host_table = table
     return Watermarker(
         scheme,
         sampler,
@@ -110,7 +120,7 @@ def _valid_after(scheme, previous, want):
     for i in range(500):
         text = f"Candidate sentence {i}."
         region = int(scheme.regions([text])[0][0])
-        if bool(scheme.table[previous, region]) == want:
+        if bool(_table(scheme)[previous, region]) == want:
             return text
     raise AssertionError("no such sentence")
 
@@ -125,7 +135,7 @@ def test_fallback_after_max_candidates_and_counts(hash_encoder):
     res = wm.generate([prompt])[0]
     assert res.status == "ok" and res.num_sentences == 1
     record = res.sentences[0]
-    assert record.fallback and record.candidates == 4 and record.rejected_region == 4
+    assert record.fallback and record.candidates == 4 and record.rejected["region"] == 4
     assert sampler.rounds == [[2], [2]]
     assert summarize([res])["fallbacks"] == 1
 
@@ -137,7 +147,7 @@ def test_accepts_first_valid_and_chains_regions(hash_encoder):
     # The second sentence is judged after the first one's region, not after the prompt's.
     # good2 is valid only after the first sentence, bad2 only after the prompt.
     second_prev = int(scheme.regions([good])[0][0])
-    table = scheme.table
+    table = _table(scheme)
 
     def find(valid_after_second):
         for i in range(500):
@@ -170,7 +180,7 @@ def _with_region(scheme, region, same):
 def test_novelty_rejects_repeated_transitions_until_patience(hash_encoder):
     scheme = _scheme(hash_encoder)
     scheme.partition.margin = 0.0
-    scheme.table = torch.ones(8, 8, dtype=torch.bool)  # every transition valid
+    table = torch.ones(8, 8, dtype=torch.bool)  # every transition valid
     prompt = "A prompt sentence."
     s = int(scheme.regions([prompt])[0][0])
     same = [
@@ -188,6 +198,7 @@ def test_novelty_rejects_repeated_transitions_until_patience(hash_encoder):
             adaptive_batch=False,
             max_new_tokens=10,
             novelty_patience=patience,
+            table=table,
         )
         return wm.generate([prompt])[0]
 
@@ -197,10 +208,10 @@ def test_novelty_rejects_repeated_transitions_until_patience(hash_encoder):
     # (s, s) is used by the first sentence, so the second must move on
     novel = run(10, [same[1], other])
     assert [x.text for x in novel.sentences][:2] == [same[0], other]
-    assert novel.sentences[1].rejected_repeat == 1 and novel.sentences[1].candidates == 2
+    assert novel.sentences[1].rejected["repeat"] == 1 and novel.sentences[1].candidates == 2
     # patience reached at the second candidate: a repeat is accepted there
     patient = run(2, [same[1], same[2]])
-    assert patient.sentences[1].text == same[2] and patient.sentences[1].rejected_repeat == 1
+    assert patient.sentences[1].text == same[2] and patient.sentences[1].rejected["repeat"] == 1
 
 
 def test_text_ended_by_the_model_is_kept_and_an_empty_one_is_an_error(hash_encoder):
@@ -235,7 +246,7 @@ def test_text_ended_by_the_model_is_kept_and_an_empty_one_is_an_error(hash_encod
 def test_margin_patience_drops_the_margin_after_that_many_candidates(hash_encoder):
     scheme = _scheme(hash_encoder)
     scheme.partition.margin = 10.0  # no candidate is ever far enough from a border
-    scheme.table = torch.ones(8, 8, dtype=torch.bool)  # every region valid
+    table = torch.ones(8, 8, dtype=torch.bool)  # every region valid
     prompt = "A prompt sentence."
     cands = [f"Candidate number {i}." for i in range(6)]
 
@@ -248,15 +259,16 @@ def test_margin_patience_drops_the_margin_after_that_many_candidates(hash_encode
             adaptive_batch=False,
             max_new_tokens=5,
             margin_patience=patience,
+            table=table,
         )
         return wm.generate([prompt])[0].sentences[0]
 
     paper = run(None)  # the margin holds to N_max: the last draw, as a fallback
     assert paper.fallback and paper.candidates == 6 and paper.text == cands[5]
-    assert paper.rejected_margin == 6
+    assert paper.rejected["margin"] == 6
     patient = run(3)  # draws 1-3 need the margin, draw 4 does not
     assert not patient.fallback and patient.candidates == 4 and patient.text == cands[3]
-    assert patient.rejected_margin == 3
+    assert patient.rejected["margin"] == 3
     with pytest.raises(ValueError, match="margin_patience"):
         _watermarker(scheme, ScriptedSampler([]), margin_patience=-1)
 
@@ -369,7 +381,7 @@ def test_an_empty_prompt_is_seeded_by_the_keyed_start_value(hash_encoder):
         )
         res = wm.generate([prompt])[0]
         assert res.status == "ok" and res.text == good and res.completion is None
-        assert res.sentences[0].rejected_region == 1 and res.prompt_for_detection == prompt
+        assert res.sentences[0].rejected["region"] == 1 and res.prompt_for_detection == prompt
         assert sampler.calls[0]["contexts"] == [""]
     # no prompt sentence seeds the answer: detection scores from its second sentence on
     assert _detector(scheme).detect(good + " " + bad, "").verdicts[0] == "seed"

@@ -16,7 +16,6 @@ module loads none.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from .settings.watermark import WatermarkSettings
@@ -50,21 +49,21 @@ def load_scheme_encoder(settings: WatermarkSettings, encoder: Any = None):
 
 def load_centroids(settings: WatermarkSettings):
     """The ``CentroidFile`` of the settings (their checkpoint's or their file), checked to hold
-    what the mark needs (for the direction mark, ``mark.whiten`` principal components)."""
+    what the mark needs (``MarkSettings.domain_needs``)."""
     from .scheme.centroids import CentroidFile
     from .training.checkpoint import REFIT, checkpoint_centroids
 
     settings = as_settings(settings)
     mark = settings.mark
-    whiten = mark.whiten if mark.kind == "direction" else 0
+    who, needs = f"the {mark.kind} mark", mark.domain_needs()
     checkpoint = settings.model.checkpoint
     if checkpoint:
         fitted = checkpoint_centroids(checkpoint)
-        fitted.require(mark.kind, f"checkpoint {checkpoint}", refit=REFIT, whiten=whiten)
+        fitted.require(who, f"checkpoint {checkpoint}", refit=REFIT, **needs)
     else:
         path = settings.centroid_path()
         fitted = CentroidFile.load(path)
-        fitted.require(mark.kind, f"centroid file {path}", whiten=whiten)
+        fitted.require(who, f"centroid file {path}", **needs)
     return fitted
 
 
@@ -74,7 +73,7 @@ def checked_key(settings: WatermarkSettings) -> str | None:
     from .keys import check_key, resolve_key
 
     settings = as_settings(settings)
-    if settings.mark.kind != "direction" and settings.mark.valid_mode != "keyed":
+    if not settings.mark.keyed:
         return None
     key = resolve_key(settings.key)
     check_key(key, settings.allow_weak_key)
@@ -86,7 +85,6 @@ def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkS
     loaded sentence encoder or a name (default: the settings')."""
     settings = as_settings(settings)
     mark = settings.mark
-    direction = mark.kind == "direction"
     # The key first, then the centroids: a weak key is refused before torch loads, a centroid
     # file the mark cannot use before any model is loaded.
     key = checked_key(settings)
@@ -98,8 +96,7 @@ def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkS
     fitted = load_centroids(settings) if kmeans else None
     given = encoder is not None and not isinstance(encoder, str)
     encoder = load_scheme_encoder(settings, encoder)
-    # The margin is the region mark's; the direction mark does not read it.
-    margin = 0.0 if direction else mark.margin
+    margin = mark.partition_margin(settings.search)
     transition = center = components = None
     if fitted is not None:
         # Checked against the file's fingerprint; a file that carries an adapter adapts the
@@ -108,26 +105,28 @@ def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkS
         encoder = fitted.adapted(encoder, name, copy=given)
         partition = KMeansPartition(fitted.centroids, margin)
         transition, center = fitted.transition, fitted.mean
-        if direction and mark.whiten:
-            components = fitted.components[: mark.whiten]
+        components = fitted.components
     else:
         lsh = settings.partition
         dimension = encoder.get_embedding_dimension()
         partition = LSHPartition(dimension, lsh.lsh_bits, margin, lsh.lsh_seed)
-        if direction:
-            # Soft contexts need centroids: an LSH partition scores on the context's region.
-            mark = dataclasses.replace(mark, context_temperature=0.0)
+        # Soft contexts need centroids: an LSH partition scores on the context's region.
+        mark = mark.without_centroids()
     encoder = cast_encoder(encoder, settings.model.encoder_dtype, copy=given)
-    return WatermarkScheme(
+    scheme = WatermarkScheme(
         encoder,
         partition.to(settings.model.device),
         key,
-        get_splitter(mark.units, mark.clause_words) if direction else get_splitter(),
+        get_splitter(*mark.splitting()),
         mark=mark,
         transition=transition,
         center=center,
         components=components,
     )
+    from .marks import build_mark
+
+    build_mark(scheme)  # settings the mark cannot take (gamma * K not whole) refused now
+    return scheme
 
 
 ENCODER_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -186,10 +185,12 @@ def build_watermarker(
     if settings.search.steer > 0:
         from .assets import cache_dir
         from .generation.steering import Steering, token_vectors
+        from .marks import build_mark
 
+        mark = build_mark(scheme)
         vocab = model.get_output_embeddings().out_features
-        vectors = token_vectors(tokenizer, vocab, scheme, cache_dir() / "steering")
-        steering = Steering(vectors, scheme.directions, settings.search.steer)
+        vectors = token_vectors(tokenizer, vocab, scheme, mark, cache_dir() / "steering")
+        steering = Steering(vectors, mark.directions, settings.search.steer)
     return Watermarker(
         scheme,
         sampler,
@@ -211,11 +212,10 @@ def build_detector(
     apply_threads(settings)
     from .detector import Detector
 
-    mark = settings.mark
     return Detector(
         scheme,
         statistic=settings.detection.statistic,
         alpha=settings.detection.alpha,
         max_chars=settings.limits.max_text_chars,
-        scan=mark.kind == "direction" and mark.scan,
+        scan=settings.detection.scan,
     )

@@ -27,33 +27,24 @@ Scoring rules (``ScoringPlan``; none of them depends on the key):
   breaks inside a paragraph read as spaces. What that took is reported (``normalized``); look-
   alike letters or invisible characters are a sign that the text was altered on purpose.
 
-The key enters only afterwards. Under the ``region`` mark the valid table turns each scored
-transition into a verdict; under the ``direction`` mark the key's direction for the previous
-sentence's region gives each scored sentence a score (``scores``), positive scores counting as
-``valid``. Calibration consumes the same plans (``Detector.plan_batch``) under many keys.
-
-``z_score``: under the ``region`` mark always the paper's z (comparable with published numbers);
-under the ``direction`` mark the exact z of ``stats.direction_z``. ``p_value`` comes from the
-configured statistic (``exact`` by default) and alone decides ``watermarked``. With ``scan``
-(the direction mark's windowed detection, ``ksemstamp.detection.scan``) the best span of consecutive
-scored sentences is reported too (``span``), with the mixture statistic's p-value
-(``mixture_p_value``) and the weighted whole-text z's (``weighted_p_value``), and ``p_value``
-combines the whole text's (``text_p_value``), the span's, the mixture's and the weighted one's
-into one exact p-value.
+The key enters only afterwards, through the scheme's mark (``marks``): the region mark turns
+each scored transition into a verdict under its valid table, the direction mark gives each
+scored unit a score along its keyed direction; each reports its own ``z_score``, ``p_value``
+under the configured statistic (``exact`` by default), which alone decides ``watermarked``,
+and its own further results (``DetectionResult.details``: the direction mark's windowed
+tests under ``scan``). Calibration consumes the same plans (``Detector.plan_batch``) and the
+same mark under many keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from .detection.plans import REPEAT, SCORED, SEED, ScoringPlan
-from .detection.stats import STATISTICS
-from .marks import make_mark
+from .marks import Mark, build_mark
 from .results import DetectionResult
 from .scheme.core import WatermarkScheme
-from .settings.groups import DetectionSettings, DirectionSettings, LimitSettings, Statistic
+from .settings.groups import DetectionSettings, LimitSettings
 from .text.normalize import normalize_text, sentence_key
 from .text.splitter import continuation_sentences
 from .text.textcheck import not_text, unsupported_script
@@ -81,33 +72,34 @@ def _roles(sentences: Sequence[str], seeded: bool) -> list[str]:
 
 class Detector:
     """Scores texts for the watermark of a ``WatermarkScheme``. Each argument's default is the
-    setting it stands for (``DetectionSettings``, ``LimitSettings``, ``DirectionSettings``).
+    setting it stands for (``DetectionSettings``, ``LimitSettings``).
 
     Args:
-        scheme: the same scheme (encoder, partition, key, mark) that generated the text.
-        statistic: ``exact`` (key-randomisation p-value, calibrated) or ``paper`` (normal tail
-            of the paper's z; ``region`` mark only).
+        scheme: the same scheme (encoder, partition, key, mark settings) that generated the
+            text; its mark (``marks.build_mark``) applies the key.
+        statistic: one of the mark's statistics (``Mark.statistics``): ``exact``
+            (key-randomisation p-value, calibrated), or the region mark's ``paper``.
         alpha: texts with ``p_value <= alpha`` are called watermarked.
         max_chars: longest text (with its prompt) to score, in characters; a longer one gets
             status ``error`` without being split or embedded. ``None``: no limit.
-        scan: ``direction`` mark: also scan spans of consecutive sentences for the one that
-            carries the mark and test for scattered marked sentences (``detection.scan``);
-            and weigh sentences that move together about once; ``p_value`` then combines the
-            four tests. The region mark has no scan.
+        scan: the mark's windowed tests too, for a mark that has them (the direction mark:
+            spans of consecutive units, marked units scattered, units that move together
+            counted once; ``p_value`` then combines them).
+        mark: the mark to detect with instead of the one the scheme's settings make.
     """
 
     def __init__(
         self,
         scheme: WatermarkScheme,
-        statistic: Statistic = DetectionSettings.statistic,
+        statistic: str = DetectionSettings.statistic,
         alpha: float = DetectionSettings.alpha,
         max_chars: int | None = LimitSettings.max_text_chars,
-        scan: bool = DirectionSettings.scan,
+        scan: bool = DetectionSettings.scan,
+        mark: Mark | None = None,
     ):
-        if statistic not in STATISTICS:
-            raise ValueError(f"statistic must be one of {STATISTICS}, not {statistic!r}")
-        if statistic == "paper" and scheme.mark == "direction":
-            raise ValueError("the paper statistic is defined for the region mark only")
+        mark = mark or build_mark(scheme)
+        if statistic not in mark.statistics:
+            raise ValueError(f"statistic must be one of {list(mark.statistics)}, not {statistic!r}")
         if not 0 < alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         if max_chars is not None and max_chars < 1:
@@ -116,8 +108,8 @@ class Detector:
         self.statistic = statistic
         self.alpha = alpha
         self.max_chars = max_chars
-        self.scan = scan and scheme.mark == "direction"
-        self.mark = make_mark(scheme)
+        self.scan = scan
+        self.mark = mark
 
     def detect(
         self, text: str, prompt: str | None = None, progress: bool = False
@@ -194,25 +186,14 @@ class Detector:
         emb = self.scheme.embed(flat, progress=show)
         located = self.scheme.locate(emb)[0]
         regions = iter(located.tolist())
-        direction = self.scheme.mark == "direction"
-        vectors = self.scheme.vectors(emb) if direction else None
-        weights = self.scheme.context_weights(emb, located) if direction else None
-        row = 0
         for plan in seeded:
             has_seed = plan.seed is not None
             plan.seed_region = next(regions) if has_seed else None
             plan.regions = [next(regions) for _ in plan.sentences]
-            plan.own = direction and self.scheme.context == "own"
-            # Under own contexts every sentence is scored: the first needs nothing before it.
-            plan.roles = _roles(plan.sentences, has_seed or plan.own)
-            if vectors is not None:
-                first = weights[row : row + 1] if has_seed else torch.zeros_like(weights[:1])
-                own = weights[row + has_seed : row + has_seed + len(plan.sentences)]
-                plan.weights = torch.cat([first, own])
-            row += has_seed
-            if vectors is not None:
-                plan.vectors = vectors[row : row + len(plan.sentences)]
-            row += len(plan.sentences)
+            # A mark that scores the first unit on its own needs nothing before it.
+            plan.roles = _roles(plan.sentences, has_seed or self.mark.scores_first)
+        if seeded:
+            self.mark.annotate(seeded, emb, located)
         return plans
 
     def score(self, plan: ScoringPlan) -> DetectionResult:

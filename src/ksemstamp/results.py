@@ -9,39 +9,36 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .text.normalize import tampered
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 NO_REGION = -1
 """The region of a sentence no mark located: a plain candidate, a prompt not yet completed."""
 
 
 class Judgement(NamedTuple):
-    """What the judge found about one candidate sentence (its ``Candidate.info``)."""
+    """What the judge found about one candidate unit (its ``Candidate.info``)."""
 
     region: int
     valid: bool
-    """The region is in the valid set after the previous sentence's region (``direction``
-    mark: the score reaches the threshold)."""
-    margin_ok: bool
+    """It meets the mark's rule (the region mark: a valid region at the margin; the direction
+    mark: a score at the threshold)."""
     novel: bool
-    """The transition is new in the document, or novelty no longer matters (see ``watermarker``)."""
+    """It adds to what detection scores: not a repeat (of a unit, or of a transition the
+    mark's patience no longer tolerates)."""
     score: float = math.nan
-    """``direction`` mark: the candidate's score (``nan`` under the ``region`` mark)."""
-    context: torch.Tensor | None = None
-    """``direction`` mark: the ``(K,)`` context weights the candidate gives the sentence after
-    it (``WatermarkScheme.context_weights``)."""
+    """The candidate's score, for a mark that scores candidates (``nan``: it does not)."""
     rank: float = math.nan
-    """``direction`` mark: what the loop ranks candidates by (``nan``: the ``score``); under
-    ``selection: text`` the score less what the candidate repeats of the text's evidence so
-    far (``marks.direction.text_gains``)."""
-    evidence: tuple[torch.Tensor, torch.Tensor] | None = None
-    """``direction`` mark: the ``(K,)`` context the candidate was scored on and its ``(D,)``
-    scored vector, whose outer product the text's evidence adds up (``Document.evidence``)."""
+    """What the loop ranks candidates by (``nan``: the ``score``)."""
+    reason: str | None = None
+    """Why the mark turns it down (one of ``Mark.rejections``), ``None`` when it accepts it."""
+    data: Any = None
+    """The mark's own data about the candidate, handed back to it when the unit is kept
+    (``Mark.keep``)."""
 
 
 def rank_of(verdict: Judgement) -> float:
@@ -51,18 +48,16 @@ def rank_of(verdict: Judgement) -> float:
 
 @dataclass
 class SentenceRecord:
-    """One accepted sentence and what it took to get it.
+    """One accepted unit and what it took to get it.
 
-    ``rejected_region`` and ``rejected_margin`` count the candidates that failed each rule (a
-    region block is counted first); a fallback sentence is among them.
+    ``rejected`` counts, per reason the mark gives (``Mark.rejections``), the candidates it
+    turned down; a fallback unit is among them.
     """
 
     text: str
     region: int
     candidates: int
-    rejected_region: int = 0
-    rejected_margin: int = 0
-    rejected_repeat: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
     fallback: bool = False
     num_tokens: int = 0
     pruned: int = 0
@@ -70,7 +65,8 @@ class SentenceRecord:
     timed_out: bool = False
     """The search ended by ``sentence_time_budget``, before ``max_candidates`` draws (the
     region mark keeps its last candidate, a fallback; the direction mark its best so far)."""
-    score: float | None = None  # direction mark: the kept sentence's score
+    score: float | None = None
+    """The kept unit's score, for a mark that scores units."""
 
 
 @dataclass
@@ -134,6 +130,14 @@ class GenerationResult:
         """Tokens of ``text``: the completion's and the sentences'."""
         return self.completion_tokens + sum(s.num_tokens for s in self.sentences)
 
+    def rejected(self) -> dict[str, int]:
+        """``rejected_REASON``: the candidates turned down for each reason, over the units."""
+        out: dict[str, int] = {}
+        for s in self.sentences:
+            for reason, n in s.rejected.items():
+                out[f"rejected_{reason}"] = out.get(f"rejected_{reason}", 0) + n
+        return out
+
     def to_record(self) -> dict:
         """Fields added to a JSONL record."""
         out = {
@@ -144,9 +148,7 @@ class GenerationResult:
             "fallbacks": self.fallbacks,
             "num_tokens": self.num_tokens,
             "decoded_tokens": self.decoded_tokens,
-            "rejected_region": sum(s.rejected_region for s in self.sentences),
-            "rejected_margin": sum(s.rejected_margin for s in self.sentences),
-            "rejected_repeat": sum(s.rejected_repeat for s in self.sentences),
+            **self.rejected(),
             "regions": [s.region for s in self.sentences],
             "seconds": round(self.seconds, 3),
             "status": self.status,
@@ -196,9 +198,10 @@ def summarize(results: Sequence[GenerationResult]) -> dict:
         "fallbacks": sum(r.fallbacks for r in ok),
         "pruned": sum(r.pruned for r in ok),
         "ended_by_model": sum(r.ended_by_model for r in ok),
-        "rejected_region": sum(s.rejected_region for r in ok for s in r.sentences),
-        "rejected_margin": sum(s.rejected_margin for r in ok for s in r.sentences),
-        "rejected_repeat": sum(s.rejected_repeat for r in ok for s in r.sentences),
+        **{
+            name: sum(r.rejected().get(name, 0) for r in ok)
+            for name in sorted({n for r in ok for n in r.rejected()})
+        },
         "wasted_token_share": sum(r.wasted_tokens for r in ok) / decoded if decoded else None,
         "seconds": sum(r.seconds for r in ok),
     }
@@ -222,25 +225,17 @@ class DetectionResult:
     seed_region: int | None = None  # region of the prompt sentence that seeded the first one
     seed: str | None = None  # that sentence (the straddling one when the prompt ended mid-way)
     completion: str | None = None  # the start of the text that completed the prompt's sentence
-    scores: list[float | None] | None = None  # direction mark: each scored sentence's score
+    scores: list[float | None] | None = None
+    """Each unit's score, for a mark that scores units (``None`` where a unit is not scored)."""
     normalized: dict[str, int] = field(default_factory=dict)
     """What normalising text and prompt took, per kind (see ``normalize.NormalizedText``)."""
-    text_p_value: float | None = None
-    """``direction`` mark: the whole text's p-value (``p_value`` itself unless a scan ran)."""
-    span: list[int] | None = None
-    """Windowed detection: ``[start, stop)`` of the sentences of the best span."""
-    span_z: float | None = None
-    span_p_value: float | None = None
-    """Windowed detection: the best span's z and its p-value under the scan's null law."""
-    mixture_p_value: float | None = None
-    """Windowed detection: the p-value of the mixture statistic (marked sentences scattered
-    among human ones; ``ksemstamp.detection.scan``)."""
-    weighted_p_value: float | None = None
-    """Windowed detection: the p-value of the weighted whole-text z (sentences that move
-    together under the null counted about once; ``ksemstamp.detection.scan``)."""
     log10_p_value: float | None = None
     """``log10`` of ``p_value``, computed in log space, when the p-value is below
     ``stats.P_FLOOR`` (then ``p_value`` holds that bound): an exact p-value is never 0."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """The mark's own results beside the p-value (the direction mark's windowed tests:
+    ``text_p_value``, ``span``, ``span_z``, ``span_p_value``, ``mixture_p_value``,
+    ``weighted_p_value``), written into the record as they are."""
 
     @property
     def tampered(self) -> bool:
@@ -266,13 +261,7 @@ class DetectionResult:
             out["error"] = self.error
         if self.completion is not None:
             out["completion"] = self.completion
-        if self.span is not None:
-            out["text_p_value"] = self.text_p_value
-            out["span"] = self.span
-            out["span_z"] = self.span_z
-            out["span_p_value"] = self.span_p_value
-            out["mixture_p_value"] = self.mixture_p_value
-            out["weighted_p_value"] = self.weighted_p_value
+        out |= self.details
         if self.log10_p_value is not None:
             out["log10_p_value"] = self.log10_p_value
         if self.normalized:

@@ -37,11 +37,10 @@ from tqdm.auto import tqdm
 
 from .generation.documents import Document, document_generator, random_seed
 from .generation.prompts import CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
-from .generation.pruning import prune_rule
 from .generation.rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
 from .generation.sampler import Candidate, CandidateSampler
 from .generation.steering import Steering
-from .marks import Mark, Round, make_mark
+from .marks import Mark, Round, build_mark
 from .results import (
     NO_REGION,
     GenerationProgress,
@@ -64,7 +63,7 @@ __all__ = [
     "summarize",
 ]
 
-PLAIN = Judgement(NO_REGION, True, True, True)
+PLAIN = Judgement(NO_REGION, True, True)
 """The verdict on a candidate drawn without a watermark: always kept."""
 
 
@@ -75,10 +74,10 @@ class Watermarker:
         scheme: encoder, partition, key and the mark's settings (``scheme.settings``: the
             region mark's patience, the direction mark's threshold and selection).
         sampler: the batched candidate sampler.
-        search: how a sentence's candidates are drawn: ``max_candidates`` (``N_max``),
+        search: how a unit's candidates are drawn: ``max_candidates`` (``N_max``),
             ``candidate_batch``, ``adaptive_batch`` (size rounds from the expected acceptance,
-            else always ``candidate_batch``), ``sentence_time_budget``, and the direction mark's
-            pruning (``prune_*``). ``None``: the defaults.
+            else always ``candidate_batch``), ``sentence_time_budget``, and what the mark reads
+            of it (``MarkSettings.effort``). ``None``: the defaults.
         sampling: ``max_new_tokens`` (stop a document once its continuation has this many
             tokens and ends a sentence: a clause kept past the budget inside a sentence is
             followed by more, while fewer than ``max_sentence_tokens`` tokens over) and ``seed`` (the same seed, prompt and settings give the same text;
@@ -88,8 +87,8 @@ class Watermarker:
             longer prompt dropped; also bounded by the LM's context less the continuation) and
             ``max_text_chars`` (longest prompt accepted; longer: an error record).
         chat: prompts are instructions, wrapped in the LM's chat template (see ``prompts``).
-        mark: the ``marks.Mark`` to generate with, instead of the one the scheme holds the
-            settings of (with the pruning of ``search``).
+        mark: the ``marks.Mark`` to generate with, instead of the one the scheme's settings
+            make with ``search``.
         max_sentences: optional cap on sentences per document.
         row_cost: relative cost of one extra row in a batched decode step.
         steering: the logit bias toward the key (``generation.steering``; built from
@@ -115,7 +114,7 @@ class Watermarker:
         limits = limits or LimitSettings()
         self.scheme = scheme
         self.sampler = sampler
-        self.mark = mark or make_mark(scheme, prune=prune_rule(search), steering=steering)
+        self.mark = mark or build_mark(scheme, search, steering)
         self.max_candidates = search.max_candidates
         self.candidate_batch = search.candidate_batch
         self.adaptive_batch = search.adaptive_batch
@@ -206,7 +205,7 @@ class Watermarker:
                 rows,
                 partial(self._judge, active, watermark),
                 generator or [d.generator for d in active],
-                [d.context for d in active],
+                [d.last_sentence for d in active],
                 **heads,
                 **({"pruner": pruner} if pruner is not None else {}),
                 **({"bias": bias} if bias is not None else {}),
@@ -254,18 +253,22 @@ class Watermarker:
             )
             seed = random_seed() if self.seed is None else self.seed
             own = generator or document_generator(seed, prompt)
-            doc = Document.start(prompt, start, own, time.perf_counter(), self._keyed_start)
+            mark = self.mark
+            doc = Document.start(
+                prompt, start, own, time.perf_counter(), mark.new_state(), mark.start,
+                mark.rejections,
+            )  # fmt: skip
             if generator is None and self.seed is None:
                 doc.result.seed = seed  # drawn here: the record says it, so it can be reproduced
             if start.kind == CONTINUE and start.error is None:
-                seeds.append((doc, start.context))
+                seeds.append((doc, start.last_sentence))
             docs.append(doc)
         if seeds:
             emb = self.scheme.embed([sentence for _, sentence in seeds])
             located = self.scheme.locate(emb)[0]
-            contexts = self.mark.contexts(emb, located)
-            for (doc, _), region, context in zip(seeds, located.tolist(), contexts, strict=True):
-                doc.previous, doc.weights = region, context
+            states = self.mark.seed([doc.state for doc, _ in seeds], emb, located)
+            for (doc, _), region, state in zip(seeds, located.tolist(), states, strict=True):
+                doc.previous, doc.state = region, state
         return docs
 
     def _progress(self, docs: list[Document], active: list[Document]) -> GenerationProgress:
@@ -278,10 +281,6 @@ class Watermarker:
             max_tokens=len(docs) * self.max_new_tokens,
             texts=[d.result.text for d in docs],
         )
-
-    def _keyed_start(self) -> tuple[int, torch.Tensor | None]:
-        """The keyed start value's region and what it hands the first sentence."""
-        return self.scheme.start_region, self.mark.start_context()
 
     def _judge(
         self, active: list[Document], watermark: bool, rows: list[tuple[int, int]], texts: list[str]
@@ -301,9 +300,7 @@ class Watermarker:
             doc = active[g]
             if doc.completing:
                 ok = doc.completion(self.scheme.splitter, text) is not None
-                out.append(
-                    (ok, Judgement(verdict.region, True, True, True, context=verdict.context))
-                )
+                out.append((ok, Judgement(verdict.region, True, True, data=verdict.data)))
             elif not watermark:  # as in the plain path above, whatever else is in the round
                 out.append((True, PLAIN))
             else:
@@ -325,8 +322,16 @@ class Watermarker:
         if doc.completing:
             completion = doc.completion(self.scheme.splitter, chosen.text)
             assert completion is not None  # the judge accepted it
+            # The completed sentence seeds the first watermarked unit; it is not scored.
+            doc.state = self.mark.keep(doc.state, doc.previous, chosen.info, scored=False)
             doc.take_completion(chosen, completion)
             return
+        if chosen.info is not None:
+            # The first unit after the keyed start value is scored only by a mark that scores
+            # a text's first unit on its own.
+            first_after_start = doc.keyed_start and not doc.result.sentences
+            scored = not first_after_start or self.mark.scores_first
+            doc.state = self.mark.keep(doc.state, doc.previous, chosen.info, scored)
         doc.append(chosen, fallback, time.perf_counter())
         if self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences:
             doc.done = True

@@ -11,8 +11,9 @@ from ..io import save_figure, write_json_atomic, write_text_atomic
 from .scoring import DIAGNOSTIC, STATS
 
 
-def _whose(cal: dict[str, Any]) -> str:
-    return "its own" if cal.get("context") == "own" else "the previous sentence"
+def _described(result: dict[str, Any]) -> dict[str, Any]:
+    """The mark's own description of itself (``Mark.describe``), as the run recorded it."""
+    return result["calibration"].get("description", {})
 
 
 def _pct(x: float) -> str:
@@ -36,9 +37,9 @@ def render_report(result: dict[str, Any]) -> str:
 def _head(result: dict[str, Any]) -> list[str]:
     """The title, how the run was made, the mark and the run time."""
     cal = result["calibration"]
-    direction = result["calibration"].get("mark") == "direction"
+    described = _described(result)
     lines: list[str] = []
-    keys = "keys (keyed directions)" if direction else "keyed valid tables"
+    keys = described.get("keys", "keys")
     lines += [
         "# Detector calibration on human text",
         "",
@@ -51,20 +52,8 @@ def _head(result: dict[str, Any]) -> list[str]:
         result.get("command", "(command not recorded)"),
         "```",
         "",
-        (
-            "Mark: direction (the key draws a direction per region; "
-            + f"each sentence on the context of {_whose(cal)}, "
-            + (
-                f"soft contexts, temperature {cal['context_temperature']:g}"
-                if cal.get("context_temperature")
-                else "hard contexts (the context's region)"
-            )
-            + (f", {cal['whiten']} principal components projected out" if cal.get("whiten") else "")
-            + ("; p-values include the windowed scan" if cal.get("scan") else "")
-            + f"), K = {cal['num_regions']} regions; "
-            if direction
-            else f"Partition: K = {cal['num_regions']} regions, gamma = {cal['gamma']}; "
-        )
+        described.get("summary", f"K = {cal['num_regions']} regions")
+        + "; "
         + ", ".join(f"{k} `{v}`" for k, v in _dotted(result.get("settings", {})))
         + ".",
         f"Run time {result['seconds']:.0f} s.",
@@ -114,11 +103,7 @@ def _human_texts(result: dict[str, Any]) -> list[str]:
         "",
         f"{result['texts_total']} texts, each a run of consecutive sentences of one document "
         f"cut at about {cal['window_words']} words (~200 tokens, a generation's length). No "
-        + (
-            "prompt; every sentence is scored on its own context."
-            if cal.get("context") == "own"
-            else "prompt: each text's first sentence only seeds."
-        ),
+        + described_first(result),
         "None of these texts was used to fit the centroids (fitted on the news `fit` split).",
         "",
         "| source | what | texts | too short | mean scored sentences | same region as previous |",
@@ -171,7 +156,7 @@ def _uniformity(result: dict[str, Any]) -> list[str]:
     """How far the p-values are from uniform, per key and pooled."""
     null = result["null"]
     stats = _stats(result)
-    direction = result["calibration"].get("mark") == "direction"
+    uniformity = _described(result).get("uniformity", ["gets over random keys."])
     lines: list[str] = []
     lines += [
         "",
@@ -182,21 +167,7 @@ def _uniformity(result: dict[str, Any]) -> list[str]:
         "positives). *Per key*: the texts of one key move together (texts that share regions",
         "share the table's verdict on them), so a single key's distribution can sit far from",
         "uniform even for a valid test. *Pooled*: all keys together, the distribution a text",
-        *(
-            [
-                "gets over random keys, which is what a p-value promises. The direction mark's",
-                "exact p-value is continuous (the normal tail of an exactly normal z), so its",
-                "pooled distribution is uniform when the null law holds; its `exact_randomised`",
-                "row is the same numbers.",
-            ]
-            if direction
-            else [
-                "gets over random keys, which is what a p-value promises. The exact test's p-values",
-                "are discrete and conservative (many texts get p = 1), so its KS is large while its",
-                "excess is near zero. `exact_randomised` breaks ties at random and is exactly uniform",
-                "under the null law, so its pooled KS checks that law.",
-            ]
-        ),
+        *uniformity,
         "",
         "| texts | statistic | KS per key, mean [q05, q95] | excess per key, mean [q05, q95] "
         "| KS pooled | excess pooled |",
@@ -217,7 +188,7 @@ def _uniformity(result: dict[str, Any]) -> list[str]:
 def _power(result: dict[str, Any]) -> list[str]:
     """Power on simulated and real watermarked texts."""
     stats = _stats(result)
-    direction = result["calibration"].get("mark") == "direction"
+    fallbacks = _described(result).get("fallbacks", "{n} fallbacks")
     lines: list[str] = []
     lines += [
         "",
@@ -243,19 +214,14 @@ def _power(result: dict[str, Any]) -> list[str]:
         lines += [f"### {name}", "", p["what"][0].upper() + p["what"][1:] + ".", ""]
         if name.startswith("generated"):
             skipped = p["skipped"]
-            fallbacks = (
-                f"{p['fallbacks']} sentences kept as the best of their draws (none reached the "
-                "threshold)"
-                if direction
-                else f"{p['fallbacks']} fallbacks"
-            )
             lines.append(
                 f"{p['texts']} texts ({p['too_short']} too short; skipped: {skipped['not_ok']} "
                 f"failed records, {skipped['other_key']} of another key), "
                 f"{p['num_scored_mean']:.1f} scored sentences and "
                 f"{p['distinct_transitions_mean']:.1f} distinct region transitions on average; "
                 f"{_pct(p['one_region_share'])} never leave one region. Generation drew "
-                f"{p['candidates_per_sentence']:.1f} candidates per sentence, with {fallbacks}."
+                f"{p['candidates_per_sentence']:.1f} candidates per sentence, with "
+                f"{fallbacks.format(n=p['fallbacks'])}."
             )
         else:
             lines.append(f"{p['texts_per_key']} texts per key; lengths: {p['lengths']}.")
@@ -327,6 +293,11 @@ def _dotted(settings: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]
         else:
             out.append((f"{prefix}{key}", value))
     return out
+
+
+def described_first(result: dict[str, Any]) -> str:
+    """What becomes of a text's first unit without a prompt, in the mark's words."""
+    return _described(result).get("first", "prompt: each text's first sentence only seeds.")
 
 
 def _stats(result: dict[str, Any]) -> list[str]:

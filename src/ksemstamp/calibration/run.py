@@ -21,8 +21,6 @@ from .scoring import (
     own_key,
     p_values,
     score_texts,
-    scored_from_counts,
-    simulate_watermarked,
     stats_of,
 )
 from .summary import group_rates, power_summary, summarise_null
@@ -63,20 +61,19 @@ def run_calibration(
         settings: what to measure.
         describe: extra fields recorded as they are (command line, watermark settings).
         progress: show progress bars.
-        scan: direction mark: the p-values include the detector's windowed detection
-            (the direction mark's ``scan``), as ``detect`` reports them.
+        scan: the p-values include the mark's windowed tests (``detection.scan``), as
+            ``detect`` reports them (a mark without them ignores it).
 
     Returns:
         A JSON-ready dict of numbers (see ``write_outputs`` for the files made from it).
     """
     started = time.perf_counter()
-    scan = scan and scheme.mark == "direction"
     scheme, human, available = _score_human(scheme, settings, progress, scan)
     stats = stats_of(human)
-    tables = calibration_keys(scheme, settings.num_keys, settings.seed)
+    tables = calibration_keys(human.mark, settings.num_keys, settings.seed)
     rng = np.random.default_rng(settings.seed)
     per_key = [
-        p_values(human, table, scheme.gamma, rng)
+        p_values(human, table, rng)
         for table in tqdm(tables, desc="keys", unit="key", disable=not progress)
     ]
     sources = [s for s in settings.sources if len(human.select(s))]
@@ -86,7 +83,7 @@ def run_calibration(
     power, configured = _power(scheme, human, tables, per_key, settings, rng, progress, scan)
     return {
         **(describe or {}),
-        "calibration": _what_was_measured(scheme, settings, scan, stats),
+        "calibration": _what_was_measured(scheme, human.mark, settings, scan, stats),
         "sources": {s: _source_summary(human, s, available[s]) for s in sources},
         "texts_total": len(human),
         "null": null,
@@ -141,14 +138,15 @@ def _power(
     news = human.select("news")
     reference = "news" if len(news) else "all sources"
     power: dict[str, Any] = {}
-    simulate = scheme.mark == "region" and scheme.transition is not None
-    if simulate and settings.simulated_per_key > 0:
+    if settings.simulated_per_key > 0:
         null_news = [{s: p[s][news] for s in stats} if len(news) else p for p in per_key]
         lengths = human.num_scored[news if len(news) else slice(None)]
-        power["simulated"] = _simulated_power(
-            scheme, tables, lengths, null_news, reference, settings, rng, progress
+        simulated = _simulated_power(
+            human.mark, tables, lengths, null_news, reference, settings, rng, progress
         )
-    own = p_values(human, own_key(scheme), scheme.gamma)
+        if simulated is not None:
+            power["simulated"] = simulated
+    own = p_values(human, own_key(human.mark))
     configured = {
         "key_fingerprint": scheme.key_fingerprint,
         "human_fpr": {
@@ -165,24 +163,26 @@ def _power(
 
 
 def _what_was_measured(
-    scheme: WatermarkScheme, settings: CalibrationSettings, scan: bool, stats: tuple[str, ...]
+    scheme: WatermarkScheme,
+    mark: Any,
+    settings: CalibrationSettings,
+    scan: bool,
+    stats: tuple[str, ...],
 ) -> dict[str, Any]:
     """The result's ``calibration`` entry: the keys, the scheme and the settings measured."""
+    described = mark.describe(scan)
     return {
         "num_keys": settings.num_keys,
-        "keys": f"keyed {'tables' if scheme.mark == 'region' else 'directions'} of the "
-        f"keys 'calibration|{settings.seed}|i', i < num_keys",
-        "mark": scheme.mark,
-        "context": scheme.context,
-        "context_temperature": scheme.context_temperature,
-        "whiten": 0 if scheme.components is None else len(scheme.components),
+        "keys": f"{described['drawn']} of the keys 'calibration|{settings.seed}|i', i < num_keys",
+        "mark": described["kind"],
+        **described["settings"],
         "scan": scan,
         "statistics": list(stats),
         "alphas": list(settings.alphas),
         "window_words": settings.window_words,
         "seed": settings.seed,
         "num_regions": scheme.num_regions,
-        "gamma": scheme.gamma,
+        "description": {k: v for k, v in described.items() if k != "settings"},
     }
 
 
@@ -220,7 +220,7 @@ def _pooled_distribution(per_key: list[dict[str, np.ndarray]]) -> dict[str, Any]
 
 
 def _simulated_power(
-    scheme: WatermarkScheme,
+    mark: Any,
     tables: list,
     length_pool: np.ndarray,
     null_news: list[dict[str, np.ndarray]],
@@ -228,20 +228,16 @@ def _simulated_power(
     settings: CalibrationSettings,
     rng: np.random.Generator,
     progress: bool,
-) -> dict[str, Any]:
-    """Power on simulated watermarked region sequences under every key's table."""
-    size = int(scheme.table[0].sum().item())
-    sims = []
-    for table in tqdm(tables, desc="simulate", unit="key", disable=not progress):
-        lengths = rng.choice(length_pool, size=settings.simulated_per_key)
-        counts = simulate_watermarked(scheme.transition.cpu().numpy(), table, lengths, rng)
-        sims.append(p_values(scored_from_counts(counts, size, "simulated"), table, scheme.gamma))
+) -> dict[str, Any] | None:
+    """Power on simulated watermarked texts under every key (``Mark.simulated_power``, for a
+    mark that can simulate them; ``None`` otherwise)."""
+    keys = tqdm(tables, desc="simulate", unit="key", disable=not progress)
+    simulated = mark.simulated_power(keys, length_pool, settings.simulated_per_key, rng)
+    if simulated is None:
+        return None
+    sims = simulated["p_values"]
     return {
-        "what": (
-            "simulated region sequences, not generated text: the first region from the "
-            "domain's region frequencies, each next one from the domain transition matrix "
-            "(centroid file) restricted to the valid set; no fallbacks, no margin"
-        ),
+        "what": simulated["what"],
         "texts_per_key": settings.simulated_per_key,
         "lengths": "scored counts drawn from the human news pieces",
         "empirical_fpr_reference": f"{len(null_news[0]['exact'])} human pieces "
@@ -275,7 +271,7 @@ def _generated_power(
         progress=progress,
         scan=scan,
     )
-    real_p = p_values(real, own_key(scheme), scheme.gamma)
+    real_p = p_values(real, own_key(real.mark))
     distinct = (real.counts > 0).sum(axis=(1, 2))
     diagonal = np.trace(real.counts, axis1=1, axis2=2)
     return {

@@ -149,8 +149,9 @@ def detect(
     if settings.chat and prompt is not None:
         logger.info("chat: the prompt is an instruction and seeds no sentence; ignored")
         prompt = None
-    result = build_detector(settings).detect(text, prompt, progress=not quiet)
-    print(format_detection(result, settings.unit))
+    detector = build_detector(settings)
+    result = detector.detect(text, prompt, progress=not quiet)
+    print(format_detection(result, detector.mark, settings.unit))
     return 0 if result.status != "error" else 1
 
 
@@ -204,7 +205,7 @@ def demo(
     start = time.perf_counter()
     result = detector.detect(res.text, prompt)
     print(f"detection ({time.perf_counter() - start:.2f} s):")
-    print(format_detection(result, unit))
+    print(format_detection(result, detector.mark, unit))
     return 0
 
 
@@ -251,8 +252,9 @@ def calibrate(
     describe = {"command": command_line(ARGV), "settings": shown}
     if scheme.key_fingerprint == key_fingerprint(DEMO_KEY):
         describe["key"] = "the public demo key (KSEMSTAMP_KEY unset)"
-    scan = settings.mark.kind == "direction" and settings.mark.scan
-    result = run_calibration(scheme, calibration, describe, progress=not quiet, scan=scan)
+    result = run_calibration(
+        scheme, calibration, describe, progress=not quiet, scan=settings.detection.scan
+    )
     paths = write_outputs(result, output_dir)
     overall = result["null"]["overall"]
     for stat in result["calibration"]["statistics"]:

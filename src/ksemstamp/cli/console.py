@@ -227,8 +227,9 @@ VERDICTS = {"valid": "valid", "invalid": "blocked", "seed": "seed", "repeat": "r
 region; the direction mark: a score that is not positive)."""
 
 
-def format_detection(result, unit: str = "sentence") -> str:
-    """A readable report of one ``DetectionResult`` whose scored pieces are each a ``unit``."""
+def format_detection(result, mark, unit: str = "sentence") -> str:
+    """A readable report of one ``DetectionResult`` of ``mark`` (``Mark.describe``, its
+    further tests ``Mark.report_lines``) whose scored pieces are each a ``unit``."""
     scored = result.scores is not None
     lines = [f"  {'#':>4}  {'region':>6}  {'score' if scored else '':>7}  {'verdict':<8} {unit}"]
     if result.seed is not None:
@@ -255,21 +256,10 @@ def format_detection(result, unit: str = "sentence") -> str:
         lines.append(f"status: {result.status} ({result.error})")
         return "\n".join(lines)
     verdict = "WATERMARKED" if result.watermarked else "not watermarked"
-    # The region mark's z is the paper's; the direction mark's is its exact statistic.
-    kind = "exact" if scored else "paper"
-    counted = "positive" if scored else "valid"
-    tests = []
-    if result.span is not None and result.span_p_value is not None:
-        tests = [
-            f"whole text p = {result.text_p_value:.3g}",
-            f"most marked span ({unit}s {result.span[0] + 1}-{result.span[1]}, "
-            f"z = {result.span_z:.2f}) p = {result.span_p_value:.3g}",
-            f"marked {unit}s scattered among others p = {result.mixture_p_value:.3g}",
-        ]
-        if result.weighted_p_value is not None:
-            tests.append(
-                f"{unit}s that move together counted once p = {result.weighted_p_value:.3g}"
-            )
+    described = mark.describe()
+    kind, counted = described["z"], described["counted"]
+    tests = mark.report_lines(result, unit)
+    if tests:
         lines.append("tests: " + "; ".join(tests))
     if result.normalized:
         changed = ", ".join(

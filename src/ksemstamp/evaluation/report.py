@@ -11,27 +11,10 @@ from pathlib import Path
 from ..io import save_figure
 from ..settings.evaluation import LABELS
 
-
-def statistic_label(algorithm: str, mark: str, statistic: str, scan: bool = False) -> str:
-    """What an algorithm's p-value is, in words (the decision table names it)."""
-    if algorithm == "kgw":
-        return (
-            "KGW's z-test of the green-token count (transformers' WatermarkDetector), normal tail"
-        )
-    if mark == "direction":
-        return (
-            "direction statistic: z of the summed projections on the key's directions, exactly "
-            "standard normal over random keys; p is its normal tail"
-            + (
-                ", combined with the span scan, the mixture statistic and the correlation-weighted"
-                " sum (one exact p-value)"
-                if scan
-                else ""
-            )
-        )
-    if statistic == "exact":
-        return "exact key-randomisation p-value of the count of sentences in valid regions"
-    return "the paper's one-proportion z-test, normal tail (not calibrated on human text)"
+KGW_STATISTIC = (
+    "KGW's z-test of the green-token count (transformers' WatermarkDetector), normal tail"
+)
+"""What KGW's p-value is, in words (the sentence-level marks describe their own)."""
 
 
 def _fmt(value, pattern: str = "{:.3f}") -> str:

@@ -53,7 +53,7 @@ from .prompt_set import (  # noqa: F401  (re-exported: the prompt rules' former 
     human_continuation,
     split_article,
 )
-from .report import markdown_table, plot_roc, statistic_label
+from .report import markdown_table, plot_roc
 from .scoring import MISSING_SCORE, detection_entry, generation_stats
 from .stages import Run
 
@@ -106,10 +106,7 @@ def run_evaluation(settings: EvalSettings, progress: bool = True) -> dict:
                 continue
             per_attack[name] = detection_entry(name, positives, negatives, attacked, rank_by_exact)
         results["detection"][algorithm] = per_attack
-        scan = cfg.mark.kind == "direction" and cfg.mark.scan
-        results["statistics"][algorithm] = statistic_label(
-            algorithm, cfg.mark.kind, cfg.detection.statistic, scan
-        )
+        results["statistics"][algorithm] = run.statistic_label(algorithm)
         results["size"][algorithm] = size_stage(run, algorithm, texts, prompt_of)
     results["quality"]["human"] = _quality(run, "human", human, prompt_of, {})
 

@@ -202,6 +202,31 @@ class Run:
 
         return {r["id"]: r for r in read_records(path) if r["id"] in texts}
 
+    def statistic_label(self, algorithm: str) -> str:
+        """What an algorithm's p-value is, in words (its mark's own description)."""
+        if algorithm == "kgw":
+            from .report import KGW_STATISTIC
+
+            return KGW_STATISTIC
+        detector = self._sentence_detector(algorithm)
+        described = detector.mark.describe(detector.scan)["statistic"]
+        return described[detector.statistic]
+
+    def _sentence_detector(self, algorithm: str, key_index: int = 0):
+        """The ``Detector`` of a sentence-level algorithm under its ``key_index``-th key, on
+        the evaluation's device (loaded once)."""
+        from ..builders import build_detector, build_scheme
+
+        cfg = self.settings.watermark_config(algorithm, key_index)
+        key = (algorithm, "detector", key_index)
+        cfg = dataclasses.replace(
+            cfg, model=dataclasses.replace(cfg.model, device=self.settings.device)
+        )
+        if key not in self._encoders:
+            encoder = None if cfg.model.checkpoint else self.encoder(cfg.model.encoder)
+            self._encoders[key] = build_detector(cfg, build_scheme(cfg, encoder))
+        return self._encoders[key]
+
     def _detector(self, algorithm: str, key_index: int = 0):
         cfg = self.settings.watermark_config(algorithm, key_index)
         if algorithm == "kgw":
@@ -210,16 +235,7 @@ class Run:
             model, tokenizer = self.lm(cfg.model.lm)
             kgw = KGWDetector(model.config, tokenizer, self.settings.kgw)
             return lambda texts, prompts: kgw.detect_batch(texts)
-        from ..builders import build_detector, build_scheme
-
-        key = (algorithm, "detector", key_index)
-        cfg = dataclasses.replace(
-            cfg, model=dataclasses.replace(cfg.model, device=self.settings.device)
-        )
-        if key not in self._encoders:
-            encoder = None if cfg.model.checkpoint else self.encoder(cfg.model.encoder)
-            self._encoders[key] = build_detector(cfg, build_scheme(cfg, encoder))
-        detector = self._encoders[key]
+        detector = self._sentence_detector(algorithm, key_index)
 
         def run(texts: list[str], prompts: list[str]) -> list[dict]:
             return [

@@ -1,9 +1,10 @@
 """One document's state in the sentence loop (``watermarker``), and the steps that move it on.
 
 A ``Document`` holds what the loop knows of one continuation while it is generated: its text
-and the LM's prefix so far, the previous sentence's region and context (what the mark reads,
-see ``marks.SentenceState``), and the counts of the search for the next sentence. ``append``
-takes a kept sentence; ``take_completion`` the words that complete a prompt's open sentence.
+and the LM's prefix so far, the previous unit's region and the mark's own state (what the mark
+reads, see ``marks.SentenceState``), and the counts of the search for the next unit.
+``append`` takes a kept unit; ``take_completion`` the words that complete a prompt's open
+sentence.
 Clock readings are passed in, so that the loop alone reads the clock.
 """
 
@@ -14,6 +15,7 @@ import math
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -30,29 +32,23 @@ class Document:
 
     result: GenerationResult
     prefix: str
-    context: str
+    last_sentence: str
+    """The text's (or prompt's) last sentence: the next unit's end is decided after it."""
     previous: int
     started: float
     generator: torch.Generator
-    weights: torch.Tensor | None = None
-    """What the previous sentence (or start value) hands on (``Mark.contexts``)."""
+    state: Any = None
+    """The mark's own state of this document (``Mark.new_state``, ``Mark.keep``)."""
     sentence_started: float = 0.0
     timed_out: bool = False  # the kept sentence's search ended by ``sentence_time_budget``
     stats: dict[int, list[float]] = field(default_factory=dict)
-    used: set[tuple[int, int]] = field(default_factory=set)
     seen: set[str] = field(default_factory=set)
-    """``normalize.sentence_key`` of every sentence kept: a repeat is not scored by detection."""
+    """``normalize.sentence_key`` of every unit kept: a repeat is not scored by detection."""
     drawn: int = 0
     pruned: int = 0
-    rejected_region: int = 0
-    rejected_margin: int = 0
-    rejected_repeat: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    """Candidates the mark turned down for the current unit, by reason (``Mark.rejections``)."""
     best: Candidate | None = None  # best-ranked usable candidate so far (a scoring mark)
-    evidence: torch.Tensor | None = None
-    """Direction mark: ``(K, D)`` sum over the kept sentences of their scored context times
-    their scored vector; the null variance of the text's score sum is its squared norm."""
-    evidence_score: float = 0.0
-    """Direction mark: the sum of the kept sentences' scores."""
     done: bool = False
     open_sentence: str = ""
     """While the prompt's unfinished last sentence is being completed: that sentence."""
@@ -71,23 +67,28 @@ class Document:
         start: PromptStart,
         generator: torch.Generator,
         now: float,
-        keyed: Callable[[], tuple[int, torch.Tensor | None]],
+        state: Any,
+        keyed: Callable[[Any], tuple[int, Any]],
+        rejections: tuple[str, ...] = (),
     ) -> Document:
         """The document of ``prompt`` as ``prompts.plan_prompt`` planned it (``start``), begun at
-        ``now``: finished with its error, set to complete the prompt's open sentence, or seeded
-        by the keyed start value (``keyed()``: its region and context) when it continues no
-        sentence. A prompt that ends a sentence is seeded by the caller (from its region)."""
+        ``now`` with the mark's fresh ``state``: finished with its error, set to complete the
+        prompt's open sentence, or seeded by the keyed start value (``keyed(state)``: its region
+        and the state it leaves) when it continues no sentence. A prompt that ends a sentence
+        is seeded by the caller (from its region). ``rejections``: the reasons the mark counts."""
         result = GenerationResult(
             prompt=prompt, prompt_dropped_chars=start.dropped_chars, chat=start.kind == CHAT
         )
         doc = cls(
             result,
             prefix=start.prefix,
-            context=start.context,
+            last_sentence=start.last_sentence,
             previous=NO_REGION,
             started=now,
             generator=generator,
+            state=state,
             sentence_started=now,
+            rejected=dict.fromkeys(rejections, 0),
         )
         if start.error is not None:
             result.status, result.error = "error", start.error
@@ -95,7 +96,7 @@ class Document:
         elif start.kind == COMPLETE:
             doc.open_sentence, doc.head = start.open_sentence, start.head
         elif start.kind != CONTINUE:  # an empty prompt or chat
-            (doc.previous, doc.weights), doc.keyed_start = keyed(), True
+            (doc.previous, doc.state), doc.keyed_start = keyed(state), True
         return doc
 
     @property
@@ -116,8 +117,8 @@ class Document:
     ) -> None:
         """Count a round's candidates: drawn, pruned, the best-scoring so far, and (``rates``:
         the running ``[accepted, drawn]`` counts after a previous region; ``None`` for plain
-        or completing draws) acceptance and why each was rejected (a mark that ``turns_down``
-        none only ranks)."""
+        or completing draws) acceptance and why the mark turned each down (a mark that
+        ``turns_down`` none only ranks)."""
         self.result.decoded_tokens += res.decoded_tokens
         self.result.wasted_tokens += res.wasted_tokens
         for cand in res.candidates:
@@ -133,14 +134,8 @@ class Document:
             counts = rates(self.previous, self.stats)
             counts[0] += cand.accepted
             counts[1] += 1
-            if not turns_down:
-                continue
-            if not verdict.valid:
-                self.rejected_region += 1
-            elif not verdict.margin_ok:
-                self.rejected_margin += 1
-            elif not verdict.novel:
-                self.rejected_repeat += 1
+            if turns_down and verdict.reason is not None:
+                self.rejected[verdict.reason] = self.rejected.get(verdict.reason, 0) + 1
 
     def choose(
         self,
@@ -188,7 +183,8 @@ class Document:
         return None
 
     def _reset_counts(self) -> None:
-        self.drawn = self.rejected_region = self.rejected_margin = self.rejected_repeat = 0
+        self.drawn = 0
+        self.rejected = dict.fromkeys(self.rejected, 0)
 
     def append(self, chosen: Candidate, fallback: bool, now: float) -> None:
         """Add the kept sentence and move the state to the search for the next one, which
@@ -199,9 +195,7 @@ class Document:
                 text=chosen.text,
                 region=region,
                 candidates=self.drawn,
-                rejected_region=self.rejected_region,
-                rejected_margin=self.rejected_margin,
-                rejected_repeat=self.rejected_repeat,
+                rejected=dict(self.rejected),
                 fallback=fallback,
                 num_tokens=chosen.num_tokens,
                 pruned=self.pruned,
@@ -217,17 +211,9 @@ class Document:
             self.prefix += chosen.text
         else:
             self.prefix += chosen.separator + chosen.text
-            self.used.add((self.previous, region))
-        self.context = chosen.text
+        self.last_sentence = chosen.text
         self.seen.add(sentence_key(chosen.text))
         self.previous = region
-        if chosen.info is not None and chosen.info.context is not None:
-            self.weights = chosen.info.context
-        if chosen.info is not None and chosen.info.evidence is not None:
-            context, vector = chosen.info.evidence
-            part = torch.outer(context.double(), vector.double())
-            self.evidence = part if self.evidence is None else self.evidence + part
-            self.evidence_score += float(chosen.info.score)
         self._reset_counts()
         self.pruned = 0
         self.sentence_started, self.timed_out = now, False
@@ -249,9 +235,8 @@ class Document:
         self.result.completion_tokens = chosen.num_tokens
         self.result.text = completion
         self.prefix += completion
-        self.context = chosen.text
+        self.last_sentence = chosen.text
         self.previous = chosen.info.region
-        self.weights = chosen.info.context
         self.open_sentence = self.head = ""
         self.verbatim = True
         self._reset_counts()

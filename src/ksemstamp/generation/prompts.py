@@ -36,19 +36,19 @@ class PromptStart:
         kind: ``continue``, ``complete``, ``empty`` or ``chat`` (see the module docstring), or
             ``""`` with ``error`` set.
         prefix: the text the LM sees before the first new token (cut to the budget).
-        context: the sentence before the first candidate (``continue``), or before the open
+        last_sentence: the sentence before the first candidate (``continue``), or before the open
             sentence (``complete``); ``""`` when there is none.
         seed: for ``continue``, the sentence whose region seeds the first watermarked one.
         open_sentence: for ``complete``, the prompt's unfinished last sentence.
         head: for ``complete``, the open sentence with the whitespace before it, as it follows
-            ``context`` in the prompt (what the sampler puts before each row's text).
+            ``last_sentence`` in the prompt (what the sampler puts before each row's text).
         dropped_chars: characters cut from the left of what the LM sees.
         error: why generation cannot start after this prompt.
     """
 
     kind: str = ""
     prefix: str = ""
-    context: str = ""
+    last_sentence: str = ""
     seed: str | None = None
     open_sentence: str = ""
     head: str = ""
@@ -174,12 +174,12 @@ def plan_prompt(
     last_at, last = spans[-1]
     context = spans[-2][1] if len(spans) > 1 else ""
     if splitter.ends_sentence(last):
-        return PromptStart(CONTINUE, prefix, context=last, seed=last, dropped_chars=dropped)
+        return PromptStart(CONTINUE, prefix, last_sentence=last, seed=last, dropped_chars=dropped)
     gap_from = spans[-2][0] + len(context) if len(spans) > 1 else last_at
     return PromptStart(
         COMPLETE,
         prefix,
-        context=context,
+        last_sentence=context,
         open_sentence=last,
         head=text[gap_from:last_at] + last,
         dropped_chars=dropped,

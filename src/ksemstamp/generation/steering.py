@@ -40,9 +40,12 @@ BATCH = 512
 """Vocabulary entries embedded in one encoder pass."""
 
 
-def token_vectors(tokenizer: Any, vocab: int, scheme: Any, cache: Path | None = None) -> Tensor:
-    """``(vocab, D)`` float32 processed vectors of the generator's vocabulary entries (on the
-    scheme's device), read from ``cache`` (a folder) when it holds them, else embedded (about
+def token_vectors(
+    tokenizer: Any, vocab: int, scheme: Any, mark: Any, cache: Path | None = None
+) -> Tensor:
+    """``(vocab, D)`` float32 processed vectors (``mark.vectors``) of the generator's
+    vocabulary entries (on the scheme's device), read from ``cache`` (a folder) when it holds
+    them, else embedded with ``scheme`` (about
     40 s for 49k entries on 2 CPU cores) and stored there.
 
     An entry that decodes to nothing but whitespace, or past the tokenizer's vocabulary (a
@@ -51,7 +54,7 @@ def token_vectors(tokenizer: Any, vocab: int, scheme: Any, cache: Path | None = 
     pieces += [""] * (vocab - len(pieces))
     path = None
     if cache is not None:
-        path = Path(cache) / f"{_cache_key(pieces, scheme)}.pt"
+        path = Path(cache) / f"{_cache_key(pieces, scheme, mark)}.pt"
         if path.exists():
             return torch.load(path, map_location=scheme.device, weights_only=True).float()
     from tqdm.auto import tqdm
@@ -65,7 +68,7 @@ def token_vectors(tokenizer: Any, vocab: int, scheme: Any, cache: Path | None = 
     for start in tqdm(batches, desc="token vectors", unit="batch", leave=False, disable=None):
         chunk = pieces[start : start + BATCH]
         texts = [p if p.strip() else "." for p in chunk]
-        vectors = scheme.vectors(scheme.embed(texts)).float()
+        vectors = mark.vectors(scheme.embed(texts)).float()
         blank = torch.tensor([not p.strip() for p in chunk], device=vectors.device)
         rows.append(vectors.masked_fill(blank[:, None], 0.0))
     # Rounded as the cache stores it, so that the first run steers as every later one.
@@ -78,11 +81,11 @@ def token_vectors(tokenizer: Any, vocab: int, scheme: Any, cache: Path | None = 
     return table
 
 
-def _cache_key(pieces: list[str], scheme: Any) -> str:
+def _cache_key(pieces: list[str], scheme: Any, mark: Any) -> str:
     """A hash of the vocabulary and of what the scheme makes of a few probe texts: the same
     generator vocabulary, encoder and processing give the same table."""
     digest = hashlib.sha256("\x00".join(pieces).encode("utf-8", "surrogatepass"))
-    probes = scheme.vectors(scheme.embed(list(PROBES))).float().cpu()
+    probes = mark.vectors(scheme.embed(list(PROBES))).float().cpu()
     digest.update(torch.round(probes * 1e4).to(torch.int32).numpy().tobytes())
     return digest.hexdigest()[:24]
 

@@ -2,53 +2,45 @@
 May import: ksemstamp core modules and generation, detection, scheme, settings, text; never cli, builders, watermarker or detector.
 
 ``region`` is k-SemStamp's (and SemStamp's) valid-region rule, ``direction`` the keyed-direction
-score. The sentence loop (``watermarker``) and the ``Detector`` ask a mark; neither branches on
-which one it is. ``make_mark`` builds the mark a ``WatermarkScheme`` names.
+score. A mark's settings class (``settings.groups.MARK_KINDS``, the one registry of kinds) names
+its ``Mark`` class; ``build_mark`` makes the mark a scheme's settings ask for. The sentence loop
+(``watermarker``), the ``Detector``, calibration, the CLI and the web page ask the mark and never
+its kind.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .base import Mark, Round, SentenceState
-from .direction import DirectionMark
-from .region import RegionMark
 
 if TYPE_CHECKING:
-    from ..generation.pruning import PruneRule
-    from ..generation.steering import Steering
     from ..scheme.core import WatermarkScheme
-    from ..settings.groups import MarkSettings
 
-__all__ = ["MARKS", "DirectionMark", "Mark", "RegionMark", "Round", "SentenceState", "make_mark"]
-
-MARKS: dict[str, type[Mark]] = {RegionMark.name: RegionMark, DirectionMark.name: DirectionMark}
+__all__ = ["Mark", "Round", "SentenceState", "build_mark", "mark_class"]
 
 
-def make_mark(
+def mark_class(settings: Any) -> type[Mark]:
+    """The ``Mark`` class a mark's settings name (``MarkSettings.mark``: the class, or its
+    ``"module:Class"`` path)."""
+    target = type(settings).mark
+    if isinstance(target, str):
+        module, _, name = target.partition(":")
+        target = getattr(importlib.import_module(module), name)
+    if not (isinstance(target, type) and issubclass(target, Mark)):
+        raise TypeError(f"{type(settings).__name__}.mark does not name a Mark class")
+    return target
+
+
+def build_mark(
     scheme: WatermarkScheme,
-    prune: PruneRule | None = None,
-    settings: MarkSettings | None = None,
-    steering: Steering | None = None,
+    search: Any = None,
+    steering: Any = None,
+    key: str | None = None,
 ) -> Mark:
-    """The mark ``scheme`` holds the settings of (``scheme.settings``), and for the direction
-    mark the rule that stops running candidates early (``prune``; the region mark has none).
-    ``settings``: the same kind's settings to generate with instead of the scheme's (they give
-    the region mark's patience, the direction mark's threshold and selection; the scheme's
-    decide everything else). ``steering``: the direction mark's logit bias toward the key."""
-    settings = settings or scheme.settings
-    if settings.kind != scheme.mark:
-        raise ValueError(f"the scheme's mark is {scheme.mark}, the settings' {settings.kind}")
-    if settings.kind == DirectionMark.name:
-        return DirectionMark(
-            scheme,
-            threshold=settings.threshold,
-            prune=prune,
-            selection=settings.selection,
-            steering=steering,
-        )
-    return RegionMark(
-        scheme,
-        novelty_patience=settings.novelty_patience,
-        margin_patience=settings.margin_patience,
-    )
+    """The mark of ``scheme``'s settings (``scheme.settings``) under its key (``key``: another
+    key), with the generation effort ``search`` (``SearchSettings``) and ``steering`` for a
+    mark that generates."""
+    cls = mark_class(scheme.settings)
+    return cls(scheme, scheme.settings, scheme.key if key is None else key, search, steering)

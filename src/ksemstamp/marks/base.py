@@ -1,26 +1,33 @@
-"""What a mark is to the sentence loop (``watermarker``) and to the ``Detector``.
+"""What a mark is: the only code that knows its kind.
 
-A mark is the key's rule for one sentence. The loop draws rounds of candidate sentences and
-asks the mark four things; the detector asks it one:
+A mark is the key's rule for one unit of text (a sentence or a clause). It holds its key
+material (built from the key when the mark is made), and everything that depends on it:
 
-* ``prior``: the chance that one candidate is accepted before any was drawn (round sizing);
-* ``judge``: each finished candidate's ``Judgement`` and whether it is accepted. The sampler
-  keeps the first accepted candidate of a round in draw order (ordered first-valid); a mark
-  that accepts none (``turns_down`` False) is a ranking: the loop keeps the best-scoring
-  candidate of the budget;
-* ``contexts``: what a kept sentence hands the sentence after it (``None``: nothing but its
-  region);
-* ``pruner``: optionally, when running candidate rows of a round stop early;
-* ``test`` (``test_batch`` for many texts at once): the detector's verdict on a text's
-  key-free ``ScoringPlan``.
+* **generation** (the sentence loop, ``watermarker``): ``new_state`` makes a document's own
+  state (what the mark remembers of the units kept so far), ``seed`` and ``start`` set it from
+  the prompt's last sentence or the keyed start value, ``prior`` sizes rounds, ``judge`` gives
+  each finished candidate its ``Judgement`` (accepted or not, and why), ``keep`` updates the
+  state with the unit kept, and ``pruner`` and ``round_bias`` (optional) stop running rows
+  early and steer them;
+* **detection** (``Detector``): ``annotate`` adds what the mark scores to each text's key-free
+  ``ScoringPlan``, ``evidence`` keeps the key-free part of its statistic, ``p_values`` applies
+  keys to it (the detector's own key, or many keys at once in calibration: one
+  implementation of each statistic), and ``test_batch`` turns a batch of plans into results;
+* **presentation** (the CLI, the web page, the calibration and evaluation reports):
+  ``report_lines``, ``view``, ``describe``.
+
+The settings class of each kind (``settings.groups.MARK_KINDS``, the one registry) names its
+mark (``MarkSettings.mark``), and ``marks.build_mark`` makes it. A new mark is one settings
+class and one ``Mark`` subclass: nothing else compares kinds.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
+import numpy as np
 from torch import Tensor
 
 from ..results import DetectionResult, Judgement
@@ -37,15 +44,12 @@ Verdict = tuple[bool, Judgement]
 
 
 class SentenceState(Protocol):
-    """What a mark may read of a document while its next sentence is searched."""
+    """What a mark may read of a document while its next unit is searched."""
 
-    previous: int  # region of the sentence before (or the seed's, or the keyed start value)
-    weights: Tensor | None  # the context that sentence handed on (``Mark.contexts``)
-    used: set[tuple[int, int]]  # the document's transitions so far
-    seen: set[str]  # ``normalize.sentence_key`` of each sentence kept so far
-    drawn: int  # candidates drawn for this sentence before the current round
-    evidence: Tensor | None  # (K, D) sum over kept sentences of context (x) vector, or None
-    evidence_score: float  # sum of the kept sentences' scores
+    previous: int  # region of the unit before (or the seed's, or the keyed start value)
+    state: Any  # the mark's own per-document state (``Mark.new_state``)
+    seen: set[str]  # ``normalize.sentence_key`` of each unit kept so far
+    drawn: int  # candidates drawn for this unit before the current round
 
     @property
     def completing(self) -> bool: ...
@@ -62,25 +66,76 @@ class Round(NamedTuple):
     regions: Tensor
     """``(N,)`` their regions."""
     margin_ok: Tensor
-    """``(N,)`` whether each lies at least the margin from its region's border."""
+    """``(N,)`` whether each lies at least the partition's margin from its region's border."""
     texts: Sequence[str] = ()
     """Their texts (empty where a caller has none to give)."""
 
 
 class Mark(ABC):
-    """A watermark rule (see the module docstring). ``name`` is ``WatermarkScheme.mark``."""
+    """A watermark rule (see the module docstring), made from its settings, the scheme it
+    scores with and the key (``None`` for a mark whose table is public). ``search``: the
+    generation effort settings (``SearchSettings``) a mark made for generation reads;
+    ``steering``: a logit bias toward the key (``generation.steering``), for a mark that
+    steers."""
 
-    name: str = ""
+    kind: ClassVar[str] = ""
+    rejections: ClassVar[tuple[str, ...]] = ()
+    """Why it turns candidates down (the reasons ``Judgement.reason`` names), counted per unit
+    in the records as ``rejected_REASON``."""
+    keyed: ClassVar[bool] = True
 
-    def __init__(self, scheme: WatermarkScheme) -> None:
+    def __init__(
+        self,
+        scheme: WatermarkScheme,
+        settings: Any,
+        key: str | None,
+        search: Any = None,
+        steering: Any = None,
+    ) -> None:
         self.scheme = scheme
+        self.settings = settings
 
     @property
+    def statistics(self) -> tuple[str, ...]:
+        """The statistics its detector offers (``MarkSettings.statistics``)."""
+        return tuple(type(self.settings).statistics)
+
+    # ------------------------------------------------------------------ the key
+    @property
+    def key_fingerprint(self) -> str:
+        """What records carry to name the key (never the key)."""
+        return self.scheme.key_fingerprint
+
+    @abstractmethod
+    def material(self, key: str | None) -> Any:
+        """The key material this mark draws from ``key`` (for calibration's random keys)."""
+
+    @property
+    @abstractmethod
+    def own_material(self) -> Any:
+        """The key material of the mark's own key."""
+
+    # ------------------------------------------------------------------ generation
+    @property
     def turns_down(self) -> bool:
-        """Whether the rule rejects candidates: rejections are counted, and a sentence kept
-        without an accepted candidate is a fallback. ``False``: a ranking mark, whose kept
-        sentence is the best-scoring candidate of the budget by rule."""
+        """Whether the rule rejects candidates: rejections are counted, and a unit kept without
+        an accepted candidate is a fallback. ``False``: a ranking mark, whose kept unit is the
+        best-scoring candidate of the budget by rule."""
         return True
+
+    def new_state(self) -> Any:
+        """A document's state before its first unit (``None``: the mark keeps none)."""
+        return None
+
+    def seed(self, states: Sequence[Any], emb: Tensor, regions: Tensor) -> list[Any]:
+        """The states of documents whose first unit follows sentences with ``(N, D)``
+        embeddings ``emb`` in ``regions`` (a prompt's last sentence)."""
+        return list(states)
+
+    def start(self, state: Any) -> tuple[int, Any]:
+        """The keyed start value's region, and the state it leaves, for a document that
+        continues no sentence (an empty prompt, a chat answer)."""
+        return self.scheme.start_region, state
 
     @abstractmethod
     def prior(self, previous: int) -> float:
@@ -88,16 +143,12 @@ class Mark(ABC):
 
     @abstractmethod
     def judge(self, drawn: Round) -> list[Verdict]:
-        """One verdict per candidate of ``drawn``; ``Judgement.context`` is what the candidate
-        would hand the sentence after it."""
+        """One verdict per candidate of ``drawn``."""
 
-    def contexts(self, emb: Tensor, regions: Tensor) -> list[Tensor | None]:
-        """What each of ``(N, D)`` sentence embeddings hands the sentence after it."""
-        return [None] * len(emb)
-
-    def start_context(self) -> Tensor | None:
-        """What the keyed start value hands the first sentence of a text that continues none."""
-        return None
+    def keep(self, state: Any, previous: int, kept: Judgement, scored: bool) -> Any:
+        """The state after a unit was kept after region ``previous`` (``scored``: detection will
+        score it; ``False`` for a unit that only seeds: a completed prompt sentence)."""
+        return state
 
     def pruner(self, docs: Sequence[SentenceState]) -> Pruner | None:
         """When the running rows of a round stop early (``None``: every row finishes)."""
@@ -108,17 +159,67 @@ class Mark(ABC):
         (``generation.steering``); ``None``: none."""
         return None
 
-    @abstractmethod
-    def test(self, plan: ScoringPlan, statistic: str, alpha: float, scan: bool) -> DetectionResult:
-        """The detector's verdict on one text's ``plan`` (planned without error): its p-value
-        under ``statistic``, watermarked at ``alpha``; ``scan``: also search the best span
-        (a mark without windowed detection ignores it)."""
+    # ------------------------------------------------------------------ detection
+    @property
+    def scores_first(self) -> bool:
+        """Whether a text's first unit is scored without a unit before it
+        (``MarkSettings.scores_first``)."""
+        return bool(self.settings.scores_first)
 
+    def annotate(self, plans: Sequence[ScoringPlan], emb: Tensor, regions: Tensor) -> None:
+        """Give each plan what the mark scores (``ScoringPlan.data``): ``emb`` and ``regions``
+        hold, for the plans in order, the seed's row (when the plan has a seed) and then one
+        row per sentence. A mark that scores regions alone needs nothing more."""
+        return None
+
+    @abstractmethod
+    def evidence(self, plans: Sequence[ScoringPlan], scan: bool = False) -> list[Any]:
+        """The key-free part of the statistic of each plan (each with something to score);
+        ``scan``: what the mark's windowed tests need too."""
+
+    def batch(self, evidence: Sequence[Any]) -> Any:
+        """Many texts' evidence stacked once, for ``p_values`` under many keys."""
+        return list(evidence)
+
+    @abstractmethod
+    def p_values(
+        self, batch: Any, materials: Sequence[Any], rng: np.random.Generator | None = None
+    ) -> list[dict[str, np.ndarray]]:
+        """Per key material, each text of ``batch`` (``batch(evidence)``): its ``z`` and its
+        p-value under every statistic of ``statistics`` (``rng``: also the tie-randomised
+        ones, ``exact_randomised``, a calibration diagnostic, exactly uniform under the
+        null)."""
+
+    @abstractmethod
     def test_batch(
         self, plans: Sequence[ScoringPlan], statistic: str, alpha: float, scan: bool
     ) -> list[DetectionResult]:
-        """``test`` of many plans at once; a mark that can batch across texts overrides it."""
-        return [self.test(plan, statistic, alpha, scan) for plan in plans]
+        """The detector's verdicts on plans planned without error, under the mark's own key:
+        ``p_value`` under ``statistic``, watermarked at ``alpha``; ``scan``: also the windowed
+        tests, for a mark that has them."""
+
+    def simulated_power(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        """Power on simulated watermarked texts for calibration, where the mark can simulate
+        them (``None``: it cannot)."""
+        return None
+
+    # ------------------------------------------------------------------ presentation
+    @abstractmethod
+    def describe(self, scan: bool = False) -> dict[str, Any]:
+        """What the mark is, in words and settings, for reports: ``keys`` (what a key draws),
+        ``statistic`` (the p-value in words), ``counted`` (what ``num_valid`` counts),
+        ``z`` (what ``z_score`` is), ``settings`` (its identity settings) and ``statistics``."""
+
+    def report_lines(self, result: DetectionResult, unit: str) -> list[str]:
+        """The further tests of a result, one entry each, as the CLI's report lists them
+        (their p-value combined into ``p_value``); none by default."""
+        return []
+
+    @abstractmethod
+    def view(self, result: DetectionResult, alpha: float, unit: str) -> dict[str, Any]:
+        """What the web page shows of a result beyond the common fields: ``explanation``,
+        ``null`` (the chart of the null law), ``expected`` (units by chance), ``previous``
+        (whether a unit's verdict depends on the one before it) and the mark's own fields."""
 
 
 def plan_result(

@@ -1,105 +1,246 @@
-"""The direction mark: a score per sentence, best of ``max_candidates`` (or first over a threshold).
+"""The direction mark: the key draws a direction per region; a unit scores its projection.
 
-A candidate's score is the projection of its whitened embedding on the key's direction for its
-context (``WatermarkScheme.scores``). With a ``threshold`` the first candidate that reaches it is
-accepted and, after ``max_candidates`` draws, the best-scoring one is kept (a fallback that
-still carries most of the evidence a sentence can). Without one (the default) no candidate is
-accepted: the mark ranks, and the loop keeps the best of the budget, by rule. The detector sums
-the scores into an exact z (``stats.direction_z``), with the windowed ``scan`` beside it.
+Key material: ``K`` directions with independent standard normal components
+(``keys.keyed_directions``). What is scored of a unit is its processed vector (``vectors``:
+the domain mean removed, ``whiten`` principal components projected out, unit length), and the
+direction it meets is the blend of the key's directions that its *context* gives
+(``context_weights``): its own embedding's soft weights over the regions (``context: own``) or
+the unit before it (``previous``). A text's score sum over random keys is exactly normal
+(``direction_stats``), so its z's p-value is exact for any text written without the key.
 
-Pruning (an option, ``prune``; the default without a threshold, see ``pruning``): a round draws
-``max_candidates`` rows and every ``prune.every`` tokens the rows still running are scored on
-their text so far; the rule stops the ones unlikely to become the best. A stopped row counts as
-a drawn candidate (``pruned``) but not against ``max_candidates``: a round whose finished rows
-hold no usable sentence is followed by another for the rest of the budget, as an unpruned one
-would be.
+Generation keeps the best-scoring candidate of ``search.max_candidates`` (by rule: a ranking
+mark), or with ``search.threshold`` the first reaching it; ``search.selection: text`` ranks by
+what a candidate adds to the text's z (``direction_stats.text_gains``). Pruning stops running
+rows whose partial text scores low (``generation.pruning``), and steering biases the rows'
+logits toward the key (``generation.steering``). Detection sums the scores into the exact z,
+with the windowed tests beside it (``detection.scan``). How results read is
+``direction_view``'s.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from ..detection.scan import combined_tests, scan_seed
-from ..detection.spans import score_covariance
-from ..detection.stats import P_FLOOR, log_normal_sf, normal_sf
-from ..generation.pruning import PruneRule, rows_to_keep
-from ..generation.sampler import Candidate, Pruner, PruneVerdict
+from ..detection.stats import P_FLOOR, normal_sf
+from ..generation.pruning import PruneRule, prune_rule, rows_to_keep
+from ..generation.sampler import Pruner, PruneVerdict
 from ..generation.steering import Steering
+from ..keys import keyed_directions
 from ..results import DetectionResult, Judgement, rank_of, too_short
-from ..settings.groups import DirectionSettings
+from ..scheme.core import soft_context_weights
+from ..settings.groups import SearchSettings
 from ..text.normalize import sentence_key
 from .base import Mark, Round, SentenceState, Verdict, plan_result
+from .direction_stats import (
+    DirectionBatch,
+    direction_p_values,
+    stack_evidence,
+    text_evidence,
+    text_gains,
+)
+from .direction_view import describe_direction, direction_lines, direction_view
 
 if TYPE_CHECKING:
     from ..detection.plans import ScoringPlan
     from ..scheme.core import WatermarkScheme
 
-
 SELECTIONS = ("text", "sentence")
+DIAGNOSTIC = "exact_randomised"
 
 
-def text_gains(
-    scores: Tensor,
-    contexts: Tensor,
-    vectors: Tensor,
-    evidence: Sequence[tuple[Tensor | None, float]],
-) -> Tensor:
-    """``(R,)`` each candidate's score less what it repeats of its text's evidence so far.
+@dataclass
+class DirectionState:
+    """What the direction mark remembers of a document's units kept so far."""
 
-    The detector's z of a text is ``S / sqrt(V)``: ``S`` the sum of its sentences' scores and
-    ``V = |E|^2`` the null variance, ``E`` the sum of each sentence's scored context (x) vector.
-    Adding a candidate with score ``s`` and covariance ``c = a^T E u`` with the text moves the
-    z, to first order, by ``(s - (S / V) c) / sqrt(V)`` (and a term common to all candidates).
-    A candidate that says again what the text has said scores high for the same reason the
-    earlier sentence did, and adds variance as fast as evidence: ranked by its own score it is
-    kept often, and a text of such sentences counts like a few (the effective number of
-    sentences, ``N^2 / V``). Ranked by this gain, the kept sentence is the one that raises
-    the text's z most.
+    weights: Tensor | None = None
+    """``(K,)`` the context weights the last unit hands on (what the next is scored on under
+    ``context: previous``, and what it is steered toward at first)."""
+    evidence: Tensor | None = None
+    """``(K, D)`` sum over the kept units of their scored context times their scored vector:
+    the null variance of the text's score sum is its squared norm."""
+    score: float = 0.0
+    """The sum of the kept units' scores."""
 
-    Args:
-        scores: ``(R,)`` the candidates' scores.
-        contexts: ``(R, K)`` the contexts they were scored on.
-        vectors: ``(R, D)`` their scored vectors.
-        evidence: per candidate, its text's ``(K, D)`` evidence ``E`` (``None``: no sentence
-            kept yet) and score sum ``S``.
-    """
-    gains = scores.double().clone()
-    for r, (total, score_sum) in enumerate(evidence):
-        if total is None or score_sum <= 0:
-            continue
-        variance = float((total**2).sum())
-        overlap = contexts[r].double() @ total @ vectors[r].double()
-        gains[r] -= score_sum / variance * overlap
-    return gains
+
+class Scored(NamedTuple):
+    """A candidate's ``Judgement.data``: the context weights it hands on, and the context
+    weights it was scored on with its scored vector (what the text's evidence adds up)."""
+
+    hands_on: Tensor
+    evidence: tuple[Tensor, Tensor]
+
+
+@dataclass
+class DirectionPlan:
+    """What the mark scores of a text (``ScoringPlan.data``)."""
+
+    vectors: Tensor
+    """``(N, D)`` the processed vector of each sentence."""
+    weights: Tensor
+    """``(N + 1, K)`` the context weights of the seed (row 0; zeros without one) and of each
+    sentence."""
+    own: bool = field(default=True)
 
 
 class DirectionMark(Mark):
-    """Keyed directions per context; ``threshold``, ``prune`` and ``selection`` as in the module
-    docstring."""
+    """Keyed directions per context (see the module docstring)."""
 
-    name = "direction"
+    kind = "direction"
+    rejections = ("score", "repeat")
 
     def __init__(
         self,
         scheme: WatermarkScheme,
-        threshold: float | None = DirectionSettings.threshold,
-        prune: PruneRule | None = None,
-        selection: str = DirectionSettings.selection,
+        settings: Any,
+        key: str | None,
+        search: SearchSettings | None = None,
         steering: Steering | None = None,
     ) -> None:
-        super().__init__(scheme)
-        if selection not in SELECTIONS:
-            raise ValueError(f"selection must be one of {SELECTIONS}, not {selection!r}")
-        self.threshold = math.inf if threshold is None else float(threshold)
-        self.prune = prune
-        self.selection = selection
+        super().__init__(scheme, settings, key, search, steering)
+        search = search or SearchSettings()
+        if search.selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {SELECTIONS}, not {search.selection!r}")
+        self.context = settings.context
+        self.temperature = float(settings.context_temperature)
+        if self.temperature > 0 and not hasattr(scheme.partition, "centroids"):
+            raise ValueError("a context temperature needs a k-means partition (centroids)")
+        self.directions = torch.from_numpy(self.material(key)).float().to(scheme.device)
+        self.center = scheme.center
+        self.basis = None
+        components = scheme.components
+        if components is not None and settings.whiten and len(components):
+            # Orthonormal rows, so the projection is v - (v C^T) C; factored on the CPU, so that
+            # every device scores on the same components.
+            picked = components[: settings.whiten].float().cpu()
+            self.basis = torch.linalg.qr(picked.T).Q.T.contiguous().to(scheme.device)
+        self.threshold = math.inf if search.threshold is None else float(search.threshold)
+        self.prune: PruneRule | None = prune_rule(search)
+        self.selection = search.selection
         self.steering = steering if steering is not None and steering.strength > 0 else None
+
+    # ------------------------------------------------------------------ the key
+    def material(self, key: str | None) -> np.ndarray:
+        """``(K, D)`` float64 directions of ``key`` (float32-rounded, as scored)."""
+        dim = int(self.scheme.encoder.get_embedding_dimension())
+        return keyed_directions(self.scheme.num_regions, dim, key).double().numpy()
+
+    @property
+    def own_material(self) -> np.ndarray:
+        return self.directions.double().cpu().numpy()
+
+    # ------------------------------------------------------------------ scoring
+    def vectors(self, emb: Tensor) -> Tensor:
+        """``(N, D)`` what is scored: embeddings minus the domain mean, with the ``whiten``
+        principal components projected out, unit norm (key-free)."""
+        emb = emb.float()
+        if self.center is not None:
+            emb = emb - self.center
+        if self.basis is not None:
+            emb = emb - (emb @ self.basis.T) @ self.basis
+        return torch.nn.functional.normalize(emb, dim=-1)
+
+    def context_weights(self, emb: Tensor, regions: Tensor | None = None) -> Tensor:
+        """``(N, K)`` float64 context weights of ``(N, D)`` embeddings (key-free): the one-hot
+        region at temperature 0 (``regions``, when already located), else the soft weights
+        (``scheme.core.soft_context_weights``)."""
+        if self.temperature == 0:
+            if regions is None:
+                regions, _ = self.scheme.locate(emb.float())
+            return self.region_weights(regions)
+        return soft_context_weights(emb, self.scheme.partition.centroids, self.temperature)
+
+    def region_weights(self, regions: Tensor | Sequence[int]) -> Tensor:
+        """``(N, K)`` one-hot context weights of ``regions``."""
+        index = torch.as_tensor(regions, dtype=torch.long, device=self.scheme.device).reshape(-1)
+        return torch.nn.functional.one_hot(index, self.scheme.num_regions).double()
+
+    def scores(self, vectors: Tensor, contexts: Tensor | Sequence[int]) -> Tensor:
+        """``(N,)`` scores of ``vectors`` on the directions of their ``(N, K)`` context weights
+        (or ``(N,)`` regions), float32 as generation ranks them."""
+        contexts = torch.as_tensor(contexts, device=vectors.device)
+        if contexts.ndim == 1:
+            contexts = self.region_weights(contexts)
+        directions = contexts.float() @ self.directions
+        return (directions * vectors.float()).sum(dim=-1)
+
+    # ------------------------------------------------------------------ generation
+    @property
+    def turns_down(self) -> bool:
+        return math.isfinite(self.threshold)
+
+    def new_state(self) -> DirectionState:
+        return DirectionState()
+
+    def seed(self, states, emb: Tensor, regions: Tensor) -> list[DirectionState]:
+        for state, context in zip(states, self.context_weights(emb, regions), strict=True):
+            state.weights = context
+        return list(states)
+
+    def start(self, state: DirectionState) -> tuple[int, DirectionState]:
+        state.weights = self.region_weights([self.scheme.start_region])[0]
+        return self.scheme.start_region, state
+
+    def prior(self, previous: int) -> float:
+        # A unit vector's projection on a standard normal direction is N(0, 1).
+        return normal_sf(self.threshold)
+
+    def judge(self, drawn: Round) -> list[Verdict]:
+        """Each candidate's score; one that repeats a unit its document already holds is not
+        ``novel`` (detection does not score a repeat) and is neither accepted nor ranked."""
+        own = list(self.context_weights(drawn.emb, drawn.regions))
+        scores, contexts, vectors, ranks = self._score_rows(drawn.docs, drawn.rows, drawn.emb, own)
+        texts = drawn.texts or [""] * len(drawn.rows)
+        out = []
+        for i, ((g, _), text, r) in enumerate(
+            zip(drawn.rows, texts, drawn.regions.tolist(), strict=True)
+        ):
+            novel = not text or sentence_key(text) not in drawn.docs[g].seen
+            score = float(scores[i])
+            valid = score >= self.threshold
+            reason = None if valid and novel else ("score" if not valid else "repeat")
+            data = Scored(own[i], (contexts[i], vectors[i]))
+            verdict = Judgement(int(r), valid, novel, score, float(ranks[i]), reason, data)
+            out.append((reason is None, verdict))
+        return out
+
+    def _score_rows(self, docs, rows, emb: Tensor, own) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Scores ``(R,)`` of candidates ``rows`` with embeddings ``emb``, each on its ``own``
+        context under ``context: own``, else on its document's previous unit's (zeros while a
+        document has none); with the ``(R, K)`` contexts and ``(R, D)`` vectors they were
+        scored on, and the ``(R,)`` values they rank by (``selection``)."""
+        if self.context == "own":
+            contexts = torch.stack(own)
+        else:
+            none = torch.zeros(self.scheme.num_regions, dtype=torch.float64)
+            contexts = torch.stack(
+                [none if docs[g].state.weights is None else docs[g].state.weights for g, _ in rows]
+            )
+        vectors = self.vectors(emb)
+        scores = self.scores(vectors, contexts)
+        ranks = scores
+        if self.selection == "text":
+            evidence = [(docs[g].state.evidence, docs[g].state.score) for g, _ in rows]
+            ranks = text_gains(scores, contexts, vectors, evidence)
+        return scores, contexts, vectors, ranks
+
+    def keep(self, state: DirectionState, previous: int, kept: Judgement, scored: bool):
+        data = kept.data
+        if isinstance(data, Scored):
+            state.weights = data.hands_on
+            if scored:
+                context, vector = data.evidence
+                part = torch.outer(context.double(), vector.double())
+                state.evidence = part if state.evidence is None else state.evidence + part
+                state.score += float(kept.score)
+        return state
 
     def round_bias(self, docs: Sequence[SentenceState]) -> Tensor | None:
         """``(docs, V)`` logit bias of a round under ``steering``: toward the context each
@@ -109,89 +250,17 @@ class DirectionMark(Mark):
             return None
         none = torch.zeros(self.scheme.num_regions, dtype=torch.float64)
         weights = [
-            none if d.completing or d.weights is None else d.weights.double().cpu() for d in docs
+            none if d.completing or d.state.weights is None else d.state.weights.double().cpu()
+            for d in docs
         ]
         return self.steering.bias(torch.stack(weights))
-
-    @property
-    def turns_down(self) -> bool:
-        return math.isfinite(self.threshold)
-
-    def prior(self, previous: int) -> float:
-        # A unit vector's projection on a standard normal direction is N(0, 1).
-        return normal_sf(self.threshold)
-
-    def contexts(self, emb: Tensor, regions: Tensor) -> list[Tensor | None]:
-        return list(self.scheme.context_weights(emb, regions))
-
-    def start_context(self) -> Tensor | None:
-        return self.scheme.region_weights([self.scheme.start_region])[0]
-
-    def judge(self, drawn: Round) -> list[Verdict]:
-        """Each candidate's score; one that repeats a sentence its document already holds is
-        not ``novel`` (detection does not score a repeat) and is neither accepted nor ranked."""
-        own = self.contexts(drawn.emb, drawn.regions)
-        scored = self._score_rows(drawn.docs, drawn.rows, drawn.emb, own)
-        scores, ranks = scored[0].tolist(), scored[3].tolist()
-        novel = [
-            not text or sentence_key(text) not in drawn.docs[g].seen
-            for (g, _), text in zip(drawn.rows, drawn.texts or [""] * len(drawn.rows), strict=True)
-        ]
-        out = []
-        contexts, vectors = scored[1], scored[2]
-        for i, (r, score, context, new) in enumerate(
-            zip(drawn.regions.tolist(), scores, own, novel, strict=True)
-        ):
-            valid = score >= self.threshold
-            verdict = Judgement(
-                int(r), valid, True, new, float(score), context, ranks[i], (contexts[i], vectors[i])
-            )
-            out.append((valid and new, verdict))
-        return out
-
-    def _score_rows(
-        self,
-        docs: Sequence[SentenceState],
-        rows: Sequence[tuple[int, int]],
-        emb: Tensor,
-        own: list[Tensor | None] | None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Scores ``(R,)`` of candidates ``rows`` with embeddings ``emb``, each on its ``own``
-        context under ``context: own``, else on its document's previous sentence's (zeros
-        while a document has none); with the ``(R, K)`` contexts and ``(R, D)`` vectors they
-        were scored on, and the ``(R,)`` values they rank by (``selection``)."""
-        if self.scheme.context == "own":
-            contexts = torch.stack(own)
-        else:
-            none = torch.zeros(self.scheme.num_regions, dtype=torch.float64)
-            contexts = torch.stack(
-                [none if docs[g].weights is None else docs[g].weights for g, _ in rows]
-            )
-        vectors = self.scheme.vectors(emb)
-        scores = self.scheme.scores(vectors, contexts)
-        ranks = scores
-        if self.selection == "text":
-            ranks = text_gains(
-                scores,
-                contexts,
-                vectors,
-                [(docs[g].evidence, docs[g].evidence_score) for g, _ in rows],
-            )
-        return scores, contexts, vectors, ranks
 
     def pruner(self, docs: Sequence[SentenceState]) -> Pruner | None:
         if self.prune is None or self.turns_down:
             return None
         return Pruner(self.prune.every, partial(self._prune_rows, docs))
 
-    def _prune_rows(
-        self,
-        docs: Sequence[SentenceState],
-        tokens: int,
-        rows: list[tuple[int, int]],
-        texts: list[str],
-        finished: list[list[Candidate]],
-    ) -> list[bool] | PruneVerdict:
+    def _prune_rows(self, docs, tokens: int, rows, texts, finished) -> list[bool] | PruneVerdict:
         """The pruner's decision: score the running rows' partial texts on their documents'
         contexts (one encoder pass) and apply ``pruning.rows_to_keep`` per document. Rows
         completing a prompt's sentence always go on. Under ``steering`` with own contexts, the
@@ -205,17 +274,16 @@ class DirectionMark(Mark):
         if not order:
             return flags
         emb = self.scheme.embed([texts[i] for i in order])
-        own = list(self.scheme.context_weights(emb)) if self.scheme.context == "own" else None
+        own = list(self.context_weights(emb)) if self.context == "own" else None
         bias = None
         if self.steering is not None and own is not None:
-            # From here on each row is steered toward the context its own text is heading to.
             weights = torch.zeros(len(rows), self.scheme.num_regions, dtype=torch.float64)
             weights[order] = torch.stack(own).double().cpu()
             bias = self.steering.bias(weights)
         values = self._score_rows(docs, [rows[i] for i in order], emb, own)[3].tolist()
         scores = dict(zip(order, values, strict=True))
         for i in order:
-            # A row that so far repeats the start of a kept sentence word for word is on its way
+            # A row that so far repeats the start of a kept unit word for word is on its way
             # to a repeat, which detection would not score: it ranks last.
             head = sentence_key(texts[i])
             if head and any(s.startswith(head) for s in docs[rows[i][0]].seen):
@@ -232,94 +300,112 @@ class DirectionMark(Mark):
                 flags[i] = go_on
         return flags if bias is None else PruneVerdict(flags, bias)
 
-    def test(self, plan: ScoringPlan, statistic: str, alpha: float, scan: bool) -> DetectionResult:
-        return self.test_batch([plan], statistic, alpha, scan)[0]
+    # ------------------------------------------------------------------ detection
+    def annotate(self, plans: Sequence[ScoringPlan], emb: Tensor, regions: Tensor) -> None:
+        vectors, weights = self.vectors(emb), self.context_weights(emb, regions)
+        row = 0
+        for plan in plans:
+            has_seed = plan.seed is not None
+            first = weights[row : row + 1] if has_seed else torch.zeros_like(weights[:1])
+            row += has_seed
+            count = len(plan.sentences)
+            plan.data = DirectionPlan(
+                vectors[row : row + count],
+                torch.cat([first, weights[row : row + count]]),
+                own=self.context == "own",
+            )
+            row += count
+
+    def _scored(self, plan: ScoringPlan) -> tuple[list[int], Tensor, Tensor]:
+        """The scored sentences of a plan, their vectors and the contexts they are scored on
+        (their own, else the sentence's or seed's before each)."""
+        rows = [t for t, scored in enumerate(plan.scored) if scored]
+        data: DirectionPlan = plan.data
+        index = torch.tensor(rows, dtype=torch.long, device=data.vectors.device)
+        return rows, data.vectors[index], data.weights[index + int(data.own)]
+
+    def evidence(self, plans: Sequence[ScoringPlan], scan: bool = False) -> list:
+        picked = [self._scored(plan) for plan in plans]
+        return text_evidence(
+            [v for _, v, _ in picked],
+            [w for _, _, w in picked],
+            [
+                [plan.sentences[t] for t in rows]
+                for plan, (rows, _, _) in zip(plans, picked, strict=True)
+            ],
+            scan,
+        )
+
+    def batch(self, evidence) -> DirectionBatch:
+        return stack_evidence(evidence)
+
+    def p_values(self, batch, materials, rng=None) -> list[dict[str, np.ndarray]]:
+        """Per key's directions, each text's exact z and p-value (``direction_stats``); the
+        p-value is continuous, so its tie-randomised diagnostic is itself."""
+        if not isinstance(batch, DirectionBatch):
+            batch = self.batch(batch)
+        out = direction_p_values(batch, materials)
+        return [one | ({DIAGNOSTIC: one["exact"]} if rng is not None else {}) for one in out]
 
     def test_batch(
         self, plans: Sequence[ScoringPlan], statistic: str, alpha: float, scan: bool
     ) -> list[DetectionResult]:
-        """Each scored sentence's projection on its context's keyed direction, summed into the
-        exact z of ``stats.direction_z``; with ``scan`` the best span too. Batched: texts with
-        as many scored sentences are scored together, on the scheme's device."""
+        """Each scored unit's projection on its context's keyed direction, summed into the
+        exact z; with ``scan`` the windowed tests too, combined into one p-value."""
         results: list[DetectionResult] = []
-        scored: dict[int, list[int]] = {}
-        for i, plan in enumerate(plans):
-            rows, _ = plan.scored_contexts()
-            none: list[float | None] = [None] * len(plan.sentences)
-            results.append(plan_result(plan, statistic, list(plan.roles), len(rows), none))
-            if rows:
-                scored.setdefault(len(rows), []).append(i)
-            else:
-                too_short(results[-1])
-        directions = self.scheme.directions.double()
-        texts, covs, values = [], [], []
-        for ids in scored.values():
-            rows = [plans[i].scored_contexts()[0] for i in ids]
-            vectors = torch.stack([plans[i].vectors[r] for i, r in zip(ids, rows, strict=True)])
-            contexts = torch.stack(
-                [plans[i].context_weights(r) for i, r in zip(ids, rows, strict=True)]
-            )
-            # The reported scores in float32 (as in generation), the statistic in float64.
-            shown = self.scheme.scores(vectors.flatten(0, 1), contexts.flatten(0, 1))
-            exact = ((contexts.double() @ directions) * vectors.double()).sum(dim=-1)
-            cov = score_covariance(contexts, vectors)
-            variance = cov.sum(dim=(-1, -2))
-            if bool((variance <= 0).any()):
-                raise ValueError(
-                    "the direction statistic needs at least one non-zero scored vector"
-                )
-            z = (exact.sum(dim=-1) / variance.sqrt()).tolist()
-            shown = shown.reshape(exact.shape)
-            for i, r, text_z, text_scores in zip(ids, rows, z, shown.tolist(), strict=True):
-                self._fill(results[i], r, text_scores, text_z, alpha)
-            texts += ids
-            covs += list(cov)
-            values += list(shown.double())
-        if scan and texts:
-            seeds = [scan_seed(_scored_sentences(plans[i])) for i in texts]
-            p_texts = [results[i].text_p_value for i in texts]
-            logs = [log_normal_sf(results[i].z_score) for i in texts]
-            tested = combined_tests(values, covs, p_texts, seeds, log_p_texts=logs)
-            for i, combined in zip(texts, tested, strict=True):
-                self._combine(results[i], plans[i], combined, alpha)
+        scored = []
+        for plan in plans:
+            rows, vectors, contexts = self._scored(plan)
+            shown: list[float | None] = [None] * len(plan.sentences)
+            result = plan_result(plan, statistic, list(plan.roles), len(rows), shown)
+            results.append(result)
+            if not rows:
+                too_short(result)
+                continue
+            for t, value in zip(rows, self.scores(vectors, contexts).tolist(), strict=True):
+                result.scores[t] = float(value)
+                result.verdicts[t] = "valid" if value > 0 else "invalid"
+            result.num_valid = result.verdicts.count("valid")
+            scored.append(len(results) - 1)
+        if not scored:
+            return results
+        evidence = self.evidence([plans[i] for i in scored], scan)
+        (tested,) = direction_p_values(stack_evidence(evidence), [self.own_material], details=True)
+        for n, i in enumerate(scored):
+            self._fill(results[i], plans[i], tested, n, alpha)
         return results
 
-    @staticmethod
-    def _fill(
-        result: DetectionResult, rows: list[int], scores: list[float], z: float, alpha: float
-    ) -> None:
-        """A text's scores, verdicts and whole-text test."""
-        for t, value in zip(rows, scores, strict=True):
-            result.scores[t] = float(value)
-            result.verdicts[t] = "valid" if value > 0 else "invalid"
-        result.num_valid = result.verdicts.count("valid")
-        result.z_score = float(z)
-        p = float(normal_sf(z))
-        if p < P_FLOOR:  # an exact p-value is never 0: the bound, and its value in log space
-            p, result.log10_p_value = P_FLOOR, log_normal_sf(z) / math.log(10.0)
-        result.text_p_value = result.p_value = p
+    def _fill(self, result: DetectionResult, plan: ScoringPlan, tested: dict, n: int, alpha):
+        """A text's z, p-values and windowed tests (an exact p-value is never 0: below
+        ``P_FLOOR`` the bound is reported with its value in log space)."""
+        result.z_score = float(tested["z"][n])
+        p_text, log_text = float(tested["text"][n]), float(tested["log_text"][n])
+        p, log_p = p_text, log_text
+        combined = tested["combined"][n]
+        if combined is not None:
+            rows = [t for t, scored in enumerate(plan.scored) if scored]
+            best = combined.span
+            weighted = combined.weighted_p_value
+            result.details = {
+                "text_p_value": max(p_text, P_FLOOR),
+                "span": [rows[best.start], rows[best.stop - 1] + 1],
+                "span_z": best.z,
+                "span_p_value": best.p_value,
+                "mixture_p_value": combined.mixture_p_value,
+                "weighted_p_value": None if weighted is None else max(weighted, P_FLOOR),
+            }
+            p, log_p = combined.p_value, combined.log_p_value
+        result.p_value = p
+        if p < P_FLOOR:
+            result.p_value, result.log10_p_value = P_FLOOR, log_p / math.log(10.0)
         result.watermarked = result.p_value <= alpha
 
-    @staticmethod
-    def _combine(result: DetectionResult, plan: ScoringPlan, combined, alpha: float) -> None:
-        """The scan's tests (``detection.scan.combined_tests``) into a text's result."""
-        if combined is None:
-            return
-        rows, _ = plan.scored_contexts()
-        best = combined.span
-        result.span = [rows[best.start], rows[best.stop - 1] + 1]
-        result.span_z, result.span_p_value = best.z, best.p_value
-        result.mixture_p_value = combined.mixture_p_value
-        result.weighted_p_value = combined.weighted_p_value
-        if combined.weighted_p_value is not None and combined.weighted_p_value < P_FLOOR:
-            result.weighted_p_value = P_FLOOR
-        result.p_value, result.log10_p_value = combined.p_value, None
-        if combined.p_value < P_FLOOR:
-            result.p_value = P_FLOOR
-            result.log10_p_value = combined.log_p_value / math.log(10.0)
-        result.watermarked = result.p_value <= alpha
+    # ------------------------------------------------------------------ presentation
+    def describe(self, scan: bool = False) -> dict[str, Any]:
+        return describe_direction(self, scan)
 
+    def report_lines(self, result: DetectionResult, unit: str) -> list[str]:
+        return direction_lines(result, unit)
 
-def _scored_sentences(plan: ScoringPlan) -> list[str]:
-    rows, _ = plan.scored_contexts()
-    return [plan.sentences[t] for t in rows]
+    def view(self, result: DetectionResult, alpha: float, unit: str) -> dict[str, Any]:
+        return direction_view(self, result, alpha, unit)

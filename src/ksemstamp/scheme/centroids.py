@@ -131,18 +131,26 @@ class CentroidFile:
             raise ValueError(f"{path} is a training checkpoint: pass it as `model.checkpoint`")
         return cls.from_payload(payload, str(path))
 
-    def require(self, mark: str, origin: str, refit: str | None = None, whiten: int = 0) -> None:
-        """Raise ``IncompleteCentroidsError`` unless this file has what ``mark`` needs.
+    def require(
+        self,
+        who: str,
+        origin: str,
+        refit: str | None = None,
+        mean: bool = False,
+        components: int = 0,
+    ) -> None:
+        """Raise ``IncompleteCentroidsError`` unless this file has what ``who`` (``the
+        direction mark``) needs (``MarkSettings.domain_needs``): the domain's ``mean``, and
+        this many principal ``components``.
 
         ``origin`` names the file; ``refit`` is the command that makes a complete one (by
-        default ``ksemstamp centroids`` for this file's encoder and K); ``whiten``
-        is the number of principal components the mark projects out.
+        default ``ksemstamp centroids`` for this file's encoder and K).
         """
         missing = []
         if not self.encoder_fingerprint:
             missing.append("the encoder's fingerprint")
-        if mark == "direction" and self.mean is None:
-            missing.append("the embedding mean the direction mark subtracts")
+        if mean and self.mean is None:
+            missing.append(f"the embedding mean {who} subtracts")
         k = self.settings.get("k")
         if k is not None and int(k) != self.num_regions:
             missing.append(f"a consistent K (settings say {k}, it holds {self.num_regions})")
@@ -150,8 +158,8 @@ class CentroidFile:
         if self.mean is not None and self.mean.numel() != dim:
             missing.append(f"a mean of the centroids' dimension {dim}")
         have = 0 if self.components is None else len(self.components)
-        if whiten > have:
-            missing.append(f"{whiten} principal components of its sentences (it holds {have})")
+        if components > have:
+            missing.append(f"{components} principal components of its sentences (it holds {have})")
         elif self.components is not None and self.components.shape[-1] != dim:
             missing.append(f"principal components of the centroids' dimension {dim}")
         if not missing:
@@ -161,7 +169,7 @@ class CentroidFile:
             f"--k {self.num_regions} [--corpus FILE] --output FILE"
         )
         raise IncompleteCentroidsError(
-            f"{origin} lacks {' and '.join(missing)}, which the {mark} mark needs; refit the "
+            f"{origin} lacks {' and '.join(missing)}, which {who} needs; refit the "
             f"centroids (`{refit}`) and use the new file"
         )
 

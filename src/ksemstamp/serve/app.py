@@ -31,7 +31,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..builders import as_settings, build_detector, build_scheme, build_watermarker
-from ..keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key
+from ..keys import DEMO_KEY, key_fingerprint, resolve_key
 from ..scheme.core import WatermarkScheme
 from ..settings.watermark import WatermarkSettings
 from .guard import (
@@ -88,8 +88,7 @@ def create_app(
     if limits is None:
         limits = Limits(max_chars=settings.limits.max_text_chars)
     settings = settings.updated({"limits": {"max_text_chars": limits.max_chars}})
-    keyed = settings.mark.kind == "direction" or settings.mark.valid_mode == "keyed"
-    secret = resolve_key(settings.key) if keyed else None
+    secret = resolve_key(settings.key) if settings.mark.keyed else None
     if secret is not None:  # resolved once: the demo-key warning is given once
         settings = dataclasses.replace(settings, key=secret)
     redact = RedactKey(secret)
@@ -124,9 +123,6 @@ def _load_state(
         limits=limits,
         fingerprint=fingerprint,
         demo_key=secret is not None and fingerprint == key_fingerprint(DEMO_KEY),
-        valid_per_row=(
-            num_valid(scheme.num_regions, scheme.gamma) if scheme.mark == "region" else 0
-        ),
         generation=generation,
         # Detections and batches wait here, not in the server's thread pool, which stays free
         # for everything else.
@@ -204,18 +200,17 @@ async def index() -> FileResponse:
 async def info(state: ServeState = Depends(serve_state)) -> dict[str, Any]:  # noqa: B008
     """Settings in force (never the key), limits and what the server offers."""
     scheme, detector, settings, limits = state.scheme, state.detector, state.settings, state.limits
+    described = detector.mark.describe(detector.scan)
     return {
         "key_fingerprint": state.fingerprint,
         "demo_key": state.demo_key,
-        "valid_mode": scheme.valid_mode,
-        "mark": scheme.mark,
-        "context": scheme.context,
-        "context_temperature": scheme.context_temperature,
-        "whiten": 0 if scheme.components is None else len(scheme.components),
+        "mark": described["kind"],
+        "mark_summary": described["short"],
+        "mark_settings": described["settings"],
+        "prompt_seeds": not detector.mark.scores_first,
         "scan": detector.scan,
         "statistic": detector.statistic,
         "alpha": detector.alpha,
-        "gamma": scheme.gamma,
         "num_regions": scheme.num_regions,
         "partition": settings.partition.kind,
         "encoder": settings.model.checkpoint or settings.model.encoder,

@@ -35,7 +35,6 @@ class ServeState:
     limits: Limits
     fingerprint: str
     demo_key: bool
-    valid_per_row: int
     generation: bool
     work: ThreadPoolExecutor
     jobs: GenerationQueue | None = None
@@ -61,18 +60,8 @@ class ServeState:
 
     def view(self, result: DetectionResult, text: str, seconds: float) -> dict[str, Any]:
         """A detection as the page shows it (``present.detection_view``)."""
-        scheme = self.scheme
         out = detection_view(
-            result,
-            text,
-            gamma=scheme.gamma,
-            alpha=self.detector.alpha,
-            valid_per_row=self.valid_per_row,
-            num_regions=scheme.num_regions,
-            mark=scheme.mark,
-            soft_contexts=scheme.context_temperature > 0,
-            context=scheme.context,
-            unit=self.settings.unit,
+            result, text, self.detector.mark, alpha=self.detector.alpha, unit=self.settings.unit
         )
         out["seconds"] = round(seconds, 4)
         out["key_fingerprint"] = self.fingerprint

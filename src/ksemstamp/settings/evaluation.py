@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from ..io import write_json_atomic
 from .checks import SEED, Range, bound_problems, check
 from .files import load_watermark_settings
+from .groups import MARK_KINDS
 from .watermark import WatermarkSettings
 
 LABELS = {
@@ -284,9 +285,16 @@ class EvalSettings:
         overrides = dict(self.watermark_overrides)
         mark = overrides.get("mark")
         if isinstance(mark, dict) and "kind" not in mark:
-            # The overrides reach algorithms of both kinds of mark: each takes its own fields.
+            # The overrides reach algorithms of every kind of mark: each takes its own fields.
             own = {f.name for f in dataclasses.fields(settings.mark)}
             overrides["mark"] = {k: v for k, v in mark.items() if k in own}
+        for group, names in (("search", "effort"), ("detection", "options")):
+            given = overrides.get(group)
+            if isinstance(given, dict):
+                # ... and of the search and detection settings, those their mark reads.
+                others = {n for cls in MARK_KINDS.values() for n in getattr(cls, names)}
+                others -= set(getattr(type(settings.mark), names))
+                overrides[group] = {k: v for k, v in given.items() if k not in others}
         settings = settings.updated(overrides).updated(fixed)
         if self.num_keys > 1 and algorithm != "kgw":
             settings = dataclasses.replace(settings, key=key_for(settings.key, key_index))

@@ -9,12 +9,23 @@ found")."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from statistics import NormalDist
+from typing import Annotated, Any, ClassVar, Literal
 
 from ..assets import DEFAULT_ENCODER, DEFAULT_LM
 from .checks import SEED, Range, check
+
+TYPICAL_UNIT_Z = 1.5
+"""The direction mark's typical z over the square root of a clean text's scored units
+(docs/evaluation/README.md, "Clause units": about 1.5 for clauses and sentences alike; a
+paraphrase keeps about half of it)."""
+SCAN_TESTS = 4
+"""Tests ``detection.scan`` combines into one p-value (whole text, span, mixture, weighted);
+the combined p is at most this many times the smallest."""
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 """The checkout's root (relative settings paths are tried against it); not used to find data."""
@@ -99,11 +110,29 @@ class PartitionSettings:
 @dataclass(frozen=True)
 class DirectionSettings:
     """``mark: {kind: direction}``, the default: the key draws a direction per region, and a
-    sentence's score is its whitened embedding projected on the direction of its context's
-    regions (``scheme``); generation keeps high scorers, detection sums the scores into an exact
-    z (``detection.stats.direction_z``)."""
+    unit's score is its processed embedding projected on the direction of its context's
+    regions (``marks.direction``); generation keeps high scorers, detection sums the scores into
+    an exact z. These settings are what a detector must share with the generator; how hard
+    generation tries is ``search``'s."""
 
     kind: Literal["direction"] = field(default="direction", init=False)
+    mark: ClassVar[str] = "ksemstamp.marks.direction:DirectionMark"
+    """The ``Mark`` class these settings make (``marks.build_mark``)."""
+    keyed: ClassVar[bool] = True
+    """The key draws the mark (its fingerprint names it in records)."""
+    effort: ClassVar[tuple[str, ...]] = (
+        "threshold",
+        "selection",
+        "prune_tokens",
+        "prune_keep",
+        "prune_margin",
+        "steer",
+    )
+    """The ``search`` settings only this mark reads."""
+    options: ClassVar[tuple[str, ...]] = ("scan",)
+    """The ``detection`` settings only this mark reads."""
+    statistics: ClassVar[tuple[str, ...]] = ("exact",)
+    """The ``detection.statistic`` values its detector offers."""
     context: Context = "own"
     """Whose context gives a sentence its direction. ``own``: the sentence's own, so its score
     does not depend on the sentences around it and survives reordering, merging and mixing with
@@ -121,23 +150,6 @@ class DirectionSettings:
     components, so without them a text's scores under one key move together; 64 raised the
     clean z by 0.5 and cut the share of human texts above alpha over keys in the design study
     (docs/design.md, "What the studies found"). ``0``: none."""
-    threshold: float | None = None
-    """Accept the first candidate scoring at least this; after ``search.max_candidates`` draws
-    keep the best-scoring one. ``None``: always the best of ``search.max_candidates`` (a
-    sentence's candidates are then drawn in one batched round, and ``search.prune_*`` apply)."""
-    selection: Selection = "text"
-    """Which candidate a sentence keeps. ``text``: the one that raises the whole text's z most,
-    its score less what it repeats of the sentences kept before it
-    (``marks.direction.text_gains``); ``sentence``: the best-scoring one. Ranked by its own
-    score, a candidate that restates an earlier high-scoring sentence wins often, and the
-    sentences of a text then move together under the key: they count like far fewer
-    independent ones and the text's z stays low."""
-    scan: bool = True
-    """Detection also scans spans of consecutive sentences for the one that carries the mark (a
-    watermarked passage inside human text), tests for marked sentences anywhere (the mixture
-    statistic) and counts sentences that move together about once (the weighted z), each with
-    an exact p-value; ``p_value`` combines them with the whole text's (``detection.scan``)."""
-
     units: Literal["sentences", "clauses"] = "clauses"
     """What generation draws and detection scores: ``clauses`` (cut after , ; : once ``clause_words``
     words precede: more evidence after a paraphrase, a third more decoding) or ``sentences``."""
@@ -151,6 +163,42 @@ class DirectionSettings:
             problems.append(f"context_temperature must be >= 0, got {self.context_temperature}")
         check(self, problems)
 
+    def partition_margin(self, search: SearchSettings) -> float:
+        """The margin the partition reports (the direction mark reads none)."""
+        return 0.0
+
+    def domain_needs(self) -> dict[str, Any]:
+        """What the mark needs of a centroid file: the domain's mean and ``whiten``
+        principal components."""
+        return {"mean": True, "components": self.whiten}
+
+    def splitting(self) -> tuple[str, int]:
+        """The units text is cut into, and the fewest words a clause holds (``units``,
+        ``clause_words``)."""
+        return self.units, self.clause_words
+
+    @property
+    def scores_first(self) -> bool:
+        """A text's first unit is scored on its own context, with nothing before it."""
+        return self.context == "own"
+
+    def units_needed(self, detection: DetectionSettings) -> tuple[int, int]:
+        """``(least, typical)`` scored units to reach ``detection.alpha``
+        (``detection.detectable``): the scores are not bounded, so one unit can in principle
+        reach any p; a clean text's z grows as about ``TYPICAL_UNIT_Z`` times the square root
+        of its units, and with ``detection.scan`` the p-value combines ``SCAN_TESTS`` tests."""
+        tests = SCAN_TESTS if detection.scan else 1
+        z = NormalDist().inv_cdf(1 - detection.alpha / tests)
+        return 1, max(1, math.ceil((z / TYPICAL_UNIT_Z) ** 2 - 1e-9))
+
+    def without_centroids(self) -> DirectionSettings:
+        """These settings on a partition without centroids (``lsh``): hard contexts."""
+        return dataclasses.replace(self, context_temperature=0.0)
+
+    def identity(self) -> dict[str, Any]:
+        """What a detector must share with the generator, of these settings."""
+        return dataclasses.asdict(self)
+
 
 @dataclass(frozen=True)
 class RegionSettings:
@@ -159,35 +207,105 @@ class RegionSettings:
     at least ``margin`` from its region's border (``marks.region``)."""
 
     kind: Literal["region"] = field(default="region", init=False)
+    mark: ClassVar[str] = "ksemstamp.marks.region:RegionMark"
+    """The ``Mark`` class these settings make (``marks.build_mark``)."""
+    effort: ClassVar[tuple[str, ...]] = ("margin", "novelty_patience", "margin_patience")
+    """The ``search`` settings only this mark reads."""
+    options: ClassVar[tuple[str, ...]] = ()
+    """The ``detection`` settings only this mark reads."""
+    statistics: ClassVar[tuple[str, ...]] = ("exact", "paper")
+    """The ``detection.statistic`` values its detector offers."""
     gamma: float = 0.25
     """Share of valid regions per previous region (paper: 0.25)."""
-    margin: float = 0.035
-    """Rejection margin (k-SemStamp paper: 0.035; SemStamp paper: 0.02)."""
     valid_mode: ValidMode = "keyed"
     """``keyed`` (HMAC of the secret key) or ``paper`` (the reference code's public table,
     seeded by ``q * 15485863``)."""
-    novelty_patience: Annotated[int, Range(0, 10_000)] = 10
-    """Candidates after which a valid but already-used region transition is accepted; 0 is the
-    paper's rule. A repeated transition adds no evidence for the exact test."""
-    margin_patience: Annotated[int, Range(0, 10_000)] | None = 20
-    """Candidates after which a candidate in a valid region is accepted without the margin;
-    ``None`` keeps the margin to ``search.max_candidates`` (the paper's rule)."""
+
+    @property
+    def keyed(self) -> bool:
+        """The key draws the table (``paper``: a public one, anyone can rebuild)."""
+        return self.valid_mode == "keyed"
 
     def __post_init__(self) -> None:
         problems = []
         if not 0 < self.gamma < 1:
             problems.append(f"gamma must be in (0, 1), got {self.gamma}")
-        if self.margin < 0:
-            problems.append(f"margin must be >= 0, got {self.margin}")
         check(self, problems)
 
+    def partition_margin(self, search: SearchSettings) -> float:
+        """The margin the partition reports: ``search.margin``."""
+        return float(search.margin)
 
-MarkSettings = DirectionSettings | RegionSettings
-MARK_KINDS: dict[str, type[DirectionSettings] | type[RegionSettings]] = {
+    def domain_needs(self) -> dict[str, Any]:
+        """What the mark needs of a centroid file beyond its centroids: nothing."""
+        return {}
+
+    def splitting(self) -> tuple[str, int]:
+        """The units text is cut into: sentences (the paper's)."""
+        return "sentences", 4
+
+    scores_first: ClassVar[bool] = False
+    """A text's first unit only seeds: each is scored after the one before it."""
+
+    def units_needed(self, detection: DetectionSettings) -> tuple[int, int]:
+        """``(least, typical)`` scored units to reach ``detection.alpha``
+        (``detection.detectable``): the exact test of ``n`` valid units, each after another
+        region, gives ``p = gamma ** n``; the paper's z-test ``z = sqrt(n (1 - gamma) /
+        gamma)``. Generated units are valid but for rare fallbacks: it needs the least."""
+        alpha = detection.alpha
+        if detection.statistic == "paper":
+            z = NormalDist().inv_cdf(1 - alpha)
+            least = math.ceil(z * z * self.gamma / (1 - self.gamma) - 1e-9)
+        else:
+            least = math.ceil(math.log(alpha) / math.log(self.gamma) - 1e-9)
+        return max(1, least), max(1, least)
+
+    def without_centroids(self) -> RegionSettings:
+        """These settings on a partition without centroids: the same."""
+        return self
+
+    def identity(self) -> dict[str, Any]:
+        """What a detector must share with the generator, of these settings."""
+        return dataclasses.asdict(self)
+
+
+MarkSettings = Any
+"""A mark's settings: an instance of one of ``MARK_KINDS``' classes."""
+MARK_KINDS: dict[str, type] = {
     "direction": DirectionSettings,
     "region": RegionSettings,
 }
-"""The kinds of mark, by the name ``mark.kind`` gives them; the first is the default."""
+"""The kinds of mark, by the name ``mark.kind`` gives them; the first is the default. The one
+registry of marks: each settings class names its ``Mark`` (``mark``), the ``search`` and
+``detection`` settings only it reads (``effort``, ``options``), the statistics its detector
+offers (``statistics``), whether the key draws it
+(``keyed``), the margin its partition reports (``partition_margin``), what it needs of a
+centroid file (``domain_needs``), the units it scores (``splitting``, ``scores_first``) and
+how many a text needs (``units_needed``), its form on a
+partition without centroids (``without_centroids``) and what a detector must share with its
+generator (``identity``)."""
+
+
+def register_mark(settings: type) -> type:
+    """Add a kind of mark: a frozen settings dataclass with a ``kind`` field (its default the
+    kind's name, ``init=False``) and the class attributes of ``MARK_KINDS``' classes. Returns
+    the class (usable as a decorator)."""
+    kind = dataclasses.fields(settings)[0].default if dataclasses.is_dataclass(settings) else None
+    if not isinstance(kind, str) or not kind:
+        raise TypeError(f"{settings.__name__} needs a kind field whose default names it")
+    for name in (
+        "mark",
+        "effort",
+        "options",
+        "statistics",
+        "keyed",
+        "partition_margin",
+        "identity",
+    ):
+        if not hasattr(settings, name):
+            raise TypeError(f"{settings.__name__} has no {name!r}")
+    MARK_KINDS[kind] = settings
+    return settings
 
 
 @dataclass(frozen=True)
@@ -217,6 +335,28 @@ class SearchSettings:
     prune_margin: float | None = 0.3
     """At every pruning check, a running candidate whose partial score is below the best
     finished candidate's score minus this stops; ``None`` never stops one this way."""
+    threshold: float | None = None
+    """Direction mark: accept the first candidate scoring at least this; after
+    ``max_candidates`` draws keep the best-scoring one. ``None``: always the best of
+    ``max_candidates`` (a unit's candidates are then drawn in one batched round, and
+    ``prune_*`` apply)."""
+    selection: Selection = "text"
+    """Direction mark: which candidate a unit keeps. ``text``: the one that raises the whole
+    text's z most, its score less what it repeats of the units kept before it
+    (``marks.direction_stats.text_gains``); ``sentence``: the best-scoring one. Ranked by its
+    own score, a candidate that restates an earlier high-scoring unit wins often, and the units
+    of a text then move together under the key: they count like far fewer independent ones and
+    the text's z stays low."""
+    margin: float = 0.035
+    """Region mark: a candidate is accepted only at least this far from its region's border
+    (k-SemStamp paper: 0.035; SemStamp paper: 0.02). Detection applies no margin."""
+    novelty_patience: Annotated[int, Range(0, 10_000)] = 10
+    """Region mark: candidates after which a valid but already-used region transition is
+    accepted; 0 is the paper's rule. A repeated transition adds no evidence for the exact
+    test."""
+    margin_patience: Annotated[int, Range(0, 10_000)] | None = 20
+    """Region mark: candidates after which a candidate in a valid region is accepted without
+    the margin; ``None`` keeps the margin to ``max_candidates`` (the paper's rule)."""
     steer: float = 0.0
     """Direction mark: while candidates are sampled, every token's logit gains this many
     standard deviations of its meaning's projection on the key's direction for the context
@@ -233,6 +373,8 @@ class SearchSettings:
 
     def __post_init__(self) -> None:
         problems = []
+        if self.margin < 0:
+            problems.append(f"margin must be >= 0, got {self.margin}")
         if self.steer < 0:
             problems.append(f"steer must be >= 0, got {self.steer}")
         if self.prune_margin is not None and self.prune_margin < 0:
@@ -285,11 +427,18 @@ class SamplingSettings:
 class DetectionSettings:
     """The p-value a text is decided by."""
 
-    statistic: Statistic = "exact"
-    """``exact`` (key randomisation, calibrated) or ``paper`` (the paper's z with a normal
-    tail; region mark only)."""
+    statistic: str = "exact"
+    """The p-value a text is decided by, one of the mark's statistics
+    (``MarkSettings.statistics``): ``exact`` (key randomisation, calibrated; every mark), or
+    the region mark's ``paper`` (the paper's z with a normal tail)."""
     alpha: float = 0.01
     """A text is called watermarked when its p-value is at most this."""
+    scan: bool = True
+    """Direction mark: detection also scans spans of consecutive units for the one that
+    carries the mark (a watermarked passage inside human text), tests for marked units
+    anywhere (the mixture statistic) and counts units that move together about once (the
+    weighted z), each with an exact p-value; ``p_value`` combines them with the whole text's
+    (``detection.scan``)."""
 
     def __post_init__(self) -> None:
         problems = [] if 0 < self.alpha < 1 else [f"alpha must be in (0, 1), got {self.alpha}"]

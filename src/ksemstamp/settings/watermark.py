@@ -89,15 +89,36 @@ class WatermarkSettings:
                 "model.checkpoint holds the centroids: give either model.checkpoint or "
                 "partition.centroids, not both"
             )
-        if self.mark.kind == "direction" and self.detection.statistic != "exact":
+        offered = type(self.mark).statistics
+        if self.detection.statistic not in offered:
             problems.append(
-                "detection.statistic 'paper' is defined for the region mark only; the direction "
-                "mark's statistic is 'exact'"
+                f"detection.statistic {self.detection.statistic!r} is not a statistic of the "
+                f"{self.mark.kind} mark; it offers {list(offered)}"
             )
-        if self.mark.kind != "direction" and self.search.steer:
-            problems.append("search.steer steers toward the direction mark's keyed directions")
+        problems += self._settings_of_other_marks()
         if problems:
             raise SettingsError("invalid settings", problems)
+
+    def _settings_of_other_marks(self) -> list[str]:
+        """A ``search`` or ``detection`` setting that only another kind of mark reads
+        (``MarkSettings.effort``, ``options``), given a value other than its default."""
+        mine = type(self.mark)
+        problems = []
+        for group, names in (("search", "effort"), ("detection", "options")):
+            others = {n for cls in groups.MARK_KINDS.values() for n in getattr(cls, names)} - set(
+                getattr(mine, names)
+            )
+            values, defaults = getattr(self, group), GROUPS[group]()
+            for name in sorted(others):
+                if getattr(values, name) != getattr(defaults, name):
+                    kinds = [
+                        k for k, cls in groups.MARK_KINDS.items() if name in getattr(cls, names)
+                    ]
+                    problems.append(
+                        f"{group}.{name} is read by the {' and '.join(kinds)} mark only, not "
+                        f"the {self.mark.kind} mark"
+                    )
+        return problems
 
     # ------------------------------------------------------------------ dicts
     def to_dict(self) -> dict[str, Any]:
@@ -152,9 +173,8 @@ class WatermarkSettings:
 
     @property
     def unit(self) -> str:
-        """What the mark scores one at a time: ``clause`` or ``sentence`` (the region mark's)."""
-        clauses = self.mark.kind == "direction" and self.mark.units == "clauses"
-        return "clause" if clauses else "sentence"
+        """What the mark scores one at a time: ``clause`` or ``sentence``."""
+        return "clause" if self.mark.splitting()[0] == "clauses" else "sentence"
 
     # ------------------------------------------------------------------ files
     def centroid_path(self) -> Path:

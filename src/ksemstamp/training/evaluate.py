@@ -39,7 +39,7 @@ from ..io import save_figure, write_json_atomic
 from ..jsonl import read_jsonl_objects
 from ..scheme.centroids import DEFAULT_REGIONS
 from ..settings.checks import Range
-from ..settings.groups import RegionSettings
+from ..settings.groups import SearchSettings
 
 if TYPE_CHECKING:
     import torch
@@ -52,7 +52,7 @@ def agreement_report(
     text_emb: torch.Tensor,
     para_emb: torch.Tensor,
     centroids: torch.Tensor,
-    margin: float = RegionSettings.margin,
+    margin: float = SearchSettings.margin,
     batch_size: int = 32,
     top_share: float = 0.7,
 ) -> dict[str, float]:
@@ -97,7 +97,7 @@ def evaluate(
     fit_sentences: int = 20000,
     k: int = DEFAULT_REGIONS,
     seeds: Sequence[int] = (0,),
-    margin: float = RegionSettings.margin,
+    margin: float = SearchSettings.margin,
     batch_size: int = 32,
     top_share: float = 0.7,
 ) -> dict:

@@ -162,12 +162,11 @@ function renderDetection(target, view) {
   headline.classList.add(view.decision);
   headline.id = "verdict";
   const numbers = node.querySelector(".numbers");
-  const direction = view.mark === "direction";
   const rows = view.status === "ok" ? [
     ["p-value", `${fmtP(view.p_value, view.log10_p_value)} (${view.statistic})`],
-    ["z-score", `${fmtNum(view.z_score)} (${direction ? "exact" : "paper"})`],
-    [direction ? "positive / scored" : "valid / scored", `${view.num_valid} of ${view.num_scored}`],
-    ["expected by chance", `${fmtNum(view.expected_valid, 1)} (${direction ? "half" : `γ = ${view.gamma}`})`],
+    ["z-score", `${fmtNum(view.z_score)} (${view.z_label})`],
+    [view.counted, `${view.num_valid} of ${view.num_scored}`],
+    ["expected by chance", `${fmtNum(view.expected, 1)} (${view.expected_label})`],
     ["threshold", `p ≤ ${view.alpha}`],
     ["detection took", `${fmtNum(view.seconds, 3)} s`],
   ] : [["sentences", String(view.sentences.length)]];
@@ -374,20 +373,15 @@ $("batch-form").addEventListener("submit", async (event) => {
 
 // ---------------------------------------------------------------- start
 
-// The mark in force, as the server's settings describe it: the direction mark (the default)
-// has no valid sets and no gamma; the region mark (the papers') has.
+// The mark in force, as the server describes it (its own words).
 function markSummary(info) {
-  const regions = `${info.partition}, ${info.num_regions} regions`;
-  if (info.mark !== "direction") return `region mark, ${regions}, γ = ${info.gamma}`;
-  const contexts = info.context === "own" ? "own contexts" : "previous sentence's context";
-  const scan = info.scan ? ", span scan" : "";
-  return `direction mark, ${regions}, ${contexts}${scan}`;
+  return `${info.mark_summary}, ${info.partition}, ${info.num_regions} regions`;
 }
 
-// What a prompt does at detection: it seeds the first sentence only when a sentence is scored
-// on the one before it (the region mark, or the direction mark on the previous context).
+// What a prompt does at detection: it seeds the first unit only when the mark scores a unit
+// on the one before it.
 function promptHint(info) {
-  if (info.mark === "direction" && info.context === "own") {
+  if (!info.prompt_seeds) {
     return "(optional: under this mark every sentence is scored on its own, and the prompt " +
       "only tells where the text starts when it ended mid-sentence)";
   }
