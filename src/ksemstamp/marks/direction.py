@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..detection.stats import P_FLOOR, normal_sf
+from ..detection.stats import normal_sf
 from ..generation.pruning import PruneRule, prune_rule, rows_to_keep
 from ..generation.sampler import Pruner, PruneVerdict
 from ..generation.steering import Steering
@@ -41,7 +40,11 @@ from ..text.normalize import sentence_key
 from .base import Mark, Round, SentenceState, Verdict, plan_result
 from .direction_stats import (
     DirectionBatch,
+    DirectionPlan,
+    DirectionState,
+    Scored,
     direction_p_values,
+    fill_result,
     stack_evidence,
     text_evidence,
     text_gains,
@@ -54,40 +57,6 @@ if TYPE_CHECKING:
 
 SELECTIONS = ("text", "sentence")
 DIAGNOSTIC = "exact_randomised"
-
-
-@dataclass
-class DirectionState:
-    """What the direction mark remembers of a document's units kept so far."""
-
-    weights: Tensor | None = None
-    """``(K,)`` the context weights the last unit hands on (what the next is scored on under
-    ``context: previous``, and what it is steered toward at first)."""
-    evidence: Tensor | None = None
-    """``(K, D)`` sum over the kept units of their scored context times their scored vector:
-    the null variance of the text's score sum is its squared norm."""
-    score: float = 0.0
-    """The sum of the kept units' scores."""
-
-
-class Scored(NamedTuple):
-    """A candidate's ``Judgement.data``: the context weights it hands on, and the context
-    weights it was scored on with its scored vector (what the text's evidence adds up)."""
-
-    hands_on: Tensor
-    evidence: tuple[Tensor, Tensor]
-
-
-@dataclass
-class DirectionPlan:
-    """What the mark scores of a text (``ScoringPlan.data``)."""
-
-    vectors: Tensor
-    """``(N, D)`` the processed vector of each sentence."""
-    weights: Tensor
-    """``(N + 1, K)`` the context weights of the seed (row 0; zeros without one) and of each
-    sentence."""
-    own: bool = field(default=True)
 
 
 class DirectionMark(Mark):
@@ -372,33 +341,8 @@ class DirectionMark(Mark):
         evidence = self.evidence([plans[i] for i in scored], scan)
         (tested,) = direction_p_values(stack_evidence(evidence), [self.own_material], details=True)
         for n, i in enumerate(scored):
-            self._fill(results[i], plans[i], tested, n, alpha)
+            fill_result(results[i], plans[i], tested, n, alpha)
         return results
-
-    def _fill(self, result: DetectionResult, plan: ScoringPlan, tested: dict, n: int, alpha):
-        """A text's z, p-values and windowed tests (an exact p-value is never 0: below
-        ``P_FLOOR`` the bound is reported with its value in log space)."""
-        result.z_score = float(tested["z"][n])
-        p_text, log_text = float(tested["text"][n]), float(tested["log_text"][n])
-        p, log_p = p_text, log_text
-        combined = tested["combined"][n]
-        if combined is not None:
-            rows = [t for t, scored in enumerate(plan.scored) if scored]
-            best = combined.span
-            weighted = combined.weighted_p_value
-            result.details = {
-                "text_p_value": max(p_text, P_FLOOR),
-                "span": [rows[best.start], rows[best.stop - 1] + 1],
-                "span_z": best.z,
-                "span_p_value": best.p_value,
-                "mixture_p_value": combined.mixture_p_value,
-                "weighted_p_value": None if weighted is None else max(weighted, P_FLOOR),
-            }
-            p, log_p = combined.p_value, combined.log_p_value
-        result.p_value = p
-        if p < P_FLOOR:
-            result.p_value, result.log10_p_value = P_FLOOR, log_p / math.log(10.0)
-        result.watermarked = result.p_value <= alpha
 
     # ------------------------------------------------------------------ presentation
     def describe(self, scan: bool = False) -> dict[str, Any]:
