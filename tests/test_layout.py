@@ -223,3 +223,41 @@ def test_the_design_doc_maps_every_module():
     names += [f"`{p.parent.name}/`" for p in package.glob("*/__init__.py")]
     missing = [n for n in names if n not in table]
     assert missing == []
+
+
+KIND_COMPARISON = re.compile(
+    r"""(==|!=|===|!==|\bin\b)\s*["'](direction|region)["']"""
+    r"""|["'](direction|region)["']\s*(==|!=|===|!==)"""
+    r"""|\bmark\.kind\s*(==|!=|===|!==)|(==|!=|===|!==)\s*[\w.]*mark\.kind\b"""
+    r"""|\bmark\s*(==|!=|===|!==)\s*["']"""
+)
+"""A comparison with a mark's kind: ``== "direction"``, ``mark.kind != ...``, ``"region" in``."""
+ONLY_MARKS_KNOW_KINDS = ("marks", "settings")
+"""Where a mark's kind may be compared: the marks and their settings."""
+
+
+def test_no_product_file_outside_the_marks_compares_a_mark_s_kind():
+    package = ROOT / "src" / "ksemstamp"
+    found = []
+    for path in sorted([*package.rglob("*.py"), *package.rglob("*.js")]):
+        inside = path.relative_to(package).parts
+        if inside[0] in ONLY_MARKS_KNOW_KINDS:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            code = line.split("#", 1)[0] if path.suffix == ".py" else line.split("//", 1)[0]
+            if KIND_COMPARISON.search(code):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert found == []
+
+
+def test_the_kind_finder_finds_kind_comparisons():
+    for line in (
+        'if mark.kind == "direction":',
+        "scan = kind == 'direction' and mark.scan",
+        'const direction = view.mark === "direction";',
+        'keyed = "region" != settings.mark.kind',
+        "if scheme.mark == 'region':",
+    ):
+        assert KIND_COMPARISON.search(line), line
+    for line in ('"mark": described["kind"],', 'kmeans = settings.partition.kind == "kmeans"'):
+        assert not KIND_COMPARISON.search(line), line
