@@ -184,13 +184,14 @@ def build_watermarker(
     steering = None
     if settings.search.steer > 0:
         from .assets import cache_dir
-        from .generation.steering import Steering, token_vectors
+        from .generation.steering import Steering, token_vectors, word_tokens
         from .marks import build_mark
 
         mark = build_mark(scheme)
         vocab = model.get_output_embeddings().out_features
         vectors = token_vectors(tokenizer, vocab, scheme, mark, cache_dir() / "steering")
-        steering = Steering(vectors, mark.directions, settings.search.steer)
+        words = word_tokens(tokenizer, vocab)
+        steering = Steering(vectors, mark.directions, settings.search.steer, words)
     return Watermarker(
         scheme,
         sampler,

@@ -81,6 +81,14 @@ def token_vectors(
     return table
 
 
+def word_tokens(tokenizer: Any, vocab: int) -> Tensor:
+    """``(vocab,)`` whether each vocabulary entry decodes to something with a letter (what
+    ``Steering`` biases)."""
+    pieces = tokenizer.batch_decode([[i] for i in range(min(vocab, len(tokenizer)))])
+    words = [any(c.isalpha() for c in p) for p in pieces] + [False] * (vocab - len(pieces))
+    return torch.tensor(words, dtype=torch.bool)
+
+
 def _cache_key(pieces: list[str], scheme: Any, mark: Any) -> str:
     """A hash of the vocabulary and of what the scheme makes of a few probe texts: the same
     generator vocabulary, encoder and processing give the same table."""
@@ -97,14 +105,26 @@ class Steering:
         vectors: ``(V, D)`` token vectors (``token_vectors``).
         directions: ``(K, D)`` the key's directions.
         strength: the bias, in standard deviations of the tokens' projections (0: none).
+        words: ``(V,)`` the entries to steer (``word_tokens``); ``None``: every entry with a
+            vector.
     """
 
-    def __init__(self, vectors: Tensor, directions: Tensor, strength: float) -> None:
+    def __init__(
+        self,
+        vectors: Tensor,
+        directions: Tensor,
+        strength: float,
+        words: Tensor | None = None,
+    ) -> None:
         if strength < 0:
             raise ValueError(f"steering strength must be >= 0, got {strength}")
         projections = vectors.float() @ directions.float().to(vectors.device).T  # (V, K)
         self.table = projections.T.contiguous()  # (K, V): a row of weights picks a blend
         self.strength = float(strength)
+        active = vectors.abs().sum(dim=-1) > 0
+        if words is not None:
+            active = active & words.to(active.device)
+        self.active = active
 
     @property
     def vocab(self) -> int:
@@ -112,9 +132,13 @@ class Steering:
 
     def bias(self, weights: Tensor) -> Tensor:
         """``(R, V)`` float32 logit biases toward ``(R, K)`` context weights (a zero row of
-        weights gives a zero bias): each row's projections standardised over the vocabulary,
-        times ``strength``."""
-        raw = weights.float().to(self.table.device) @ self.table
+        weights gives a zero bias): each row's projections standardised over the steered
+        entries (``words``: those that hold a letter), times ``strength``; the others (marks,
+        digits, whitespace, special tokens) are not biased, so steering leaves where units end
+        and how they are punctuated to the LM."""
+        raw = (weights.float().to(self.table.device) @ self.table)[:, self.active]
         spread = raw.std(dim=-1, keepdim=True)
         scaled = (raw - raw.mean(dim=-1, keepdim=True)) / spread.clamp_min(1e-12)
-        return scaled.masked_fill(spread == 0, 0.0) * self.strength
+        out = torch.zeros(len(weights), self.vocab, device=self.table.device)
+        out[:, self.active] = scaled.masked_fill(spread == 0, 0.0) * self.strength
+        return out
