@@ -15,7 +15,7 @@ from test_io_input import LINES, _cut, _strict
 
 import ksemstamp.cli as cli
 import ksemstamp.cli.commands as commands
-import ksemstamp.records as records
+import ksemstamp.cli.processors as records
 from ksemstamp.detector import Detector
 from ksemstamp.io import ResumableWriter
 from ksemstamp.scheme.core import WatermarkScheme
@@ -453,3 +453,44 @@ def test_a_record_s_chat_and_prompt_must_have_their_types(tmp_path, stand_in):
         "'prompt' must be a string or null, got list",
         None,
     ]
+
+
+def test_a_record_made_under_other_identity_settings_says_so_and_strict_refuses_it(
+    tmp_path, monkeypatch, capsys
+):
+    from ksemstamp.detection.inputs import identity_fields
+    from ksemstamp.settings import DirectionSettings, WatermarkSettings
+    from ksemstamp.settings.identity import identity_of
+
+    here = identity_of(WatermarkSettings(mark=DirectionSettings(units="sentences")), "enc", "c1")
+    there = identity_of(WatermarkSettings(), "enc", "c1")  # clause units, the default
+    detector = _detector()
+    detector.scheme.identity = here
+    monkeypatch.setattr(records, "build_detector", lambda cfg: detector)
+    text = "Sentence one is here. And another follows."
+    rows = [
+        {"id": "same", "text": text, **identity_fields(here)},
+        {"id": "clauses", "text": text, **identity_fields(there)},
+        {"id": "old", "text": text},  # made before records carried an identity
+    ]
+    src, out, strict = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "strict.jsonl"
+    _write(src, rows)
+    assert cli.main(["detect", "--input", str(src), "--output", str(out), "--quiet"]) == 0
+    got = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["status"] for r in got] == ["ok", "ok", "ok"]
+    assert "identity_mismatch" not in got[0] and "identity_mismatch" not in got[2]
+    assert got[1]["identity_mismatch"] == ["mark.units"]
+    assert got[1]["identity_differences"] == "mark.units: clauses there, sentences here"
+    err = capsys.readouterr().err
+    assert err.count("made under other identity settings") == 1 and "--strict" in err
+    argv = ["detect", "--input", str(src), "--output", str(strict), "--quiet", "--strict"]
+    assert cli.main(argv) == 3  # one line failed, the others are scored
+    got = [json.loads(x) for x in strict.read_text().splitlines()]
+    assert [r["status"] for r in got] == ["ok", "error", "ok"]
+    assert got[1]["error"].startswith(
+        "made under other identity settings than it would be scored with (mark.units: clauses "
+        "there, sentences here); refused under --strict"
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    refused = [line for line in err if line.startswith("refused:")]
+    assert refused == [f'refused: line 2 (id "clauses"): {got[1]["error"]}']

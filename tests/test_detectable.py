@@ -9,7 +9,7 @@ import pytest
 
 import ksemstamp.cli as cli
 import ksemstamp.cli.commands as commands
-import ksemstamp.records as records
+import ksemstamp.cli.processors as records
 from ksemstamp.detection.detectable import length_note, scored_units, units_needed
 from ksemstamp.detection.stats import exact_p_value, normal_sf, paper_z
 from ksemstamp.results import GenerationResult, SentenceRecord
@@ -72,7 +72,7 @@ def test_a_short_text_says_how_many_units_it_has_and_needs():
 class _Watermarker:
     """Stands in for a built watermarker: every prompt gets a two-clause text."""
 
-    scheme = SimpleNamespace(key_fingerprint="f" * 12, encoder=None, partition=None)
+    scheme = SimpleNamespace(key_fingerprint="f" * 12, encoder=None, partition=None, identity=None)
 
     def generate(self, prompts, watermark=True, progress=False):
         return [_result(2, prompt=p) for p in prompts]

@@ -85,7 +85,8 @@ class StopsAtLine3:
 def test_ctrl_c_over_devices_keeps_the_finished_batches_and_says_so(tmp_path, capsys):
     # Lightning ends a run stopped by Ctrl-C with exit status 1; the command still says in one
     # line what the shards hold, and exits with 130.
-    from ksemstamp.records import PROCESSORS, process_jsonl
+    from ksemstamp.cli.processors import PROCESSORS
+    from ksemstamp.records import process_jsonl
     from ksemstamp.settings import WatermarkSettings
 
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
@@ -146,9 +147,9 @@ def _stub_detect(cfg, progress=False):
 
 
 def test_detect_input_over_devices_writes_what_one_process_writes(tmp_path, monkeypatch, capsys):
-    import ksemstamp.records
+    import ksemstamp.cli.processors
 
-    monkeypatch.setitem(ksemstamp.records.PROCESSORS, "detect", _stub_detect)
+    monkeypatch.setitem(ksemstamp.cli.processors.PROCESSORS, "detect", _stub_detect)
     src = tmp_path / "in.jsonl"
     _write(src, [{"id": "a", "text": "abc"}, "not json", {"id": "b"}, {"id": "c", "text": "x"}])
     one, many = tmp_path / "one.jsonl", tmp_path / "many.jsonl"

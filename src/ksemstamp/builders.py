@@ -16,6 +16,7 @@ module loads none.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from .settings.watermark import WatermarkSettings
@@ -124,8 +125,15 @@ def build_scheme(settings: WatermarkSettings, encoder: Any = None) -> WatermarkS
         components=components,
     )
     from .marks import build_mark
+    from .settings.identity import identity_of
 
     build_mark(scheme)  # settings the mark cannot take (gamma * K not whole) refused now
+    if fitted is not None:
+        encoder_id, centroids_id = fitted.encoder_fingerprint, fitted.content_fingerprint()
+    else:
+        encoder_id, centroids_id = settings.model.checkpoint or settings.model.encoder, None
+    used = dataclasses.replace(settings, mark=mark)
+    scheme.identity = identity_of(used, encoder_id, centroids_id)
     return scheme
 
 

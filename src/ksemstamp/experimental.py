@@ -14,7 +14,7 @@ from .evaluation.edits import apply_edit, needs_human
 from .evaluation.metrics import Oracle
 from .evaluation.prompt_set import build_prompts
 from .evaluation.rewrite import build_attack
-from .io import save_figure
+from .plots import save_figure
 from .settings.evaluation import EDITS, EvalSettings
 from .text.corpora import news_articles
 from .text.splitter import get_splitter

@@ -389,19 +389,3 @@ def write_json_atomic(path: str | Path, payload: object) -> None:
 def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
     """Write ``rows`` as JSONL (one object a line), atomically."""
     write_text_atomic(path, "".join(json_line(r) + "\n" for r in rows))
-
-
-def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> None:
-    """Save a matplotlib figure as a palette PNG (at most 256 colours), atomically. Plots hold a
-    few flat colours and their anti-aliasing, so the palette keeps them as drawn at about a third
-    of the file size of full-colour PNG."""
-    import io
-
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    buffer.seek(0)
-    image = Image.open(buffer).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
-    with atomic_target(path) as tmp:
-        image.save(tmp, format="PNG", optimize=True)

@@ -1,10 +1,11 @@
 """Commands that turn a JSONL file of input records into a JSONL file of results.
 
-``generate --input`` and ``detect --input`` share the loop here (``run_records``): every input
-line gives one output line (the input's fields, ``line``, and the result or an error), the run
-resumes where an earlier one stopped, and records may be spread over devices (``parallel``).
-What a command does to a record is its ``RecordProcessor`` (``PROCESSORS``), built from the
-settings in this process or, as ``RecordJob``, in each process of a spread run.
+``generate --input`` and ``detect --input`` share the loop here (``process_jsonl``): every
+input line gives one output line (the input's fields, ``line``, and the result or an error),
+the run resumes where an earlier one stopped, and records may be spread over devices
+(``parallel``). What a command does to a record is its ``RecordProcessor``
+(``cli.processors``), built from the settings in this process or in each process of a spread
+run.
 """
 
 from __future__ import annotations
@@ -14,26 +15,24 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tqdm.auto import tqdm
 
-from .builders import build_detector, build_watermarker, checked_key
-from .detection.detectable import length_note
+from .builders import checked_key
+from .detection.inputs import REFUSED
 from .io import (
     ResumableWriter,
     earlier_output_problem,
     in_input_order,
     input_changed,
+    json_line,
     output_problem,
     same_file,
 )
 from .jsonl import InputRecord, read_jsonl, read_jsonl_objects
 from .settings.devices import DeviceSettings
 from .settings.watermark import WatermarkSettings
-
-if TYPE_CHECKING:
-    from .parallel import Job
 
 # ``parallel`` (Lightning) is imported where records are spread over devices: a weak key or an
 # unusable output is refused before it loads.
@@ -90,32 +89,6 @@ ERROR_FIELDS: dict[str, dict[str, Any]] = {
     "detect": {"z_score": None, "p_value": None, "num_scored": 0, "num_valid": 0},
 }
 """The result fields an error record of each command carries (set to "no result")."""
-
-
-def text_problem(data: dict) -> str | None:
-    """Why a detection record cannot be scored as it is: a missing or non-string ``text``, a
-    ``prompt`` that is neither a string nor null, a ``chat`` that is not true or false."""
-    if "text" not in data:
-        return "missing field 'text'"
-    if not isinstance(data["text"], str):
-        return f"'text' must be a string, got {type(data['text']).__name__}"
-    prompt = data.get("prompt")
-    if prompt is not None and not isinstance(prompt, str):
-        return f"'prompt' must be a string or null, got {type(prompt).__name__}"
-    chat = data.get("chat")
-    if chat is not None and not isinstance(chat, bool):
-        return f"'chat' must be true or false, got {type(chat).__name__}"
-    return None
-
-
-def key_problem(data: dict, fingerprint: str) -> str | None:
-    """Why a record made under another key (its ``key_fingerprint``) cannot be scored here."""
-    if data.get("key_fingerprint") not in (None, fingerprint):
-        return (
-            "this text was generated with a different key (fingerprint "
-            f"{data['key_fingerprint']}, detector {fingerprint})"
-        )
-    return None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -194,6 +167,20 @@ def process_jsonl(
             "s are" if short > 1 else " is",
             cfg.unit,
         )
+    for row in run.refused:
+        logger.warning(
+            "refused: line %s (id %s): %s", row.get("line"), json_line(row.get("id")), row["error"]
+        )
+    if run.mismatched:
+        logger.warning(
+            "warning: %d record%s made under other identity settings than they were scored "
+            "with (%s), and scored all the same: their p-values are exact, but part of the "
+            "evidence their generator put in is lost. Detect with the generator's settings; "
+            "--strict refuses such records (each says: identity_mismatch)",
+            len(run.mismatched),
+            "s were" if len(run.mismatched) > 1 else " was",
+            run.mismatched[0],
+        )
     return exit_status([*run.earlier, *statuses])
 
 
@@ -209,6 +196,10 @@ class _Run:
     records: list[InputRecord]
     statuses: list = dataclasses.field(default_factory=list)
     short: int = 0
+    mismatched: list = dataclasses.field(default_factory=list)
+    """The ``identity_differences`` of the records scored under other identity settings."""
+    refused: list = dataclasses.field(default_factory=list)
+    """The records refused for them (``detection.strict``)."""
     skipped: int = 0
     earlier: list = dataclasses.field(default_factory=list)
 
@@ -255,6 +246,8 @@ class _Run:
             raise _interrupted(written, where, done, len(self.records)) from None
         self.statuses = [row["status"] for row in rows]
         self.short = sum("units_needed" in row for row in rows)
+        self.mismatched = [r["identity_differences"] for r in rows if "identity_mismatch" in r]
+        self.refused = [r for r in rows if str(r.get("error", "")).startswith(REFUSED)]
         new, kept = {row.get("line") for row in rows}, read_records(args.output)
         self.earlier = [r.get("status") for r in kept if r.get("line") not in new]
 
@@ -282,6 +275,10 @@ class _Run:
                         out.write(row)
                         self.statuses.append(row["status"])
                         self.short += "units_needed" in row
+                        if "identity_mismatch" in row:
+                            self.mismatched.append(row["identity_differences"])
+                        if str(row.get("error", "")).startswith(REFUSED):
+                            self.refused.append(row)
                         bar.update()
             except KeyboardInterrupt:
                 interrupted = True
@@ -312,99 +309,3 @@ def exit_status(statuses: list[Any]) -> int:
     if not failures:
         return EXIT_OK
     return EXIT_ALL_FAILED if failures == len(statuses) else EXIT_SOME_FAILED
-
-
-# ---------------------------------------------------------------------- generate and detect
-
-
-@dataclass
-class RecordJob:
-    """Builds a command's ``RecordProcessor`` in a process of its own, on that process's
-    device (picklable: settings, not models, cross to ``ddp_spawn`` processes)."""
-
-    command: str
-    settings: dict[str, Any]
-    """``WatermarkSettings.to_dict()`` and the key (it stays in memory)."""
-    option: bool = False
-    """``generate``: no watermark; ``detect``: progress bars."""
-
-    def __call__(self, device) -> Job:
-        from .parallel import Job
-
-        data = dict(self.settings)
-        data["model"] = {**data["model"], "device": str(device)}
-        processor = PROCESSORS[self.command](WatermarkSettings.from_dict(data), self.option)
-        return Job(processor.rows, processor.models)
-
-
-def _generate_processor(settings: WatermarkSettings, no_watermark: bool = False) -> RecordProcessor:
-    watermarker = build_watermarker(settings)
-    fingerprint = None if no_watermark else watermarker.scheme.key_fingerprint
-
-    def check(data: dict) -> str | None:
-        prompt = data.get("prompt")
-        if prompt is None:
-            return "missing field 'prompt'"
-        if not isinstance(prompt, str):
-            return f"'prompt' must be a string, got {type(prompt).__name__}"
-        return None
-
-    def process(datas: list[dict]) -> list[dict]:
-        results = watermarker.generate([d["prompt"] for d in datas], watermark=not no_watermark)
-        # A text too short to be detected says so (``detectable``): not for plain sampling.
-        notes = [None if no_watermark else length_note(res, settings) for res in results]
-        return [
-            {**res.to_record(), **(note or {}), "key_fingerprint": fingerprint}
-            for res, note in zip(results, notes, strict=True)
-        ]
-
-    models = _models(watermarker.scheme, watermarker)
-    return RecordProcessor(check, process, ERROR_FIELDS["generate"], models)
-
-
-def _models(scheme, watermarker=None) -> dict[str, Any]:
-    """The models a scheme (and a watermarker's LM) sit on, for device checks."""
-    models = {"encoder": scheme.encoder, "partition": scheme.partition}
-    model = getattr(getattr(watermarker, "sampler", None), "model", None)
-    return models | ({"lm": model} if model is not None else {})
-
-
-def _detect_processor(settings: WatermarkSettings, progress: bool = False) -> RecordProcessor:
-    detector = build_detector(settings)
-    fingerprint = detector.scheme.key_fingerprint
-
-    def check(data: dict) -> str | None:
-        return text_problem(data) or key_problem(data, fingerprint)
-
-    def process(datas: list[dict]) -> list[dict]:
-        # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
-        # not seeded by its instruction.
-        chat = settings.chat
-        prompts = [None if chat or d.get("chat") is True else d.get("prompt") for d in datas]
-        results = detector.detect_batch([d["text"] for d in datas], prompts, progress=progress)
-        return [res.to_record() for res in results]
-
-    return RecordProcessor(check, process, ERROR_FIELDS["detect"], _models(detector.scheme))
-
-
-PROCESSORS: dict[str, Callable[[WatermarkSettings, bool], RecordProcessor]] = {
-    "generate": _generate_processor,
-    "detect": _detect_processor,
-}
-
-
-def run_records(
-    files: JsonlFiles, settings: WatermarkSettings, name: str, unit: str, batch: int, option: bool
-) -> int:
-    """``generate --input`` and ``detect --input``: ``process_jsonl`` with this module's
-    processors (``PROCESSORS``, looked up at run time) and ``RecordJob``."""
-    return process_jsonl(
-        files,
-        settings,
-        name=name,
-        unit=unit,
-        batch_size=batch,
-        option=option,
-        processors=PROCESSORS,
-        job=RecordJob,
-    )

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ..io import save_figure, write_json_atomic, write_text_atomic
+from ..io import write_json_atomic, write_text_atomic
+from ..plots import pyplot, save_figure
 from .scoring import DIAGNOSTIC, STATS
 
 
@@ -307,10 +308,7 @@ def _stats(result: dict[str, Any]) -> list[str]:
 
 def plot_pvalues(result: dict[str, Any], path: str | Path) -> None:
     """Write the p-value histograms and the FPR-against-alpha curve as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     hist, curve = result["histogram"], result["fpr_curve"]
     edges = np.asarray(hist["edges"])

@@ -19,7 +19,7 @@ from typing import Annotated
 
 from ..builders import build_detector, build_scheme, build_watermarker, checked_key
 from ..detection.detectable import length_note
-from ..records import JsonlFiles, run_records
+from ..records import JsonlFiles
 from ..settings.calibration import CalibrationSettings
 from ..settings.checks import Range
 from ..settings.devices import DeviceSettings
@@ -27,6 +27,7 @@ from ..settings.watermark import WatermarkSettings
 from ..text.corpora import news_prompt
 from ..text.textcheck import printable
 from .console import ARGV, command_line, format_detection, print_err
+from .processors import run_records
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ def detect(
     output: str | None = None,
     batch_size: Annotated[int, Range(1, 4096)] = 64,
     parallel: DeviceSettings | None = None,
+    strict: bool = False,
     quiet: bool = False,
 ) -> int:
     """Detect the watermark in one text, a text file, or every text of a JSONL file.
@@ -122,9 +124,14 @@ def detect(
         output: JSONL output (required with --input; resumable).
         batch_size: texts per encoder pass (--input).
         parallel: the devices an --input file is spread over (Trainer.predict).
+        strict: --input: refuse (an error record each) the records made under other identity
+            settings than these (another encoder, centroids, mark or unit); without it they
+            are scored and say so (identity_mismatch). The same as --detection.strict.
         quiet: no progress bars.
     """
     parallel = parallel or DeviceSettings()
+    if strict:
+        settings = settings.updated({"detection": {"strict": True}})
     if sum(x is not None for x in (text, file, input)) > 1:
         raise ValueError("detect: give one of --text, --file and --input")
     if input:

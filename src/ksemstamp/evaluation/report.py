@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..io import save_figure
+from ..plots import pyplot, save_figure
 from ..settings.evaluation import LABELS
 
 KGW_STATISTIC = (
@@ -200,10 +200,7 @@ def exact_table(results: dict) -> list[str]:
 
 def plot_roc(results: dict, path: Path) -> None:
     """ROC curves, one panel per algorithm, one line per attack."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     algorithms = list(results["detection"])
     fig, axes = plt.subplots(

@@ -74,6 +74,21 @@ class CentroidFile:
     def num_regions(self) -> int:
         return int(self.centroids.shape[0])
 
+    def content_fingerprint(self) -> str:
+        """A short hash of what a detector scores with: the centroids, the domain's mean and
+        components, and the adapter's weights (not the file's path or its settings)."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        for tensor in (self.centroids, self.mean, self.components):
+            if tensor is not None:
+                digest.update(tensor.float().cpu().contiguous().numpy().tobytes())
+        if self.adapter is not None:
+            from .adapter import adapter_id
+
+            digest.update(adapter_id(self.adapter).encode())
+        return digest.hexdigest()[:16]
+
     def to_payload(self) -> dict:
         """The file's dict: tensors and plain types only (``weights_only`` loading)."""
         payload = {

@@ -90,6 +90,9 @@ class WatermarkScheme:
         self.key_fingerprint = key_fingerprint(key) if keyed else "paper"
         self.encode_batch_size = encode_batch_size
         self.transition = transition
+        self.identity: dict | None = None
+        """What a detector must share with the generator (``settings.identity``), set by the
+        builder that loaded the encoder and the centroids; ``None``: not known."""
 
     def __repr__(self) -> str:  # never show the key
         return (

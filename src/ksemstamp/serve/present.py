@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..detection.inputs import key_problem, text_problem
 from ..detector import DetectionResult
 from ..records import ERROR_FIELDS as RECORD_ERROR_FIELDS
-from ..records import key_problem, text_problem
 from ..text.normalize import normalize_text, tampered
 
 # The detector's verdicts, as the page names them ("valid": a unit that carries the mark,

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, File, HTTPException, Request, UploadFile
 from pydantic import BaseModel
 from starlette.datastructures import UploadFile as StarletteUpload
 
+from ..detection.inputs import mismatch
 from ..detector import DetectionResult
 from ..io import json_line
 from ..jsonl import TooManyRecords, parse_jsonl
@@ -134,6 +135,9 @@ def score_batch(state: ServeState, name: str, lines: list) -> dict[str, Any]:
         row = {**(data or {}), "line": line}
         if line in results:
             row |= results[line].to_record()
+            names, said = mismatch(data, state.scheme.identity)
+            if names:  # as `detect --input` says it
+                row |= {"identity_mismatch": names, "identity_differences": said}
         else:
             row |= {**ERROR_FIELDS, "status": "error", "error": errors[line]}
         rows.append(row)

@@ -433,6 +433,10 @@ class DetectionSettings:
     the region mark's ``paper`` (the paper's z with a normal tail)."""
     alpha: float = 0.01
     """A text is called watermarked when its p-value is at most this."""
+    strict: bool = False
+    """A record made under other identity settings than detection's (``identity``: another
+    encoder, centroids, mark or unit; ``settings.identity``) gets an error record instead of
+    a score. ``false``: it is scored and says so (``identity_mismatch``)."""
     scan: bool = True
     """Direction mark: detection also scans spans of consecutive units for the one that
     carries the mark (a watermarked passage inside human text), tests for marked units

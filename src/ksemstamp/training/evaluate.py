@@ -35,8 +35,9 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-from ..io import save_figure, write_json_atomic
+from ..io import write_json_atomic
 from ..jsonl import read_jsonl_objects
+from ..plots import pyplot, save_figure
 from ..scheme.centroids import DEFAULT_REGIONS
 from ..settings.checks import Range
 from ..settings.groups import SearchSettings
@@ -209,10 +210,7 @@ def plot_agreement(reports: dict[str, dict], path: str | Path) -> None:
     agreement over all pairs, agreement beyond chance (kappa) and agreement among the top share
     of texts by boundary gap, the last two when every report has them. Whiskers span the k-means
     seeds when a report has several."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     first = next(iter(reports.values()))
     groups = [g for g, v in first.items() if isinstance(v, dict) and "region_agreement" in v]

@@ -1,0 +1,44 @@
+"""Plots: matplotlib, an optional dependency (``pip install 'ksemstamp[plots]'``; ``make setup``
+installs it). Only the commands that draw (``calibrate``, ``evaluate``, ``agreement``) load it,
+through ``pyplot``; detection and generation never do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .io import atomic_target
+
+EXTRA = "plots"
+"""The extra that installs what plots need."""
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the non-interactive backend, or a one-line ``ImportError``
+    naming the extra to install."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError(
+            f"plots need matplotlib: pip install 'ksemstamp[{EXTRA}]' (make setup installs it)"
+        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> None:
+    """Save a matplotlib figure as a palette PNG (at most 256 colours), atomically. Plots hold a
+    few flat colours and their anti-aliasing, so the palette keeps them as drawn at about a third
+    of the file size of full-colour PNG."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    buffer.seek(0)
+    image = Image.open(buffer).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    with atomic_target(path) as tmp:
+        image.save(tmp, format="PNG", optimize=True)
