@@ -2,7 +2,7 @@
 from the repository root as ``python -m benchmarks NAME`` with ``--group.field`` flags, read by
 the package's command line (``__main__``; see ``benchmarks/README.md``):
 
-* ``generation``: watermarked generation against plain sampling, and the sequential strategy
+* ``generation``: watermarked generation against plain sampling, and the sequential engine
   (``generation``, its runs in ``generation_runs``, its tables in ``generation_report``);
 * ``detection``: batched detection against the bare encoder;
 * ``training``: the encoder's training step against sentence-transformers' trainer;

@@ -1,5 +1,5 @@
 """Generation speed: the shipped configurations against plain sampling, and the sequential
-strategy on a sample of sentences.
+engine on a sample of sentences.
 
     python -m benchmarks generation --generation.prompts 20 --generation.max_new_tokens 200
 
@@ -45,7 +45,7 @@ from .harness import (
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    """Watermarked generation against plain sampling, and the sequential strategy."""
+    """Watermarked generation against plain sampling, and the sequential engine."""
 
     prompts: int = 20
     """Held-out news prompts, one per call."""
@@ -83,7 +83,7 @@ class GenerationSettings:
 def generation(generation: GenerationSettings | None = None, run: RunSettings | None = None) -> int:
     """Generation speed: the shipped configurations against plain sampling, one prompt a call.
 
-    Then the sequential strategy on a sample of the default run's sentences.
+    Then the sequential engine on a sample of the default run's sentences.
     """
     generation = generation or GenerationSettings()
     run = run or RunSettings()

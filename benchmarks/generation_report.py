@@ -42,7 +42,7 @@ def generation_targets(section: dict[str, Any]) -> list[dict[str, Any]]:
     )
     out.append(
         {
-            "target": f"default: >= 3x faster than the sequential strategy on sentences "
+            "target": f"default: >= 3x faster than the sequential engine on sentences "
             f"needing >= {HARD} candidates (sampled sentences)",
             "measured": hard,
             "met": hard is not None and hard >= 3.0,
@@ -118,9 +118,9 @@ def sequential_markdown(seq: dict[str, Any] | None) -> list[str]:
     if not seq:
         return []
     lines = [
-        "### Sequential strategy (a sample of sentences, not whole prompts)",
+        "### Sequential engine (a sample of sentences, not whole prompts)",
         "",
-        f"Whole prompts under `sampler_strategy: sequential` would take hours, so "
+        f"Whole prompts under `sampling.engine: sequential` would take hours, so "
         f"{seq['sentences']} sentences of the default run were searched again by both "
         f"strategies from the same prefix (the prompt and the text before the "
         f"sentence), one sentence each, in alternating order; sentences that needed >= "

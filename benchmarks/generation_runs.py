@@ -1,5 +1,5 @@
 """The generation benchmark's runs: each variant on each prompt, timed, and the sequential
-strategy on a sample of the default run's sentences (``generation`` summarises them).
+engine on a sample of the default run's sentences (``generation`` summarises them).
 
 Variants: the shipped configurations, read from their files (``configs/ksemstamp.yaml``, the
 default, and ``configs/ksemstamp-paper.yaml``), so the figures follow whatever they say; plain
@@ -7,9 +7,9 @@ default, and ``configs/ksemstamp-paper.yaml``), so the figures follow whatever t
 default's sentence loop without a watermark. All continue the same held-out news prompts (test
 split, ~32 words cut at a sentence end), one prompt per call, under one fixed key, interleaved
 prompt by prompt in a rotating order so that load from other jobs falls on all of them alike.
-The reference strategy (one ``generate`` call per candidate) would need hours for whole prompts:
+The reference engine (one ``generate`` call per candidate) would need hours for whole prompts:
 it searches a sample of the default run's sentences instead, each from the same prefix as the
-batched sampler, in alternating order.
+batched engine, in alternating order.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ import torch
 
 from ksemstamp.assets import load_lm, resolve_lm_dtype
 from ksemstamp.builders import build_scheme, build_watermarker
-from ksemstamp.generation.sampler import GroupResult
 from ksemstamp.settings import WatermarkSettings
-from ksemstamp.watermarker import GenerationResult, Watermarker
+from ksemstamp.watermarker import GenerationProgress, GenerationResult, Watermarker
 
 from .harness import measure
 
@@ -51,39 +50,20 @@ class Variant:
     watermark: bool = True
 
 
-class TimedSampler:
-    """Wraps a sampler and records each round's wall-clock and candidates drawn per group."""
+def sentence_seconds(ticks: list[tuple[float, int]]) -> list[float]:
+    """Seconds the sentence loop spent on each accepted sentence of a one-document run.
 
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.rounds: list[tuple[float, list[int]]] = []
-
-    def sample_round(self, prefixes, rows, judge, generator=None, contexts=None, **kwargs):
-        start = time.perf_counter()
-        out: list[GroupResult] = self.inner.sample_round(
-            prefixes, rows, judge, generator, contexts, **kwargs
-        )
-        self.rounds.append((time.perf_counter() - start, [len(r.candidates) for r in out]))
-        return out
-
-
-def sentence_seconds(
-    result: GenerationResult, rounds: list[tuple[float, list[int]]]
-) -> list[float]:
-    """Seconds spent in sampling rounds for each accepted sentence of a one-document run.
-
-    A sentence's rounds are those whose candidates add up to its ``candidates`` count (the
-    sentence loop resets the count after each accepted sentence).
+    ``ticks`` are ``(time, sentences so far)``: the start, then one per round (the loop's
+    ``on_progress``); a sentence's time runs from the round after the previous sentence was
+    kept to the round that kept it.
     """
     out = []
-    it = iter(rounds)
-    for record in result.sentences:
-        drawn, seconds = 0, 0.0
-        while drawn < record.candidates:
-            round_seconds, counts = next(it)
-            drawn += counts[0]
-            seconds += round_seconds
-        out.append(seconds)
+    last_time, last_count = ticks[0]
+    for when, count in ticks[1:]:
+        if count > last_count:
+            out.append(when - last_time)
+            out.extend([0.0] * (count - last_count - 1))  # several kept in one round
+            last_time, last_count = when, count
     return out
 
 
@@ -135,16 +115,21 @@ class GenerationBench:
     def _loop_runner(self, variant: Variant) -> Callable[[str, int], PromptRun]:
         watermarker = self.watermarker(variant.config)
         self.watermarkers[variant.name] = watermarker
-        timed = TimedSampler(watermarker.sampler)
-        watermarker.sampler = timed
+        ticks: list[tuple[float, int]] = []
+
+        def tick(progress: GenerationProgress) -> None:
+            ticks.append((time.perf_counter(), progress.sentences))
+
+        def generate(prompt: str) -> GenerationResult:
+            ticks[:] = [(time.perf_counter(), 0)]
+            return watermarker.generate([prompt], watermark=variant.watermark, on_progress=tick)[0]
 
         def run(prompt: str, index: int) -> PromptRun:
-            timed.rounds.clear()
-            m = measure(lambda: watermarker.generate([prompt], watermark=variant.watermark)[0])
+            m = measure(lambda: generate(prompt))
             result: GenerationResult = m.value
             if result.status != "ok":
                 raise RuntimeError(f"{variant.name} failed on prompt {index}: {result.error}")
-            seconds = sentence_seconds(result, timed.rounds)
+            seconds = sentence_seconds(ticks)
             return PromptRun(
                 seconds=m.seconds,
                 peak_mib=m.peak_mib,
@@ -251,18 +236,18 @@ class GenerationBench:
     def sequential_sample(
         self, prompts: Sequence[str], runs: list[PromptRun], sentences: int, budget: float
     ) -> list[dict[str, Any]]:
-        """The reference strategy on ``sentences`` sampled sentences of the default run, starting
+        """The reference engine on ``sentences`` sampled sentences of the default run, starting
         none after ``budget`` seconds.
 
-        Whole prompts under ``search.strategy: sequential`` would take hours, so it searches
-        sampled sentences instead: for each, both strategies start from the same prefix (the
+        Whole prompts under ``sampling.engine: sequential`` would take hours, so it searches
+        sampled sentences instead: for each, both engines start from the same prefix (the
         prompt and the default run's text before that sentence) and search for one sentence,
         in alternating order. Sentences that needed >= ``HARD`` candidates in the default run
         are sampled first.
         """
         cfg = next(v.config for v in self.variants if v.name == "default")
         batched = self.watermarker(cfg)
-        sequential = self.watermarker(cfg.updated({"search": {"strategy": "sequential"}}))
+        sequential = self.watermarker(cfg.updated({"sampling": {"engine": "sequential"}}))
         for wm in (batched, sequential):
             wm.max_sentences = 1
         chosen = sample_prefixes(prompts, runs, sentences)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ksemstamp.assets as assets
-import ksemstamp.generation.sampler as sampler_module
 from ksemstamp.builders import build_detector, build_scheme, build_watermarker
-from ksemstamp.settings import WatermarkSettings
+from ksemstamp.generation import hf
+from ksemstamp.settings import ENGINES, WatermarkSettings
 
 SETTINGS = WatermarkSettings.from_dict(
     {"partition": {"kind": "lsh"}, "mark": {"kind": "region"}, "key": "builders-test-key"}
@@ -25,15 +25,21 @@ def test_a_loaded_encoder_is_used_as_it_is_and_a_name_is_loaded(monkeypatch, has
     assert loaded == ["my-encoder", SETTINGS.model.encoder]
 
 
-class _Sampler:
-    """Stands in for ``CandidateSampler``: records the model it was given."""
+class _Engine:
+    """Stands in for ``BatchedEngine``: records the model it was given."""
 
-    def __init__(self, model, tokenizer, splitter, config):
+    context_length, max_unit_tokens, vocab_size = None, 64, 8
+
+    def __init__(self, model, tokenizer, config):
         self.model, self.tokenizer, self.config = model, tokenizer, config
+
+    @classmethod
+    def from_settings(cls, settings, splitter, lm=None):
+        return cls(*hf.load(lm, settings.model), settings.sampling)
 
 
 def test_a_loaded_lm_is_used_as_it_is_and_a_name_is_loaded(monkeypatch, hash_encoder):
-    monkeypatch.setattr(sampler_module, "CandidateSampler", _Sampler)
+    monkeypatch.setitem(ENGINES, "batched", _Engine)
     loaded = []
 
     def load_lm(spec, device="cpu", dtype="auto"):
@@ -43,8 +49,8 @@ def test_a_loaded_lm_is_used_as_it_is_and_a_name_is_loaded(monkeypatch, hash_enc
     monkeypatch.setattr(assets, "load_lm", load_lm)
     held = ("my model", "my tokenizer")
     watermarker = build_watermarker(SETTINGS, lm=held, encoder=hash_encoder)
-    assert (watermarker.sampler.model, watermarker.sampler.tokenizer) == held and loaded == []
-    assert watermarker.sampler.config is SETTINGS.sampling
+    assert (watermarker.engine.model, watermarker.engine.tokenizer) == held and loaded == []
+    assert watermarker.engine.config is SETTINGS.sampling
     build_watermarker(SETTINGS, lm="gpt2", encoder=hash_encoder)
     build_watermarker(SETTINGS, encoder=hash_encoder)
     assert loaded == [("gpt2", "auto"), (SETTINGS.model.lm, "auto")]

@@ -6,8 +6,8 @@ import torch
 from ksemstamp.builders import load_centroids
 from ksemstamp.cli import main
 from ksemstamp.scheme.centroids import CentroidFile, IncompleteCentroidsError
+from ksemstamp.scheme.checkpoint import CheckpointError, checkpoint_centroids, read_checkpoint
 from ksemstamp.settings import WatermarkSettings
-from ksemstamp.training.checkpoint import CheckpointError, checkpoint_centroids, read_checkpoint
 
 
 def _ckpt(tmp_path, name="final.ckpt", **ksemstamp):

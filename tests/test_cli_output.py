@@ -381,7 +381,7 @@ def test_figures_are_saved_as_small_palette_pngs(tmp_path):
     import matplotlib.pyplot as plt
     from PIL import Image
 
-    from ksemstamp.io import save_figure
+    from ksemstamp.plots import save_figure
 
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.plot([0, 1, 2], [0, 1, 4], label="a")

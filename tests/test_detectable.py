@@ -73,6 +73,7 @@ class _Watermarker:
     """Stands in for a built watermarker: every prompt gets a two-clause text."""
 
     scheme = SimpleNamespace(key_fingerprint="f" * 12, encoder=None, partition=None, identity=None)
+    engine = SimpleNamespace(model=None)  # no LM in this process
 
     def generate(self, prompts, watermark=True, progress=False):
         return [_result(2, prompt=p) for p in prompts]

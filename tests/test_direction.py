@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_watermarker import ScriptedSampler, _watermarker
+from test_watermarker import ScriptedEngine, _watermarker
 
 from ksemstamp.detection.stats import context_sums, direction_z, normal_sf
 from ksemstamp.detector import Detector
@@ -256,7 +256,7 @@ def test_accepts_the_first_candidate_reaching_the_threshold(hash_encoder):
     scores = _scored(scheme, previous, pool)
     low = [t for t, s in zip(pool, scores, strict=True) if s < 0.5][:3]
     high = next(t for t, s in zip(pool, scores, strict=True) if s >= 1.0)
-    sampler = ScriptedSampler([[low[0], high, low[1]]])
+    sampler = ScriptedEngine([[low[0], high, low[1]]])
     wm = _watermarker(
         scheme,
         sampler,
@@ -285,7 +285,7 @@ def test_keeps_the_best_candidate_after_max_candidates(hash_encoder):
     order = np.argsort(scores)
     best = pool[int(order[-1])]
     rest = [pool[int(i)] for i in order[:3]]
-    sampler = ScriptedSampler([[rest[0], best], [rest[1], rest[2]]])
+    sampler = ScriptedEngine([[rest[0], best], [rest[1], rest[2]]])
     wm = _watermarker(
         scheme,
         sampler,
@@ -308,7 +308,7 @@ def test_best_of_max_candidates_without_threshold_is_no_fallback(hash_encoder):
     previous = int(scheme.regions([prompt])[0][0])
     pool = _pool(6)
     scores = _scored(scheme, previous, pool)
-    sampler = ScriptedSampler([pool])
+    sampler = ScriptedEngine([pool])
     wm = _watermarker(
         scheme, sampler, max_candidates=6, candidate_batch=32, max_new_tokens=5, threshold=None
     )
@@ -330,7 +330,7 @@ def test_a_repeat_is_never_kept_for_its_score(hash_encoder):
     order = [pool[int(i)] for i in np.argsort(scores)[::-1]]
     best, second = order[0], order[1]
     again = "  " + best.upper().replace(" ", "  ")
-    sampler = ScriptedSampler([order[:3], [again, second, order[2]]])
+    sampler = ScriptedEngine([order[:3], [again, second, order[2]]])
     wm = _watermarker(
         scheme, sampler, max_candidates=3, candidate_batch=32, max_new_tokens=10, threshold=None
     )
@@ -402,7 +402,7 @@ def test_a_time_budget_keeps_the_best_candidate_so_far(hash_encoder, ten_second_
     scores = _scored(scheme, previous, pool)
     order = np.argsort(scores)
     best, worse = pool[int(order[-1])], pool[int(order[0])]
-    sampler = ScriptedSampler([[best, worse]] * 10)
+    sampler = ScriptedEngine([[best, worse]] * 10)
     wm = _watermarker(
         scheme,
         sampler,
@@ -449,7 +449,7 @@ def test_soft_contexts_generate_and_detect(hash_encoder):
     rounds = [pool[i : i + 6] for i in range(0, 48, 6)]
     wm = _watermarker(
         scheme,
-        ScriptedSampler(rounds),
+        ScriptedEngine(rounds),
         max_candidates=6,
         candidate_batch=6,
         adaptive_batch=False,

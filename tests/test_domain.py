@@ -86,7 +86,7 @@ def test_your_own_domain_from_pairs_to_detection(tmp_path, monkeypatch):
     for command, extra in WALKTHROUGH:
         run(command, extra)
     # The centroids came from the speeches, and the checkpoint holds what the mark needs.
-    from ksemstamp.training.checkpoint import checkpoint_centroids
+    from ksemstamp.scheme.checkpoint import checkpoint_centroids
 
     fitted = checkpoint_centroids("checkpoints/domain/final.ckpt")
     fitted.require("direction", "final.ckpt")

@@ -18,11 +18,12 @@ from transformers import (
 )
 
 from ksemstamp.generation.kvcache import (
+    ATTENTION,
     SHARED_PREFIX_MODELS,
     CopiedCacheDecoder,
     PrefixStore,
     SharedPrefixDecoder,
-    enable_shared_prefix,
+    shared_prefix_attention,
     supports_shared_prefix,
 )
 
@@ -70,7 +71,13 @@ def test_every_listed_type_is_tested():
 @pytest.mark.parametrize("kind", sorted(SHARED_PREFIX_MODELS))
 def test_shared_and_copied_layouts_decode_alike(kind):
     model = _model(kind)
-    assert enable_shared_prefix(model)
+    with shared_prefix_attention(model) as shared:
+        assert shared and model.config._attn_implementation == ATTENTION
+        _decode_alike(model)
+    assert model.config._attn_implementation == "sdpa"  # as it was
+
+
+def _decode_alike(model):
     store = PrefixStore(model, CharTokenizer(), torch.device("cpu"))
     texts = ["A short one.", "A longer prefix that needs padding in the copied layout."]
     prefixes = store.get(texts)
@@ -121,7 +128,9 @@ def test_unverified_models_use_the_copied_layout():
         GPT2Config(vocab_size=VOCAB, n_embd=48, n_layer=2, n_head=4, n_positions=128),
         attn_implementation="sdpa",
     ).eval()
-    assert not supports_shared_prefix(gpt2) and not enable_shared_prefix(gpt2)
+    assert not supports_shared_prefix(gpt2)
+    with shared_prefix_attention(gpt2) as shared:
+        assert not shared
     store = PrefixStore(gpt2, CharTokenizer(), torch.device("cpu"))
     prefixes = store.get(["Some text.", "Other text here."])
     decoder = CopiedCacheDecoder(gpt2, prefixes, [0, 1], max_steps=3)

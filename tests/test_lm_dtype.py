@@ -68,7 +68,9 @@ def test_threads_setting_sets_torch_threads():
 @pytest.mark.e2e
 @pytest.mark.parametrize("dtype", ["bf16", "int8"])
 def test_reduced_formats_load_and_sample_sentences(dtype):
-    from ksemstamp.generation.sampler import CandidateSampler
+    from test_batched_engine import draw
+
+    from ksemstamp.generation.batched import BatchedEngine
     from ksemstamp.settings import SamplingSettings
     from ksemstamp.text.splitter import get_splitter
 
@@ -83,8 +85,9 @@ def test_reduced_formats_load_and_sample_sentences(dtype):
         assert isinstance(layer.mlp.down_proj, torch.nn.Linear)  # the MLP stays in float
     prompt = "The city council approved a new budget on Monday. The plan raises school spending."
     splitter = get_splitter()
-    sampler = CandidateSampler(model, tokenizer, splitter, SamplingSettings())
-    result = sampler.sample_round(
+    engine = BatchedEngine(model, tokenizer, splitter, SamplingSettings())
+    result = draw(
+        engine,
         [prompt],
         [3],
         lambda g, t: [(False, None)] * len(t),

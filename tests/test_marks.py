@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import HashEncoder
 from fastapi.testclient import TestClient
-from test_watermarker import ScriptedSampler
+from test_watermarker import ScriptedEngine
 
 from ksemstamp.detection.stats import normal_sf
 from ksemstamp.keys import keyed_directions
@@ -202,7 +202,7 @@ def test_a_third_mark_generates_detects_calibrates_and_shows_without_product_cha
     scheme = build_scheme(settings, encoder=encoder)
     assert isinstance(build_mark(scheme), OneDirection)
     # generation: the product's sentence loop keeps the best of each round
-    sampler = ScriptedSampler([POOL[i : i + 8] for i in range(0, 48, 8)])
+    sampler = ScriptedEngine([POOL[i : i + 8] for i in range(0, 48, 8)])
     watermarker = Watermarker(
         scheme,
         sampler,
@@ -308,7 +308,7 @@ TEXTS = [f"Candidate number {i} is here." for i in range(6)]
 def test_a_ranking_mark_keeps_the_best_of_the_budget(hash_encoder):
     scheme = _scheme(hash_encoder)
     mark = FirstCoordinate(scheme)
-    sampler = ScriptedSampler([TEXTS[:3], TEXTS[3:]])
+    sampler = ScriptedEngine([TEXTS[:3], TEXTS[3:]])
     wm = Watermarker(
         scheme,
         sampler,
@@ -332,7 +332,7 @@ def test_a_first_valid_mark_keeps_the_first_accepted(hash_encoder):
     scores = _first(scheme, TEXTS)
     bar = sorted(scores)[-2] - 1e-6  # exactly two candidates pass
     first = next(i for i, s in enumerate(scores) if s > bar)
-    sampler = ScriptedSampler([TEXTS])
+    sampler = ScriptedEngine([TEXTS])
     wm = Watermarker(
         scheme,
         sampler,
@@ -354,7 +354,7 @@ def test_the_scheme_s_settings_name_its_mark(hash_encoder):
     scheme = _scheme(hash_encoder)
     patient = build_mark(scheme, SearchSettings(novelty_patience=3))
     assert isinstance(patient, RegionMark) and patient.novelty_patience == 3
-    assert isinstance(Watermarker(scheme, None).mark, RegionMark)
+    assert isinstance(Watermarker(scheme, ScriptedEngine([])).mark, RegionMark)
     with pytest.raises(ValueError, match="novelty_patience"):
         SearchSettings(novelty_patience=-1)
     hard = DirectionSettings(context_temperature=0.0)  # an LSH partition has no centroids

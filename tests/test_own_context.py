@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from test_watermarker import ScriptedSampler, _watermarker
+from test_watermarker import ScriptedEngine, _watermarker
 
 from ksemstamp.detection.stats import direction_z, normal_sf
 from ksemstamp.detector import Detector
@@ -102,7 +102,7 @@ def test_generation_keeps_the_candidate_that_scores_best_on_its_own_context(hash
     rounds = [pool[i : i + 6] for i in range(0, 48, 6)]
     wm = _watermarker(
         scheme,
-        ScriptedSampler(rounds),
+        ScriptedEngine(rounds),
         max_candidates=6,
         candidate_batch=6,
         adaptive_batch=False,

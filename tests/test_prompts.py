@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from ksemstamp.generation.hf import context_length
 from ksemstamp.generation.prompts import (
     CHAT,
     COMPLETE,
@@ -11,7 +12,6 @@ from ksemstamp.generation.prompts import (
     EMPTY,
     chat_prefix,
     keep_right,
-    lm_context,
     plan_prompt,
     prompt_budget,
     start_text,
@@ -101,7 +101,7 @@ def test_the_budget_fits_the_context():
     class Model:
         config = Config()
 
-    assert lm_context(Model()) == 1000 and lm_context(None) is None
+    assert context_length(Model()) == 1000 and context_length(None) is None
     assert prompt_budget(512, 1000, 200, 64) == 512
     assert prompt_budget(None, 1000, 200, 64) == 736
     assert prompt_budget(None, None, 200, 64) is None

@@ -1,7 +1,9 @@
 """The pruning rule of the direction mark, on plain numbers."""
 
 import pytest
+from test_watermarker import ScriptedEngine
 
+from ksemstamp.generation.engine import Finished, Step
 from ksemstamp.generation.pruning import PruneRule, rows_to_keep
 
 
@@ -45,34 +47,51 @@ def test_bad_rules_are_refused(kwargs):
 # ---------------------------------------------------------------------- in the sentence loop
 
 
-class PruningSampler:
-    """A scripted sampler that asks the pruner once per round: each round is a list of rows
+class PruningEngine(ScriptedEngine):
+    """A scripted engine whose rows the pruner sees once per round: each round is a list of rows
     ``(text after 8 tokens, whole sentence or "" for a row that makes none)``; rows the pruner
-    stops come back pruned, the others finished."""
+    stops come back pruned, the others finish (20 tokens) at the next step."""
 
     def __init__(self, *rounds):
-        self.script = list(rounds)
+        super().__init__(rounds)
         self.asked = []
         self.rows = []
 
-    def sample_round(self, prefixes, rows, judge, generator=None, contexts=None, pruner=None):
-        from ksemstamp.generation.sampler import Candidate, GroupResult
-
-        assert pruner is not None and pruner.every == 8
+    def open(self, request):
         script = self.script.pop(0)
-        self.rows.append(list(rows))
-        assert rows == [len(script)]
-        partial = [p for p, _ in script]
-        flags = pruner.decide(8, [(0, i) for i in range(len(partial))], partial, [[]])
-        self.asked.append(flags)
-        res = GroupResult()
-        for i, ((_, whole), go_on) in enumerate(zip(script, flags, strict=True)):
-            if go_on:
-                ((ok, info),) = judge([(0, i)], [whole])
-                res.candidates.append(Candidate(whole, 20, ok and bool(whole), info))
-            else:
-                res.candidates.append(Candidate("", 8, False, pruned=True))
-        return [res]
+        self.rows.append(list(request.rows))
+        assert request.rows == [len(script)]
+        return _PrunedRound(script, self.asked)
+
+
+class _PrunedRound:
+    def __init__(self, script, asked):
+        self.script, self.asked = script, asked
+        self.live = [(0, i) for i in range(len(script))]
+        self.tokens = 0
+
+    def advance(self, until):
+        assert until == self.tokens + 8, "the pruner checks every 8 tokens"
+        self.tokens = until
+        if until == 8:
+            return Step([], 8)
+        return Step([Finished(p, self.script[p[1]][1], 20) for p in self.live], until)
+
+    def partial_texts(self, rows):
+        return [self.script[i][0] for _, i in rows]
+
+    def tokens_of(self, row):
+        return self.tokens
+
+    def keep(self, rows):
+        if self.tokens == 8:
+            self.asked.append([place in rows for place in self.live])
+        stopped = [(p, self.tokens) for p in self.live if p not in rows]
+        self.live = [p for p in self.live if p in rows]
+        return stopped
+
+    def close(self):
+        pass
 
 
 def test_the_watermarker_keeps_the_best_finished_of_the_rows_the_rule_lets_run(hash_encoder):
@@ -85,7 +104,7 @@ def test_the_watermarker_keeps_the_best_finished_of_the_rows_the_rule_lets_run(h
     pool = _pool(12)
     partial, whole = pool[:6], pool[6:]
     p_scores, w_scores = _scored(scheme, previous, partial), _scored(scheme, previous, whole)
-    sampler = PruningSampler(list(zip(partial, whole, strict=True)))
+    sampler = PruningEngine(list(zip(partial, whole, strict=True)))
     wm = _watermarker(
         scheme,
         sampler,
@@ -110,17 +129,17 @@ def test_the_watermarker_keeps_the_best_finished_of_the_rows_the_rule_lets_run(h
 @pytest.mark.parametrize("mark", ["direction", "region"])
 def test_no_pruner_for_the_region_mark_or_a_threshold(hash_encoder, mark):
     from test_direction import _scheme
-    from test_watermarker import ScriptedSampler, _watermarker
     from test_watermarker import _scheme as _region_scheme
+    from test_watermarker import _watermarker
 
-    # ScriptedSampler takes no pruner: these runs would fail if one were passed. The region
+    # ScriptedEngine takes no pruner: these runs would fail if one were passed. The region
     # mark accepts the first valid candidate; the direction mark with a threshold the first
     # reaching it: neither waits for a best of many, so nothing is pruned.
     scheme = _scheme(hash_encoder) if mark == "direction" else _region_scheme(hash_encoder)
     pool = ["One sentence here.", "Two sentence here.", "Three sentence here."]
     wm = _watermarker(
         scheme,
-        ScriptedSampler([pool]),
+        ScriptedEngine([pool]),
         max_candidates=3,
         candidate_batch=3,
         adaptive_batch=False,
@@ -141,7 +160,7 @@ def test_a_pruned_round_without_a_sentence_is_followed_by_another(hash_encoder):
     pool = _pool(10)
     first = [(pool[i], "") for i in range(6)]
     second = [(pool[i], pool[i]) for i in range(6, 10)]
-    sampler = PruningSampler(first, second)
+    sampler = PruningEngine(first, second)
     wm = _watermarker(
         scheme,
         sampler,

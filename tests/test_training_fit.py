@@ -301,8 +301,8 @@ def test_warmup_factor_against_transformers_schedule():
 @pytest.mark.e2e
 def test_watermark_from_the_final_checkpoint_and_refusals(tmp_path):
     from ksemstamp.builders import build_detector, build_scheme
+    from ksemstamp.scheme.checkpoint import CheckpointError
     from ksemstamp.settings import WatermarkSettings
-    from ksemstamp.training.checkpoint import CheckpointError
 
     fit(make_config(tmp_path))
     final = tmp_path / "run" / "final.ckpt"

@@ -17,8 +17,12 @@ import torch
 from test_kvcache import SIZES, VOCAB, CharTokenizer
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
 
-from ksemstamp.generation.kvcache import CopiedCacheDecoder, PrefixStore, SharedPrefixDecoder
-from ksemstamp.generation.kvcache import enable_shared_prefix as shared
+from ksemstamp.generation.kvcache import (
+    CopiedCacheDecoder,
+    PrefixStore,
+    SharedPrefixDecoder,
+    shared_prefix_attention,
+)
 
 
 class _Collect(logging.Handler):
@@ -61,8 +65,8 @@ MODELS = {
 def test_prefixes_and_both_decoders_use_no_deprecated_call(kind):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(MODELS[kind](), attn_implementation="sdpa").eval()
-    with no_deprecation():
-        layouts = [CopiedCacheDecoder] + ([SharedPrefixDecoder] if shared(model) else [])
+    with no_deprecation(), shared_prefix_attention(model) as shared:
+        layouts = [CopiedCacheDecoder] + ([SharedPrefixDecoder] if shared else [])
         store = PrefixStore(model, CharTokenizer(), torch.device("cpu"))
         store.get(["A prefix."])
         prefixes = store.get(["A prefix. It grows.", "Another one."])  # extends a cached one

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from ksemstamp.generation.sampler import Candidate, GroupResult
+from ksemstamp.generation.engine import Finished, Step
 from ksemstamp.marks import build_mark
 from ksemstamp.scheme.core import WatermarkScheme
 from ksemstamp.scheme.partition import LSHPartition
@@ -14,29 +14,56 @@ from ksemstamp.text.splitter import get_splitter
 from ksemstamp.watermarker import Watermarker, summarize
 
 
-class ScriptedSampler:
-    """Returns candidates from a fixed script: each round yields ``(text, accepted)`` pairs."""
+class ScriptedEngine:
+    """An ``Engine`` that draws from a fixed script: each group of a round takes the next list
+    of texts, one per row (every row finishes at the first ``advance``, 5 tokens long); a row
+    past the script's texts finishes empty. Records each round's rows and request."""
+
+    tokenizer = None
+    context_length = None
+    max_unit_tokens = 64
+    vocab_size = 8
+    model = None
 
     def __init__(self, script):
         self.script = list(script)
         self.rounds = []
         self.calls = []
 
-    def sample_round(self, prefixes, rows, judge, generator=None, contexts=None, heads=None):
-        self.rounds.append(list(rows))
-        self.calls.append({"prefixes": list(prefixes), "contexts": contexts, "heads": heads})
-        out = []
-        for _ in prefixes:
-            texts = self.script.pop(0)
-            verdicts = judge([(0, i) for i in range(len(texts))], texts)
-            res = GroupResult()
-            for i, (text, (ok, info)) in enumerate(zip(texts, verdicts, strict=True)):
-                res.candidates.append(Candidate(text, 5, ok, info))
-                if ok:
-                    res.accepted_index = i
-                    break
-            out.append(res)
-        return out
+    def open(self, request):
+        self.rounds.append(list(request.rows))
+        self.calls.append(
+            {"prefixes": request.prefixes, "contexts": request.contexts, "heads": request.heads}
+        )
+        texts = [self.script.pop(0) for _ in request.prefixes]
+        return _ScriptedRound(request.rows, texts)
+
+
+class _ScriptedRound:
+    def __init__(self, rows, texts):
+        self.live = [(g, i) for g, n in enumerate(rows) for i in range(n)]
+        self.texts = texts
+
+    def advance(self, until=None):
+        assert until is None, "a scripted round takes no pruner"
+        finished = []
+        for g, i in self.live:
+            text = self.texts[g][i] if i < len(self.texts[g]) else ""
+            finished.append(Finished((g, i), text, 5))
+        return Step(finished, None)
+
+    def partial_texts(self, rows):
+        raise AssertionError("nothing runs after the first step")
+
+    tokens_of = steer = partial_texts
+
+    def keep(self, rows):
+        assert not rows, "every row finishes at the first step"
+        stopped, self.live = [(place, 5) for place in self.live], []
+        return stopped
+
+    def close(self):
+        pass
 
 
 PAPER_RULE = RegionSettings()
@@ -54,7 +81,7 @@ def _scheme(hash_encoder):
     return WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), "k", get_splitter(), PAPER_RULE)
 
 
-def _watermarker(scheme, sampler, chat=False, mark=None, max_sentences=None, table=None, **given):
+def _watermarker(scheme, engine, chat=False, mark=None, max_sentences=None, table=None, **given):
     """A ``Watermarker`` with the settings named by their fields: search's (the mark's
     generation rule among them: region: patience; direction: threshold, selection),
     ``max_new_tokens`` and ``seed``, ``max_prompt_chars`` (``limits.max_text_chars``),
@@ -84,7 +111,7 @@ def _watermarker(scheme, sampler, chat=False, mark=None, max_sentences=None, tab
         mark.table = mark.host_table = table
     return Watermarker(
         scheme,
-        sampler,
+        engine,
         SearchSettings(**search),
         sampling,
         LimitSettings(**chars),
@@ -95,7 +122,7 @@ def _watermarker(scheme, sampler, chat=False, mark=None, max_sentences=None, tab
 
 
 def test_round_size_grows_as_acceptance_falls(hash_encoder):
-    wm = _watermarker(_scheme(hash_encoder), None, candidate_batch=32)
+    wm = _watermarker(_scheme(hash_encoder), ScriptedEngine([]), candidate_batch=32)
     sizes = []
     for p in (0.9, 0.5, 0.2, 0.05, 0.01):
         stats = {0: [p * 1000, 1000.0]}
@@ -103,7 +130,9 @@ def test_round_size_grows_as_acceptance_falls(hash_encoder):
     assert sizes == sorted(sizes) and sizes[0] <= 2 and sizes[-1] == 32
     assert wm.rows_for(0, 95, {0: [10.0, 1000.0]}) == 5  # never beyond the candidate budget
     assert wm.rows_for(0, 0, {}, watermark=False) == 1
-    fixed = _watermarker(_scheme(hash_encoder), None, candidate_batch=6, adaptive_batch=False)
+    fixed = _watermarker(
+        _scheme(hash_encoder), ScriptedEngine([]), candidate_batch=6, adaptive_batch=False
+    )
     assert fixed.rows_for(0, 0, {}) == 6
 
 
@@ -128,7 +157,7 @@ def _valid_after(scheme, previous, want):
 def test_fallback_after_max_candidates_and_counts(hash_encoder):
     scheme, prompt, seed_region = _margin_free(hash_encoder)
     bad = _valid_after(scheme, seed_region, False)
-    sampler = ScriptedSampler([[bad, bad], [bad, bad]])
+    sampler = ScriptedEngine([[bad, bad], [bad, bad]])
     wm = _watermarker(
         scheme, sampler, max_candidates=4, candidate_batch=2, adaptive_batch=False, max_new_tokens=5
     )
@@ -159,7 +188,7 @@ def test_accepts_first_valid_and_chains_regions(hash_encoder):
         raise AssertionError("no such sentence")
 
     good2, bad2 = find(True), find(False)
-    sampler = ScriptedSampler([[bad, good, bad], [bad2, good2, bad2]])
+    sampler = ScriptedEngine([[bad, good, bad], [bad2, good2, bad2]])
     wm = _watermarker(scheme, sampler, candidate_batch=3, adaptive_batch=False, max_new_tokens=10)
     res = wm.generate([prompt])[0]
     assert [s.text for s in res.sentences] == [good, good2]
@@ -193,7 +222,7 @@ def test_novelty_rejects_repeated_transitions_until_patience(hash_encoder):
         script = [[same[0]], second, [same[3]], [same[3]]]
         wm = _watermarker(
             scheme,
-            ScriptedSampler(script),
+            ScriptedEngine(script),
             candidate_batch=2,
             adaptive_batch=False,
             max_new_tokens=10,
@@ -221,7 +250,7 @@ def test_text_ended_by_the_model_is_kept_and_an_empty_one_is_an_error(hash_encod
     good = _valid_after(scheme, int(scheme.regions([prompt])[0][0]), True)
 
     def run(script):
-        sampler = ScriptedSampler(script)
+        sampler = ScriptedEngine(script)
         wm = _watermarker(
             scheme,
             sampler,
@@ -253,7 +282,7 @@ def test_margin_patience_drops_the_margin_after_that_many_candidates(hash_encode
     def run(patience):
         wm = _watermarker(
             scheme,
-            ScriptedSampler([cands[:2], cands[2:4], cands[4:6]]),
+            ScriptedEngine([cands[:2], cands[2:4], cands[4:6]]),
             max_candidates=6,
             candidate_batch=2,
             adaptive_batch=False,
@@ -270,7 +299,7 @@ def test_margin_patience_drops_the_margin_after_that_many_candidates(hash_encode
     assert not patient.fallback and patient.candidates == 4 and patient.text == cands[3]
     assert patient.rejected["margin"] == 3
     with pytest.raises(ValueError, match="margin_patience"):
-        _watermarker(scheme, ScriptedSampler([]), margin_patience=-1)
+        _watermarker(scheme, ScriptedEngine([]), margin_patience=-1)
 
 
 def test_progress_is_reported_after_every_round(hash_encoder):
@@ -280,7 +309,7 @@ def test_progress_is_reported_after_every_round(hash_encoder):
     first_prev = int(scheme.regions([prompt])[0][0])
     good = _valid_after(scheme, first_prev, True)
     bad = _valid_after(scheme, first_prev, False)
-    sampler = ScriptedSampler([[bad, bad], [bad, good]])
+    sampler = ScriptedEngine([[bad, bad], [bad, good]])
     wm = _watermarker(scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=5)
     seen = []
     res = wm.generate([prompt], on_progress=seen.append)[0]
@@ -294,7 +323,7 @@ def test_progress_is_reported_after_every_round(hash_encoder):
 def test_sentence_time_budget_falls_back_between_rounds(hash_encoder, ten_second_clock):
     scheme, prompt, seed_region = _margin_free(hash_encoder)
     bad = _valid_after(scheme, seed_region, False)
-    sampler = ScriptedSampler([[bad, bad]] * 10)
+    sampler = ScriptedEngine([[bad, bad]] * 10)
     wm = _watermarker(
         scheme,
         sampler,
@@ -312,7 +341,7 @@ def test_sentence_time_budget_falls_back_between_rounds(hash_encoder, ten_second
     assert len(sampler.rounds) == 2
     untimed = _watermarker(
         scheme,
-        ScriptedSampler([[bad, bad]] * 2),
+        ScriptedEngine([[bad, bad]] * 2),
         max_candidates=4,
         candidate_batch=2,
         adaptive_batch=False,
@@ -340,7 +369,7 @@ def test_a_prompt_ending_mid_sentence_is_completed_then_seeds(hash_encoder):
     seed = int(scheme.regions([straddling])[0][0])
     good, bad = _valid_after(scheme, seed, True), _valid_after(scheme, seed, False)
     # A draw that does not continue the open sentence is refused; the next one completes it.
-    sampler = ScriptedSampler([["Something else."], [straddling], [bad, good]])
+    sampler = ScriptedEngine([["Something else."], [straddling], [bad, good]])
     wm = _watermarker(scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=9)
     res = wm.generate([prompt])[0]
     assert res.status == "ok", res.error
@@ -352,7 +381,7 @@ def test_a_prompt_ending_mid_sentence_is_completed_then_seeds(hash_encoder):
     assert sampler.rounds == [[1], [1], [2]]
     assert sampler.calls[0]["heads"] == [" The council met on"]
     assert sampler.calls[0]["contexts"] == ["The storm hit the coast."]
-    assert sampler.calls[2]["heads"] is None and sampler.calls[2]["contexts"] == [straddling]
+    assert sampler.calls[2]["heads"] == [""] and sampler.calls[2]["contexts"] == [straddling]
     # detection with the prompt cuts the same sentences: the straddling one seeds
     found = _detector(scheme).detect(res.text, prompt)
     assert found.seed == straddling and found.seed_region == seed
@@ -362,7 +391,7 @@ def test_a_prompt_ending_mid_sentence_is_completed_then_seeds(hash_encoder):
 
 def test_a_completion_that_never_comes_is_an_error(hash_encoder):
     scheme = _scheme(hash_encoder)
-    sampler = ScriptedSampler([["Other words."], ["More words."]])
+    sampler = ScriptedEngine([["Other words."], ["More words."]])
     wm = _watermarker(scheme, sampler, max_candidates=2, max_new_tokens=9)
     res = wm.generate(["The council met on"])[0]
     assert res.status == "error" and "could not be completed in 2 draws" in res.error
@@ -375,7 +404,7 @@ def test_an_empty_prompt_is_seeded_by_the_keyed_start_value(hash_encoder):
     start = scheme.start_region
     good, bad = _valid_after(scheme, start, True), _valid_after(scheme, start, False)
     for prompt in ("", "  \n "):
-        sampler = ScriptedSampler([[bad, good]])
+        sampler = ScriptedEngine([[bad, good]])
         wm = _watermarker(
             scheme, sampler, candidate_batch=2, adaptive_batch=False, max_new_tokens=5
         )
@@ -400,11 +429,11 @@ def test_the_start_value_is_keyed(hash_encoder):
 
 def test_chat_needs_a_chat_template(hash_encoder):
     with pytest.raises(ValueError, match="no chat template"):
-        _watermarker(_scheme(hash_encoder), ScriptedSampler([]), chat=True)
+        _watermarker(_scheme(hash_encoder), ScriptedEngine([]), chat=True)
 
 
 def test_bad_prompts_cost_nothing(hash_encoder):
-    sampler = ScriptedSampler([])
+    sampler = ScriptedEngine([])
     wm = _watermarker(_scheme(hash_encoder), sampler, max_prompt_chars=50)
     binary = bytes(range(40)).decode("latin-1")  # control characters, as binary files hold
     results = wm.generate([5, "x" * 51, binary])
@@ -422,7 +451,7 @@ def test_a_lone_surrogate_in_a_prompt_is_dropped_not_raised_on(hash_encoder):
     prompt = "The storm hit\ud800 the coast."
     seed = int(scheme.regions(["The storm hit the coast."])[0][0])
     good = _valid_after(scheme, seed, True)
-    sampler = ScriptedSampler([[good]])
+    sampler = ScriptedEngine([[good]])
     wm = _watermarker(scheme, sampler, candidate_batch=1, adaptive_batch=False, max_new_tokens=5)
     res = wm.generate([prompt])[0]
     assert res.status == "ok" and res.text == good
@@ -430,27 +459,24 @@ def test_a_lone_surrogate_in_a_prompt_is_dropped_not_raised_on(hash_encoder):
     assert "\ud800" not in res.prompt_for_detection
 
 
-class DrawingSampler:
+class DrawingEngine(ScriptedEngine):
     """Each document's one candidate a round is a sentence numbered by its own generator."""
 
-    def sample_round(self, prefixes, rows, judge, generator=None, contexts=None, heads=None):
-        out = []
-        for g, _ in enumerate(prefixes):
-            gen = generator[g] if isinstance(generator, list) else generator
-            text = f"Sentence {int(torch.randint(0, 10**9, (1,), generator=gen))} here."
-            ((ok, info),) = judge([(g, 0)], [text])
-            res = GroupResult()
-            res.candidates.append(Candidate(text, 5, True, info))
-            res.accepted_index = 0
-            out.append(res)
-        return out
+    def __init__(self):
+        super().__init__([])
+
+    def open(self, request):
+        for g in range(len(request.prefixes)):
+            number = int(torch.randint(0, 10**9, (1,), generator=request.generator_of(g)))
+            self.script.append([f"Sentence {number} here."])
+        return super().open(request)
 
 
 def test_sampling_is_fresh_each_call_unless_a_seed_is_set(hash_encoder):
     prompt = "The council met on Monday. It approved the budget."
 
     def generate(seed, prompts=(prompt, prompt)):
-        wm = _watermarker(_scheme(hash_encoder), DrawingSampler(), max_new_tokens=10, seed=seed)
+        wm = _watermarker(_scheme(hash_encoder), DrawingEngine(), max_new_tokens=10, seed=seed)
         return wm.generate(list(prompts), watermark=False)
 
     # By default two users, or two clicks, asking the same prompt get different texts...
@@ -473,7 +499,7 @@ def _clause_watermarker(hash_encoder, script, max_new_tokens=10, max_sentence_to
     scheme = WatermarkScheme(
         hash_encoder, LSHPartition(32, bits=3), "k", get_splitter("clauses", 3), PAPER_RULE
     )
-    sampler = ScriptedSampler([[text] for text in script])  # 5 tokens a candidate
+    sampler = ScriptedEngine([[text] for text in script])  # 5 tokens a candidate
     sampling = SamplingSettings(
         max_new_tokens=max_new_tokens, max_sentence_tokens=max_sentence_tokens, seed=0
     )

@@ -1,5 +1,5 @@
 """The builders: ``WatermarkSettings`` in, ready objects out: the scheme (encoder, partition,
-key, mark), the ``Watermarker`` (with its LM and sampler) and the ``Detector``.
+key, mark), the ``Watermarker`` (with its generation engine) and the ``Detector``.
 
 Each builder takes loaded models as well as names: ``lm=(model, tokenizer)`` (a quantised, PEFT
 or GPU model as it is; ``model.lm_dtype`` then does not apply) or ``lm="gpt2"``,
@@ -38,7 +38,7 @@ def load_scheme_encoder(settings: WatermarkSettings, encoder: Any = None):
     """The sentence encoder on ``model.device``: ``encoder`` when it is a loaded model, else the
     checkpoint's, or the one ``encoder`` (or ``model.encoder``) names."""
     from .assets import load_encoder
-    from .training.checkpoint import load_checkpoint_encoder
+    from .scheme.checkpoint import load_checkpoint_encoder
 
     settings = as_settings(settings)
     if encoder is not None and not isinstance(encoder, str):
@@ -52,7 +52,7 @@ def load_centroids(settings: WatermarkSettings):
     """The ``CentroidFile`` of the settings (their checkpoint's or their file), checked to hold
     what the mark needs (``MarkSettings.domain_needs``)."""
     from .scheme.centroids import CentroidFile
-    from .training.checkpoint import REFIT, checkpoint_centroids
+    from .scheme.checkpoint import REFIT, checkpoint_centroids
 
     settings = as_settings(settings)
     mark = settings.mark
@@ -177,18 +177,10 @@ def build_watermarker(
     settings = as_settings(settings)
     scheme = scheme or build_scheme(settings, encoder)  # the key checked first, before torch
     apply_threads(settings)
-    from .assets import load_lm
-    from .generation.sampler import CandidateSampler
-    from .generation.sequential import SequentialCandidateSampler
+    from .generation.engine import engine_class
     from .watermarker import Watermarker
 
-    model_settings = settings.model
-    if lm is None or isinstance(lm, str):
-        lm = load_lm(lm or model_settings.lm, model_settings.device, model_settings.lm_dtype)
-    model, tokenizer = lm
-    sequential = settings.search.strategy == "sequential"
-    strategy = SequentialCandidateSampler if sequential else CandidateSampler
-    sampler = strategy(model, tokenizer, scheme.splitter, settings.sampling)
+    engine = engine_class(settings.sampling.engine).from_settings(settings, scheme.splitter, lm)
     steering = None
     if settings.search.steer > 0:
         from .assets import cache_dir
@@ -196,13 +188,13 @@ def build_watermarker(
         from .marks import build_mark
 
         mark = build_mark(scheme)
-        vocab = model.get_output_embeddings().out_features
+        tokenizer, vocab = engine.tokenizer, engine.vocab_size
         vectors = token_vectors(tokenizer, vocab, scheme, mark, cache_dir() / "steering")
         words = word_tokens(tokenizer, vocab)
         steering = Steering(vectors, mark.directions, settings.search.steer, words)
     return Watermarker(
         scheme,
-        sampler,
+        engine,
         settings.search,
         settings.sampling,
         settings.limits,

@@ -2,12 +2,12 @@
 
 For each new sentence of each document the loop draws rounds of candidate sentences and asks
 the document's mark (``marks``: ``region``, k-SemStamp's valid regions; ``direction``, keyed
-scores) to judge them. The sampler keeps the first accepted candidate of a round in draw order.
+scores) to judge them. A round keeps the first accepted candidate in draw order (``draw``).
 After ``max_candidates`` draws without one, the loop keeps the best-scoring candidate when the
 mark scores them (the ``direction`` mark: by rule without a threshold, else a fallback), and
-otherwise the last one drawn (a *fallback*). Candidates are drawn in rounds of several rows per
-document (see ``sampler``), several documents per round. The first generated sentence is
-seeded by the region of the prompt's last sentence. A prompt that ends mid-sentence is first
+otherwise the last one drawn (a *fallback*). Candidates are drawn by the generation ``Engine``
+in rounds of several rows per document (see ``rounds``), several documents per round. The first
+generated sentence is seeded by the region of the prompt's last sentence. A prompt that ends mid-sentence is first
 completed (one unwatermarked candidate at a time, judged only on whether detection will cut the
 completed sentence where generation did), and the completed sentence seeds; an empty prompt or
 an instruction (``chat``) seeds the first sentence with the scheme's keyed start value. See
@@ -36,9 +36,10 @@ import torch
 from tqdm.auto import tqdm
 
 from .generation.documents import Document, document_generator, random_seed
-from .generation.prompts import CONTINUE, chat_prefix, lm_context, plan_prompt, prompt_budget
+from .generation.draw import draw_round
+from .generation.engine import Candidate, Engine, RoundRequest
+from .generation.prompts import CONTINUE, chat_prefix, plan_prompt, prompt_budget
 from .generation.rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
-from .generation.sampler import Candidate, CandidateSampler
 from .generation.steering import Steering
 from .marks import Mark, Round, build_mark
 from .results import (
@@ -68,12 +69,12 @@ PLAIN = Judgement(NO_REGION, True, True)
 
 
 class Watermarker:
-    """Generates watermarked text with a ``WatermarkScheme`` and a ``CandidateSampler``.
+    """Generates watermarked text with a ``WatermarkScheme`` and a generation ``Engine``.
 
     Args:
-        scheme: encoder, partition, key and the mark's settings (``scheme.settings``: the
-            region mark's patience, the direction mark's threshold and selection).
-        sampler: the batched candidate sampler.
+        scheme: encoder, partition, key and the mark's settings (``scheme.settings``).
+        engine: what samples the candidates (``generation.engine``: the batched Hugging Face
+            engine, the sequential baseline, or any other ``Engine``).
         search: how a unit's candidates are drawn: ``max_candidates`` (``N_max``),
             ``candidate_batch``, ``adaptive_batch`` (size rounds from the expected acceptance,
             else always ``candidate_batch``), ``sentence_time_budget``, and what the mark reads
@@ -82,7 +83,7 @@ class Watermarker:
             tokens and ends a sentence: a clause kept past the budget inside a sentence is
             followed by more, while fewer than ``max_sentence_tokens`` tokens over) and ``seed`` (the same seed, prompt and settings give the same text;
             ``None``: each document draws a fresh seed, which its result carries,
-            ``GenerationResult.seed``). The sampler holds the rest. ``None``: the defaults.
+            ``GenerationResult.seed``). The engine holds the rest. ``None``: the defaults.
         limits: ``max_prompt_tokens`` (most prompt tokens the LM sees, the left part of a
             longer prompt dropped; also bounded by the LM's context less the continuation) and
             ``max_text_chars`` (longest prompt accepted; longer: an error record).
@@ -98,7 +99,7 @@ class Watermarker:
     def __init__(
         self,
         scheme: WatermarkScheme,
-        sampler: CandidateSampler,
+        engine: Engine,
         search: SearchSettings | None = None,
         sampling: SamplingSettings | None = None,
         limits: LimitSettings | None = None,
@@ -113,7 +114,7 @@ class Watermarker:
         sampling = sampling or SamplingSettings()
         limits = limits or LimitSettings()
         self.scheme = scheme
-        self.sampler = sampler
+        self.engine = engine
         self.mark = mark or build_mark(scheme, search, steering)
         self.max_candidates = search.max_candidates
         self.candidate_batch = search.candidate_batch
@@ -127,15 +128,14 @@ class Watermarker:
         self.prior_weight = PRIOR_WEIGHT
         self.chat = chat
         self.max_prompt_chars = limits.max_text_chars
-        # The sampler's tokenizer and LM decide how much of a prompt the LM can see; a sampler
-        # without them (tests) sees every prompt whole.
-        self.tokenizer = getattr(sampler, "tokenizer", None)
-        sentence_tokens = getattr(getattr(sampler, "config", None), "max_sentence_tokens", 0)
+        # The engine's tokenizer and LM decide how much of a prompt the LM can see; an engine
+        # without a tokenizer sees every prompt whole.
+        self.tokenizer = engine.tokenizer
         self.prompt_budget = prompt_budget(
             limits.max_prompt_tokens,
-            lm_context(getattr(sampler, "model", None)),
+            engine.context_length,
             self.max_new_tokens,
-            sentence_tokens,
+            engine.max_unit_tokens,
         )
         if chat:
             chat_prefix(self.tokenizer, "")  # an LM without a chat template: refused now
@@ -193,23 +193,20 @@ class Watermarker:
                 self.rows_for(d.previous, d.finished, d.stats, watermark and not d.completing)
                 for d in active
             ]
-            # Heads only while a prompt is being completed: samplers written for the plain
-            # interface keep working for prompts that end a sentence.
-            heads = {"heads": [d.head for d in active]} if any(d.completing for d in active) else {}
             pruner = bias = None
             if watermark and not all(d.completing for d in active):
                 pruner = self.mark.pruner(active)
                 bias = self.mark.round_bias(active)
-            results = self.sampler.sample_round(
+            request = RoundRequest.of(
                 [d.prefix for d in active],
                 rows,
-                partial(self._judge, active, watermark),
                 generator or [d.generator for d in active],
                 [d.last_sentence for d in active],
-                **heads,
-                **({"pruner": pruner} if pruner is not None else {}),
-                **({"bias": bias} if bias is not None else {}),
+                [d.head for d in active],
+                bias,
             )
+            judge = partial(self._judge, active, watermark)
+            results = draw_round(self.engine, request, judge, pruner)
             for doc, res in zip(active, results, strict=True):
                 rates = self._acceptance if watermark and not doc.completing else None
                 doc.tally(res, rates, self.mark.turns_down)
@@ -285,7 +282,7 @@ class Watermarker:
     def _judge(
         self, active: list[Document], watermark: bool, rows: list[tuple[int, int]], texts: list[str]
     ) -> list[tuple[bool, Judgement]]:
-        """The sampler's judge: ``(accepted, Judgement)`` for candidate ``texts`` drawn for
+        """The round's judge: ``(accepted, Judgement)`` for candidate ``texts`` drawn for
         ``rows`` (``(document index in active, candidate index in the round)``), as the mark
         judges them. A candidate that completes a prompt's sentence is accepted when detection
         will cut that sentence the same way; its region then seeds the first watermarked one."""

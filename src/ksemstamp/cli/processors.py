@@ -68,7 +68,7 @@ def _generate_processor(settings: WatermarkSettings, no_watermark: bool = False)
 def _models(scheme, watermarker=None) -> dict[str, Any]:
     """The models a scheme (and a watermarker's LM) sit on, for device checks."""
     models = {"encoder": scheme.encoder, "partition": scheme.partition}
-    model = getattr(getattr(watermarker, "sampler", None), "model", None)
+    model = None if watermarker is None else watermarker.engine.model
     return models | ({"lm": model} if model is not None else {})
 
 

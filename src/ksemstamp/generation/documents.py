@@ -22,8 +22,8 @@ import torch
 from ..results import NO_REGION, GenerationResult, Judgement, SentenceRecord, rank_of
 from ..text.normalize import sentence_key
 from ..text.splitter import PunktSplitter, continuation_sentences
+from .engine import Candidate, GroupResult
 from .prompts import CHAT, COMPLETE, CONTINUE, PromptStart
-from .sampler import Candidate, GroupResult
 
 
 @dataclass

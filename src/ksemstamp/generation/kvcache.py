@@ -29,7 +29,8 @@ softmax runs over the prefix and the row's tokens in one piece, SDPA in blocks.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -82,18 +83,26 @@ def supports_shared_prefix(model) -> bool:
     )
 
 
-def enable_shared_prefix(model) -> bool:
-    """Switch ``model`` to the shared-prefix attention if it supports it; returns whether it did.
+@contextmanager
+def shared_prefix_attention(model) -> Iterator[bool]:
+    """Within the block, ``model`` attends with the shared-prefix attention if it supports it
+    (yields whether it does); afterwards its attention implementation is the one it had.
 
     Calls without a ``SharedPrefixDecoder`` (prefill, ``generate``) still run transformers' SDPA,
-    so the model behaves as before everywhere else.
+    so the model behaves as before everywhere inside the block too. A switch costs about 0.3 ms.
     """
     if not supports_shared_prefix(model):
-        return False
-    if model.config._attn_implementation != ATTENTION:
+        yield False
+        return
+    previous = model.config._attn_implementation
+    if previous != ATTENTION:
         _register()
         model.set_attn_implementation(ATTENTION)
-    return True
+    try:
+        yield True
+    finally:
+        if previous != ATTENTION:
+            model.set_attn_implementation(previous)
 
 
 # ---------------------------------------------------------------------- prefixes

@@ -56,16 +56,6 @@ class PromptStart:
     error: str | None = None
 
 
-def lm_context(model) -> int | None:
-    """The LM's context length in tokens, when its config says it."""
-    config = getattr(model, "config", None)
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
 def prompt_budget(
     max_prompt_tokens: int | None, context: int | None, max_new_tokens: int, sentence_tokens: int
 ) -> int | None:

@@ -1,26 +1,23 @@
-"""The sequential baseline: one candidate per ``model.generate`` call, as the reference code.
+"""The sequential engine: one candidate per ``model.generate`` call, as the reference code.
 
-``SequentialCandidateSampler`` has ``CandidateSampler``'s interface and yields the same kind of
-candidates (cut by the same splitter rule); only the cost differs. It is selected with
-``search.strategy: sequential`` and exists to be measured against (``python -m benchmarks bench``).
+``SequentialEngine`` is an ``engine.Engine`` like ``batched.BatchedEngine`` and yields the same
+kind of candidates (cut by the same splitter rule); only the cost differs. It is selected with
+``sampling.engine: sequential`` and exists to be measured against (``python -m benchmarks
+generation``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 from torch import Tensor
 
+from ..settings.groups import SamplingSettings
 from ..text.splitter import PunktSplitter
-from .sampler import (
-    Candidate,
-    GroupResult,
-    Judge,
-    Pruner,
-    PruneVerdict,
-    RoundRequest,
-    _LMSampler,
-    _separator,
-)
+from . import hf
+from .engine import Finished, Place, RoundRequest, Step
 
 
 class _WholeTextSentenceStop:
@@ -53,33 +50,50 @@ class _AddBias:
         return scores + self.bias.to(scores.device, scores.dtype)
 
 
-class SequentialCandidateSampler(_LMSampler):
-    """One candidate per ``model.generate`` call: the reference implementation's strategy.
+class SequentialEngine:
+    """One candidate per ``model.generate`` call: the reference implementation's way.
 
-    A baseline for benchmarks, selected with ``search.strategy: sequential``. Each candidate
+    A baseline for benchmarks, selected with ``sampling.engine: sequential``. Each candidate
     re-encodes the whole prefix, decodes one row with Hugging Face ``generate`` (same
-    temperature, repetition penalty, top-k/top-p and EOS suppression as ``CandidateSampler``)
-    and stops through a criterion that re-decodes and re-splits the whole text after every
-    token. Each finished candidate is judged at once and a group stops at its first accepted
-    candidate, so nothing is ever decoded speculatively (``wasted_tokens`` stays 0). A logit
-    bias (``steering``) is added after transformers' own processors.
+    temperature, repetition penalty, top-k/top-p and EOS suppression as ``BatchedEngine``) and
+    stops through a criterion that re-decodes and re-splits the whole text after every token.
+    Without pruning, each ``advance`` draws the next candidate in order, which is judged before
+    another is drawn, so nothing is decoded speculatively (``wasted_tokens`` stays 0). With a
+    pruner, the candidates are drawn in stages of ``pruner.every`` tokens, one ``generate``
+    call per candidate and stage over the prefix and the candidate's text so far. A logit bias
+    (``steering``) is added after transformers' own processors.
 
-    Sentences are cut with the same rule as ``CandidateSampler`` (``splitter.next_sentence`` on
-    the previous sentence plus the continuation), so both samplers yield the same kind of
-    candidates; only the cost differs. The interface is ``CandidateSampler.sample_round``'s.
+    Sentences are cut with the same rule as ``BatchedEngine`` (``splitter.next_sentence`` on the
+    previous unit plus the continuation), so both engines yield the same kind of candidates;
+    only the cost differs.
 
     Args:
         model: a Hugging Face causal LM.
-        tokenizer: its tokenizer.
+        tokenizer: its tokenizer (only read).
         splitter: the sentence splitter shared with detection.
         config: the sampling settings (``None``: their defaults).
-        suppress_eos: the LM never ends its text (see ``_LMSampler``).
+        suppress_eos: the LM never ends its text.
     """
 
-    def _prepare(self) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        splitter: PunktSplitter,
+        config: SamplingSettings | None = None,
+        suppress_eos: bool = True,
+    ) -> None:
         from transformers import GenerationConfig
 
-        tokenizer, cfg = self.tokenizer, self.config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.splitter = splitter
+        self.config = cfg = config or SamplingSettings()
+        self.device = next(model.parameters()).device
+        self.eos_ids = hf.eos_ids(tokenizer)
+        self.context_length = hf.context_length(model)
+        self.max_unit_tokens = cfg.max_sentence_tokens
+        self.vocab_size = hf.vocab_size(model)
         self.generation_config = GenerationConfig(
             do_sample=True,
             temperature=cfg.temperature,
@@ -87,122 +101,25 @@ class SequentialCandidateSampler(_LMSampler):
             top_k=cfg.top_k,  # 0 disables top-k in transformers, as here
             top_p=cfg.top_p,
             max_new_tokens=cfg.max_sentence_tokens,
-            suppress_tokens=self.eos_ids if self.suppress_eos and self.eos_ids else None,
+            suppress_tokens=self.eos_ids if suppress_eos and self.eos_ids else None,
             eos_token_id=self.eos_ids or None,
-            pad_token_id=tokenizer.pad_token_id,
+            pad_token_id=hf.pad_id(tokenizer),
         )
 
-    def _round(self, request: RoundRequest) -> list[GroupResult]:
-        """Draw up to ``rows[g]`` candidates after ``prefixes[g]``, one at a time, stopping a
-        group at its first accepted candidate.
+    @classmethod
+    def from_settings(
+        cls, settings: Any, splitter: PunktSplitter, lm: Any = None
+    ) -> SequentialEngine:
+        """The engine of ``settings`` (``WatermarkSettings``) over ``lm``: a loaded
+        ``(model, tokenizer)``, used as it is, or a name (default: ``model.lm``)."""
+        model, tokenizer = hf.load(lm, settings.model)
+        return cls(model, tokenizer, splitter, settings.sampling)
 
-        With a ``pruner`` the candidates are drawn in stages of ``pruner.every`` tokens, one
-        ``generate`` call per candidate and stage over the prefix and the candidate's text so
-        far, and the pruner stops candidates between stages; a group then stops at the first
-        candidate accepted in the order they finish."""
-        r = request
-        if r.pruner is not None:
-            return [
-                self._staged_group(
-                    g,
-                    prefix,
-                    r.rows[g],
-                    r.judge,
-                    r.generator_of(g),
-                    r.contexts[g],
-                    r.heads[g],
-                    r.pruner,
-                    None if r.bias is None else r.bias[g],
-                )
-                for g, prefix in enumerate(r.prefixes)
-            ]
-        results = []
-        for g, prefix in enumerate(r.prefixes):
-            result = GroupResult()
-            bias = None if r.bias is None else r.bias[g]
-            for i in range(r.rows[g]):
-                cand = self._draw(prefix, r.contexts[g], r.generator_of(g), r.heads[g], bias)
-                result.decoded_tokens += cand.num_tokens
-                ((ok, info),) = r.judge([(g, i)], [cand.text])
-                cand.accepted, cand.info = bool(ok) and bool(cand.text), info
-                result.candidates.append(cand)
-                if cand.accepted:
-                    result.accepted_index = i
-                    break
-            results.append(result)
-        return results
+    def open(self, request: RoundRequest) -> _SequentialRound:
+        """Start the rows of ``request`` (nothing is decoded before ``advance``)."""
+        return _SequentialRound(self, request)
 
-    def _staged_group(
-        self,
-        g: int,
-        prefix: str,
-        num: int,
-        judge: Judge,
-        generator: torch.Generator | None,
-        context: str,
-        head: str,
-        pruner: Pruner,
-        bias: Tensor | None = None,
-    ) -> GroupResult:
-        """One group's candidates drawn stage by stage under ``pruner`` (see ``sample_round``)."""
-        result = GroupResult()
-        biases: list[Tensor | None] = [bias] * num
-        partial: list[list[int]] = [[] for _ in range(num)]
-        outcome: list[Candidate | None] = [None] * num
-        step = 0
-        while running := [i for i in range(num) if outcome[i] is None]:
-            step += pruner.every
-            for i in running:
-                limit = min(step, self.config.max_sentence_tokens)
-                partial[i] = self._extend(prefix, generator, partial[i], limit, biases[i])
-                cand = self._finished(partial[i], context, head, final=len(partial[i]) < limit)
-                if cand is None:
-                    continue
-                result.decoded_tokens += cand.num_tokens
-                ((ok, info),) = judge([(g, i)], [cand.text])
-                cand.accepted, cand.info = bool(ok) and bool(cand.text), info
-                outcome[i] = cand
-                if cand.accepted:
-                    result.accepted_index = len([c for c in outcome if c is not None]) - 1
-                    result.candidates = [c for c in outcome if c is not None]
-                    return result
-            running = [i for i in running if outcome[i] is None]
-            if not running:
-                break
-            texts = [
-                head + self.tokenizer.decode(partial[i], skip_special_tokens=True) for i in running
-            ]
-            finished = [[c for c in outcome if c is not None and not c.pruned]]
-            verdict = pruner.decide(step, [(0, i) for i in running], texts, finished)
-            flags = verdict.keep if isinstance(verdict, PruneVerdict) else verdict
-            if isinstance(verdict, PruneVerdict) and verdict.bias is not None:
-                for i, row in zip(running, verdict.bias, strict=True):
-                    biases[i] = row
-            for i, go_on in zip(running, flags, strict=True):
-                if not go_on:
-                    outcome[i] = Candidate("", len(partial[i]), False, pruned=True)
-                    result.decoded_tokens += len(partial[i])
-                    result.wasted_tokens += len(partial[i])
-        result.candidates = [c for c in outcome if c is not None]
-        return result
-
-    def _draw(
-        self,
-        prefix: str,
-        context: str,
-        generator: torch.Generator | None,
-        head: str = "",
-        bias: Tensor | None = None,
-    ) -> Candidate:
-        """One candidate sentence from one ``generate`` call over the whole prefix (with a
-        ``head``, the whole-text stop waits one sentence longer than needed; the candidate is
-        still cut by ``next_sentence``)."""
-        tokens = self._extend(prefix, generator, [], self.config.max_sentence_tokens, bias)
-        cand = self._finished(tokens, context, head, final=True)
-        assert cand is not None
-        return cand
-
-    def _extend(
+    def extend(
         self,
         prefix: str,
         generator: torch.Generator | None,
@@ -242,9 +159,9 @@ class SequentialCandidateSampler(_LMSampler):
                 out = self.model.generate(input_ids, **kwargs)
         return out[0, prefix_ids.shape[1] :].tolist()
 
-    def _finished(
-        self, tokens: list[int], context: str, head: str, final: bool
-    ) -> Candidate | None:
+    def finished(
+        self, place: Place, tokens: list[int], context: str, head: str, final: bool
+    ) -> Finished | None:
         """The candidate that ``tokens`` make when they hold a sentence or ``final`` (else
         ``None``: it runs on)."""
         raw = self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -252,6 +169,66 @@ class SequentialCandidateSampler(_LMSampler):
         truncated = not complete and len(tokens) >= self.config.max_sentence_tokens
         if not (complete or truncated or final):
             return None
-        return Candidate(
-            sentence if complete else "", len(tokens), False, None, truncated, _separator(raw)
-        )
+        text = sentence if complete else ""
+        return Finished(place, text, len(tokens), truncated, hf.separator(raw))
+
+
+class _SequentialRound:
+    """One round of ``SequentialEngine`` (see its docstring)."""
+
+    def __init__(self, engine: SequentialEngine, request: RoundRequest) -> None:
+        self.engine = engine
+        self.request = request
+        self._live: list[Place] = [(g, i) for g, n in enumerate(request.rows) for i in range(n)]
+        self.tokens: dict[Place, list[int]] = {place: [] for place in self._live}
+        bias = request.bias
+        self.bias: dict[Place, Tensor | None] = {
+            (g, i): None if bias is None else bias[g] for g, i in self._live
+        }
+
+    @property
+    def live(self) -> list[Place]:
+        return list(self._live)
+
+    def advance(self, until: int | None = None) -> Step:
+        if until is None:  # the next candidate in order, whole
+            return Step([self._draw(self._live[0], self.engine.max_unit_tokens)], None)
+        limit = min(until, self.engine.max_unit_tokens)
+        done = [self._draw(place, limit) for place in self._live]
+        return Step([f for f in done if f is not None], until)
+
+    def _draw(self, place: Place, limit: int) -> Finished | None:
+        """Extend the row at ``place`` to ``limit`` tokens, or to the end of its unit; the row
+        as a candidate when it finished."""
+        g, _ = place
+        r, engine = self.request, self.engine
+        start = self.tokens[place]
+        tokens = engine.extend(r.prefixes[g], r.generator_of(g), start, limit, self.bias[place])
+        self.tokens[place] = tokens
+        final = len(tokens) < limit or limit == engine.max_unit_tokens
+        return engine.finished(place, tokens, r.contexts[g], r.heads[g], final)
+
+    def partial_texts(self, rows: Sequence[Place]) -> list[str]:
+        decode = self.engine.tokenizer.decode
+        return [
+            self.request.heads[g] + decode(self.tokens[(g, i)], skip_special_tokens=True)
+            for g, i in rows
+        ]
+
+    def tokens_of(self, row: Place) -> int:
+        return len(self.tokens[row])
+
+    def steer(self, rows: Sequence[Place], bias: Tensor) -> None:
+        if bias.shape != (len(rows), self.engine.vocab_size):
+            raise ValueError(f"a bias of shape {tuple(bias.shape)} for {len(rows)} rows")
+        for place, row in zip(rows, bias, strict=True):
+            self.bias[place] = row
+
+    def keep(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
+        wanted = set(rows)
+        stopped = [(p, len(self.tokens[p])) for p in self._live if p not in wanted]
+        self._live = [p for p in self._live if p in wanted]
+        return stopped
+
+    def close(self) -> None:
+        """Nothing is held between rounds."""

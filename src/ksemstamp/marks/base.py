@@ -34,7 +34,7 @@ from ..results import DetectionResult, Judgement
 
 if TYPE_CHECKING:
     from ..detection.plans import ScoringPlan
-    from ..generation.sampler import Pruner
+    from ..generation.engine import Pruner
     from ..scheme.core import WatermarkScheme
 
 PLAN_FIELDS = ("sentences", "regions", "seed_region", "seed", "completion", "normalized")

@@ -29,8 +29,8 @@ import torch
 from torch import Tensor
 
 from ..detection.stats import normal_sf
+from ..generation.engine import Pruner, PruneVerdict
 from ..generation.pruning import PruneRule, prune_rule, rows_to_keep
-from ..generation.sampler import Pruner, PruneVerdict
 from ..generation.steering import Steering
 from ..keys import keyed_directions
 from ..results import DetectionResult, Judgement, rank_of, too_short

@@ -14,6 +14,7 @@ WatermarkSettings``).
 from .checks import SettingsError
 from .groups import (
     DEFAULT_CENTROIDS,
+    ENGINES,
     MARK_KINDS,
     PACKAGE_DATA,
     PAPER_CENTROIDS,
@@ -27,11 +28,14 @@ from .groups import (
     RegionSettings,
     SamplingSettings,
     SearchSettings,
+    register_engine,
+    register_mark,
 )
 from .watermark import GROUPS, WatermarkSettings, merge
 
 __all__ = [
     "DEFAULT_CENTROIDS",
+    "ENGINES",
     "GROUPS",
     "MARK_KINDS",
     "PACKAGE_DATA",
@@ -48,5 +52,7 @@ __all__ = [
     "SearchSettings",
     "SettingsError",
     "WatermarkSettings",
+    "register_engine",
+    "register_mark",
     "merge",
 ]

@@ -44,7 +44,6 @@ PartitionKind = Literal["kmeans", "lsh"]
 ValidMode = Literal["keyed", "paper"]
 Context = Literal["own", "previous"]
 Selection = Literal["text", "sentence"]
-Strategy = Literal["batched", "sequential"]
 Statistic = Literal["exact", "paper"]
 
 
@@ -73,7 +72,7 @@ class ModelSettings:
     checkpoint: str | None = None
     """A ``final.ckpt`` that ``train.py`` wrote: its fine-tuned encoder, centroids, mean and
     principal components are used instead of ``encoder`` and ``partition.centroids`` (leave
-    those unset). See ``ksemstamp.training.checkpoint``."""
+    those unset). See ``ksemstamp.scheme.checkpoint``."""
     device: str = "cpu"
     """Where the models of one process are built (``cpu``, ``cuda``, ``cuda:1``). Commands that
     spread work over devices (``--parallel.devices``) build each process's models on its own."""
@@ -322,9 +321,6 @@ class SearchSettings:
     adaptive_batch: bool = True
     """Size each round from the expected acceptance of the current valid set (region mark);
     ``false``: always ``candidate_batch`` rows."""
-    strategy: Strategy = "batched"
-    """``batched`` (many rows over one prefill) or ``sequential`` (one ``generate`` call per
-    candidate, as the reference code; a baseline for benchmarks)."""
     prune_tokens: Annotated[int, Range(1, 4096)] | None = 8
     """Direction mark without a threshold: every this many tokens of a round, the candidates
     still running are scored on their text so far, and ``prune_keep`` and ``prune_margin`` stop
@@ -386,6 +382,22 @@ class SearchSettings:
         check(self, problems)
 
 
+ENGINES: dict[str, Any] = {
+    "batched": "ksemstamp.generation.batched:BatchedEngine",
+    "sequential": "ksemstamp.generation.sequential:SequentialEngine",
+}
+"""The generation engines ``sampling.engine`` names: ``generation.engine.Engine`` classes (or
+their ``"module:Class"`` paths) with a ``from_settings(settings, splitter, lm)`` constructor."""
+
+
+def register_engine(name: str, engine: Any) -> None:
+    """Make ``engine`` (an ``Engine`` class or its ``"module:Class"`` path) the one
+    ``sampling.engine: name`` selects."""
+    if not name or not isinstance(name, str):
+        raise ValueError(f"an engine needs a name, got {name!r}")
+    ENGINES[name] = engine
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """How the LM samples a candidate sentence (paper: temperature 0.7, repetition penalty
@@ -406,6 +418,10 @@ class SamplingSettings:
     by less than twice that, most often by one or two clauses), never starting a new one."""
     max_sentence_tokens: Annotated[int, Range(1, 4096)] = 64
     """A candidate with no sentence end within this many tokens is discarded."""
+    engine: str = "batched"
+    """What samples the candidates (``ENGINES``): ``batched`` (a Hugging Face causal LM, all
+    rows of all documents decoded together over a shared prefix cache) or ``sequential`` (one
+    ``generate`` call per candidate, as the reference code: a baseline for benchmarks)."""
     seed: Annotated[int, SEED] | None = None
     """Sampling seed. ``None``: every call samples afresh (two users asking the same prompt get
     different texts) and each record carries the seed it drew (``seed``); a number: the same
@@ -420,6 +436,8 @@ class SamplingSettings:
             problems.append(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if not 0 < self.top_p <= 1:
             problems.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.engine not in ENGINES:
+            problems.append(f"engine must be one of {sorted(ENGINES)}, got {self.engine!r}")
         check(self, problems)
 
 

@@ -56,6 +56,18 @@ GROUPS: dict[str, type] = {
 """The groups of ``WatermarkSettings`` by name (``mark``: its default kind)."""
 
 
+MOVED = {
+    "search.strategy": "sampling.engine",
+    "mark.threshold": "search.threshold",
+    "mark.selection": "search.selection",
+    "mark.scan": "detection.scan",
+    "mark.novelty_patience": "search.novelty_patience",
+    "mark.margin_patience": "search.margin_patience",
+    "mark.margin": "search.margin",
+}
+"""Settings of earlier versions that moved, and where they are now (a file naming one is told)."""
+
+
 @dataclass(frozen=True)
 class WatermarkSettings:
     """Everything that defines a watermark and how text is generated and scored.
@@ -151,6 +163,10 @@ class WatermarkSettings:
                     continue
                 group = groups.MARK_KINDS[kind]
             owner = f"the {kind} mark" if name == "mark" else name
+            fields = {f.name for f in dataclasses.fields(group)}
+            for moved in [k for k in given if f"{name}.{k}" in MOVED and k not in fields]:
+                given.pop(moved)
+                problems.append(f"{name}.{moved} is now {MOVED[f'{name}.{moved}']}")
             built, refused = build_group(group, given, name, owner)
             problems += refused
             if not refused:

@@ -41,7 +41,7 @@ class KernelFeatures(nn.Module):
     def from_file(cls, path: str | Path, whiten: int, temperature: float) -> KernelFeatures:
         """The features of a direction-scheme centroid file (its first ``whiten`` components)."""
         base = CentroidFile.load(path)
-        base.require("direction", f"centroid file {path}", whiten=whiten)
+        base.require("the kernel objective", f"centroid file {path}", mean=True, components=whiten)
         components = base.components[:whiten] if whiten else None
         return cls(base.mean, components, base.centroids, temperature)
 

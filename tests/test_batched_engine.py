@@ -1,10 +1,12 @@
-"""The batched sampler on the real offline LM (SmolLM2-135M)."""
+"""The batched engine on the real offline LM (SmolLM2-135M)."""
 
 import pytest
 import torch
 from transformers import RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper
 
-from ksemstamp.generation.sampler import CandidateSampler
+from ksemstamp.generation.batched import BatchedEngine
+from ksemstamp.generation.draw import draw_round
+from ksemstamp.generation.engine import RoundRequest
 from ksemstamp.settings import SamplingSettings
 from ksemstamp.text.splitter import get_splitter
 
@@ -17,45 +19,52 @@ PROMPT = (
 SHORT = "Scientists found water on the moon."
 
 
+def draw(engine, prefixes, rows, judge, generator=None, contexts=None, heads=None, pruner=None):
+    """One round of ``engine`` through ``draw.draw_round``."""
+    request = RoundRequest.of(prefixes, rows, generator, contexts, heads)
+    return draw_round(engine, request, judge, pruner)
+
+
 @pytest.fixture(scope="module")
-def sampler(lm):
+def engine(lm):
     model, tokenizer = lm
-    return CandidateSampler(model, tokenizer, get_splitter(), SamplingSettings())
+    return BatchedEngine(model, tokenizer, get_splitter(), SamplingSettings())
 
 
-def test_logit_processing_matches_transformers(sampler):
-    """The sampler's draw at the real vocabulary is transformers' processed distribution
+def test_logit_processing_matches_transformers(engine):
+    """The engine's draw at the real vocabulary is transformers' processed distribution
     sampled by ``sample_rows``: draw for draw under one seed. (test_decoding checks
     ``warp_logits`` against every transformers processor and ``sample_rows`` against its
-    distributions; this checks that ``_next_tokens`` wires the sampler's settings through them.)
+    distributions; this checks that ``next_tokens`` wires the engine's settings through them.)
     """
     from ksemstamp.generation.decoding import sample_rows
 
     gen = torch.Generator().manual_seed(0)
-    vocab = sampler.starts_space.shape[0]
+    vocab = engine.starts_space.shape[0]
     rows = 256
     logits = torch.randn(rows, vocab, generator=gen) * 3
     history = torch.randint(0, vocab, (rows, 40), generator=gen)
     seen = torch.zeros(rows, vocab, dtype=torch.bool)
     seen.scatter_(1, history, True)
-    config = sampler.config
+    config = engine.config
     assert (config.repetition_penalty, config.temperature) == (1.05, 0.7)  # the defaults
     want = RepetitionPenaltyLogitsProcessor(1.05)(history, logits.clone())
     want = TemperatureLogitsWarper(0.7)(history, want).softmax(-1)
-    suppress = sampler.suppress_eos
-    sampler.suppress_eos = False
+    suppress = engine.suppress_eos
+    engine.suppress_eos = False
     try:
-        got = sampler._next_tokens(logits, seen, torch.Generator().manual_seed(5))
+        got = engine.next_tokens(logits, seen, torch.Generator().manual_seed(5))
     finally:
-        sampler.suppress_eos = suppress
+        engine.suppress_eos = suppress
     assert torch.equal(got, sample_rows(want, torch.Generator().manual_seed(5)))
     # and the draws differ between rows (each row's own distribution, not one shared draw)
     assert len(set(got.tolist())) > rows // 2
 
 
-def test_candidates_are_single_sentences_and_rows_stop_independently(sampler):
+def test_candidates_are_single_sentences_and_rows_stop_independently(engine):
     gen = torch.Generator().manual_seed(1)
-    result = sampler.sample_round(
+    result = draw(
+        engine,
         [PROMPT],
         [6],
         lambda g, t: [(False, None)] * len(t),
@@ -77,19 +86,19 @@ def test_candidates_are_single_sentences_and_rows_stop_independently(sampler):
     for cand in result.candidates:
         # a candidate counts the tokens of its sentence and the whitespace before it, not the
         # token that showed where it ends
-        written = len(sampler.tokenizer(cand.separator + cand.text)["input_ids"])
+        written = len(engine.tokenizer(cand.separator + cand.text)["input_ids"])
         assert abs(cand.num_tokens - written) <= 1
     # each row decoded its sentence and the one token that showed where it ends
     assert result.decoded_tokens <= sum(c.num_tokens + 1 for c in result.candidates)
 
 
-def test_ordered_acceptance_and_early_stop(sampler):
+def test_ordered_acceptance_and_early_stop(engine):
     # Rows 2..7 are acceptable, rows 0 and 1 are not. Whichever row finishes first, the round
     # must keep the first acceptable row *in row order* (row 2 unless its sentence came out
     # empty) and drop every row after it.
     gen = torch.Generator().manual_seed(2)
     judge = lambda rows, texts: [(i >= 2, None) for _, i in rows]  # noqa: E731
-    result = sampler.sample_round([PROMPT], [8], judge, gen, [get_splitter().split(PROMPT)[-1]])[0]
+    result = draw(engine, [PROMPT], [8], judge, gen, [get_splitter().split(PROMPT)[-1]])[0]
     assert result.accepted_index is not None and result.accepted_index >= 2
     cands = result.candidates
     assert len(cands) == result.accepted_index + 1
@@ -103,13 +112,13 @@ def test_batching_does_not_change_what_is_sampled(lm):
     # the text. One row alone, four rows of one prompt, and two prompts of different lengths
     # batched together must all give the same sentences.
     model, tokenizer = lm
-    sampler = CandidateSampler(model, tokenizer, get_splitter(), SamplingSettings(temperature=1e-4))
+    engine = BatchedEngine(model, tokenizer, get_splitter(), SamplingSettings(temperature=1e-4))
     none = lambda g, t: [(False, None)] * len(t)  # noqa: E731
     split = get_splitter().split
-    alone_long = sampler.sample_round([PROMPT], [1], none, None, [split(PROMPT)[-1]])[0]
-    alone_short = sampler.sample_round([SHORT], [1], none, None, [SHORT])[0]
-    four = sampler.sample_round([PROMPT], [4], none, None, [split(PROMPT)[-1]])[0]
-    mixed = sampler.sample_round([SHORT, PROMPT], [2, 3], none, None, [SHORT, split(PROMPT)[-1]])
+    alone_long = draw(engine, [PROMPT], [1], none, None, [split(PROMPT)[-1]])[0]
+    alone_short = draw(engine, [SHORT], [1], none, None, [SHORT])[0]
+    four = draw(engine, [PROMPT], [4], none, None, [split(PROMPT)[-1]])[0]
+    mixed = draw(engine, [SHORT, PROMPT], [2, 3], none, None, [SHORT, split(PROMPT)[-1]])
     want_long, want_short = alone_long.candidates[0].text, alone_short.candidates[0].text
     assert want_long and want_short
     assert [c.text for c in four.candidates] == [want_long] * 4
@@ -117,20 +126,20 @@ def test_batching_does_not_change_what_is_sampled(lm):
     assert [c.text for c in mixed[1].candidates] == [want_long] * 3
 
 
-def test_bad_arguments(sampler):
+def test_bad_arguments(engine):
     with pytest.raises(ValueError):
-        sampler.sample_round([PROMPT], [0], lambda g, t: [], None)
+        draw(engine, [PROMPT], [0], lambda g, t: [], None)
     with pytest.raises(ValueError):
-        sampler.sample_round([PROMPT, SHORT], [1], lambda g, t: [], None)
+        draw(engine, [PROMPT, SHORT], [1], lambda g, t: [], None)
     with pytest.raises(ValueError):
         SamplingSettings(temperature=0)
 
 
-def test_a_pruner_stops_rows_at_its_checks(sampler):
+def test_a_pruner_stops_rows_at_its_checks(engine):
     # The pruner sees the running rows every 4 tokens, each holding exactly that many tokens of
     # text; at the first check it lets only the rows with an even index go on. Stopped rows
     # come back pruned, with no text and 4 tokens, all wasted; the others finish as usual.
-    from ksemstamp.generation.sampler import Pruner
+    from ksemstamp.generation.engine import Pruner
 
     seen = []
 
@@ -141,10 +150,10 @@ def test_a_pruner_stops_rows_at_its_checks(sampler):
     gen = torch.Generator().manual_seed(3)
     split = get_splitter().split
     none = lambda g, t: [(False, None)] * len(t)  # noqa: E731
-    result = sampler.sample_round(
-        [PROMPT], [6], none, gen, [split(PROMPT)[-1]], pruner=Pruner(4, decide)
-    )[0]
-    tokenizer = sampler.tokenizer
+    result = draw(engine, [PROMPT], [6], none, gen, [split(PROMPT)[-1]], pruner=Pruner(4, decide))[
+        0
+    ]
+    tokenizer = engine.tokenizer
     first_tokens, first_rows, first_texts, _ = seen[0]
     assert first_tokens == 4 and all(
         len(tokenizer(t, add_special_tokens=False).input_ids) <= 5 for t in first_texts

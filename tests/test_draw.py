@@ -2,7 +2,10 @@
 
 import torch
 
-from ksemstamp.generation.sampler import Candidate, GroupResult, _resolve, _segments, _separator
+from ksemstamp.generation.batched import _segments
+from ksemstamp.generation.draw import _resolve
+from ksemstamp.generation.engine import Candidate, GroupResult
+from ksemstamp.generation.hf import separator as _separator
 
 
 def _cand(accepted: bool) -> Candidate:

@@ -1,12 +1,12 @@
-"""The sequential (one ``generate`` call per candidate) sampler: the benchmark baseline."""
-
-import inspect
+"""The sequential (one ``generate`` call per candidate) engine: the benchmark baseline."""
 
 import pytest
 import torch
+from test_batched_engine import draw
 
-from ksemstamp.generation.sampler import CandidateSampler
-from ksemstamp.generation.sequential import SequentialCandidateSampler
+from ksemstamp.generation.batched import BatchedEngine
+from ksemstamp.generation.engine import Engine, Round, RoundRequest
+from ksemstamp.generation.sequential import SequentialEngine
 from ksemstamp.settings import SamplingSettings, WatermarkSettings
 from ksemstamp.text.splitter import get_splitter
 
@@ -17,33 +17,55 @@ PROMPT = (
 CONTEXT = "The plan raises spending on schools and roads."
 
 
-def test_same_interface_as_the_batched_sampler():
-    ours = inspect.signature(SequentialCandidateSampler.sample_round).parameters
-    theirs = inspect.signature(CandidateSampler.sample_round).parameters
-    assert list(ours) == list(theirs)
-    assert list(inspect.signature(SequentialCandidateSampler).parameters) == list(
-        inspect.signature(CandidateSampler).parameters
+def test_the_engine_setting_is_checked_and_the_old_name_points_to_it():
+    assert WatermarkSettings().sampling.engine == "batched"
+    WatermarkSettings.from_dict({"sampling": {"engine": "sequential"}})
+    with pytest.raises(ValueError, match="sampling.engine must be one of"):
+        WatermarkSettings.from_dict({"sampling": {"engine": "parallel"}})
+    with pytest.raises(ValueError, match="search.strategy is now sampling.engine"):
+        WatermarkSettings.from_dict({"search": {"strategy": "sequential"}})
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("kind", [BatchedEngine, SequentialEngine])
+def test_both_engines_are_engines_and_leave_the_callers_model_and_tokenizer_alone(lm, kind):
+    model, tokenizer = lm
+    before = (
+        tokenizer.padding_side,
+        tokenizer.pad_token,
+        model.config._attn_implementation,
+        model.training,
     )
-
-
-def test_strategy_setting_is_checked():
-    assert WatermarkSettings().search.strategy == "batched"
-    WatermarkSettings.from_dict({"search": {"strategy": "sequential"}})
-    with pytest.raises(ValueError, match="search.strategy"):
-        WatermarkSettings.from_dict({"search": {"strategy": "parallel"}})
+    engine = kind(model, tokenizer, get_splitter(), SamplingSettings(max_sentence_tokens=8))
+    assert isinstance(engine, Engine)
+    round_ = engine.open(RoundRequest.of([PROMPT], [2], torch.Generator().manual_seed(0)))
+    try:
+        assert isinstance(round_, Round) and round_.live == [(0, 0), (0, 1)]
+        round_.advance(None)
+    finally:
+        round_.close()
+    none = lambda g, t: [(False, None)] * len(t)  # noqa: E731
+    assert len(draw(engine, [PROMPT], [2], none, None, [CONTEXT])[0].candidates) == 2
+    after = (
+        tokenizer.padding_side,
+        tokenizer.pad_token,
+        model.config._attn_implementation,
+        model.training,
+    )
+    assert after == before
 
 
 @pytest.fixture(scope="module")
 def sequential(lm):
     model, tokenizer = lm
-    return SequentialCandidateSampler(model, tokenizer, get_splitter(), SamplingSettings())
+    return SequentialEngine(model, tokenizer, get_splitter(), SamplingSettings())
 
 
 @pytest.mark.e2e
 def test_candidates_are_single_sentences(sequential):
     gen = torch.Generator().manual_seed(1)
     none = lambda g, t: [(False, None)] * len(t)  # noqa: E731
-    result = sequential.sample_round([PROMPT], [2], none, gen, [CONTEXT])[0]
+    result = draw(sequential, [PROMPT], [2], none, gen, [CONTEXT])[0]
     assert len(result.candidates) == 2 and result.accepted_index is None
     splitter = get_splitter()
     for cand in result.candidates:
@@ -64,7 +86,7 @@ def test_judges_each_candidate_at_once_and_stops_at_the_first_accepted(sequentia
         return [(len(calls) == 3, len(calls)) for _ in texts]
 
     gens = [torch.Generator().manual_seed(2), torch.Generator().manual_seed(3)]
-    results = sequential.sample_round([PROMPT, PROMPT], [5, 1], judge, gens, [CONTEXT, CONTEXT])
+    results = draw(sequential, [PROMPT, PROMPT], [5, 1], judge, gens, [CONTEXT, CONTEXT])
     assert calls == [[(0, 0)], [(0, 1)], [(0, 2)], [(1, 0)]]
     first = results[0]
     assert first.accepted_index == 2 and len(first.candidates) == 3
@@ -80,8 +102,7 @@ def test_per_document_streams_are_reproducible(sequential):
     def texts(seed):
         gen = torch.Generator().manual_seed(seed)
         return [
-            c.text
-            for c in sequential.sample_round([PROMPT], [1], none, [gen], [CONTEXT])[0].candidates
+            c.text for c in draw(sequential, [PROMPT], [1], none, [gen], [CONTEXT])[0].candidates
         ]
 
     before = torch.random.get_rng_state()
@@ -90,37 +111,37 @@ def test_per_document_streams_are_reproducible(sequential):
 
 
 @pytest.mark.e2e
-def test_near_greedy_sentence_matches_the_batched_sampler(lm):
-    # With (almost) no randomness both strategies must cut the same first sentence.
+def test_near_greedy_sentence_matches_the_batched_engine(lm):
+    # With (almost) no randomness both engines must cut the same first sentence.
     model, tokenizer = lm
     cfg = SamplingSettings(temperature=1e-4)
     none = lambda g, t: [(False, None)] * len(t)  # noqa: E731
-    batched = CandidateSampler(model, tokenizer, get_splitter(), cfg)
-    sequential = SequentialCandidateSampler(model, tokenizer, get_splitter(), cfg)
-    want = batched.sample_round([PROMPT], [1], none, None, [CONTEXT])[0].candidates[0]
-    got = sequential.sample_round([PROMPT], [1], none, None, [CONTEXT])[0].candidates[0]
+    batched = BatchedEngine(model, tokenizer, get_splitter(), cfg)
+    sequential = SequentialEngine(model, tokenizer, get_splitter(), cfg)
+    want = draw(batched, [PROMPT], [1], none, None, [CONTEXT])[0].candidates[0]
+    got = draw(sequential, [PROMPT], [1], none, None, [CONTEXT])[0].candidates[0]
     assert got.text == want.text and got.separator == want.separator
 
 
 @pytest.mark.e2e
 def test_bad_arguments(sequential):
     with pytest.raises(ValueError):
-        sequential.sample_round([PROMPT], [0], lambda g, t: [], None)
+        draw(sequential, [PROMPT], [0], lambda g, t: [], None)
     with pytest.raises(ValueError):
-        sequential.sample_round([PROMPT, PROMPT], [1], lambda g, t: [], None)
+        draw(sequential, [PROMPT, PROMPT], [1], lambda g, t: [], None)
     with pytest.raises(ValueError):
-        sequential.sample_round([PROMPT], [1], lambda g, t: [], [None, None])
+        draw(sequential, [PROMPT], [1], lambda g, t: [], [None, None])
 
 
 @pytest.mark.e2e
-def test_build_watermarker_selects_the_strategy(lm, default_scheme):
+def test_build_watermarker_selects_the_engine(lm, default_scheme):
     from ksemstamp.builders import build_watermarker
 
     cfg = WatermarkSettings.from_dict(
-        {"search": {"strategy": "sequential"}, "sampling": {"seed": 0}, "key": "test-suite-key"}
+        {"sampling": {"engine": "sequential", "seed": 0}, "key": "test-suite-key"}
     )
     wm = build_watermarker(cfg, default_scheme, lm)
-    assert isinstance(wm.sampler, SequentialCandidateSampler)
+    assert isinstance(wm.engine, SequentialEngine)
     # One unwatermarked sentence keeps this cheap (one candidate) and still runs the loop.
     wm.max_sentences = 1
     result = wm.generate([PROMPT], watermark=False)[0]

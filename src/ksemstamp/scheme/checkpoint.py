@@ -14,12 +14,11 @@ Checkpoints are read with ``weights_only=True``.
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import torch
 
-from ..scheme.centroids import CentroidFile
+from .centroids import CentroidFile
 
 
 class CheckpointError(ValueError):
@@ -86,33 +85,36 @@ def load_checkpoint_encoder(
     path: str | Path, device: str | torch.device = "cpu", ckpt: dict | None = None
 ):
     """The fine-tuned ``SentenceTransformer`` of a ``train.py`` checkpoint, in eval mode on
-    ``device``, built as training built it (``EncoderModule`` from the checkpoint's
-    hyperparameters: the base encoder must be loadable here) and checked against the
-    fingerprint the checkpoint records."""
-    from ..assets import encoder_fingerprint
-    from .module import EncoderModule
+    ``device``: the base encoder its hyperparameters name (it must be loadable here), with the
+    adapters training added (merged into plain layers) and the checkpoint's weights, checked
+    against the fingerprint the checkpoint records. Nothing of the training code is needed."""
+    from ..assets import encoder_fingerprint, load_encoder
+    from .adapter import adapter_id, adapter_payload, add_adapters, merge_adapters
 
     ckpt = ckpt if ckpt is not None else read_checkpoint(path)
-    # LightningCLI adds its own entries (``_instantiator``) to the hyperparameters.
-    known = inspect.signature(EncoderModule).parameters
-    hparams = {k: v for k, v in ckpt.get("hyper_parameters", {}).items() if k in known}
-    module = EncoderModule(**hparams)
-    module.load_state_dict(ckpt["state_dict"])
-    encoder = module.encoder.to(device).eval()
+    hparams = ckpt.get("hyper_parameters", {})
+    if not isinstance(hparams.get("encoder"), str):
+        raise CheckpointError(f"{path} does not name the encoder it was trained from")
+    encoder = load_encoder(hparams["encoder"], "cpu")
+    if hparams.get("max_seq_length"):
+        encoder.max_seq_length = hparams["max_seq_length"]
+    rank, alpha = hparams.get("adapter_rank", 0), hparams.get("adapter_alpha", 16.0)
+    if rank:
+        add_adapters(encoder, rank, alpha)
+    prefix = "encoder."
+    weights = {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
+    encoder.load_state_dict(weights)
+    encoder = encoder.to(device).eval()
     recorded = ckpt["ksemstamp"].get("encoder_fingerprint")
     if recorded and encoder_fingerprint(encoder) != recorded:
         raise CheckpointError(
             f"{path}: the encoder rebuilt from it has fingerprint {encoder_fingerprint(encoder)}, "
             f"but the checkpoint records {recorded}; was it written by another version?"
         )
-    if module.hparams.adapter_rank:
+    if rank:
         # Trained with adapters: merged into plain layers, and marked as adapted by the
         # checkpoint's own adapter, which its centroid file carries.
-        from ..scheme.adapter import adapter_id, adapter_payload, merge_adapters
-
-        payload = adapter_payload(
-            encoder, module.hparams.adapter_rank, module.hparams.adapter_alpha
-        )
+        payload = adapter_payload(encoder, rank, alpha)
         merge_adapters(encoder)
         encoder.ksemstamp_adapter = adapter_id(payload)
     return encoder

@@ -1,0 +1,267 @@
+"""The generation engine interface: what the sentence loop asks of whatever samples candidates.
+
+A *round* draws candidate units for several documents ("groups") at once: ``rows[g]`` rows
+after ``prefixes[g]`` (``RoundRequest``). An ``Engine`` opens a round (``Engine.open``), and the
+``Round`` it returns decodes its rows a little at a time (``Round.advance``: until some rows hold
+a complete unit, or every running row holds the tokens of the next pruning check), tells which
+rows are still decoding and their text so far, steers rows with a logit bias, and stops the rows
+the caller no longer wants (``Round.keep``). The engine never sees a mark: the caller
+(``draw.draw_round``) judges the finished rows, closes a group at its first accepted row and asks
+the mark's ``Pruner`` which running rows go on, between two ``advance`` calls.
+
+Two engines implement it: ``batched.BatchedEngine`` (a Hugging Face causal LM decoding all rows
+of all groups together over a shared-prefix KV cache, the default) and
+``sequential.SequentialEngine`` (one ``generate`` call per candidate, as the reference code: a
+baseline for benchmarks). An engine over another backend (a vLLM or OpenAI-compatible server:
+``n`` samples of one prompt, stop sequences, prefix caching) is one more module with an
+``open`` and a ``Round``, registered with ``settings.groups.register_engine``.
+
+Rows are named by their *place* ``(group, index in group)``. Row ``i`` of a group stands for the
+``i``-th candidate of the sequential algorithm, whatever order the rows finish in.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+Place = tuple[int, int]
+"""A row of a round: ``(group, index in group)``."""
+
+Judge = Callable[[list[Place], list[str]], list[tuple[bool, Any]]]
+"""``judge(rows, texts)``: one ``(accepted, info)`` pair per finished row's text."""
+
+
+@dataclass
+class Candidate:
+    """One finished candidate row."""
+
+    text: str
+    num_tokens: int
+    accepted: bool
+    info: Any = None
+    truncated: bool = False
+    separator: str = " "
+    """Whitespace the model put before the unit (a space, or its newlines)."""
+    pruned: bool = False
+    """Stopped unfinished by a ``Pruner`` (empty text, never accepted)."""
+
+
+@dataclass
+class GroupResult:
+    """What one group's round produced, in draw order, up to and including the accepted row."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    accepted_index: int | None = None
+    decoded_tokens: int = 0
+    wasted_tokens: int = 0
+
+    @property
+    def pruned(self) -> int:
+        """Rows a ``Pruner`` stopped before they finished."""
+        return sum(c.pruned for c in self.candidates)
+
+
+@dataclass(frozen=True)
+class PruneVerdict:
+    """A pruner's answer: one flag per running row (keep decoding it) and, optionally, the
+    ``(rows, V)`` logit bias each running row decodes with from now on (``steering``)."""
+
+    keep: list[bool]
+    bias: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Pruner:
+    """Stops rows of a round before they finish.
+
+    Every ``every`` tokens of a round, ``decide(tokens, rows, texts, finished)`` sees the rows
+    still running (``rows[i]`` their places, ``texts[i]`` their text so far, each ``tokens``
+    long) and, per group, the candidates already finished (``finished[g]``, judged, pruned ones
+    left out), and returns one flag per running row: keep decoding it (or a ``PruneVerdict``,
+    which may also steer the rows anew). A stopped row becomes a ``Candidate`` with
+    ``pruned=True`` and no text; its tokens count as wasted.
+    """
+
+    every: int
+    decide: Callable[
+        [int, list[Place], list[str], list[list[Candidate]]], list[bool] | PruneVerdict
+    ]
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise ValueError(f"a pruner checks every >= 1 tokens, got {self.every}")
+
+
+@dataclass(frozen=True)
+class RoundRequest:
+    """What one round draws: ``rows[g]`` candidates after ``prefixes[g]`` for every group.
+
+    Attributes:
+        prefixes: each group's text so far (prompt and kept units).
+        rows: candidate rows per group (each >= 1).
+        generator: one generator for all rows, or one per group (a document's text then depends
+            on nothing else in its batch), or ``None`` (torch's global one).
+        contexts: each prefix's last unit: a row's unit ends where detection, splitting the
+            context and the row's text, ends it; a row that would merge into the context is an
+            empty (never accepted) candidate.
+        heads: the start of an unfinished sentence ending each prefix (with the whitespace
+            before it), or ``""``: rows then complete the head's sentence and the candidate is
+            the whole sentence, head included.
+        bias: a ``(groups, V)`` logit bias every row of group ``g`` adds to its logits before
+            the sampling settings (``steering``), or ``None``.
+    """
+
+    prefixes: list[str]
+    rows: list[int]
+    generator: torch.Generator | Sequence[torch.Generator] | None
+    contexts: list[str]
+    heads: list[str]
+    bias: torch.Tensor | None = None
+
+    @classmethod
+    def of(
+        cls,
+        prefixes: Sequence[str],
+        rows: Sequence[int],
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
+        contexts: Sequence[str] | None = None,
+        heads: Sequence[str] | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> RoundRequest:
+        """The request, or ``ValueError`` naming what does not fit (contexts and heads: empty
+        ones when none are given)."""
+        if bias is not None and (bias.ndim != 2 or len(bias) != len(prefixes)):
+            raise ValueError("need one row of logit bias per prefix")
+        if isinstance(generator, Sequence) and len(generator) != len(prefixes):
+            raise ValueError("need one generator per prefix")
+        if len(prefixes) != len(rows) or not prefixes:
+            raise ValueError("need one row count per prefix, and at least one prefix")
+        if any(n < 1 for n in rows):
+            raise ValueError(f"every group needs at least one row, got {list(rows)}")
+        for name, given in (("context", contexts), ("head", heads)):
+            if given is not None and len(given) != len(prefixes):
+                raise ValueError(f"need one {name} (or '') per prefix")
+        empty = [""] * len(prefixes)
+        return cls(
+            list(prefixes),
+            list(rows),
+            generator,
+            list(contexts) if contexts is not None else empty,
+            list(heads) if heads is not None else empty,
+            bias,
+        )
+
+    @property
+    def per_group(self) -> bool:
+        """Whether ``generator`` is one per group."""
+        return isinstance(self.generator, Sequence)
+
+    def generator_of(self, group: int) -> torch.Generator | None:
+        """The generator group ``group`` draws from."""
+        return self.generator[group] if self.per_group else self.generator
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A row that holds a complete unit (or never will: ``text`` empty)."""
+
+    place: Place
+    text: str
+    num_tokens: int
+    truncated: bool = False
+    """No unit ended within ``max_unit_tokens`` tokens."""
+    separator: str = " "
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one ``Round.advance`` call decoded.
+
+    Attributes:
+        finished: the rows that finished, in row order.
+        tokens: the tokens every row still running holds, where that is one number (a point
+            at which a pruner may check); ``None`` otherwise.
+    """
+
+    finished: list[Finished]
+    tokens: int | None
+
+
+@runtime_checkable
+class Round(Protocol):
+    """One open round of an engine (see the module docstring)."""
+
+    @property
+    def live(self) -> list[Place]:
+        """The rows the round holds, in row order: those still decoding, and those that
+        finished at the last step until ``keep`` lets them go."""
+        ...
+
+    def advance(self, until: int | None) -> Step:
+        """Decode until some rows finish or, when ``until`` is given, the running rows hold
+        ``until`` tokens (never past it); a round with no live row may not be advanced."""
+        ...
+
+    def partial_texts(self, rows: Sequence[Place]) -> list[str]:
+        """The text so far of live ``rows`` (a head included)."""
+        ...
+
+    def tokens_of(self, row: Place) -> int:
+        """Tokens live ``row`` holds so far."""
+        ...
+
+    def steer(self, rows: Sequence[Place], bias: torch.Tensor) -> None:
+        """Live ``rows`` decode with the ``(len(rows), V)`` logit bias from now on."""
+        ...
+
+    def keep(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
+        """Go on with live ``rows`` only; returns ``(place, tokens decoded)`` of every row that
+        stops now (those that finished at the last step among them)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the round holds; the engine's model is as it was before ``open``."""
+        ...
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Samples rounds of candidate units (see the module docstring).
+
+    Attributes:
+        tokenizer: the LM's tokenizer, which measures prompts (``None``: prompts are not cut).
+        context_length: the LM's context in tokens (``None``: unbounded or unknown).
+        max_unit_tokens: a row with no unit end within this many tokens is an empty candidate.
+        vocab_size: entries of a logit bias's last dimension.
+        model: the LM itself where it runs in this process (for device checks), else ``None``.
+    """
+
+    tokenizer: Any
+    context_length: int | None
+    max_unit_tokens: int
+    vocab_size: int
+    model: Any
+
+    def open(self, request: RoundRequest) -> Round:
+        """Start a round's rows."""
+        ...
+
+
+def engine_class(name: str) -> Any:
+    """The engine class ``sampling.engine: name`` selects (``settings.groups.ENGINES``)."""
+    from ..settings.groups import ENGINES
+
+    if name not in ENGINES:
+        raise ValueError(f"sampling.engine must be one of {sorted(ENGINES)}, got {name!r}")
+    target = ENGINES[name]
+    if isinstance(target, str):
+        module, _, attr = target.partition(":")
+        target = getattr(importlib.import_module(module), attr)
+    if not callable(getattr(target, "from_settings", None)):
+        raise TypeError(f"engine {name!r} ({target!r}) has no from_settings constructor")
+    return target

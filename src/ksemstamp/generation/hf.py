@@ -1,0 +1,56 @@
+"""What both Hugging Face engines (``batched``, ``sequential``) read of a causal LM and its
+tokenizer, without changing either: end-of-sequence and pad ids, the context length, the
+vocabulary's size, and the whitespace a candidate starts with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def load(lm: Any, model_settings: Any) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: ``lm`` itself when it is a loaded pair, used as it is, else the
+    LM it names (``None``: ``model_settings.lm``) loaded on ``model_settings.device`` in
+    ``model_settings.lm_dtype``."""
+    if lm is None or isinstance(lm, str):
+        from ..assets import load_lm
+
+        return load_lm(lm or model_settings.lm, model_settings.device, model_settings.lm_dtype)
+    model, tokenizer = lm
+    return model, tokenizer
+
+
+def eos_ids(tokenizer: Any) -> list[int]:
+    """The tokenizer's end-of-sequence ids (one, several, or none)."""
+    eos = tokenizer.eos_token_id
+    return [eos] if isinstance(eos, int) else list(eos or [])
+
+
+def pad_id(tokenizer: Any) -> int | None:
+    """The id ``generate`` pads with: the tokenizer's pad token, else its first end-of-sequence
+    id (the tokenizer is not given a pad token)."""
+    if tokenizer.pad_token_id is not None:
+        return tokenizer.pad_token_id
+    ids = eos_ids(tokenizer)
+    return ids[0] if ids else None
+
+
+def context_length(model: Any) -> int | None:
+    """The LM's context length in tokens, when its config says it."""
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def vocab_size(model: Any) -> int:
+    """Entries of the LM's next-token logits (also for a quantised head)."""
+    return model.get_output_embeddings().out_features
+
+
+def separator(raw: str) -> str:
+    """The whitespace to put before a unit: the newlines the model wrote before it, or a
+    space."""
+    lead = raw[: len(raw) - len(raw.lstrip())]
+    return "\n" * lead.count("\n") if "\n" in lead else " "
