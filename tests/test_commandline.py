@@ -120,7 +120,7 @@ def test_print_config_is_a_complete_file_that_reads_back(tmp_path, capsys):
     data = yaml.safe_load(printed)
     assert SECRET not in printed and "key" not in data
     assert data["mark"] == {**dataclasses.asdict(RegionSettings()), "gamma": 0.5}
-    assert data["calibration"]["num_keys"] == 7 and data["output_dir"] == "docs/calibration"
+    assert data["calibration"]["num_keys"] == 7 and data["output_dir"] == "calibration"
     assert set(data) >= {*GROUPS, "calibration", "quiet"}
     again = tmp_path / "printed.yaml"
     again.write_text(printed)

@@ -219,8 +219,8 @@ def test_a_text_that_completes_its_prompt_is_scored_after_the_straddling_sentenc
     text = " Monday. " + " ".join(SENTENCES[:3])
     res = detector.detect(text, prompt)
     assert res.status == "ok" and res.sentences == SENTENCES[:3] and res.num_scored == 3
-    assert res.seed == "The council met on Monday." and res.completion == " Monday."
-    assert res.seed_region == int(detector.scheme.regions([res.seed])[0][0])
+    assert res.seed_sentence == "The council met on Monday." and res.completion == " Monday."
+    assert res.seed_region == int(detector.scheme.regions([res.seed_sentence])[0][0])
     # a prompt that ends its sentence keeps its record: no completion field
     plain = detector.detect(" ".join(SENTENCES[:3]), "The council met on Monday.")
     assert plain.completion is None and "completion" not in plain.to_record()

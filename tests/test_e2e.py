@@ -175,7 +175,9 @@ def test_held_out_prompts_of_every_kind_generate_and_detection_agrees(short_pipe
     assert cut.status == "ok" and cut.completion is not None and cut.sentences, cut.error
     assert cut.text.startswith(cut.completion) and cut.to_record()["completion"] == cut.completion
     found = detector.detect(cut.text, news)
-    assert found.completion == cut.completion and found.seed.endswith(cut.completion.strip())
+    assert found.completion == cut.completion and found.seed_sentence.endswith(
+        cut.completion.strip()
+    )
     _agrees(found, cut)
     assert all(v != "seed" for v in found.verdicts)  # the first sentence is scored
 

@@ -56,7 +56,7 @@ class OneDirection(Mark):
         return self.direction
 
     @property
-    def turns_down(self):
+    def rejects_candidates(self):
         return False
 
     def prior(self, previous):
@@ -72,7 +72,7 @@ class OneDirection(Mark):
     def annotate(self, plans, emb, regions):
         row = 0
         for plan in plans:
-            row += plan.seed is not None
+            row += plan.seed_sentence is not None
             plan.data = emb[row : row + len(plan.sentences)].double().numpy()
             row += len(plan.sentences)
 
@@ -276,7 +276,7 @@ class FirstCoordinate(Mark):
     material = own_material = evidence = p_values = test_batch = describe = view = None
 
     @property
-    def turns_down(self):
+    def rejects_candidates(self):
         return self.bar is not None
 
     def prior(self, previous):
@@ -360,8 +360,8 @@ def test_the_scheme_s_settings_name_its_mark(hash_encoder):
     hard = DirectionSettings(context_temperature=0.0)  # an LSH partition has no centroids
     direction = WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), "k", get_splitter(), hard)
     mark = build_mark(direction, SearchSettings(threshold=0.5))
-    assert isinstance(mark, DirectionMark) and mark.turns_down
-    assert not build_mark(direction).turns_down
+    assert isinstance(mark, DirectionMark) and mark.rejects_candidates
+    assert not build_mark(direction).rejects_candidates
     region, state = mark.start(mark.new_state())
     assert region == direction.start_region and state.weights.shape == (direction.num_regions,)
     assert math.isclose(mark.prior(0), 0.3085375, abs_tol=1e-6)

@@ -45,12 +45,12 @@ def test_a_prompt_that_ends_a_sentence_is_continued_and_seeds(splitter):
     start = plan_prompt("  It rained. The council met on Monday. ", splitter, WordTokenizer())
     assert start.kind == CONTINUE and start.error is None
     assert start.prefix == "It rained. The council met on Monday."
-    assert start.last_sentence == start.seed == "The council met on Monday."
+    assert start.last_sentence == start.seed_sentence == "The council met on Monday."
 
 
 def test_a_prompt_that_ends_mid_sentence_is_to_be_completed(splitter):
     start = plan_prompt("It rained.\n\nThe council met on", splitter, WordTokenizer())
-    assert start.kind == COMPLETE and start.seed is None
+    assert start.kind == COMPLETE and start.seed_sentence is None
     assert start.last_sentence == "It rained." and start.open_sentence == "The council met on"
     assert start.head == "\n\nThe council met on"  # as it follows the context in the prompt
     alone = plan_prompt("The council met on", splitter, WordTokenizer())
@@ -63,7 +63,7 @@ def test_empty_prompt_and_chat(splitter):
     assert plan_prompt("", splitter, tok).prefix == "<s>" == start_text(tok)
     chat = plan_prompt("Write a story. About a", splitter, tok, chat=True)
     assert chat.kind == CHAT and chat.prefix == "<s>user: Write a story. About a\nassistant:"
-    assert chat.seed is None and chat.open_sentence == "" and chat.last_sentence == ""
+    assert chat.seed_sentence is None and chat.open_sentence == "" and chat.last_sentence == ""
     with pytest.raises(ValueError, match="no chat template"):
         chat_prefix(None, "x")
 
@@ -77,7 +77,7 @@ def test_a_long_prompt_loses_its_left_part_at_a_word(splitter):
     assert start.prefix == ("\n  " + prompt)[start.dropped_chars :]
     assert len(tok(start.prefix)["input_ids"]) <= 100 and start.prefix.startswith("w")
     # the seed is still the prompt's own last sentence, whatever the LM sees
-    assert start.seed == "The council met on Monday."
+    assert start.seed_sentence == "The council met on Monday."
     # a chat instruction is cut the same way, the template kept whole
     chat = plan_prompt(prompt, splitter, tok, chat=True, budget=100)
     assert chat.dropped_chars > 0 and chat.prefix.startswith("<s>user: w")

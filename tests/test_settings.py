@@ -29,6 +29,7 @@ from ksemstamp.settings import (
 from ksemstamp.settings.files import command_line_layers, load_watermark_settings, merge
 
 CONFIGS = Path(__file__).parents[1] / "configs"
+LAB_CONFIGS = Path(__file__).parents[1] / "lab" / "configs"
 OWN = ("key", "allow_weak_key", "chat")
 
 
@@ -154,10 +155,10 @@ def test_the_rule_catches_a_default_of_its_own(monkeypatch):
 
 def test_every_setting_is_in_the_default_file_with_its_default():
     """``configs/ksemstamp.yaml`` lists every field of every group, each at its default (the
-    region mark's fields are in ``configs/ksemstamp-region.yaml``, the other kind's file)."""
+    region mark's fields are in ``lab/configs/ksemstamp-region.yaml``, the other kind's file)."""
     data = yaml.safe_load((CONFIGS / "ksemstamp.yaml").read_text())
     assert data == WatermarkSettings().to_dict()
-    region = yaml.safe_load((CONFIGS / "ksemstamp-region.yaml").read_text())["mark"]
+    region = yaml.safe_load((LAB_CONFIGS / "ksemstamp-region.yaml").read_text())["mark"]
     assert region == dataclasses.asdict(RegionSettings())
     # ... and every field of every group is one of them.
     for name, cls in GROUPS.items():
@@ -166,7 +167,9 @@ def test_every_setting_is_in_the_default_file_with_its_default():
     assert set(data) == {*GROUPS, "allow_weak_key", "chat"}  # the key is never in a file
 
 
-@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted([*CONFIGS.glob("*.yaml"), *LAB_CONFIGS.glob("*.yaml")]), ids=lambda p: p.name
+)
 def test_every_shipped_file_loads_on_the_defaults_without_a_warning(path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")

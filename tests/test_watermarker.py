@@ -384,7 +384,7 @@ def test_a_prompt_ending_mid_sentence_is_completed_then_seeds(hash_encoder):
     assert sampler.calls[2]["heads"] == [""] and sampler.calls[2]["contexts"] == [straddling]
     # detection with the prompt cuts the same sentences: the straddling one seeds
     found = _detector(scheme).detect(res.text, prompt)
-    assert found.seed == straddling and found.seed_region == seed
+    assert found.seed_sentence == straddling and found.seed_region == seed
     assert found.completion == " Monday." and found.to_record()["completion"] == " Monday."
     assert found.sentences == [good] and found.verdicts == ["valid"]
 

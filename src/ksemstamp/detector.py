@@ -177,7 +177,10 @@ class Detector:
             seed, sentences, completion = continuation_sentences(splitter, prompt, text)
             plans.append(
                 ScoringPlan(
-                    sentences=sentences, seed=seed, completion=completion, normalized=normalized
+                    sentences=sentences,
+                    seed_sentence=seed,
+                    completion=completion,
+                    normalized=normalized,
                 )
             )
             seeded.append(plans[-1])
@@ -187,7 +190,7 @@ class Detector:
         located = self.scheme.locate(emb)[0]
         regions = iter(located.tolist())
         for plan in seeded:
-            has_seed = plan.seed is not None
+            has_seed = plan.seed_sentence is not None
             plan.seed_region = next(regions) if has_seed else None
             plan.regions = [next(regions) for _ in plan.sentences]
             # A mark that scores the first unit on its own needs nothing before it.

@@ -1,9 +1,11 @@
 """Plots: matplotlib, an optional dependency (``pip install 'ksemstamp[plots]'``; ``make setup``
 installs it). Only the commands that draw (``calibrate``, ``evaluate``, ``agreement``) load it,
-through ``pyplot``; detection and generation never do."""
+through ``pyplot`` or ``pyplot_for``; detection and generation never do. Without it those
+commands write everything but their figures, and say so once each."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,8 @@ from .io import atomic_target
 
 EXTRA = "plots"
 """The extra that installs what plots need."""
+
+logger = logging.getLogger(__name__)
 
 
 def pyplot() -> Any:
@@ -26,6 +30,16 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def pyplot_for(path: str | Path) -> Any | None:
+    """``pyplot()``, or ``None`` after a warning that the figure ``path`` is not drawn, when
+    matplotlib is not installed (the command's other outputs do not need it)."""
+    try:
+        return pyplot()
+    except ImportError as err:
+        logger.warning("%s not drawn: %s", Path(path).name, err)
+        return None
 
 
 def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> None:

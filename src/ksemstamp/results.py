@@ -223,7 +223,9 @@ class DetectionResult:
     verdicts: list[str] = field(default_factory=list)  # seed / valid / invalid / repeat
     error: str | None = None
     seed_region: int | None = None  # region of the prompt sentence that seeded the first one
-    seed: str | None = None  # that sentence (the straddling one when the prompt ended mid-way)
+    seed_sentence: str | None = (
+        None  # that sentence (the straddling one when the prompt ended mid-way)
+    )
     completion: str | None = None  # the start of the text that completed the prompt's sentence
     scores: list[float | None] | None = None
     """Each unit's score, for a mark that scores units (``None`` where a unit is not scored)."""

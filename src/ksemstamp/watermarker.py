@@ -209,9 +209,12 @@ class Watermarker:
             results = draw_round(self.engine, request, judge, pruner)
             for doc, res in zip(active, results, strict=True):
                 rates = self._acceptance if watermark and not doc.completing else None
-                doc.tally(res, rates, self.mark.turns_down)
+                doc.tally(res, rates, self.mark.rejects_candidates)
                 chosen = doc.choose(
-                    res, self.max_candidates, partial(self._timed_out, doc), self.mark.turns_down
+                    res,
+                    self.max_candidates,
+                    partial(self._timed_out, doc),
+                    self.mark.rejects_candidates,
                 )
                 if chosen is not None:
                     self._keep(doc, *chosen)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..io import write_json_atomic, write_text_atomic
-from ..plots import pyplot, save_figure
+from ..plots import pyplot_for, save_figure
 from .scoring import DIAGNOSTIC, STATS
 
 
@@ -308,7 +308,9 @@ def _stats(result: dict[str, Any]) -> list[str]:
 
 def plot_pvalues(result: dict[str, Any], path: str | Path) -> None:
     """Write the p-value histograms and the FPR-against-alpha curve as a PNG."""
-    plt = pyplot()
+    plt = pyplot_for(path)
+    if plt is None:
+        return
 
     hist, curve = result["histogram"], result["fpr_curve"]
     edges = np.asarray(hist["edges"])

@@ -23,6 +23,7 @@ from ..records import JsonlFiles
 from ..settings.calibration import CalibrationSettings
 from ..settings.checks import Range
 from ..settings.devices import DeviceSettings
+from ..settings.groups import PACKAGE_DATA
 from ..settings.watermark import WatermarkSettings
 from ..text.corpora import news_prompt
 from ..text.textcheck import printable
@@ -227,17 +228,32 @@ def keygen() -> int:
 # ---------------------------------------------------------------------- calibrate, serve
 
 
+SERVE_NEEDS = ("fastapi", "starlette", "uvicorn", "multipart", "python_multipart")
+"""The modules of the ``serve`` extra (a missing one: ``serve`` says which extra to install)."""
+
+
+def _shown_path(path: Path) -> str:
+    """``path`` as a report shows it: a file shipped in the package by its place in it
+    (``ksemstamp/data/...``), one under the working directory relative to it, else whole."""
+    path = path.resolve()
+    for root, prefix in ((PACKAGE_DATA.parent, "ksemstamp"), (Path.cwd(), "")):
+        if path.is_relative_to(root):
+            return str(Path(prefix) / path.relative_to(root))
+    return str(path)
+
+
 def calibrate(
     settings: WatermarkSettings,
     calibration: CalibrationSettings | None = None,
-    output_dir: str = "docs/calibration",
+    output_dir: str = "calibration",
     quiet: bool = False,
 ) -> int:
     """Measure false-positive rates on held-out human text over many keys, with power.
 
     Args:
         calibration: what to measure.
-        output_dir: the JSON, report and PNG go here.
+        output_dir: the JSON, report and PNG go here (created; default ``calibration`` under
+            the working directory).
         quiet: no progress bars.
     """
     from ..keys import DEMO_KEY, key_fingerprint
@@ -251,11 +267,7 @@ def calibrate(
     if settings.model.checkpoint:
         shown["model"]["checkpoint"] = settings.model.checkpoint
     elif settings.partition.kind == "kmeans":
-        path = settings.centroid_path().resolve()
-        root = Path(__file__).resolve().parents[2]
-        shown["partition"]["centroids"] = str(
-            path.relative_to(root) if path.is_relative_to(root) else path
-        )
+        shown["partition"]["centroids"] = _shown_path(settings.centroid_path())
     describe = {"command": command_line(ARGV), "settings": shown}
     if scheme.key_fingerprint == key_fingerprint(DEMO_KEY):
         describe["key"] = "the public demo key (KSEMSTAMP_KEY unset)"
@@ -298,7 +310,15 @@ def serve(
     key = checked_key(settings)  # a weak key is refused before the page's modules load
     if key is not None:  # resolved once: the demo key's warning shows once
         settings = dataclasses.replace(settings, key=key)
-    from ..serve import Limits, serve
+    try:
+        from ..serve import Limits, serve
+    except ImportError as err:
+        if err.name not in SERVE_NEEDS:
+            raise
+        raise ValueError(
+            f"the web page needs {err.name}: pip install 'ksemstamp[serve]' (make setup "
+            "installs it)"
+        ) from None
 
     serve(
         settings,

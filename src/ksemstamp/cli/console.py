@@ -232,8 +232,9 @@ def format_detection(result, mark, unit: str = "sentence") -> str:
     further tests ``Mark.report_lines``) whose scored pieces are each a ``unit``."""
     scored = result.scores is not None
     lines = [f"  {'#':>4}  {'region':>6}  {'score' if scored else '':>7}  {'verdict':<8} {unit}"]
-    if result.seed is not None:
-        short = printable(result.seed if len(result.seed) <= 70 else result.seed[:67] + "...")
+    seed = result.seed_sentence
+    if seed is not None:
+        short = printable(seed if len(seed) <= 70 else seed[:67] + "...")
         lines.append(f"  {'-':>4}  {result.seed_region:>6}  {'':>7}  {'seed':<8} {short}")
     scores = result.scores or [None] * len(result.sentences)
     for i, (sentence, region, verdict, score) in enumerate(
@@ -243,7 +244,9 @@ def format_detection(result, mark, unit: str = "sentence") -> str:
         shown = "" if score is None else f"{score:+7.2f}"
         label = VERDICTS.get(verdict, verdict)
         lines.append(f"  {i:>4}  {region:>6}  {shown:>7}  {label:<8} {short}")
-    shown = {VERDICTS.get(v, v) for v in result.verdicts} | ({"seed"} if result.seed else set())
+    shown = {VERDICTS.get(v, v) for v in result.verdicts} | (
+        {"seed"} if result.seed_sentence else set()
+    )
     legend = {
         "valid": "carries the mark",
         "blocked": "scored, does not carry it",

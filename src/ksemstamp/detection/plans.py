@@ -28,7 +28,7 @@ class ScoringPlan:
         error: why the text could not be planned (then everything else is empty).
         status: ``ok``, or for a text that could not be planned ``error`` (bad input) or
             ``unsupported`` (a script the splitter and encoder do not read).
-        seed: the sentence whose region is ``seed_region``.
+        seed_sentence: the sentence whose region is ``seed_region``.
         completion: the part of the text that completed a prompt ending mid-sentence.
         normalized: what normalising text and prompt took, per kind.
     """
@@ -40,7 +40,7 @@ class ScoringPlan:
     data: Any = None
     error: str | None = None
     status: str = "ok"
-    seed: str | None = None
+    seed_sentence: str | None = None
     completion: str | None = None
     normalized: dict[str, int] = field(default_factory=dict)
 

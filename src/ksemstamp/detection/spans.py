@@ -47,17 +47,13 @@ MIXTURE_SHARE = 0.3
 a quarter; one half human a half)."""
 MIXTURE_MEAN = 1.5
 """Mean score of a marked sentence the mixture statistic is tuned for: the kept sentence's score
-after a paraphrase, between its clean value (about 2) and one half of it. Simulated over
-interleavings of 50% and 75% human sentences and scores of 1.2 to 2.0, this pair lost at most a
-few points of power against the best pair for each case."""
+after a paraphrase, between its clean value and one half of it (how the pair was chosen:
+docs/design.md, "Constants measured once")."""
 GLS_SHRINKAGE = 1.0
 """Shrinkage of the weighted whole-text test, in units of the mean null variance of a sentence:
 0 is full generalised least squares (two sentences that always move together weigh as one), a
 large value the plain sum. At 1, two identical sentences weigh together 1.3 times one sentence
-unlike them. Measured on the robust run's texts under the base encoder
-(the whole-text test alone): 1 kept the paraphrase where it was
-and took the text three quarters human from 0.54 to 0.64 at 1%; 0.3 took it to 0.68, and every
-value of 1 or less lost one of the 12 texts paraphrased twice, which the combination keeps."""
+unlike them (how 1 was chosen: docs/design.md, "Constants measured once")."""
 ALL_SPANS_UP_TO = 48
 """Texts with at most this many scored sentences scan every span; longer ones a grid of spans
 (lengths growing by a factor 1.25, starts every quarter of a length), O(T log T) of them."""

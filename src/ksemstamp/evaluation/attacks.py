@@ -12,7 +12,7 @@ sentences, asks the paraphraser for candidates, keeps one candidate per sentence
   meets the bound, the most similar candidate.
 
 The paraphrasers: a seq2seq model, the causal LM of ``ksemstamp.paraphrase`` (few-shot
-prompts with cached examples) and WordNet substitution (``training.paraphrase``).
+prompts with cached examples) and WordNet substitution (``training.wordnet``).
 
 Similarity is the cosine of sentence-encoder embeddings (``similarity_encoder``), an
 embedding-based stand-in for BERTScore, from an encoder other than the watermark's (offline

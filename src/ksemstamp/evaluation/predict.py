@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..parallel import Job, merge_shards, predict_to_shards, read_records, shard_paths
-from ..settings.evaluation import LABELS, KGWSettings
+from ..settings.evaluation import KGWSettings
 
 __all__ = [
     "GeneratorFactory",
@@ -48,8 +48,6 @@ class GeneratorFactory:
         from ..builders import build_scheme, build_watermarker, load_scheme_encoder
         from ..settings.watermark import WatermarkSettings
 
-        if self.algorithm not in LABELS:
-            raise ValueError(f"unknown algorithm {self.algorithm!r}")
         configs = [
             WatermarkSettings.from_dict(c).updated({"model": {"device": str(device)}})
             for c in self.watermark_configs

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..plots import pyplot, save_figure
+from ..plots import pyplot_for, save_figure
 from ..settings.evaluation import LABELS
 
 KGW_STATISTIC = (
     "KGW's z-test of the green-token count (transformers' WatermarkDetector), normal tail"
 )
 """What KGW's p-value is, in words (the sentence-level marks describe their own)."""
+
+
+def _label(results: dict, algorithm: str) -> str:
+    """The report's name of ``algorithm``: the run's ``EvalSettings.labels`` (a run of an
+    earlier version: the shipped ones), else the name itself."""
+    labels = results.get("settings", {}).get("labels", LABELS)
+    return labels.get(algorithm, algorithm)
 
 
 def _fmt(value, pattern: str = "{:.3f}") -> str:
@@ -72,7 +79,7 @@ def decision_table(results: dict) -> list[str]:
             one, five = m["at_alpha"]["0.01"], m["at_alpha"]["0.05"]
             size = _size(results.get("size", {}).get(algorithm)) if name == "none" else ""
             lines.append(
-                f"| {LABELS[algorithm] if first else ''} | {_text_label(name, m)} | "
+                f"| {_label(results, algorithm) if first else ''} | {_text_label(name, m)} | "
                 f"{m['positives']} | {_fmt(one['tpr'], '{:.2f}')} | {_fmt(five['tpr'], '{:.2f}')} "
                 f"| {_fmt(one.get('tpr_worst_key'), '{:.2f}')} | {_fmt(m['auroc'])} | "
                 f"{_fmt(m['tpr_at_fpr_1'], '{:.2f}')} | {_similarity(m)} | {size} |"
@@ -89,7 +96,7 @@ def decision_table(results: dict) -> list[str]:
     statistics = results.get("statistics", {})
     if statistics:
         lines += ["p-values:", ""]
-        lines += [f"- {LABELS[a]}: {label}." for a, label in statistics.items()]
+        lines += [f"- {_label(results, a)}: {label}." for a, label in statistics.items()]
         lines.append("")
     return lines
 
@@ -118,11 +125,12 @@ def paper_table(results: dict) -> list[str]:
     ]
     for algorithm, attacks in results["detection"].items():
         q = results["quality"][algorithm]
-        lines += [_paper_row(algorithm, name, m, q) for name, m in attacks.items()]
+        label = _label(results, algorithm)
+        lines += [_paper_row(label, name, m, q) for name, m in attacks.items()]
     for name in ("none", "human"):
         if name in results["quality"]:
             q = results["quality"][name]
-            label = "Human text" if name == "human" else LABELS[name]
+            label = "Human text" if name == "human" else _label(results, name)
             lines.append(
                 f"| {label} | - | - | - | - | - | - | {_fmt(q['perplexity'], '{:.2f}')} | "
                 f"{_fmt(q.get('perplexity_median'), '{:.2f}')} | "
@@ -142,7 +150,7 @@ def paper_table(results: dict) -> list[str]:
     ]
 
 
-def _paper_row(algorithm: str, name: str, m: dict, q: dict) -> str:
+def _paper_row(label: str, name: str, m: dict, q: dict) -> str:
     """One row of the paper's table: attack ``name``'s detection ``m``, and on the ``no
     attack`` row the algorithm's quality ``q``."""
     first = name == "none"
@@ -150,7 +158,7 @@ def _paper_row(algorithm: str, name: str, m: dict, q: dict) -> str:
         "| "
         + " | ".join(
             [
-                LABELS[algorithm] if first else "",
+                label if first else "",
                 "no attack" if first else name,
                 _fmt(m["auroc"]),
                 _ci(m),
@@ -191,7 +199,7 @@ def exact_table(results: dict) -> list[str]:
     for algorithm, name, m in exact_rows:
         first = name == "none"
         lines.append(
-            f"| {LABELS[algorithm] if first else ''} | {'no attack' if first else name} | "
+            f"| {_label(results, algorithm) if first else ''} | {'no attack' if first else name} | "
             f"{_fmt(m['auroc'])} | {_ci(m)} | {_fmt(m['tpr_at_fpr_1'])} | "
             f"{_fmt(m['tpr_at_fpr_5'])} |"
         )
@@ -200,7 +208,9 @@ def exact_table(results: dict) -> list[str]:
 
 def plot_roc(results: dict, path: Path) -> None:
     """ROC curves, one panel per algorithm, one line per attack."""
-    plt = pyplot()
+    plt = pyplot_for(path)
+    if plt is None:
+        return
 
     algorithms = list(results["detection"])
     fig, axes = plt.subplots(
@@ -211,7 +221,7 @@ def plot_roc(results: dict, path: Path) -> None:
             label = f"{'no attack' if name == 'none' else name} (AUC {m['auroc']:.3f})"
             ax.step(m["roc"]["fpr"], m["roc"]["tpr"], where="post", label=label)
         ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=0.8)
-        ax.set_title(LABELS[algorithm])
+        ax.set_title(_label(results, algorithm))
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
         ax.legend(fontsize=7, loc="lower right")

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..io import write_json_atomic, write_text_atomic
-from ..settings.evaluation import LABELS, EvalSettings
+from ..settings.evaluation import EvalSettings
 from .prompt_set import (  # noqa: F401  (re-exported: the prompt rules' former home)
     build_prompts,
     cut_at_token,
@@ -59,7 +59,6 @@ from .stages import Run
 
 logger = logging.getLogger(__name__)
 
-WATERMARKED = tuple(name for name in LABELS if name != "none")
 
 # ---------------------------------------------------------------------- whole pipeline
 
@@ -91,7 +90,7 @@ def run_evaluation(settings: EvalSettings, progress: bool = True) -> dict:
         texts = {i: g["text"] for i, g in gens.items()}
         stats = generation_stats(gens.values())
         results["quality"][algorithm] = _quality(run, algorithm, texts, prompt_of, stats)
-        if algorithm not in WATERMARKED:
+        if algorithm == "none":  # nothing to detect
             continue
         negatives = run.detect(algorithm, "human", {i: human[i] for i in texts}, prompt_of)
         # The sentence schemes' exact p-value also ranks the texts (KGW's p is z's normal tail).

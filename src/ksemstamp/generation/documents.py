@@ -113,12 +113,12 @@ class Document:
         self,
         res: GroupResult,
         rates: Callable[[int, dict[int, list[float]]], list[float]] | None,
-        turns_down: bool,
+        rejects_candidates: bool,
     ) -> None:
         """Count a round's candidates: drawn, pruned, the best-scoring so far, and (``rates``:
         the running ``[accepted, drawn]`` counts after a previous region; ``None`` for plain
-        or completing draws) acceptance and why the mark turned each down (a mark that
-        ``turns_down`` none only ranks)."""
+        or completing draws) acceptance and why the mark rejected each (unless it only ranks:
+        ``rejects_candidates`` false)."""
         self.result.decoded_tokens += res.decoded_tokens
         self.result.wasted_tokens += res.wasted_tokens
         for cand in res.candidates:
@@ -134,7 +134,7 @@ class Document:
             counts = rates(self.previous, self.stats)
             counts[0] += cand.accepted
             counts[1] += 1
-            if turns_down and verdict.reason is not None:
+            if rejects_candidates and verdict.reason is not None:
                 self.rejected[verdict.reason] = self.rejected.get(verdict.reason, 0) + 1
 
     def choose(
@@ -142,12 +142,12 @@ class Document:
         res: GroupResult,
         max_candidates: int,
         timed_out: Callable[[], bool],
-        turns_down: bool,
+        rejects_candidates: bool,
     ) -> tuple[Candidate, bool] | None:
         """The sentence to keep after a round and whether it is a fallback, or ``None`` (draw
         again, or give up once the budget holds only empty candidates). Past the budget of
         ``max_candidates`` (or once ``timed_out()``), the best-scoring candidate is kept (a
-        fallback when the mark ``turns_down`` candidates, else its rule), or the last usable one
+        fallback when the mark ``rejects_candidates`` candidates, else its rule), or the last usable one
         drawn (a fallback)."""
         if res.accepted_index is not None:
             return res.candidates[res.accepted_index], False
@@ -164,7 +164,7 @@ class Document:
             )
             return None
         if self.best is not None:
-            return self.best, turns_down
+            return self.best, rejects_candidates
         usable = [c for c in res.candidates if c.text]
         if usable:
             return usable[-1], True

@@ -18,10 +18,10 @@ This module holds what the batched sampler needs for that, apart from sampling i
 Caches go in and out under transformers' ``cache`` name (5.24 renamed ``past_key_values``, which
 5.40 drops; pyproject.toml requires 5.24 or later for that reason).
 
-Why the shared layout: with 32 rows after a 230-token prefix, SmolLM2-135M's copied cache holds
-~345 MB, which transformers concatenated anew at every step (~40% of a step's time on the
-development machine) and attention read row by row (~16%); copying it to the rows and pruning
-finished rows copied it again. Shared, the prefix is read once per group and step. Numerically the
+Why the shared layout: a copied cache holds the prefix once per row, which transformers
+concatenates anew at every step and attention reads row by row; copying it to the rows and
+pruning finished rows copies it again (the measurement: docs/design.md, "Constants measured
+once"). Shared, the prefix is read once per group and step. Numerically the
 two layouts agree to float rounding (the test suite compares them), not bit for bit: the shared
 softmax runs over the prefix and the row's tokens in one piece, SDPA in blocks.
 """

@@ -38,7 +38,8 @@ class PromptStart:
         prefix: the text the LM sees before the first new token (cut to the budget).
         last_sentence: the sentence before the first candidate (``continue``), or before the open
             sentence (``complete``); ``""`` when there is none.
-        seed: for ``continue``, the sentence whose region seeds the first watermarked one.
+        seed_sentence: for ``continue``, the sentence whose region seeds the first
+            watermarked one.
         open_sentence: for ``complete``, the prompt's unfinished last sentence.
         head: for ``complete``, the open sentence with the whitespace before it, as it follows
             ``last_sentence`` in the prompt (what the sampler puts before each row's text).
@@ -49,7 +50,7 @@ class PromptStart:
     kind: str = ""
     prefix: str = ""
     last_sentence: str = ""
-    seed: str | None = None
+    seed_sentence: str | None = None
     open_sentence: str = ""
     head: str = ""
     dropped_chars: int = 0
@@ -164,7 +165,9 @@ def plan_prompt(
     last_at, last = spans[-1]
     context = spans[-2][1] if len(spans) > 1 else ""
     if splitter.ends_sentence(last):
-        return PromptStart(CONTINUE, prefix, last_sentence=last, seed=last, dropped_chars=dropped)
+        return PromptStart(
+            CONTINUE, prefix, last_sentence=last, seed_sentence=last, dropped_chars=dropped
+        )
     gap_from = spans[-2][0] + len(context) if len(spans) > 1 else last_at
     return PromptStart(
         COMPLETE,

@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable
 
 ROW_COST = 0.065
-"""Relative cost of one more row in a batched decode step: measured on 2 CPU cores with
-SmolLM2-135M, 8 rows cost 1.9x one row, 16 rows 2.2x, 32 rows 2.9x."""
+"""Relative cost of one more row in a batched decode step, measured on a CPU with the default
+LM (docs/design.md, "Constants measured once")."""
 PRIOR_WEIGHT = 4.0
 """Observations the mark's prior acceptance rate is worth in a previous region's running rate."""
 MIN_ACCEPTANCE = 1e-3

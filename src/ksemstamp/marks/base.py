@@ -37,7 +37,14 @@ if TYPE_CHECKING:
     from ..generation.engine import Pruner
     from ..scheme.core import WatermarkScheme
 
-PLAN_FIELDS = ("sentences", "regions", "seed_region", "seed", "completion", "normalized")
+PLAN_FIELDS = (
+    "sentences",
+    "regions",
+    "seed_region",
+    "seed_sentence",
+    "completion",
+    "normalized",
+)
 """What a ``DetectionResult`` reports of its text's ``ScoringPlan`` as it is."""
 Verdict = tuple[bool, Judgement]
 """``(accepted, judgement)`` of one candidate, as the sampler's judge returns it."""
@@ -117,7 +124,7 @@ class Mark(ABC):
 
     # ------------------------------------------------------------------ generation
     @property
-    def turns_down(self) -> bool:
+    def rejects_candidates(self) -> bool:
         """Whether the rule rejects candidates: rejections are counted, and a unit kept without
         an accepted candidate is a fallback. ``False``: a ranking mark, whose kept unit is the
         best-scoring candidate of the budget by rule."""

@@ -142,7 +142,7 @@ class DirectionMark(Mark):
 
     # ------------------------------------------------------------------ generation
     @property
-    def turns_down(self) -> bool:
+    def rejects_candidates(self) -> bool:
         return math.isfinite(self.threshold)
 
     def new_state(self) -> DirectionState:
@@ -225,7 +225,7 @@ class DirectionMark(Mark):
         return self.steering.bias(torch.stack(weights))
 
     def pruner(self, docs: Sequence[SentenceState]) -> Pruner | None:
-        if self.prune is None or self.turns_down:
+        if self.prune is None or self.rejects_candidates:
             return None
         return Pruner(self.prune.every, partial(self._prune_rows, docs))
 
@@ -274,7 +274,7 @@ class DirectionMark(Mark):
         vectors, weights = self.vectors(emb), self.context_weights(emb, regions)
         row = 0
         for plan in plans:
-            has_seed = plan.seed is not None
+            has_seed = plan.seed_sentence is not None
             first = weights[row : row + 1] if has_seed else torch.zeros_like(weights[:1])
             row += has_seed
             count = len(plan.sentences)

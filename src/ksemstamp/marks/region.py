@@ -12,7 +12,8 @@ candidate whose transition ``(previous region, region)`` already occurs in the d
 accepted once ``novelty_patience`` candidates have been drawn for the unit. A repeated
 transition adds nothing to the evidence of a key-randomisation test (its valid count moves with
 the one already there), so texts that circle in one self-valid region are hard to tell from
-human text on the same topic (docs/design.md, "Novelty").
+human text on the same topic (the default patience's measurement: docs/design.md,
+"Constants measured once").
 
 Margin patience (an extension, ``search.margin_patience``; ``None`` is the paper's rule): after
 that many candidates for a unit, a candidate in a valid region is accepted even when it lies
@@ -48,8 +49,8 @@ if TYPE_CHECKING:
 
 MARGIN_PASS_RATE = 0.74
 """Share of the domain's sentences at least the default margin from their region's border
-(docs/design.md, "Measured"): with the domain's chance of a valid region, the prior
-acceptance rate of a candidate."""
+(docs/design.md, "Constants measured once"): with the domain's chance of a valid region, the
+prior acceptance rate of a candidate."""
 DIAGNOSTIC = "exact_randomised"
 """The tie-randomised exact p-value: exactly uniform under the null, so its distance from
 uniform checks the null law itself (calibration)."""

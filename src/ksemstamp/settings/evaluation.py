@@ -21,16 +21,13 @@ from .watermark import WatermarkSettings
 
 LABELS = {
     "ksemstamp": "k-SemStamp",
-    "ksemstamp-chained": "k-SemStamp (direction, chained contexts)",
     "ksemstamp-paper": "k-SemStamp (paper)",
-    "ksemstamp-region": "k-SemStamp (region, K=64)",
-    "ksemstamp-soft": "k-SemStamp (direction, soft contexts)",
-    "ksemstamp-pruned": "k-SemStamp (direction, soft contexts, pruned 32 to 12)",
     "semstamp": "SemStamp",
     "kgw": "KGW",
     "none": "No watermark",
 }
-"""The algorithms an evaluation compares, by name, with their report labels."""
+"""The report labels of the shipped algorithms (``EvalSettings.labels``' default); any other
+name of ``watermark_configs`` is labelled as ``labels`` says, else by its name."""
 
 EDITS = (
     "reorder",
@@ -151,13 +148,12 @@ class EvalSettings:
     algorithms: list[str] = field(
         default_factory=lambda: ["ksemstamp", "ksemstamp-paper", "semstamp", "kgw", "none"]
     )
-    """Of the names in ``watermark_configs`` known to the report (ksemstamp, ksemstamp-chained,
-    ksemstamp-paper, ksemstamp-region, ksemstamp-soft, ksemstamp-pruned, semstamp, kgw, none =
-    no watermark)."""
+    """Names of ``watermark_configs`` to run: ``kgw`` is KGW on the LM of its files, ``none``
+    the sentence loop without a watermark, any other name the sentence-level watermark its
+    files make."""
     watermark_configs: dict[str, list[str]] = field(
         default_factory=lambda: {
             "ksemstamp": ["configs/ksemstamp.yaml"],
-            "ksemstamp-chained": ["configs/ksemstamp.yaml", "configs/ksemstamp-chained.yaml"],
             "ksemstamp-paper": ["configs/ksemstamp.yaml", "configs/ksemstamp-paper.yaml"],
             "semstamp": ["configs/ksemstamp.yaml", "configs/semstamp.yaml"],
             "kgw": ["configs/ksemstamp.yaml"],
@@ -165,6 +161,8 @@ class EvalSettings:
         }
     )
     """Watermark settings files per algorithm (later files win)."""
+    labels: dict[str, str] = field(default_factory=lambda: dict(LABELS))
+    """How the report names each algorithm (an algorithm not here: by its name)."""
     watermark_overrides: dict[str, Any] = field(
         default_factory=lambda: {"detection": {"statistic": "exact"}}
     )
@@ -236,12 +234,12 @@ class EvalSettings:
         if isinstance(self.kgw, dict):
             object.__setattr__(self, "kgw", KGWSettings(**self.kgw))
         problems = bound_problems(self)
-        unknown = sorted(set(self.algorithms) - set(LABELS))
-        if unknown:
-            problems.append(f"unknown algorithms {unknown}; known: {sorted(LABELS)}")
         missing = [a for a in self.algorithms if a not in self.watermark_configs]
         if missing:
-            problems.append(f"watermark_configs has no entry for {missing}")
+            problems.append(
+                f"unknown algorithms {missing}: watermark_configs has no entry for them "
+                f"(it names {sorted(self.watermark_configs)})"
+            )
         names = [a.get("name") for a in self.attacks]
         if None in names or len(set(names)) != len(names) or "none" in names or "human" in names:
             problems.append("every attack needs a unique name other than 'none' and 'human'")

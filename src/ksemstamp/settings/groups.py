@@ -20,9 +20,8 @@ from ..assets import DEFAULT_ENCODER, DEFAULT_LM
 from .checks import SEED, Range, check
 
 TYPICAL_UNIT_Z = 1.5
-"""The direction mark's typical z over the square root of a clean text's scored units
-(docs/evaluation/README.md, "Clause units": about 1.5 for clauses and sentences alike; a
-paraphrase keeps about half of it)."""
+"""The direction mark's typical z over the square root of a clean text's scored units, measured
+(docs/design.md, "Constants measured once")."""
 SCAN_TESTS = 4
 """Tests ``detection.scan`` combines into one p-value (whole text, span, mixture, weighted);
 the combined p is at most this many times the smallest."""
@@ -57,10 +56,9 @@ class ModelSettings:
     lm_dtype: LmDtype = "auto"
     """Generator weights: ``fp32``, ``bf16``, ``int8`` (dynamic int8 attention and output head,
     CPU only) or ``auto``: ``bf16`` where the device computes bfloat16 natively, else ``fp32``.
-    bf16 read human news as fp32 does and was detected as often; ``int8`` kept the test's power
-    but raised perplexity by 10%, so ``auto`` never picks it
-    (``benchmarks/results/levers-quality*.json``). Outputs differ between formats: pin one to
-    reproduce a text exactly (the evaluation's figures are ``fp32``)."""
+    ``auto`` never picks ``int8``, which costs text quality (docs/design.md, "Constants measured
+    once"). Outputs differ between formats: pin one to reproduce a text exactly (the
+    evaluation's figures are ``fp32``)."""
     encoder: str = DEFAULT_ENCODER
     """Sentence encoder: offline alias, local folder or Hub id (paper: a fine-tuned
     all-mpnet-base-v1). The builders also take a loaded ``SentenceTransformer``."""
@@ -136,19 +134,18 @@ class DirectionSettings:
     """Whose context gives a sentence its direction. ``own``: the sentence's own, so its score
     does not depend on the sentences around it and survives reordering, merging and mixing with
     human text; ``previous``: the sentence before it (the chained design,
-    ``configs/ksemstamp-chained.yaml``)."""
+    ``lab/configs/ksemstamp-chained.yaml``)."""
     context_temperature: float = 0.1
     """``0``: the context region's direction alone; ``tau > 0``: every region's direction
     weighted by a softmax of the context's cosines to the centroids over ``tau``, so that a
-    paraphrase across a border changes the direction a little, not entirely (``scheme``). 0.1
-    with ``own`` kept the most evidence in the design study (docs/design.md, "Contexts: soft and own"); 0.05 with
-    ``previous``. Under ``partition.kind: lsh`` (no centroids) it is ``0``."""
+    paraphrase across a border changes the direction a little, not entirely (``scheme``; the
+    default's measurement: docs/design.md, "Constants measured once"). Under
+    ``partition.kind: lsh`` (no centroids) it is ``0``."""
     whiten: Annotated[int, Range(0, 4096)] = 64
     """With centroids: this many of the domain's top principal components (stored in the
     centroid file) are projected out of what is scored. Sentences on one topic share those
-    components, so without them a text's scores under one key move together; 64 raised the
-    clean z by 0.5 and cut the share of human texts above alpha over keys in the design study
-    (docs/design.md, "What the studies found"). ``0``: none."""
+    components, so without them a text's scores under one key move together (the default's
+    measurement: docs/design.md, "Constants measured once"). ``0``: none."""
     units: Literal["sentences", "clauses"] = "clauses"
     """What generation draws and detection scores: ``clauses`` (cut after , ; : once ``clause_words``
     words precede: more evidence after a paraphrase, a third more decoding) or ``sentences``."""
@@ -316,8 +313,8 @@ class SearchSettings:
     last one drawn (paper: 100), the direction mark the best-scoring one (of those that pruning
     lets finish; a pruned candidate does not count against the budget)."""
     candidate_batch: Annotated[int, Range(1, 4096)] = 32
-    """Most candidate rows per document in one batched decode: 32 rows decode in about 2.9x
-    one row's time on a CPU (``generation.rounds.ROW_COST``), and more rarely pay off."""
+    """Most candidate rows per document in one batched decode (a round's cost per row:
+    ``generation.rounds.ROW_COST``)."""
     adaptive_batch: bool = True
     """Size each round from the expected acceptance of the current valid set (region mark);
     ``false``: always ``candidate_batch`` rows."""

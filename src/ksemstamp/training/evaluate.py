@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from ..io import write_json_atomic
 from ..jsonl import read_jsonl_objects
-from ..plots import pyplot, save_figure
+from ..plots import pyplot_for, save_figure
 from ..scheme.centroids import DEFAULT_REGIONS
 from ..settings.checks import Range
 from ..settings.groups import SearchSettings
@@ -210,7 +210,9 @@ def plot_agreement(reports: dict[str, dict], path: str | Path) -> None:
     agreement over all pairs, agreement beyond chance (kappa) and agreement among the top share
     of texts by boundary gap, the last two when every report has them. Whiskers span the k-means
     seeds when a report has several."""
-    plt = pyplot()
+    plt = pyplot_for(path)
+    if plt is None:
+        return
 
     first = next(iter(reports.values()))
     groups = [g for g, v in first.items() if isinstance(v, dict) and "region_agreement" in v]

@@ -138,7 +138,8 @@ class MarginObjective(Objective):
     def step(self, module: LightningModule, batch: Any, stage: Literal["train", "val"]) -> Tensor:
         # One pass per side, each padded to its own longest sentence. A single pass over both
         # sides pads every paraphrase to the longest text as well; on CPU that extra padding
-        # cost more than the larger matrix products saved (about 10% per step on MiniLM).
+        # cost more than the larger matrix products saved (docs/design.md, "Constants
+        # measured once").
         anchor, positive = module(batch["text"]), module(batch["paraphrase"])
         n = anchor.shape[0]
         log = functools.partial(module.log, batch_size=n, sync_dist=stage == "val")
