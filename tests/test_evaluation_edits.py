@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from ksemstamp.evaluation.edits import (
+from ksemstamp.text.edits import (
     CYRILLIC,
     EDITS,
     apply_edit,
@@ -97,7 +97,7 @@ def test_unknown_edit():
 
 def test_kgw_reads_retyped_text_as_the_sentence_detectors_do(lm):
     from ksemstamp.evaluation.baselines import KGWDetector
-    from ksemstamp.evaluation.edits import homoglyphs
+    from ksemstamp.text.edits import homoglyphs
 
     model, tokenizer = lm
     detector = KGWDetector(model.config, tokenizer)

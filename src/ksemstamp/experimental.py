@@ -10,13 +10,13 @@ from __future__ import annotations
 from .assets import load_encoder, load_lm
 from .cli import main
 from .evaluation.baselines import KGWDetector, KGWGenerator
-from .evaluation.edits import apply_edit, needs_human
 from .evaluation.metrics import Oracle
 from .evaluation.prompt_set import build_prompts
 from .evaluation.rewrite import build_attack
 from .plots import save_figure
-from .settings.evaluation import EDITS, EvalSettings
+from .settings.evaluation import EvalSettings
 from .text.corpora import news_articles
+from .text.edits import EDITS, apply_edit, needs_human
 from .text.splitter import get_splitter
 
 __all__ = [

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..io import ResumableWriter
-from .edits import apply_edit, needs_human
+from ..text.edits import apply_edit, needs_human
 
 SentencesOf = Callable[[dict], list[str]]
 """The human sentences a prompt's article offers (given its prompt record)."""

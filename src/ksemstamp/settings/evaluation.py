@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from ..io import write_json_atomic
+from ..text.edits import EDITS
 from .checks import SEED, Range, bound_problems, check
 from .files import load_watermark_settings
 from .groups import MARK_KINDS
@@ -28,20 +29,6 @@ LABELS = {
 }
 """The report labels of the shipped algorithms (``EvalSettings.labels``' default); any other
 name of ``watermark_configs`` is labelled as ``labels`` says, else by its name."""
-
-EDITS = (
-    "reorder",
-    "swap",
-    "merge",
-    "split",
-    "drop",
-    "crop",
-    "interleave-50",
-    "interleave-75",
-    "hard-wrap",
-    "homoglyphs",
-    "zero-width",
-)
 
 
 @dataclass(frozen=True)
@@ -196,7 +183,7 @@ class EvalSettings:
     paraphrase and the bigram attack with Gemma-3-270M (``reword`` prompt) and the rewrite, as
     in ``configs/eval/news.yaml``."""
     edits: list[str] = field(default_factory=lambda: list(EDITS))
-    """Edits without a language model applied to every watermarked text (``evaluation.edits``:
+    """Edits without a language model applied to every watermarked text (``text.edits``:
     reorder, swap, merge, split, drop, crop, interleave-50, interleave-75, hard-wrap,
     homoglyphs, zero-width), each seeded by the prompt, the same for every algorithm; the
     interleavings take human sentences from the articles of the run's other prompts.

@@ -27,9 +27,9 @@ import random
 import re
 import textwrap
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from ..settings.evaluation import EDITS
-from ..text.splitter import PunktSplitter, get_splitter
+from .splitter import PunktSplitter, get_splitter
 
 CYRILLIC = {"a": "а", "c": "с", "e": "е", "i": "і", "o": "о", "p": "р", "x": "х", "y": "у",
             "A": "А", "B": "В", "C": "С", "E": "Е", "H": "Н", "K": "К", "M": "М", "O": "О",
@@ -120,18 +120,6 @@ def _interleave(per_sentence: int) -> Edit:
     return edit
 
 
-SENTENCE_EDITS: dict[str, Edit] = {
-    "reorder": _reorder,
-    "swap": _swap,
-    "merge": _merge,
-    "split": _split,
-    "drop": _drop,
-    "crop": _crop,
-    "interleave-50": _interleave(1),
-    "interleave-75": _interleave(3),
-}
-
-
 def hard_wrap(text: str, width: int = 72) -> str:
     """Every paragraph of ``text`` wrapped at ``width`` columns with single line breaks."""
     paragraphs = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
@@ -150,9 +138,45 @@ def zero_width(text: str, rng: random.Random, share: float = 0.15) -> str:
     )
 
 
+@dataclass(frozen=True)
+class EditRule:
+    """One edit: ``apply(text, rng, human, splitter)``, and the human sentences it needs per
+    sentence of the text (the interleavings)."""
+
+    apply: Callable[[str, random.Random, Sequence[str], PunktSplitter], str]
+    human_per_sentence: int = 0
+
+
+def _by_sentence(edit: Edit) -> Callable[[str, random.Random, Sequence[str], PunktSplitter], str]:
+    """A sentence-level edit as an edit of the text: its sentences edited, joined by single
+    spaces (paragraph breaks go); a text without sentences as it is."""
+
+    def apply(text: str, rng: random.Random, human: Sequence[str], splitter: PunktSplitter) -> str:
+        sentences = splitter.split(text)
+        return " ".join(edit(sentences, rng, human)) if sentences else text
+
+    return apply
+
+
+EDITS: dict[str, EditRule] = {
+    "reorder": EditRule(_by_sentence(_reorder)),
+    "swap": EditRule(_by_sentence(_swap)),
+    "merge": EditRule(_by_sentence(_merge)),
+    "split": EditRule(_by_sentence(_split)),
+    "drop": EditRule(_by_sentence(_drop)),
+    "crop": EditRule(_by_sentence(_crop)),
+    "interleave-50": EditRule(_by_sentence(_interleave(1)), human_per_sentence=1),
+    "interleave-75": EditRule(_by_sentence(_interleave(3)), human_per_sentence=3),
+    "hard-wrap": EditRule(lambda text, rng, human, splitter: hard_wrap(text)),
+    "homoglyphs": EditRule(lambda text, rng, human, splitter: homoglyphs(text, rng)),
+    "zero-width": EditRule(lambda text, rng, human, splitter: zero_width(text, rng)),
+}
+"""Every edit by name, in the order of the table above: the one list of them."""
+
+
 def needs_human(name: str) -> int:
     """Human sentences the edit ``name`` needs per sentence of the text (0 for most)."""
-    return {"interleave-50": 1, "interleave-75": 3}.get(name, 0)
+    return EDITS[name].human_per_sentence
 
 
 def apply_edit(
@@ -167,16 +191,7 @@ def apply_edit(
 
     Sentence-level edits return the sentences joined by single spaces (paragraph breaks go).
     """
-    rng = random.Random(f"{name}|{seed}")
-    if name == "hard-wrap":
-        return hard_wrap(text)
-    if name == "homoglyphs":
-        return homoglyphs(text, rng)
-    if name == "zero-width":
-        return zero_width(text, rng)
-    if name not in SENTENCE_EDITS:
+    if name not in EDITS:
         raise ValueError(f"unknown edit {name!r}; known: {', '.join(EDITS)}")
-    sentences = (splitter or get_splitter()).split(text)
-    if not sentences:
-        return text
-    return " ".join(SENTENCE_EDITS[name](sentences, rng, human))
+    rng = random.Random(f"{name}|{seed}")
+    return EDITS[name].apply(text, rng, human, splitter or get_splitter())
