@@ -18,10 +18,10 @@ from ksemstamp.calibration import (
 from ksemstamp.cli import main
 from ksemstamp.detection.stats import exact_p_value, normal_sf, paper_z
 from ksemstamp.detector import Detector
-from ksemstamp.keys import valid_table
 from ksemstamp.marks import build_mark
 from ksemstamp.marks.region_view import simulate_watermarked
 from ksemstamp.scheme.core import WatermarkScheme
+from ksemstamp.scheme.keyed import valid_table
 from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import DirectionSettings, RegionSettings
 from ksemstamp.text.splitter import get_splitter

@@ -13,9 +13,9 @@ from test_watermarker import ScriptedEngine, _watermarker
 
 from ksemstamp.detection.stats import context_sums, direction_z, normal_sf
 from ksemstamp.detector import Detector
-from ksemstamp.keys import keyed_directions
 from ksemstamp.marks import build_mark
 from ksemstamp.scheme.core import WatermarkScheme
+from ksemstamp.scheme.keyed import keyed_directions
 from ksemstamp.scheme.partition import KMeansPartition, LSHPartition
 from ksemstamp.settings import DirectionSettings, RegionSettings
 from ksemstamp.text.splitter import get_splitter

@@ -5,8 +5,9 @@ import subprocess
 import pytest
 import torch
 
-from ksemstamp.keys import DEMO_KEY, key_fingerprint, num_valid, resolve_key, valid_table
+from ksemstamp.keys import DEMO_KEY, key_fingerprint, resolve_key
 from ksemstamp.scheme.cudarand import cuda_randperm, curand_words, philox4x32_10, randperm_key_bits
+from ksemstamp.scheme.keyed import num_valid, valid_table
 
 
 @pytest.mark.parametrize("k,gamma", [(8, 0.25), (8, 0.5), (16, 0.25), (4, 0.75)])

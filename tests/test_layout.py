@@ -261,3 +261,40 @@ def test_the_kind_finder_finds_kind_comparisons():
         assert KIND_COMPARISON.search(line), line
     for line in ('"mark": described["kind"],', 'kmeans = settings.partition.kind == "kmeans"'):
         assert not KIND_COMPARISON.search(line), line
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_TOP_LEVEL_MODULES = 400, 80, 15
+"""The size the product keeps to: a module a reader holds at once, a function a screen shows."""
+
+
+def sizes_over_the_limits(package: Path) -> list[str]:
+    """Modules over ``MAX_MODULE_LINES`` lines and functions over ``MAX_FUNCTION_LINES`` under
+    ``package``, and the top-level modules beyond ``MAX_TOP_LEVEL_MODULES``."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_text()
+        where = path.relative_to(package.parent)
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            found.append(f"{where}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{where}:{node.lineno} {node.name}: {length} lines")
+    top = sorted(p.name for p in package.glob("*.py"))
+    if len(top) > MAX_TOP_LEVEL_MODULES:
+        found.append(f"{len(top)} top-level modules: {top}")
+    return found
+
+
+def test_modules_and_functions_stay_within_their_size():
+    assert sizes_over_the_limits(ROOT / "src" / "ksemstamp") == []
+
+
+def test_the_size_check_finds_a_long_module_and_a_long_function(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (package / "long.py").write_text(f"def f():\n{body}\n" + "\n" * MAX_MODULE_LINES)
+    found = sizes_over_the_limits(package)
+    assert any("long.py:1 f:" in f for f in found) and any(f.endswith(" lines") for f in found)

@@ -17,11 +17,11 @@ from fastapi.testclient import TestClient
 from test_watermarker import ScriptedEngine
 
 from ksemstamp.detection.stats import normal_sf
-from ksemstamp.keys import keyed_directions
 from ksemstamp.marks import Mark, build_mark
 from ksemstamp.marks.base import plan_result
 from ksemstamp.results import Judgement, too_short
 from ksemstamp.scheme.core import WatermarkScheme
+from ksemstamp.scheme.keyed import keyed_directions
 from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import (
     RegionSettings,

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ksemstamp.keys import valid_table
+from ksemstamp.scheme.keyed import valid_table
 from ksemstamp.scheme.partition import kmeans_regions, lsh_regions
 
 N = 20000  # transitions per key

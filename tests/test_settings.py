@@ -274,11 +274,11 @@ def test_settings_are_immutable_once_built():
     """Every settings class is frozen, a group included: a change is a new object
     (``updated``, ``dataclasses.replace``), so settings handed to a scheme or a run cannot move
     under it."""
-    from ksemstamp.settings import calibration, devices, evaluation, groups, watermark
+    from ksemstamp.settings import calibration, devices, evaluation, groups, marks, watermark
 
     classes = [
         cls
-        for module in (calibration, devices, evaluation, groups, watermark)
+        for module in (calibration, devices, evaluation, groups, marks, watermark)
         for cls in vars(module).values()
         if inspect.isclass(cls)
         and dataclasses.is_dataclass(cls)

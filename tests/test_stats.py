@@ -13,7 +13,7 @@ from ksemstamp.detection.stats import (
     subset_sum_pmf,
     transition_matrix,
 )
-from ksemstamp.keys import valid_table
+from ksemstamp.scheme.keyed import valid_table
 
 
 def test_paper_z_by_hand():

@@ -417,7 +417,7 @@ def test_an_empty_prompt_is_seeded_by_the_keyed_start_value(hash_encoder):
 
 
 def test_the_start_value_is_keyed(hash_encoder):
-    from ksemstamp.keys import start_region
+    from ksemstamp.scheme.keyed import start_region
 
     starts = {start_region(64, f"key {i}") for i in range(40)}
     assert len(starts) > 20  # spread over the regions, not one fixed value

@@ -1,7 +1,7 @@
 """The direction mark: the key draws a direction per region; a unit scores its projection.
 
 Key material: ``K`` directions with independent standard normal components
-(``keys.keyed_directions``). What is scored of a unit is its processed vector (``vectors``:
+(``scheme.keyed.keyed_directions``). What is scored of a unit is its processed vector (``vectors``:
 the domain mean removed, ``whiten`` principal components projected out, unit length), and the
 direction it meets is the blend of the key's directions that its *context* gives
 (``context_weights``): its own embedding's soft weights over the regions (``context: own``) or
@@ -32,9 +32,9 @@ from ..detection.stats import normal_sf
 from ..generation.engine import Pruner, PruneVerdict
 from ..generation.pruning import PruneRule, prune_rule, rows_to_keep
 from ..generation.steering import Steering
-from ..keys import keyed_directions
 from ..results import DetectionResult, Judgement, rank_of, too_short
 from ..scheme.core import soft_context_weights
+from ..scheme.keyed import keyed_directions
 from ..settings.groups import SearchSettings
 from ..text.normalize import sentence_key
 from .base import Mark, Round, SentenceState, Verdict, plan_result

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..detection.stats import normal_sf, null_count_pmf, paper_z
-from ..keys import num_valid, valid_table
 from ..results import DetectionResult, Judgement, too_short
+from ..scheme.keyed import num_valid, valid_table
 from ..settings.groups import SearchSettings
 from .base import Mark, Round, Verdict, plan_result
 from .region_view import describe_region, region_view, simulate_watermarked

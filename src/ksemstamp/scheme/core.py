@@ -20,11 +20,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..keys import key_fingerprint, start_region
+from ..keys import key_fingerprint
 from ..settings.groups import DirectionSettings, MarkSettings
 from ..text.normalize import normalize_text
 from ..text.splitter import PunktSplitter
 from .encoding import embed, encoder_device
+from .keyed import start_region
 
 WEIGHT_FLOOR = 0.01
 """Soft context weights below this share of a context's largest weight are dropped."""

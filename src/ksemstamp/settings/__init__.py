@@ -1,8 +1,9 @@
 """Every setting of the project, each a field of a small typed group, documented once.
 May import: ksemstamp core modules and text; never cli, builders, watermarker, detector or marks.
 
-* ``watermark``: ``WatermarkSettings`` and its groups (``model``, ``partition``, ``mark``,
-  ``search``, ``sampling``, ``detection``, ``limits``), the default centroid files;
+* ``watermark``: ``WatermarkSettings``; ``groups``: its groups (``model``, ``partition``,
+  ``search``, ``sampling``, ``detection``, ``limits``), the default centroid files, the engines;
+  ``marks``: the ``mark`` group, one class per kind, and the registry of kinds;
 * ``files``: settings files, read and layered; ``checks``: the checks every group runs;
 * ``devices``: ``--parallel.*``, how an input file is spread over devices;
 * ``calibration``, ``evaluation``, ``training``: the groups of those commands.
