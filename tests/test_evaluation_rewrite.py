@@ -5,14 +5,9 @@ import random
 import pytest
 import torch
 
-from ksemstamp.evaluation.attacks import Attack
-from ksemstamp.evaluation.rewrite import (
-    Rewrite,
-    attack_summary,
-    build_attack,
-    select_window,
-    windows,
-)
+from ksemstamp.evaluation.attacks import Attack, Recursive, build_attack
+from ksemstamp.evaluation.rewrite import Rewrite, attack_summary, select_window, windows
+from ksemstamp.settings.attacks import ATTACK_KINDS, AttackKind, AttackSettings
 from ksemstamp.text.splitter import get_splitter
 
 
@@ -138,8 +133,6 @@ class SwapParaphraser:
 
 
 def test_recursive_attack_runs_each_pass_on_the_last_output():
-    from ksemstamp.evaluation.rewrite import Recursive
-
     text = "The red car stopped. A blue bird sang."
     once = Attack(SwapParaphraser(), TableEncoder({}), get_splitter())
     (first,) = once([text])
@@ -196,6 +189,29 @@ def test_build_attack_by_kind_and_summary():
         [{"similarity": 0.9, "sentence_similarity": 0.95, "changed": 1, "sentences": 4}]
     )
     assert per_sentence["changed_sentence_share"] == 0.25 and "fallbacks" not in per_sentence
+
+
+def test_an_attack_entry_is_checked_field_by_field():
+    from ksemstamp.settings.evaluation import EvalSettings
+
+    with pytest.raises(ValueError, match=r"attacks.p.num_cadidates is not a setting of an attack"):
+        EvalSettings(attacks=[{"name": "p", "paraphraser": "wordnet", "num_cadidates": 2}])
+    with pytest.raises(ValueError, match="paraphraser must be one of"):
+        EvalSettings(attacks=[{"name": "p", "paraphraser": "pegasus"}])
+    with pytest.raises(ValueError, match="window must be"):
+        AttackSettings("r", "lm-rewrite", window=(4, 2))
+    # An entry that spells out a default is the same attack as one that leaves it out.
+    assert AttackSettings("p", select="best") == AttackSettings("p")
+
+
+def test_a_new_kind_of_attack_is_one_builder_and_one_registration(monkeypatch):
+    monkeypatch.setitem(ATTACK_KINDS, "upper", AttackKind(f"{__name__}:_upper_attack"))
+    built = build_attack({"name": "u", "paraphraser": "upper"}, None, None, get_splitter())
+    assert built(["Quiet words."]) == ["QUIET WORDS."]
+
+
+def _upper_attack(settings, lm, encoder, splitter):
+    return lambda texts: [t.upper() for t in texts]
 
 
 @pytest.mark.slow

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from .assets import load_encoder, load_lm
 from .cli import main
+from .evaluation.attacks import build_attack
 from .evaluation.baselines import KGWDetector, KGWGenerator
 from .evaluation.metrics import Oracle
 from .evaluation.prompt_set import build_prompts
-from .evaluation.rewrite import build_attack
 from .plots import save_figure
 from .settings.evaluation import EvalSettings
 from .text.corpora import news_articles

@@ -79,6 +79,18 @@ def _docs(obj: Any) -> dict[str, str]:
     return {p.arg_name: " ".join((p.description or "").split()) for p in parsed.params}
 
 
+def entry_help(cls: type) -> str:
+    """The fields of an entry of a list setting (``EvalSettings.entries``: an attack) as one
+    paragraph of the help: each field, its default, and the first sentence of its doc."""
+    docs = _docs(cls)
+    parts = []
+    for f in dataclasses.fields(cls):
+        doc = docs.get(f.name, "").replace("``", "").split(". ")[0].rstrip(".")
+        default = "" if f.default is dataclasses.MISSING else f" = {f.default!r}"
+        parts.append(f"{f.name}{default}: {doc}")
+    return "; ".join(parts) + "."
+
+
 def is_settings_class(hint: Any) -> bool:
     return inspect.isclass(hint) and dataclasses.is_dataclass(hint)
 

@@ -34,7 +34,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 from ..settings.files import check_aliases, command_line_layers, load_yaml
 from ..settings.groups import MARK_KINDS
 from ..settings.watermark import GROUPS, SettingsError, WatermarkSettings
-from .options import Option, is_settings_class, options_of, parameters
+from .options import Option, entry_help, is_settings_class, options_of, parameters
 
 
 class CommandLineError(ValueError):
@@ -99,6 +99,11 @@ def build_parser(fn: Callable, prog: str, kind: str = "direction") -> ArgumentPa
         if option.bounds is not None:
             shown = f"{shown or ''} ({option.bounds.low:,} to {option.bounds.high:,})".strip()
         target.add_argument(option.flag, type=hint, help=shown, **given)
+    for p in parameters(fn):
+        for name, entry in getattr(p.hint, "entries", {}).items() if p.role == "settings" else ():
+            parser.add_argument_group(
+                f"an entry of --{name} ({name}: in a file)", entry_help(entry)
+            )
     return parser
 
 

@@ -24,6 +24,7 @@ The document-level rewrite (windows of several sentences rewritten at once) is i
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ import torch
 
 from ..assets import AssetError
 from ..paraphrase import LMParaphraser
+from ..settings.attacks import AttackSettings
 from .metrics import words
 
 
@@ -127,22 +129,42 @@ class WordNetCandidates:
         return out
 
 
-def build_paraphraser(spec: dict, lm=None) -> Paraphraser:
-    """A paraphraser from an attack's settings: ``paraphraser`` is ``lm``, ``wordnet`` or
-    ``seq2seq``; the other keys are passed to its constructor."""
-    kind = spec.get("paraphraser", "lm")
-    options = {
-        k: v
-        for k, v in spec.items()
-        if k not in ("name", "paraphraser", "select", "similarity_bound")
-    }
-    if kind == "lm":
-        return LMParaphraser(lm=lm, **options)
-    if kind == "wordnet":
-        return WordNetCandidates(**options)
-    if kind == "seq2seq":
-        return Seq2SeqParaphraser(**options)
-    raise ValueError(f"paraphraser must be 'lm', 'wordnet' or 'seq2seq', not {kind!r}")
+def _paraphraser(settings: AttackSettings, lm=None) -> Paraphraser:
+    """The candidates of a sentence attack's ``paraphraser`` (``lm``, ``wordnet``, ``seq2seq``)."""
+    if settings.paraphraser == "wordnet":
+        return WordNetCandidates(settings.num_candidates, settings.rate, **settings.given("seed"))
+    if settings.paraphraser == "seq2seq":
+        return Seq2SeqParaphraser(
+            settings.model,
+            settings.num_candidates,
+            prefix=settings.prefix,
+            **settings.given("num_beams", "max_new_tokens"),
+        )
+    options = ("prompts", "temperature", "top_p", "max_new_tokens", "batch_size", "seed")
+    return LMParaphraser(
+        lm=lm,
+        model=settings.model,
+        num_candidates=settings.num_candidates,
+        **settings.given(*options),
+    )
+
+
+def sentence_attack(settings: AttackSettings, lm, encoder, splitter) -> Attack | Recursive:
+    """The sentence-by-sentence attack an attack's settings describe (the ``ATTACK_KINDS``
+    builder of ``lm``, ``wordnet`` and ``seq2seq``), ``passes`` times over."""
+    bound = 0.8 if settings.similarity_bound is None else settings.similarity_bound
+    attack = Attack(_paraphraser(settings, lm), encoder, splitter, settings.select, bound)
+    return attack if settings.passes == 1 else Recursive(attack, settings.passes)
+
+
+def build_attack(settings: AttackSettings | dict, lm, encoder, splitter):
+    """The attack an entry of ``attacks`` describes, built by its kind's registered builder
+    (``settings.attacks.ATTACK_KINDS``); ``lm``: the loaded LM of ``model`` when the kind
+    uses one."""
+    if isinstance(settings, dict):
+        settings = AttackSettings(**settings)
+    module, _, name = settings.kind.builder.partition(":")
+    return getattr(importlib.import_module(module), name)(settings, lm, encoder, splitter)
 
 
 # ---------------------------------------------------------------------- selection
@@ -276,4 +298,32 @@ class Attack:
         whole = self._embed([*texts, *(r.text for r in results)])
         for i, res in enumerate(results):
             res.similarity = float(whole[i] @ whole[len(texts) + i])
+        return results
+
+
+class Recursive:
+    """A sentence ``Attack`` applied ``passes`` times, each pass to the previous one's output;
+    similarities are the final text's to the original."""
+
+    def __init__(self, attack: Attack, passes: int) -> None:
+        if passes < 1:
+            raise ValueError(f"passes must be >= 1, got {passes}")
+        self.attack = attack
+        self.passes = passes
+
+    def __call__(self, texts: Sequence[str]) -> list[AttackedText]:
+        current = list(texts)
+        results: list[AttackedText] = []
+        sims = None
+        for _ in range(self.passes):
+            results = self.attack(current)
+            step = [r.sentence_similarity for r in results]
+            sims = step if sims is None else [a * b for a, b in zip(sims, step, strict=True)]
+            current = [r.text for r in results]
+        whole = embed_unit(self.attack.encoder, [*texts, *current])
+        for i, res in enumerate(results):
+            res.similarity = float(whole[i] @ whole[len(texts) + i])
+            # The product of the passes' similarities stands in for the sentence similarity
+            # to the original (the passes may change the number of sentences).
+            res.sentence_similarity = float(sims[i])
         return results

@@ -37,19 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..paraphrase import LMParaphraser
-from .attacks import (
-    Attack,
-    AttackedText,
-    Paraphraser,
-    bigram_overlap,
-    build_paraphraser,
-    embed_unit,
-)
+from ..settings.attacks import AttackSettings
+from .attacks import Paraphraser, bigram_overlap, embed_unit
 from .metrics import words
-
-REWRITE_OPTIONS = ("window", "similarity_bound", "max_overlap", "max_length_ratio", "every_window")
-"""Keys of a rewrite attack's settings that configure the selection; the others (``model``,
-``num_candidates``, ``temperature``, ``max_new_tokens``, ...) go to the ``LMParaphraser``."""
 
 
 def windows(count: int, rng: random.Random, low: int = 2, high: int = 4) -> list[tuple[int, int]]:
@@ -211,62 +201,29 @@ class Rewrite:
         return results
 
 
-class Recursive:
-    """A sentence ``Attack`` applied ``passes`` times, each pass to the previous one's output;
-    similarities are the final text's to the original."""
-
-    def __init__(self, attack: Attack, passes: int) -> None:
-        if passes < 1:
-            raise ValueError(f"passes must be >= 1, got {passes}")
-        self.attack = attack
-        self.passes = passes
-
-    def __call__(self, texts: Sequence[str]) -> list[AttackedText]:
-        current = list(texts)
-        results: list[AttackedText] = []
-        sims = None
-        for _ in range(self.passes):
-            results = self.attack(current)
-            step = [r.sentence_similarity for r in results]
-            sims = step if sims is None else [a * b for a, b in zip(sims, step, strict=True)]
-            current = [r.text for r in results]
-        whole = embed_unit(self.attack.encoder, [*texts, *current])
-        for i, res in enumerate(results):
-            res.similarity = float(whole[i] @ whole[len(texts) + i])
-            # The product of the passes' similarities stands in for the sentence similarity
-            # to the original (the passes may change the number of sentences).
-            res.sentence_similarity = float(sims[i])
-        return results
-
-
-def is_rewrite(spec: dict) -> bool:
-    """Whether an attack's settings name the document-level rewrite."""
-    return spec.get("paraphraser") == "lm-rewrite"
-
-
-def build_attack(spec: dict, lm, encoder, splitter) -> Attack | Recursive | Rewrite:
-    """The attack an ``attacks`` entry of the evaluation settings names: the document-level
-    rewrite for ``paraphraser: lm-rewrite``, else a sentence-by-sentence ``Attack``."""
-    if is_rewrite(spec):
-        options = {k: v for k, v in spec.items() if k in REWRITE_OPTIONS}
-        lm_options = {
-            k: v
-            for k, v in spec.items()
-            if k not in (*REWRITE_OPTIONS, "name", "paraphraser", "select")
-        }
-        lm_options.setdefault("prompts", "rewrite")
-        lm_options.setdefault("max_new_tokens", 200)
-        return Rewrite(LMParaphraser(lm=lm, **lm_options), encoder, splitter, **options)
-    options = {k: v for k, v in spec.items() if k != "passes"}
-    attack = Attack(
-        build_paraphraser(options, lm=lm),
+def rewrite_attack(settings: AttackSettings, lm, encoder, splitter) -> Rewrite:
+    """The document-level rewrite an attack's settings describe (``paraphraser: lm-rewrite``;
+    the ``ATTACK_KINDS`` builder): ``lm`` rewrites windows of sentences with the ``rewrite``
+    prompt unless another is given."""
+    paraphraser = LMParaphraser(
+        lm=lm,
+        model=settings.model,
+        num_candidates=settings.num_candidates,
+        prompts=settings.prompts or "rewrite",
+        max_new_tokens=settings.max_new_tokens or 200,
+        **settings.given("temperature", "top_p", "batch_size", "seed"),
+    )
+    bound = 0.75 if settings.similarity_bound is None else settings.similarity_bound
+    return Rewrite(
+        paraphraser,
         encoder,
         splitter,
-        select=spec.get("select", "best"),
-        similarity_bound=spec.get("similarity_bound", 0.8),
+        window=settings.window,
+        similarity_bound=bound,
+        max_overlap=settings.max_overlap,
+        max_length_ratio=settings.max_length_ratio,
+        every_window=settings.every_window,
     )
-    passes = int(spec.get("passes", 1))
-    return attack if passes == 1 else Recursive(attack, passes)
 
 
 def attack_summary(records: Sequence[dict]) -> dict:

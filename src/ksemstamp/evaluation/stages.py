@@ -141,9 +141,9 @@ class Run:
         """Attack the generations, or with ``source`` (the records of the attack that
         ``spec["source"]`` names) the texts that attack left: a paraphrase of a paraphrase,
         whose similarities are then measured against the original generation."""
+        from ..settings.attacks import AttackSettings
         from ..text.splitter import get_splitter
-        from .attacks import embed_unit
-        from .rewrite import build_attack
+        from .attacks import build_attack, embed_unit
 
         path = self.root / "attacks" / f"{algorithm}.{spec['name']}.jsonl"
         inputs = {i: g["text"] for i, g in generations.items() if g.get("status") == "ok"}
@@ -152,12 +152,10 @@ class Run:
         with ResumableWriter(path) as out:
             pending = [i for i in inputs if not out.has_id(i)]
             if pending:
-                lm = None
-                if spec.get("paraphraser", "lm") in ("lm", "lm-rewrite"):
-                    lm = self.lm(spec.get("model", "gemma3-270m"))
+                attack_settings = AttackSettings(**spec)
+                lm = self.lm(attack_settings.model) if attack_settings.kind.uses_lm else None
                 encoder = self.encoder(self.settings.similarity_encoder)
-                options = {k: v for k, v in spec.items() if k != "source"}
-                attack = build_attack(options, lm, encoder, get_splitter())
+                attack = build_attack(attack_settings, lm, encoder, get_splitter())
                 bar = self._progress(total=len(pending), desc=f"attack {algorithm}/{spec['name']}")
                 step = self.settings.attack_batch
                 for start in range(0, len(pending), step):

@@ -11,11 +11,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from ..io import write_json_atomic
 from ..text.edits import EDITS
-from .checks import SEED, Range, bound_problems, check
+from .attacks import PARAPHRASER, AttackSettings
+from .checks import SEED, Range, bound_problems, build_group, check
 from .files import load_watermark_settings
 from .groups import MARK_KINDS
 from .watermark import WatermarkSettings
@@ -78,11 +79,6 @@ FIXED_SETTINGS = (
 )
 
 
-PARAPHRASER = "gemma3-270m"
-"""The strongest paraphraser offline (Gemma-3-270M base, few-shot); never the generator, whose
-rewrites would lean towards its own (watermarked) choices."""
-
-
 def _default_attacks() -> list[dict]:
     return [
         {
@@ -118,6 +114,8 @@ def _default_attacks() -> list[dict]:
 class EvalSettings:
     """Settings of one evaluation run (mirrored by ``configs/eval/news.yaml``)."""
 
+    entries: ClassVar[dict[str, type]] = {"attacks": AttackSettings}
+    """The list settings whose entries are settings of their own (the help lists their fields)."""
     output_dir: str = "runs/eval-news"
     """Run folder (resumable)."""
     num_prompts: Annotated[int, Range(1, 1_000_000)] = 100
@@ -171,15 +169,14 @@ class EvalSettings:
     """KGW's own settings (the paper's comparison: gamma 0.25, delta 2.0, a one-token context);
     its sampling is the watermark settings' (``sampling``)."""
     attacks: list[dict] = field(default_factory=_default_attacks)
-    """Attacks by ``name``. Sentence by sentence: ``paraphraser`` (lm, wordnet, seq2seq),
-    ``select`` (best, bigram) and the paraphraser's options (``model``, ``prompts``,
-    ``num_candidates``, ...). The document-level rewrite: ``paraphraser: lm-rewrite``, with
-    ``window`` (smallest and largest window in sentences, default [2, 4]), ``similarity_bound``
-    (0.75), ``max_overlap`` (share of the window's word bigrams a rewrite may keep, 0.8),
-    ``max_length_ratio`` (1.5), ``every_window`` (rewrite every window, even below the
-    bounds) and the LM's options (``evaluation.rewrite``). ``source: NAME`` attacks the texts
-    that the attack ``NAME`` (listed before) left, e.g. a second paraphrase pass; ``passes: 2``
-    does both passes in one attack. Defaults: the
+    """Attacks by ``name``, each entry the fields of ``settings.attacks.AttackSettings`` it sets
+    (listed below in ``--help``). Sentence by sentence: ``paraphraser`` (lm, wordnet,
+    seq2seq), ``select`` (best, bigram) and the paraphraser's options (``model``,
+    ``prompts``, ``num_candidates``, ...). The document-level rewrite: ``paraphraser:
+    lm-rewrite``, with ``window``, ``similarity_bound``, ``max_overlap``,
+    ``max_length_ratio`` and ``every_window`` (``evaluation.rewrite``). ``source: NAME``
+    attacks the texts that the attack ``NAME`` (listed before) left, e.g. a second paraphrase
+    pass; ``passes: 2`` does both passes in one attack. Defaults: the
     paraphrase and the bigram attack with Gemma-3-270M (``reword`` prompt) and the rewrite, as
     in ``configs/eval/news.yaml``."""
     edits: list[str] = field(default_factory=lambda: list(EDITS))
@@ -227,7 +224,7 @@ class EvalSettings:
                 f"unknown algorithms {missing}: watermark_configs has no entry for them "
                 f"(it names {sorted(self.watermark_configs)})"
             )
-        names = [a.get("name") for a in self.attacks]
+        names = [a.get("name") if isinstance(a, dict) else None for a in self.attacks]
         if None in names or len(set(names)) != len(names) or "none" in names or "human" in names:
             problems.append("every attack needs a unique name other than 'none' and 'human'")
         unknown_edits = sorted(set(self.edits) - set(EDITS))
@@ -236,6 +233,11 @@ class EvalSettings:
         if len(set(self.edits)) != len(self.edits):
             problems.append(f"edits are named twice: {self.edits}")
         for i, spec in enumerate(self.attacks):
+            if not isinstance(spec, dict):
+                problems.append(f"attack {i + 1} must be a mapping of its settings, got {spec!r}")
+                continue
+            place = f"attacks.{spec.get('name', i + 1)}"
+            problems += build_group(AttackSettings, spec, place, "an attack")[1]
             if "source" in spec and spec["source"] not in names[:i]:
                 problems.append(
                     f"attack {spec.get('name')!r} attacks the output of {spec['source']!r}, "
@@ -303,10 +305,11 @@ def keep_fixed_settings(settings: EvalSettings, root: Path) -> None:
         stored["kgw"] = dataclasses.asdict(KGWSettings(**(stored.get("kgw") or {})))
         changed = sorted(k for k in FIXED_SETTINGS if stored.get(k) != fixed[k])
         attacks = stored.get("attacks", {})
+        # Compared as settings: an entry that spells out a default is the same attack.
         changed += sorted(
             f"attack {name}"
             for name, spec in fixed["attacks"].items()
-            if name in attacks and attacks[name] != spec
+            if name in attacks and AttackSettings(**attacks[name]) != AttackSettings(**spec)
         )
         if changed:
             raise ValueError(
