@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -68,6 +69,7 @@ def row(summary: dict, plain: dict | None) -> dict:
         "name": summary["name"],
         "candidates": search.get("max_candidates"),
         "keep": search.get("prune_keep"),
+        "steer": search.get("steer", 0.0),
         "temperature": sampling.get("temperature"),
         "texts": summary["texts"],
         "perplexity": summary.get("perplexity_median"),
@@ -105,7 +107,7 @@ def _ratio(value: dict | None) -> str:
 
 def markdown(rows: list[dict], plain: dict | None, kgw: dict | None) -> str:
     """The curve's table."""
-    head = ["check", "candidates", "keep", "temperature", "texts"]
+    head = ["check", "candidates", "keep", "steer", "temperature", "texts"]
     head += [LABELS[v] for v in VARIANTS] + ["3/4 human interleaved"]
     head += [
         "perplexity",
@@ -115,7 +117,7 @@ def markdown(rows: list[dict], plain: dict | None, kgw: dict | None) -> str:
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["name"], r["candidates"], r["keep"], r["temperature"], r["texts"]]
+        cells = [r["name"], r["candidates"], r["keep"], r["steer"], r["temperature"], r["texts"]]
         cells += [_cell(r.get(v)) for v in VARIANTS] + [_cell(r.get("interleave-75"))]
         cells += [
             "-" if r["perplexity"] is None else f"{r['perplexity']:.1f}",
@@ -137,8 +139,11 @@ def markdown(rows: list[dict], plain: dict | None, kgw: dict | None) -> str:
     return "\n".join(lines) + ("\n\n" + " ".join(notes) if notes else "") + "\n"
 
 
-def plot(rows: list[dict], path: Path, plain_perplexity: float | None = None) -> None:
-    """Detection at 1% against candidates per unit, one line per temperature and variant."""
+def plot(
+    rows: list[dict], path: Path, plain_perplexity: float | None = None, by: str = "candidates"
+) -> None:
+    """Detection at 1% and perplexity against ``by`` (``candidates`` per unit, or ``steer``),
+    one line per temperature and variant."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,15 +152,13 @@ def plot(rows: list[dict], path: Path, plain_perplexity: float | None = None) ->
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     temperatures = sorted({r["temperature"] for r in rows})
     for temperature in temperatures:
-        mine = sorted(
-            (r for r in rows if r["temperature"] == temperature), key=lambda r: r["candidates"]
-        )
+        mine = sorted((r for r in rows if r["temperature"] == temperature), key=lambda r: r[by])
         for variant, style in (("attacked", "o-"), ("rewrite", "s--"), ("recursive", "^:")):
-            points = [(r["candidates"], r[variant]["detected_1pct"]) for r in mine if variant in r]
+            points = [(r[by], r[variant]["detected_1pct"]) for r in mine if variant in r]
             if points:
                 xs, ys = zip(*points, strict=True)
                 left.plot(xs, ys, style, label=f"{LABELS[variant]}, T={temperature}")
-        points = [(r["candidates"], r["perplexity"]) for r in mine if r["perplexity"]]
+        points = [(r[by], r["perplexity"]) for r in mine if r["perplexity"]]
         if points:
             xs, ys = zip(*points, strict=True)
             right.plot(xs, ys, "o-", label=f"T={temperature}")
@@ -168,14 +171,21 @@ def plot(rows: list[dict], path: Path, plain_perplexity: float | None = None) ->
         right.axhline(plain_perplexity, color="grey", linestyle=":", label="unwatermarked")
     right.legend(fontsize=7)
     for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("candidates per unit")
+        if by == "candidates":
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel("candidates per unit" if by == "candidates" else "steering (sd)")
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
-def curve(names: list[str], output: str, plain: str | None = None, kgw: str | None = None) -> int:
+def curve(
+    names: list[str],
+    output: str,
+    plain: str | None = None,
+    kgw: str | None = None,
+    by: Literal["candidates", "steer"] = "candidates",
+) -> int:
     """The candidate curve: a table, JSON and plot from the design checks named.
 
     Args:
@@ -183,6 +193,7 @@ def curve(names: list[str], output: str, plain: str | None = None, kgw: str | No
         output: the folder for curve.md, curve.json and curve.png.
         plain: the unwatermarked check of the same prompts (perplexity and speed baseline).
         kgw: the KGW check of the same prompts.
+        by: the plot's x axis: candidates per unit, or the steering strength.
     """
     base = load(plain) if plain else None
     baseline = load(kgw) if kgw else None
@@ -193,7 +204,7 @@ def curve(names: list[str], output: str, plain: str | None = None, kgw: str | No
     (folder / "curve.md").write_text(table)
     data = {"rows": rows, "plain": base and base.get("perplexity_median"), "kgw": baseline}
     (folder / "curve.json").write_text(json.dumps(data, indent=1) + "\n")
-    plot(rows, folder / "curve.png", base and base.get("perplexity_median"))
+    plot(rows, folder / "curve.png", base and base.get("perplexity_median"), by)
     print(table, end="")
     return 0
 

@@ -33,7 +33,12 @@ class ScriptedEngine:
     def open(self, request):
         self.rounds.append(list(request.rows))
         self.calls.append(
-            {"prefixes": request.prefixes, "contexts": request.contexts, "heads": request.heads}
+            {
+                "prefixes": request.prefixes,
+                "contexts": request.contexts,
+                "heads": request.heads,
+                "bias": request.bias,
+            }
         )
         texts = [self.script.pop(0) for _ in request.prefixes]
         return _ScriptedRound(request.rows, texts)

@@ -182,7 +182,7 @@ def build_watermarker(
 
     engine = engine_class(settings.sampling.engine).from_settings(settings, scheme.splitter, lm)
     steering = None
-    if settings.search.steer > 0:
+    if settings.search.steer > 0 and "steer" in type(settings.mark).effort:  # the mark reads it
         from .assets import cache_dir
         from .generation.steering import Steering, token_vectors, word_tokens
         from .marks import build_mark

@@ -100,6 +100,10 @@ class PartitionSettings:
         check(self, [])
 
 
+MAX_STEER = 10.0
+"""The largest ``search.steer``: ten standard deviations already leave the LM little say."""
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     """How the candidates of a sentence are drawn, and pruned."""
@@ -146,13 +150,14 @@ class SearchSettings:
     margin_patience: Annotated[int, Range(0, 10_000)] | None = 20
     """Region mark: candidates after which a candidate in a valid region is accepted without
     the margin; ``None`` keeps the margin to ``max_candidates`` (the paper's rule)."""
-    steer: float = 0.0
-    """Direction mark: while candidates are sampled, every token's logit gains this many
+    steer: float = 0.5
+    """Direction mark: while candidates are sampled, every word token's logit gains this many
     standard deviations of its meaning's projection on the key's direction for the context
     being written toward (the previous unit's, then, from the first pruning check, each row's
     own text so far: ``generation.steering``), so that candidates start nearer the key and
-    selection needs fewer. ``0``: candidates are sampled as the LM alone would. Detection does
-    not depend on it. Costs perplexity as it grows."""
+    selection has better ones to choose from. ``0``: candidates are sampled as the LM alone
+    would. Detection does not depend on it. Costs perplexity as it grows (0.5 and the
+    alternatives measured: docs/evaluation/steering.md)."""
     sentence_time_budget: float | None = None
     """Seconds after which the search for one sentence falls back as at ``max_candidates``,
     checked between rounds (a sentence can overrun it by one round). ``None``: no limit (the
@@ -164,8 +169,8 @@ class SearchSettings:
         problems = []
         if self.margin < 0:
             problems.append(f"margin must be >= 0, got {self.margin}")
-        if self.steer < 0:
-            problems.append(f"steer must be >= 0, got {self.steer}")
+        if not 0 <= self.steer <= MAX_STEER:
+            problems.append(f"steer must be in [0, {MAX_STEER:g}], got {self.steer}")
         if self.prune_margin is not None and self.prune_margin < 0:
             problems.append(f"prune_margin must be >= 0 or null, got {self.prune_margin}")
         if self.sentence_time_budget is not None and self.sentence_time_budget <= 0:

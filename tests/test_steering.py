@@ -1,0 +1,122 @@
+"""Steering: the key's logit bias, the key-free token table behind it, and where it acts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_direction import _scheme
+
+from ksemstamp.generation.steering import Steering, token_vectors, word_tokens
+from ksemstamp.marks import build_mark
+from ksemstamp.settings import SearchSettings
+
+PIECES = [" council", " met", ".", " ", "\n", " budget", "42", " Monday", ",", " water"]
+
+
+class PieceTokenizer:
+    """A tokenizer of ``PIECES``: entry ``i`` decodes to ``PIECES[i]``."""
+
+    def __len__(self) -> int:
+        return len(PIECES)
+
+    def batch_decode(self, rows):
+        return [PIECES[i] for (i,) in rows]
+
+
+def _steering(strength=0.5, vocab=12, dim=6, regions=3, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    vectors = torch.nn.functional.normalize(torch.randn(vocab, dim, generator=gen), dim=-1)
+    vectors[3] = 0.0  # an entry with no vector (whitespace)
+    directions = torch.randn(regions, dim, generator=gen)
+    words = torch.ones(vocab, dtype=torch.bool)
+    words[2] = False  # a mark
+    return Steering(vectors, directions, strength, words), vectors, directions
+
+
+def test_the_bias_is_the_standardised_projection_on_the_context_s_direction():
+    steering, vectors, directions = _steering(strength=0.5)
+    weights = torch.tensor([[0.0, 1.0, 0.0], [0.2, 0.3, 0.5]])
+    bias = steering.bias(weights)
+    assert bias.shape == (2, 12) and bias.dtype == torch.float32
+    active = steering.active
+    assert active.tolist() == [i not in (2, 3) for i in range(12)]
+    assert bias[:, ~active].abs().max() == 0  # a mark and an empty entry: never biased
+    for row, w in zip(bias, weights, strict=True):
+        raw = (vectors @ (w @ directions)).float()[active]
+        want = 0.5 * (raw - raw.mean()) / raw.std()
+        assert torch.allclose(row[active], want, atol=1e-5)
+        assert row[active].std().item() == pytest.approx(0.5, rel=1e-4)  # strength in sd
+        # the entry that points most along the context's direction gains the most
+        assert int(row.argmax()) == int(
+            torch.where(active, vectors @ (w @ directions), -9).argmax()
+        )
+
+
+def test_no_context_or_no_strength_gives_no_bias():
+    steering, _, _ = _steering(strength=0.5)
+    assert steering.bias(torch.zeros(1, 3)).abs().max() == 0
+    assert _steering(strength=0.0)[0].bias(torch.eye(3)).abs().max() == 0
+    with pytest.raises(ValueError, match="strength"):
+        _steering(strength=-1.0)
+
+
+def test_word_tokens_are_the_entries_with_a_letter():
+    flags = word_tokens(PieceTokenizer(), 12).tolist()  # two padded entries past the tokenizer
+    assert flags == [True, True, False, False, False, True, False, True, False, True, False, False]
+
+
+def test_token_vectors_are_key_free_cached_and_blank_for_whitespace(hash_encoder, tmp_path):
+    scheme = _scheme(hash_encoder, key="one")
+    mark = build_mark(scheme)
+    table = token_vectors(PieceTokenizer(), 12, scheme, mark, tmp_path)
+    assert table.shape == (12, 32)
+    blank = [i for i, p in enumerate(PIECES + ["", ""]) if not p.strip()]
+    assert table[blank].abs().max() == 0 and table[0].abs().max() > 0
+    assert len(list(tmp_path.glob("*.pt"))) == 1
+    # The same vocabulary and encoder under another key: the same table, read from the cache.
+    other = _scheme(hash_encoder, key="two")
+    again = token_vectors(PieceTokenizer(), 12, other, build_mark(other), tmp_path)
+    assert torch.equal(again, table) and len(list(tmp_path.glob("*.pt"))) == 1
+    assert torch.allclose(table[0], mark.vectors(scheme.embed([" council"]))[0].half().float())
+
+
+def test_the_direction_mark_steers_a_round_toward_each_document_s_context(hash_encoder):
+    scheme = _scheme(hash_encoder)
+    steering, _, _ = _steering(regions=scheme.num_regions, dim=32)
+    mark = build_mark(scheme, SearchSettings(steer=0.5), steering)
+    state = mark.new_state()
+    weights = torch.zeros(scheme.num_regions, dtype=torch.float64)
+    weights[1] = 1.0
+    steered = type("Doc", (), {"completing": False, "state": state})()
+    state.weights = weights
+    completing = type("Doc", (), {"completing": True, "state": state})()
+    bias = mark.round_bias([steered, completing])
+    assert torch.allclose(bias[0], steering.bias(weights[None].float())[0])
+    assert bias[1].abs().max() == 0  # completing the prompt's sentence: not steered
+    assert build_mark(scheme, SearchSettings()).round_bias([steered]) is None
+
+
+def test_the_sentence_loop_hands_each_round_the_mark_s_bias(hash_encoder):
+    from test_direction import _pool
+    from test_watermarker import ScriptedEngine, _watermarker
+
+    scheme = _scheme(hash_encoder)
+    steering, _, _ = _steering(regions=scheme.num_regions, dim=32)
+    search = SearchSettings(max_candidates=4, candidate_batch=4, prune_tokens=None, steer=0.5)
+    mark = build_mark(scheme, search, steering)
+    pool = _pool(8)
+    engine = ScriptedEngine([pool[:4], pool[4:]])
+    wm = _watermarker(
+        scheme, engine, mark=mark, max_candidates=4, candidate_batch=4, max_sentences=2
+    )
+    result = wm.generate(["A prompt sentence."])[0]
+    assert result.status == "ok" and len(engine.calls) == 2
+    # Each round is steered toward the context the document's last unit handed on: the
+    # prompt's sentence for the first, the kept unit's for the second.
+    prompt_weights = mark.context_weights(scheme.embed(["A prompt sentence."]))[0]
+    first = engine.calls[0]["bias"]
+    assert first.shape == (1, steering.vocab)
+    assert torch.allclose(first[0], steering.bias(prompt_weights[None].float())[0], atol=1e-6)
+    kept = mark.context_weights(scheme.embed([result.sentences[0].text]))[0]
+    second = engine.calls[1]["bias"][0]
+    assert torch.allclose(second, steering.bias(kept[None].float())[0], atol=1e-6)
