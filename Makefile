@@ -70,7 +70,7 @@ RESULTS := results-calibration results-calibration-hard results-calibration-regi
 	results-calibration-kernel results-calibration-sentences results-calibration-keys \
 	results-calibration-gpu
 LONG_RESULTS := results-evaluation results-strength results-robust results-clauses results-curve \
-	results-benchmarks results-training
+	results-steering results-benchmarks results-training
 .PHONY: $(RESULTS) $(LONG_RESULTS)
 
 results: $(RESULTS)
@@ -200,15 +200,32 @@ results-clauses: setup
 # and the same sampler unwatermarked; then the table and plot (docs/evaluation/curve/), and each
 # check's summary copied to docs/evaluation/curve/NAME/. More points: more `$(CURVE)` lines.
 CURVE := $(LAB) check --run.prompts 12 --run.name
+# The candidate curve was measured unsteered (search.steer 0), before steering became the default.
 results-curve: setup
 	$(CURVE) plain12 --run.plain
 	for flags in "c032k12" "c128k32 --config configs/ksemstamp-gpu.yaml"; do \
-		$(CURVE) $$flags && $(CURVE) $$flags --run.attack rewrite && \
-		$(CURVE) $$flags --run.stage edits || exit 1; done
-	$(CURVE) c032k12t10 --sampling.temperature 1.0
+		$(CURVE) $$flags --search.steer 0 && $(CURVE) $$flags --search.steer 0 --run.attack rewrite && \
+		$(CURVE) $$flags --search.steer 0 --run.stage edits || exit 1; done
+	$(CURVE) c032k12t10 --search.steer 0 --sampling.temperature 1.0
 	for name in plain12 c032k12 c128k32 c032k12t10; do mkdir -p docs/evaluation/curve/$$name && \
 		cp runs/lab/check-$$name/summary.json docs/evaluation/curve/$$name/ || exit 1; done
 	$(LAB) curve --names c032k12,c128k32,c032k12t10 --plain plain12 --output docs/evaluation/curve
+
+# The steering study (docs/evaluation/steering.md), beside the curve's plain12 and c032k12. Its s*
+# rows steered every vocabulary entry, as the code did at 8bd0ea0: they are not remade here.
+results-steering: setup
+	$(CURVE) w050 && $(CURVE) w050 --run.attack rewrite
+	$(CURVE) w075 --search.steer 0.75
+	$(CURVE) w050c24 --search.max_candidates 24 --search.candidate_batch 24 --search.prune_keep 8
+	for name in w050 w075 w050c24; do mkdir -p docs/evaluation/steering/$$name && \
+		cp runs/lab/check-$$name/summary.json docs/evaluation/steering/$$name/ || exit 1; done
+	for name in s025 s050 s100; do mkdir -p runs/lab/check-$$name && \
+		cp docs/evaluation/steering/$$name/summary.json runs/lab/check-$$name/ || exit 1; done
+	for name in plain12 c032k12 c128k32; do [ -f runs/lab/check-$$name/summary.json ] || \
+		{ mkdir -p runs/lab/check-$$name && cp docs/evaluation/curve/$$name/summary.json \
+		runs/lab/check-$$name/; } || exit 1; done
+	$(LAB) curve --names c032k12,s025,s050,s100,w050,w075,w050c24,c128k32 --plain plain12 \
+		--by steer --output docs/evaluation/steering
 
 # Long: the benchmark of record (half an hour to an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup

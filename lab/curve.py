@@ -153,15 +153,29 @@ def plot(
     temperatures = sorted({r["temperature"] for r in rows})
     for temperature in temperatures:
         mine = sorted((r for r in rows if r["temperature"] == temperature), key=lambda r: r[by])
-        for variant, style in (("attacked", "o-"), ("rewrite", "s--"), ("recursive", "^:")):
+        # By candidates a check is a point of one curve; by steering, checks differ in more
+        # than the strength, so each is a labelled point.
+        line = "-" if by == "candidates" else ""
+        for variant, style in (("attacked", "o"), ("rewrite", "s"), ("recursive", "^")):
             points = [(r[by], r[variant]["detected_1pct"]) for r in mine if variant in r]
             if points:
                 xs, ys = zip(*points, strict=True)
-                left.plot(xs, ys, style, label=f"{LABELS[variant]}, T={temperature}")
-        points = [(r[by], r["perplexity"]) for r in mine if r["perplexity"]]
+                left.plot(xs, ys, style + line, label=f"{LABELS[variant]}, T={temperature}")
+            if by != "candidates" and variant == "attacked":
+                for r in (r for r in mine if variant in r):
+                    at = (r[by], r[variant]["detected_1pct"])
+                    left.annotate(
+                        r["name"], at, fontsize=6, xytext=(3, -9), textcoords="offset points"
+                    )
+        points = [(r[by], r["perplexity"], r["name"]) for r in mine if r["perplexity"]]
         if points:
-            xs, ys = zip(*points, strict=True)
-            right.plot(xs, ys, "o-", label=f"T={temperature}")
+            xs, ys, names = zip(*points, strict=True)
+            right.plot(xs, ys, "o" + line, label=f"T={temperature}")
+            if by != "candidates":
+                for x, y, name in points:
+                    right.annotate(
+                        name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points"
+                    )
     left.set_ylabel("detected at an exact 1%")
     left.set_ylim(0, 1.02)
     left.legend(fontsize=7)

@@ -73,7 +73,7 @@ def test_the_centroid_file_inside_a_checkpoint_is_used_whole(tmp_path):
     path = _ckpt(tmp_path, centroids_fitted=True, centroid_file=inside.to_payload())
     fitted = load_centroids(
         WatermarkSettings.from_dict(
-            {"model": {"checkpoint": str(path)}, "mark": {"whiten": 4}, "key": "k"}
+            {"model": {"checkpoint": str(path)}, "mark": {"remove_components": 4}, "key": "k"}
         )
     )
     assert fitted.encoder == str(path) and torch.equal(fitted.mean, inside.mean)
@@ -83,6 +83,6 @@ def test_the_centroid_file_inside_a_checkpoint_is_used_whole(tmp_path):
     with pytest.raises(IncompleteCentroidsError, match="5 principal components.*holds 4"):
         load_centroids(
             WatermarkSettings.from_dict(
-                {"model": {"checkpoint": str(path)}, "mark": {"whiten": 5}, "key": "k"}
+                {"model": {"checkpoint": str(path)}, "mark": {"remove_components": 5}, "key": "k"}
             )
         )

@@ -82,9 +82,9 @@ def test_another_kind_of_mark_replaces_the_mark_whole(tmp_path):
     region = tmp_path / "region.yaml"
     region.write_text("mark: {kind: region, gamma: 0.5}\n")
     direction = tmp_path / "direction.yaml"
-    direction.write_text("mark: {kind: direction, whiten: 3}\n")
+    direction.write_text("mark: {kind: direction, remove_components: 3}\n")
     settings = _parse(["detect", "--config", str(region), "--config", str(direction)])
-    assert settings.kwargs["settings"].mark.whiten == 3
+    assert settings.kwargs["settings"].mark.remove_components == 3
     flagged = _parse(["detect", "--config", str(direction), "--mark.kind", "region"])
     assert flagged.kwargs["settings"].mark == RegionSettings()
     with pytest.raises(CommandLineError, match="mark.gamma"):

@@ -145,9 +145,9 @@ def _close(got: dict, want: dict, rel: float) -> None:
 
 
 MARKS = {
-    "direction": {"mark": {"whiten": 2}},
+    "direction": {"mark": {"remove_components": 2}},
     "direction-previous": {
-        "mark": {"whiten": 2, "context": "previous", "context_temperature": 0.0}
+        "mark": {"remove_components": 2, "context": "previous", "context_temperature": 0.0}
     },
     "region": {"mark": {"kind": "region", "gamma": 0.25}, "search": {"margin": 0.0}},
 }

@@ -285,7 +285,7 @@ def test_fewer_than_two_regions_is_refused(tmp_path):
             WatermarkSettings.from_dict(
                 {
                     "partition": {"centroids": str(one)},
-                    "mark": {"whiten": 0},
+                    "mark": {"remove_components": 0},
                     "key": "k",
                 }
             ),

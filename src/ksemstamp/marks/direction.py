@@ -2,7 +2,7 @@
 
 Key material: ``K`` directions with independent standard normal components
 (``scheme.keyed.keyed_directions``). What is scored of a unit is its processed vector (``vectors``:
-the domain mean removed, ``whiten`` principal components projected out, unit length), and the
+the domain mean removed, ``remove_components`` principal components projected out, unit length), and the
 direction it meets is the blend of the key's directions that its *context* gives
 (``context_weights``): its own embedding's soft weights over the regions (``context: own``) or
 the unit before it (``previous``). A text's score sum over random keys is exactly normal
@@ -85,10 +85,10 @@ class DirectionMark(Mark):
         self.center = scheme.center
         self.basis = None
         components = scheme.components
-        if components is not None and settings.whiten and len(components):
+        if components is not None and settings.remove_components and len(components):
             # Orthonormal rows, so the projection is v - (v C^T) C; factored on the CPU, so that
             # every device scores on the same components.
-            picked = components[: settings.whiten].float().cpu()
+            picked = components[: settings.remove_components].float().cpu()
             self.basis = torch.linalg.qr(picked.T).Q.T.contiguous().to(scheme.device)
         self.threshold = math.inf if search.threshold is None else float(search.threshold)
         self.prune: PruneRule | None = prune_rule(search)
@@ -107,7 +107,7 @@ class DirectionMark(Mark):
 
     # ------------------------------------------------------------------ scoring
     def vectors(self, emb: Tensor) -> Tensor:
-        """``(N, D)`` what is scored: embeddings minus the domain mean, with the ``whiten``
+        """``(N, D)`` what is scored: embeddings minus the domain mean, with the ``remove_components``
         principal components projected out, unit norm (key-free)."""
         emb = emb.float()
         if self.center is not None:

@@ -18,8 +18,8 @@ def describe_direction(mark: Any, scan: bool = False) -> dict[str, Any]:
         if mark.temperature
         else "hard contexts (the context's region)"
     )
-    whiten = 0 if mark.basis is None else len(mark.basis)
-    removed = f", {whiten} principal components projected out" if whiten else ""
+    components = 0 if mark.basis is None else len(mark.basis)
+    removed = f", {components} principal components projected out" if components else ""
     windowed = "; p-values include the windowed scan" if scan else ""
     statistic = (
         "direction statistic: z of the summed projections on the key's directions, exactly "
@@ -61,7 +61,7 @@ def describe_direction(mark: Any, scan: bool = False) -> dict[str, Any]:
         "settings": {
             "context": mark.context,
             "context_temperature": mark.temperature,
-            "whiten": whiten,
+            "remove_components": components,
             "scan": scan,
         },
     }

@@ -12,7 +12,7 @@ A centroid file is a ``torch.save`` dict of tensors and plain types (loadable wi
                          (the ``direction`` mark scores embeddings minus this)
     components           (M, D) float32, the top M = min(128, D) principal directions of those
                          centred embeddings, largest first (the ``direction`` mark projects the
-                         first ``whiten`` of them out of what it scores)
+                         first ``mark.remove_components`` of them out of what it scores)
     settings             dict: k, seed, num_sentences, num_documents, source (where the
                          sentences came from)
 

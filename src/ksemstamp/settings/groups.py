@@ -90,7 +90,7 @@ class PartitionSettings:
     """Centroid file of ``kmeans``; ``None``: the shipped K = 64 file of the default encoder
     (``configs/ksemstamp-paper.yaml`` names the shipped K = 8 file, the paper's). Fit one with
     ``ksemstamp centroids``. The file also carries the domain's mean and principal components
-    (``mark.whiten``), and the encoder's low-rank adapter when training made one."""
+    (``mark.remove_components``), and the encoder's low-rank adapter when training made one."""
     lsh_bits: Annotated[int, Range(1, 12)] = 3
     """``lsh``: hyperplanes ``d`` (``2**d`` regions, at most 4,096; paper: 3)."""
     lsh_seed: Annotated[int, SEED] = 0

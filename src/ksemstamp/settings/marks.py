@@ -62,7 +62,7 @@ class DirectionSettings:
     paraphrase across a border changes the direction a little, not entirely (``scheme``; the
     default's measurement: docs/design.md, "Constants measured once"). Under
     ``partition.kind: lsh`` (no centroids) it is ``0``."""
-    whiten: Annotated[int, Range(0, 4096)] = 64
+    remove_components: Annotated[int, Range(0, 4096)] = 64
     """With centroids: this many of the domain's top principal components (stored in the
     centroid file) are projected out of what is scored. Sentences on one topic share those
     components, so without them a text's scores under one key move together (the default's
@@ -85,9 +85,9 @@ class DirectionSettings:
         return 0.0
 
     def domain_needs(self) -> dict[str, Any]:
-        """What the mark needs of a centroid file: the domain's mean and ``whiten``
+        """What the mark needs of a centroid file: the domain's mean and ``remove_components``
         principal components."""
-        return {"mean": True, "components": self.whiten}
+        return {"mean": True, "components": self.remove_components}
 
     def splitting(self) -> tuple[str, int]:
         """The units text is cut into, and the fewest words a clause holds (``units``,

@@ -64,6 +64,7 @@ MOVED = {
     "mark.novelty_patience": "search.novelty_patience",
     "mark.margin_patience": "search.margin_patience",
     "mark.margin": "search.margin",
+    "mark.whiten": "mark.remove_components",
 }
 """Settings of earlier versions that moved, and where they are now (a file naming one is told)."""
 
