@@ -19,9 +19,9 @@ PROMPT = (
 SHORT = "Scientists found water on the moon."
 
 
-def draw(engine, prefixes, rows, judge, generator=None, contexts=None, heads=None, pruner=None):
+def draw(engine, prefixes, rows, judge, generator=None, last_units=None, heads=None, pruner=None):
     """One round of ``engine`` through ``draw.draw_round``."""
-    request = RoundRequest.of(prefixes, rows, generator, contexts, heads)
+    request = RoundRequest.of(prefixes, rows, generator, last_units, heads)
     return draw_round(engine, request, judge, pruner)
 
 

@@ -204,7 +204,10 @@ def test_a_mark_has_only_its_own_fields():
         WatermarkSettings.from_dict({"mark": {"gamma": 0.3}})
     region = WatermarkSettings.from_dict({"mark": {"kind": "region", "gamma": 0.5}})
     assert isinstance(region.mark, RegionSettings) and region.mark.gamma == 0.5
-    assert region.to_dict()["mark"]["kind"] == "region" and "remove_components" not in region.to_dict()["mark"]
+    assert (
+        region.to_dict()["mark"]["kind"] == "region"
+        and "remove_components" not in region.to_dict()["mark"]
+    )
     with pytest.raises(SettingsError, match="'paper' is not a statistic of the direction mark"):
         WatermarkSettings(
             detection=dataclasses.replace(WatermarkSettings().detection, statistic="paper")
@@ -239,7 +242,9 @@ def test_the_key_is_never_in_a_dict_or_repr():
 def test_layers_merge_field_by_field_and_another_kind_replaces_the_mark():
     base = WatermarkSettings().to_dict()
     direction = merge(base, {"mark": {"context": "previous"}, "search": {"max_candidates": 7}})
-    assert direction["mark"]["context"] == "previous" and direction["mark"]["remove_components"] == 64
+    assert (
+        direction["mark"]["context"] == "previous" and direction["mark"]["remove_components"] == 64
+    )
     assert direction["search"]["max_candidates"] == 7 and direction["search"]["prune_keep"] == 12
     region = merge(direction, {"mark": {"kind": "region", "gamma": 0.5}})
     assert region["mark"] == {"kind": "region", "gamma": 0.5}

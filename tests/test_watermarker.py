@@ -35,7 +35,7 @@ class ScriptedEngine:
         self.calls.append(
             {
                 "prefixes": request.prefixes,
-                "contexts": request.contexts,
+                "last_units": request.last_units,
                 "heads": request.heads,
                 "bias": request.bias,
             }
@@ -385,8 +385,8 @@ def test_a_prompt_ending_mid_sentence_is_completed_then_seeds(hash_encoder):
     # one unwatermarked row per completion draw; the head is the open sentence, after its context
     assert sampler.rounds == [[1], [1], [2]]
     assert sampler.calls[0]["heads"] == [" The council met on"]
-    assert sampler.calls[0]["contexts"] == ["The storm hit the coast."]
-    assert sampler.calls[2]["heads"] == [""] and sampler.calls[2]["contexts"] == [straddling]
+    assert sampler.calls[0]["last_units"] == ["The storm hit the coast."]
+    assert sampler.calls[2]["heads"] == [""] and sampler.calls[2]["last_units"] == [straddling]
     # detection with the prompt cuts the same sentences: the straddling one seeds
     found = _detector(scheme).detect(res.text, prompt)
     assert found.seed_sentence == straddling and found.seed_region == seed
@@ -416,7 +416,7 @@ def test_an_empty_prompt_is_seeded_by_the_keyed_start_value(hash_encoder):
         res = wm.generate([prompt])[0]
         assert res.status == "ok" and res.text == good and res.completion is None
         assert res.sentences[0].rejected["region"] == 1 and res.prompt_for_detection == prompt
-        assert sampler.calls[0]["contexts"] == [""]
+        assert sampler.calls[0]["last_units"] == [""]
     # no prompt sentence seeds the answer: detection scores from its second sentence on
     assert _detector(scheme).detect(good + " " + bad, "").verdicts[0] == "seed"
 
@@ -460,7 +460,7 @@ def test_a_lone_surrogate_in_a_prompt_is_dropped_not_raised_on(hash_encoder):
     wm = _watermarker(scheme, sampler, candidate_batch=1, adaptive_batch=False, max_new_tokens=5)
     res = wm.generate([prompt])[0]
     assert res.status == "ok" and res.text == good
-    assert sampler.calls[0]["contexts"] == ["The storm hit the coast."]
+    assert sampler.calls[0]["last_units"] == ["The storm hit the coast."]
     assert "\ud800" not in res.prompt_for_detection
 
 

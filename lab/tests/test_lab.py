@@ -67,11 +67,16 @@ def _summary(name, candidates, temperature, clean, attacked, perplexity, seconds
     }
 
 
+def _steered(summary: dict, steer: float) -> dict:
+    summary["settings"]["search"]["steer"] = steer
+    return summary
+
+
 def test_the_curve_is_a_table_a_file_and_a_plot(tmp_path, monkeypatch):
     monkeypatch.setattr(curve, "RUNS", tmp_path)
     for summary in (
         _summary("c32", 32, 0.7, 1.0, 0.75, 18.0, 0.2),
-        _summary("c128", 128, 0.7, 1.0, 0.9, 17.5, 0.5),
+        _steered(_summary("c128", 128, 0.7, 1.0, 0.9, 17.5, 0.5), 0.5),
         {**_summary("plain", 1, 0.7, 0.0, 0.0, 17.0, 0.1), "watermarked": False},
     ):
         folder = tmp_path / f"check-{summary['name']}"
@@ -80,12 +85,16 @@ def test_the_curve_is_a_table_a_file_and_a_plot(tmp_path, monkeypatch):
     out = tmp_path / "curve"
     assert curve.curve(["c32", "c128"], str(out), plain="plain") == 0
     table = (out / "curve.md").read_text()
-    assert "| c128 | 128 | 12 | 0.7 | 12 | 1.00 (1.00), z 6.0 | 0.90 (0.50), z 3.0 |" in table
+    assert "| c32 | 32 | 12 | 0.0 | 0.7 | 12 |" in table
+    assert "| c128 | 128 | 12 | 0.5 | 0.7 | 12 | 1.00 (1.00), z 6.0 | 0.90 (0.50), z 3.0 |" in table
     assert "| 0.75 (0.50) | 17.5 | 1.03 [1.03, 1.03] | 85.3 | 5.0x |" in table
     assert "median perplexity 17.0" in table
     data = json.loads((out / "curve.json").read_text())
     assert [r["name"] for r in data["rows"]] == ["c32", "c128"]
     assert (out / "curve.png").stat().st_size > 0
+    by_steer = tmp_path / "by-steer"
+    assert curve.curve(["c32", "c128"], str(by_steer), plain="plain", by="steer") == 0
+    assert (by_steer / "curve.png").stat().st_size > 0
     with pytest.raises(FileNotFoundError, match="python -m lab check"):
         curve.curve(["missing"], str(out))
 

@@ -263,7 +263,7 @@ class _BatchedRound:
             if (check[r] or live.broke[r]) and (live.punct[r] or eos_rows[r] or newline[r]):
                 g = live.group[r]
                 seen_ids = tokens if eos_rows[r] else tokens + [tok]
-                text = engine.unit(request.contexts[g], seen_ids, eos_rows[r], request.heads[g])
+                text = engine.unit(request.last_units[g], seen_ids, eos_rows[r], request.heads[g])
             if text is None and not eos_rows[r]:
                 tokens.append(tok)
                 live.punct[r] = live.punct[r] or bool(engine.has_terminal[tok])

@@ -106,9 +106,9 @@ class RoundRequest:
         rows: candidate rows per group (each >= 1).
         generator: one generator for all rows, or one per group (a document's text then depends
             on nothing else in its batch), or ``None`` (torch's global one).
-        contexts: each prefix's last unit: a row's unit ends where detection, splitting the
-            context and the row's text, ends it; a row that would merge into the context is an
-            empty (never accepted) candidate.
+        last_units: each prefix's last unit: a row's unit ends where detection, splitting that
+            unit and the row's text, ends it; a row that would merge into it is an empty (never
+            accepted) candidate.
         heads: the start of an unfinished sentence ending each prefix (with the whitespace
             before it), or ``""``: rows then complete the head's sentence and the candidate is
             the whole sentence, head included.
@@ -119,7 +119,7 @@ class RoundRequest:
     prefixes: list[str]
     rows: list[int]
     generator: torch.Generator | Sequence[torch.Generator] | None
-    contexts: list[str]
+    last_units: list[str]
     heads: list[str]
     bias: torch.Tensor | None = None
 
@@ -129,12 +129,12 @@ class RoundRequest:
         prefixes: Sequence[str],
         rows: Sequence[int],
         generator: torch.Generator | Sequence[torch.Generator] | None = None,
-        contexts: Sequence[str] | None = None,
+        last_units: Sequence[str] | None = None,
         heads: Sequence[str] | None = None,
         bias: torch.Tensor | None = None,
     ) -> RoundRequest:
-        """The request, or ``ValueError`` naming what does not fit (contexts and heads: empty
-        ones when none are given)."""
+        """The request, or ``ValueError`` naming what does not fit (last units and heads:
+        empty ones when none are given)."""
         if bias is not None and (bias.ndim != 2 or len(bias) != len(prefixes)):
             raise ValueError("need one row of logit bias per prefix")
         if isinstance(generator, Sequence) and len(generator) != len(prefixes):
@@ -143,7 +143,7 @@ class RoundRequest:
             raise ValueError("need one row count per prefix, and at least one prefix")
         if any(n < 1 for n in rows):
             raise ValueError(f"every group needs at least one row, got {list(rows)}")
-        for name, given in (("context", contexts), ("head", heads)):
+        for name, given in (("last unit", last_units), ("head", heads)):
             if given is not None and len(given) != len(prefixes):
                 raise ValueError(f"need one {name} (or '') per prefix")
         empty = [""] * len(prefixes)
@@ -151,7 +151,7 @@ class RoundRequest:
             list(prefixes),
             list(rows),
             generator,
-            list(contexts) if contexts is not None else empty,
+            list(last_units) if last_units is not None else empty,
             list(heads) if heads is not None else empty,
             bias,
         )

@@ -206,7 +206,7 @@ class _SequentialRound:
         tokens = engine.extend(r.prefixes[g], r.generator_of(g), start, limit, self.bias[place])
         self.tokens[place] = tokens
         final = len(tokens) < limit or limit == engine.max_unit_tokens
-        return engine.finished(place, tokens, r.contexts[g], r.heads[g], final)
+        return engine.finished(place, tokens, r.last_units[g], r.heads[g], final)
 
     def partial_texts(self, rows: Sequence[Place]) -> list[str]:
         decode = self.engine.tokenizer.decode
