@@ -9,8 +9,9 @@ from ksemstamp.experimental import main
 
 from .check import check
 from .curve import compare, curve
+from .leakage import leakage
 
-COMMANDS = {"check": check, "compare": compare, "curve": curve}
+COMMANDS = {"check": check, "compare": compare, "curve": curve, "leakage": leakage}
 CHECK_DEFAULTS = Path(__file__).with_name("check.yaml")
 """The check's settings under the command line's (``--config`` files and flags win)."""
 

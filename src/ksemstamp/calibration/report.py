@@ -57,6 +57,9 @@ def _head(result: dict[str, Any]) -> list[str]:
         + "; "
         + ", ".join(f"{k} `{v}`" for k, v in _dotted(result.get("settings", {})))
         + ".",
+        "Generation's settings (`search`, `sampling`: candidates, pruning, steering) do not enter",
+        "these figures: a human text is scored without them, so the figures hold for every",
+        "profile with this mark, encoder and partition.",
         f"Run time {result['seconds']:.0f} s.",
         "",
         "## Headline",
