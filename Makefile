@@ -226,6 +226,13 @@ results-steering: setup
 		runs/lab/check-$$name/; } || exit 1; done
 	$(LAB) curve --names c032k12,s025,s050,s100,w050,w075,w050c24,c128k32 --plain plain12 \
 		--by steer --output docs/evaluation/steering
+	$(LAB) check --run.name plain24 --run.prompts 24 --run.plain true
+	$(LAB) check --run.name d24 --run.prompts 24 && \
+		$(LAB) check --run.name d24 --run.prompts 24 --run.attack rewrite && \
+		$(LAB) check --run.name d24 --run.prompts 24 --run.stage edits
+	$(LAB) curve --names d24 --plain plain24 --output docs/evaluation/steering/d24
+	$(LAB) leakage --names plain24,c032k12,w050,w075 \
+		--output docs/evaluation/steering/leakage
 
 # Long: the benchmark of record (half an hour to an hour), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup

@@ -115,8 +115,8 @@ def test_text_mode_and_settings(tmp_path, capsys):
     assert main(["detect", "--text", "One sentence. Two sentences. Three.", "--quiet"]) == 0
     assert "z =" in capsys.readouterr().out
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("mark: {kind: region, gamma: 0.5, margin: 0.01}\n")
-    assert main(["detect", "--config", str(cfg), "--mark.margin", "0.02", "--print_config"]) == 0
+    cfg.write_text("mark: {kind: region, gamma: 0.5}\nsearch: {margin: 0.01}\n")
+    assert main(["detect", "--config", str(cfg), "--search.margin", "0.02", "--print_config"]) == 0
     printed = capsys.readouterr().out
     assert "gamma: 0.5" in printed and "margin: 0.02" in printed and "\nkey:" not in printed
     with pytest.raises(SystemExit):

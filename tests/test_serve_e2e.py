@@ -47,7 +47,7 @@ def marked_text(app) -> str:
     its own context (the default) or after the previous one's region (``context: previous``):
     the direction mark's rule with a corpus in place of the LM."""
     scheme = app.state.detector.scheme
-    assert scheme.mark == "direction"
+    assert scheme.settings.kind == "direction"
     pool = [
         s
         for a in news_articles("test")[:40]

@@ -56,7 +56,9 @@ def token_vectors(
     if cache is not None:
         path = Path(cache) / f"{_cache_key(pieces, scheme, mark)}.pt"
         if path.exists():
-            return torch.load(path, map_location=scheme.device, weights_only=True).float()
+            # Read on the CPU, then moved: any device the scheme is on, as a tensor made there.
+            table = torch.load(path, map_location="cpu", weights_only=True)
+            return table.to(scheme.device).float()
     from tqdm.auto import tqdm
 
     logger.info(

@@ -178,7 +178,9 @@ def text_gains(
         if total is None or score_sum <= 0:
             continue
         variance = float((total**2).sum())
-        overlap = contexts[r].double() @ total @ vectors[r].double()
+        # a^T E u, as E^T a first (what ``a @ E`` computes, bit for bit), spelled as a
+        # matrix-vector product so that every backend reads it alike.
+        overlap = torch.mv(total.T, contexts[r].double()) @ vectors[r].double()
         gains[r] -= score_sum / variance * overlap
     return gains
 
