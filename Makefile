@@ -231,12 +231,14 @@ results-steering: setup
 		$(LAB) check --run.name d24 --run.prompts 24 --run.attack rewrite && \
 		$(LAB) check --run.name d24 --run.prompts 24 --run.stage edits
 	$(LAB) curve --names d24 --plain plain24 --output docs/evaluation/steering/d24
+	for name in d24 plain24; do mkdir -p docs/evaluation/steering/$$name && \
+		cp runs/lab/check-$$name/summary.json docs/evaluation/steering/$$name/ || exit 1; done
 	$(LAB) leakage --names plain24,c032k12,w050,w075 \
 		--output docs/evaluation/steering/leakage
 
-# Long: the benchmark of record (half an hour to an hour), benchmarks/results/latest.{json,md}.
+# Long: the benchmark of record (about 20 minutes), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup
-	$(PY) -m benchmarks bench --generation.prompts 20 --generation.max_new_tokens 200 \
+	$(PY) -m benchmarks bench --generation.prompts 12 --generation.max_new_tokens 200 \
 		--generation.time_budget 1800 --generation.sequential_sentences 4 \
 		--generation.sequential_budget 300 --sections generation,detection
 

@@ -211,13 +211,15 @@ def attack(out: Path, name: str, generations: list[dict], device: str) -> None:
         append(path, rows)
 
 
-def perplexity(out: Path, generations: list[dict], device: str) -> dict[str, dict]:
+def perplexity(
+    out: Path, generations: list[dict], device: str, compute: bool = True
+) -> dict[str, dict]:
     """The evaluation's oracle's perplexity of every text given its prompt, kept in
-    ``perplexity.jsonl``."""
+    ``perplexity.jsonl`` (``compute=False``: only what that file holds, the oracle not loaded)."""
     path = out / "perplexity.jsonl"
     scored = {r["id"]: r for r in read_jsonl(path)} if path.exists() else {}
     todo = [g for g in generations if g["id"] not in scored]
-    if todo:
+    if todo and compute:
         oracle = Oracle(*load_lm("gemma3-270m", device))
         rows = oracle.score([g["prompt"] for g in todo], [g["text"] for g in todo])
         append(
@@ -368,7 +370,8 @@ def check(settings: WatermarkSettings, run: CheckSettings) -> int:
         for _, _, file, variant in ATTACKS.values()
         if (out / file).exists()
     }
-    scored = perplexity(out, generations, device) if run.stage in ("all", "attack") else {}
+    # A later stage (edits) keeps the perplexities an earlier one scored in the summary.
+    scored = perplexity(out, generations, device, compute=run.stage in ("all", "attack"))
     tokens = max(1, sum(g["num_tokens"] for g in generations))
     summary = {
         "name": run.name,

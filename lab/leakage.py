@@ -10,8 +10,8 @@ that estimate from each key's texts and reports its cosine to the key's true dir
 over the regions by the weight the texts put on each (0 is a guess, 1 the key itself). The
 unwatermarked check is the estimate's null: what the same number of unmarked units gives.
 
-Beside it, per text: the mean score of its units on the true directions (the evidence the
-estimate feeds on), the share of its word 3-grams that repeat an earlier one, and its distinct
+Beside it, per text: the mean score of its units on the true directions (in the null's standard
+deviations: the evidence the estimate feeds on), the share of its word 3-grams that repeat an earlier one, and its distinct
 word 2-grams over all of them (lower: more repetitive).
 """
 
@@ -37,9 +37,10 @@ def estimate_directions(vectors: torch.Tensor, weights: torch.Tensor) -> torch.T
 
 
 def alignment(estimated: torch.Tensor, true: torch.Tensor, mass: torch.Tensor) -> float:
-    """The mean cosine of ``estimated`` to ``true`` directions over the regions, weighted by
-    ``mass`` (the context weight the units put on each region)."""
-    cosines = (estimated.double() * true.double()).sum(dim=-1)
+    """The mean cosine of ``estimated`` to ``true`` directions (any norm) over the regions,
+    weighted by ``mass`` (the context weight the units put on each region)."""
+    true = torch.nn.functional.normalize(true.double(), dim=-1)
+    cosines = (estimated.double() * true).sum(dim=-1)
     mass = mass.double()
     return float((cosines * mass).sum() / mass.sum())
 

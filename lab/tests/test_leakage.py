@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from lab.leakage import alignment, estimate_directions, repetition
@@ -36,6 +37,8 @@ def test_a_region_no_unit_weighs_counts_for_nothing():
     assert torch.all(estimated[3] == 0)
     mass = weights.sum(dim=0)
     assert alignment(estimated, true, mass) > 0.9
+    # The true directions' norm does not matter (the key's are Gaussian, of norm ~sqrt(D)).
+    assert alignment(estimated, 20 * true, mass) == pytest.approx(alignment(estimated, true, mass))
 
 
 def test_repetition_counts_repeated_trigrams_and_distinct_bigrams():
