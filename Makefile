@@ -229,6 +229,7 @@ results-steering: setup
 	$(LAB) check --run.name plain24 --run.prompts 24 --run.plain true
 	$(LAB) check --run.name d24 --run.prompts 24 && \
 		$(LAB) check --run.name d24 --run.prompts 24 --run.attack rewrite && \
+		$(LAB) check --run.name d24 --run.prompts 24 --run.attack recursive && \
 		$(LAB) check --run.name d24 --run.prompts 24 --run.stage edits
 	$(LAB) curve --names d24 --plain plain24 --output docs/evaluation/steering/d24
 	for name in d24 plain24; do mkdir -p docs/evaluation/steering/$$name && \
