@@ -42,17 +42,9 @@ from .engine import Finished, Place, RoundRequest, Step
 from .kvcache import CopiedCacheDecoder, PrefixStore, SharedPrefixDecoder, shared_prefix_attention
 
 
-class BatchedEngine:
+class BatchedEngine(hf.LMEngine):
     """Samples candidate units from a causal LM, many rows at a time (an ``engine.Engine``).
-
-    Args:
-        model: a Hugging Face causal LM (``forward`` with ``cache``).
-        tokenizer: its tokenizer (only read).
-        splitter: the sentence splitter shared with detection.
-        config: the sampling settings (``None``: their defaults).
-        suppress_eos: the LM never ends its text (a unit ends at the splitter's end, the text
-            at ``max_new_tokens``).
-    """
+    Its arguments are ``hf.LMEngine``'s; the model must run ``forward`` with a cache."""
 
     def __init__(
         self,
@@ -62,16 +54,7 @@ class BatchedEngine:
         config: SamplingSettings | None = None,
         suppress_eos: bool = True,
     ) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.splitter = splitter
-        self.config = config or SamplingSettings()
-        self.suppress_eos = suppress_eos
-        self.device = next(model.parameters()).device
-        self.eos_ids = hf.eos_ids(tokenizer)
-        self.context_length = hf.context_length(model)
-        self.max_unit_tokens = self.config.max_sentence_tokens
-        self.vocab_size = hf.vocab_size(model)
+        super().__init__(model, tokenizer, splitter, config, suppress_eos)
         self.prefixes = PrefixStore(model, tokenizer, self.device)
         pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
         terminals = splitter.terminals
@@ -87,13 +70,6 @@ class BatchedEngine:
         # A paragraph break after a sentence ends it, so a row is checked on the token that
         # writes a line break, without waiting for the next word.
         self.has_newline = has_newline.to(self.device)
-
-    @classmethod
-    def from_settings(cls, settings: Any, splitter: PunktSplitter, lm: Any = None) -> BatchedEngine:
-        """The engine of ``settings`` (``WatermarkSettings``) over ``lm``: a loaded
-        ``(model, tokenizer)``, used as it is, or a name (default: ``model.lm``)."""
-        model, tokenizer = hf.load(lm, settings.model)
-        return cls(model, tokenizer, splitter, settings.sampling)
 
     @torch.inference_mode()
     def open(self, request: RoundRequest) -> _BatchedRound:

@@ -1,6 +1,7 @@
 """What both Hugging Face engines (``batched``, ``sequential``) read of a causal LM and its
 tokenizer, without changing either: end-of-sequence and pad ids, the context length, the
-vocabulary's size, and the whitespace a candidate starts with."""
+vocabulary's size, and the whitespace a candidate starts with; ``LMEngine``, what both engines
+hold of it."""
 
 from __future__ import annotations
 
@@ -54,3 +55,45 @@ def separator(raw: str) -> str:
     space."""
     lead = raw[: len(raw) - len(raw.lstrip())]
     return "\n" * lead.count("\n") if "\n" in lead else " "
+
+
+class LMEngine:
+    """The fields both Hugging Face engines hold: the model and tokenizer (only read), the
+    splitter, the sampling settings and what they read of the LM once.
+
+    Args:
+        model: a Hugging Face causal LM.
+        tokenizer: its tokenizer (only read).
+        splitter: the sentence splitter shared with detection.
+        config: the sampling settings (``None``: their defaults).
+        suppress_eos: the LM never ends its text (a unit ends at the splitter's end, the text
+            at ``max_new_tokens``).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        splitter: Any,
+        config: Any = None,
+        suppress_eos: bool = True,
+    ) -> None:
+        from ..settings.groups import SamplingSettings
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.splitter = splitter
+        self.config = config or SamplingSettings()
+        self.suppress_eos = suppress_eos
+        self.device = next(model.parameters()).device
+        self.eos_ids = eos_ids(tokenizer)
+        self.context_length = context_length(model)
+        self.max_unit_tokens = self.config.max_sentence_tokens
+        self.vocab_size = vocab_size(model)
+
+    @classmethod
+    def from_settings(cls, settings: Any, splitter: Any, lm: Any = None):
+        """The engine of ``settings`` (``WatermarkSettings``) over ``lm``: a loaded
+        ``(model, tokenizer)``, used as it is, or a name (default: ``model.lm``)."""
+        model, tokenizer = load(lm, settings.model)
+        return cls(model, tokenizer, splitter, settings.sampling)

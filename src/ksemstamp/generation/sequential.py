@@ -50,7 +50,7 @@ class _AddBias:
         return scores + self.bias.to(scores.device, scores.dtype)
 
 
-class SequentialEngine:
+class SequentialEngine(hf.LMEngine):
     """One candidate per ``model.generate`` call: the reference implementation's way.
 
     A baseline for benchmarks, selected with ``sampling.engine: sequential``. Each candidate
@@ -65,14 +65,7 @@ class SequentialEngine:
 
     Sentences are cut with the same rule as ``BatchedEngine`` (``splitter.next_sentence`` on the
     previous unit plus the continuation), so both engines yield the same kind of candidates;
-    only the cost differs.
-
-    Args:
-        model: a Hugging Face causal LM.
-        tokenizer: its tokenizer (only read).
-        splitter: the sentence splitter shared with detection.
-        config: the sampling settings (``None``: their defaults).
-        suppress_eos: the LM never ends its text.
+    only the cost differs. Its arguments are ``hf.LMEngine``'s.
     """
 
     def __init__(
@@ -85,15 +78,8 @@ class SequentialEngine:
     ) -> None:
         from transformers import GenerationConfig
 
-        self.model = model
-        self.tokenizer = tokenizer
-        self.splitter = splitter
-        self.config = cfg = config or SamplingSettings()
-        self.device = next(model.parameters()).device
-        self.eos_ids = hf.eos_ids(tokenizer)
-        self.context_length = hf.context_length(model)
-        self.max_unit_tokens = cfg.max_sentence_tokens
-        self.vocab_size = hf.vocab_size(model)
+        super().__init__(model, tokenizer, splitter, config, suppress_eos)
+        cfg = self.config
         self.generation_config = GenerationConfig(
             do_sample=True,
             temperature=cfg.temperature,
@@ -105,15 +91,6 @@ class SequentialEngine:
             eos_token_id=self.eos_ids or None,
             pad_token_id=hf.pad_id(tokenizer),
         )
-
-    @classmethod
-    def from_settings(
-        cls, settings: Any, splitter: PunktSplitter, lm: Any = None
-    ) -> SequentialEngine:
-        """The engine of ``settings`` (``WatermarkSettings``) over ``lm``: a loaded
-        ``(model, tokenizer)``, used as it is, or a name (default: ``model.lm``)."""
-        model, tokenizer = hf.load(lm, settings.model)
-        return cls(model, tokenizer, splitter, settings.sampling)
 
     def open(self, request: RoundRequest) -> _SequentialRound:
         """Start the rows of ``request`` (nothing is decoded before ``advance``)."""
