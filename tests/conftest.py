@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import platform
 
 # Pinned outputs (tests/golden) and single-text checks sample from the LM, and a sample can flip
 # on the last bit of a logit. The x86 code paths of ATen, MKL and oneDNN differ between CPUs with
 # and without AVX-512, so the tests run on the AVX2 paths, which every x86-64 CPU of this kind
-# has: the same inputs then give the same texts on either. Set before torch is imported.
-if platform.machine().lower() in ("x86_64", "amd64"):
+# has: the same inputs then give the same texts on either. Set before torch is imported. Not for
+# the vLLM tests (``make test-vllm``): vLLM's CPU kernels need the CPU's own bfloat16 paths.
+VLLM = importlib.util.find_spec("vllm") is not None
+REQUIRE_VLLM = os.environ.get("KSEMSTAMP_REQUIRE_VLLM") == "1"
+if platform.machine().lower() in ("x86_64", "amd64") and not REQUIRE_VLLM:
     os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
     os.environ.setdefault("MKL_CBWR", "AVX2")
     os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
@@ -34,6 +38,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+    # The ``vllm`` tests need vLLM, which lives in a venv of its own (``make setup-vllm``):
+    # elsewhere they are deselected (and counted so), where it is required they must run.
+    if VLLM or REQUIRE_VLLM:
+        return
+    served = [item for item in items if item.get_closest_marker("vllm")]
+    if served:
+        config.hook.pytest_deselected(items=served)
+        items[:] = [item for item in items if not item.get_closest_marker("vllm")]
 
 
 class HashEncoder:

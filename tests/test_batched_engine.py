@@ -40,7 +40,7 @@ def test_logit_processing_matches_transformers(engine):
     from ksemstamp.generation.decoding import sample_rows
 
     gen = torch.Generator().manual_seed(0)
-    vocab = engine.starts_space.shape[0]
+    vocab = engine.vocab_size
     rows = 256
     logits = torch.randn(rows, vocab, generator=gen) * 3
     history = torch.randint(0, vocab, (rows, 40), generator=gen)

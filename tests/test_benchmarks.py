@@ -162,6 +162,7 @@ def test_every_benchmark_is_a_command_and_nothing_else_runs_one():
         "training",
         "throughput",
         "precision",
+        "vllm",
     }
     for name, fn in COMMANDS.items():
         assert fn.__module__ == f"benchmarks.{name}" and fn.__doc__

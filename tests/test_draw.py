@@ -3,9 +3,9 @@
 import torch
 
 from ksemstamp.generation.batched import _segments
+from ksemstamp.generation.cutter import separator as _separator
 from ksemstamp.generation.draw import _resolve
 from ksemstamp.generation.engine import Candidate, GroupResult
-from ksemstamp.generation.hf import separator as _separator
 
 
 def _cand(accepted: bool) -> Candidate:

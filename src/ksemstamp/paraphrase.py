@@ -33,6 +33,8 @@ from typing import Protocol
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from .generation.kvcache import cache_kwarg, output_cache
+
 # Written for this project: short news-style pairs that change both wording and order.
 _FEW_SHOT_EXAMPLES = (
     (
@@ -271,7 +273,7 @@ class LMParaphraser:
             ids = self.tokenizer(self.shots(), return_tensors="pt")["input_ids"]
             ids = ids.to(self.model.device)
             out = self.model(input_ids=ids, use_cache=True)
-            self._shots = (ids, out.cache)
+            self._shots = (ids, output_cache(out))
         return self._shots
 
     def _inputs(self, queries: list[str]) -> dict:
@@ -305,7 +307,7 @@ class LMParaphraser:
                         ],
                         dim=1,
                     ),
-                    "cache": cache,
+                    cache_kwarg(self.model): cache,
                 }
         enc = self.tokenizer([self.shots() + q for q in queries], return_tensors="pt", padding=True)
         return {k: v.to(device) for k, v in enc.items()}

@@ -30,6 +30,9 @@ from ..text.textcheck import printable
 from .console import ARGV, command_line, format_detection, print_err
 from .processors import run_records
 
+SERVED = ("vllm", "openai")
+"""Engines that spread their own work over devices (not ``--parallel.*``)."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -59,6 +62,12 @@ def generate(
     if prompt is not None and input is not None:
         raise ValueError("generate: give --prompt or --input, not both")
     if input:
+        if settings.sampling.engine in SERVED and parallel.requested():
+            raise ValueError(
+                f"generate: --parallel.* starts one process and model per device; with "
+                f"sampling.engine {settings.sampling.engine} the engine spreads its own work "
+                "(--engine.tensor_parallel_size, or a server's replicas: docs/gpu.md)"
+            )
         files = JsonlFiles(input, output, parallel, quiet)
         batch = settings.search.prompt_batch
         return run_records(files, settings, "generate", "prompt", batch, not watermark)

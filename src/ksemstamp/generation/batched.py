@@ -7,18 +7,8 @@ its own tokens. A row stops as soon as it holds one complete unit; rows the call
 the batch, so the step cost shrinks as rows finish. What is kept of the rows (ordered
 acceptance, pruning) is ``draw``'s, between two steps.
 
-Unit ends are detected incrementally. Per vocabulary entry we precompute whether the token
-starts with whitespace and whether it holds a line break. A row is handed to the splitter, with
-its newest token, when that token starts a new word and the text before it contains sentence
-punctuation (the splitter's ``terminals``; the sentence is complete once the next one has
-begun: "... it. The"), or when that token is a line break or the first token after one (a
-paragraph break ends the sentence whatever follows; a single line break decides nothing until
-the next line's first token shows whether it continues the paragraph, as the splitter reads the
-joined text: see ``normalize``). The token that showed the end is not part of the candidate,
-which holds only its unit and the whitespace before it. The next round samples the next unit
-afresh and rejects any candidate that would merge into this one at detection, so the word that
-ended this unit need not be the one that follows it in the text. The text checked is the row's
-own short continuation, never the whole document.
+Where a unit ends is ``cutter.UnitCutter``'s rule (every engine shares it), applied to each
+row's newest token between two steps.
 
 The caller's model and tokenizer are used as they are: the tokenizer is only read, and the
 shared-prefix attention is switched on for a round and off again when it closes.
@@ -37,6 +27,7 @@ from torch import Tensor
 from ..settings.groups import SamplingSettings
 from ..text.splitter import PunktSplitter
 from . import hf
+from .cutter import RowCut, UnitCutter
 from .decoding import sample_rows, warp_logits
 from .engine import Finished, Place, RoundRequest, Step
 from .kvcache import CopiedCacheDecoder, PrefixStore, SharedPrefixDecoder, shared_prefix_attention
@@ -56,20 +47,7 @@ class BatchedEngine(hf.LMEngine):
     ) -> None:
         super().__init__(model, tokenizer, splitter, config, suppress_eos)
         self.prefixes = PrefixStore(model, tokenizer, self.device)
-        pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
-        terminals = splitter.terminals
-        starts_space = torch.zeros(self.vocab_size, dtype=torch.bool)
-        has_terminal = torch.zeros(self.vocab_size, dtype=torch.bool)
-        has_newline = torch.zeros(self.vocab_size, dtype=torch.bool)
-        for i, piece in enumerate(pieces[: self.vocab_size]):
-            starts_space[i] = piece[:1].isspace()
-            has_terminal[i] = any(c in terminals for c in piece)
-            has_newline[i] = "\n" in piece
-        self.starts_space = starts_space.to(self.device)
-        self.has_terminal = has_terminal.to(self.device)
-        # A paragraph break after a sentence ends it, so a row is checked on the token that
-        # writes a line break, without waiting for the next word.
-        self.has_newline = has_newline.to(self.device)
+        self.cutter = UnitCutter(tokenizer, splitter, self.vocab_size, self.max_unit_tokens)
 
     @torch.inference_mode()
     def open(self, request: RoundRequest) -> _BatchedRound:
@@ -107,13 +85,6 @@ class BatchedEngine(hf.LMEngine):
             return sample_rows(probs, generator)
         return torch.cat([sample_rows(probs[a:b], g) for a, b, g in segments])
 
-    def unit(self, context: str, tokens: list[int], final: bool, head: str = "") -> str | None:
-        """The row's unit if it is complete (or ``final``), ``""`` if it can never be one,
-        ``None`` to keep decoding."""
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        sentence, complete = self.splitter.next_sentence(context, head + text, require_end=not head)
-        return sentence if complete or final else None
-
     def is_eos(self, ids: Tensor) -> Tensor:
         """Which of ``ids`` end the LM's text (never, with ``suppress_eos``)."""
         if not self.eos_ids or self.suppress_eos:
@@ -123,24 +94,19 @@ class BatchedEngine(hf.LMEngine):
 
 @dataclass
 class _LiveRows:
-    """The rows a round holds, by position in the batch: their group, their index in it, their
-    tokens so far, whether those hold sentence punctuation, and whether the last one wrote a
-    line break (the next token then starts a line, which shows whether the break joins the
-    lines, see ``normalize``, even without a leading space). Python lists: they are short."""
+    """The rows a round holds, by position in the batch: their group, their index in it, and
+    what the unit cutter knows of them (``cutter.RowCut``). Python lists: they are short."""
 
     group: list[int]
     index: list[int]
-    tokens: list[list[int]]
-    punct: list[bool]
-    broke: list[bool]
+    cuts: list[RowCut]
 
     @classmethod
     def start(cls, rows: Sequence[int]) -> _LiveRows:
         """``rows[g]`` rows for each group ``g``, ordered by group."""
         group = [g for g, n in enumerate(rows) for _ in range(n)]
         index = [i for n in rows for i in range(n)]
-        size = len(group)
-        return cls(group, index, [[] for _ in group], [False] * size, [False] * size)
+        return cls(group, index, [RowCut() for _ in group])
 
     def __len__(self) -> int:
         return len(self.group)
@@ -151,7 +117,7 @@ class _LiveRows:
 
     def keep(self, positions: list[int]) -> None:
         """Keep only the rows at ``positions``, in that order."""
-        for name in ("group", "index", "tokens", "punct", "broke"):
+        for name in ("group", "index", "cuts"):
             values = getattr(self, name)
             setattr(self, name, [values[r] for r in positions])
 
@@ -217,38 +183,20 @@ class _BatchedRound:
         return Step(self._finish(next_ids), self.step)
 
     def _finish(self, next_ids: Tensor) -> list[Finished]:
-        """Give every live row its new token, or finish it.
-
-        A row is checked when its new token is the first token of the next sentence's first
-        word, or a line break (see the module docstring); the token that showed the end is
-        never part of the candidate. A row with no unit end within ``max_sentence_tokens``
-        finishes empty and truncated: not a usable unit (it would leave the document with an
-        unfinished sentence that swallows the next one).
-        """
+        """Give every live row its new token, or finish it (``cutter.UnitCutter.push``)."""
         engine, live, request = self.engine, self.rows, self.request
-        step_is_eos = engine.is_eos(next_ids)
-        newline = engine.has_newline[next_ids]
-        check = (engine.starts_space[next_ids] | newline | step_is_eos).tolist()
-        newline = newline.tolist()
-        eos_rows = step_is_eos.tolist()
+        eos_rows = engine.is_eos(next_ids).tolist()
         finished = []
         for r, tok in enumerate(next_ids.tolist()):
-            text = None
-            trunc = False
-            tokens = live.tokens[r]
-            if (check[r] or live.broke[r]) and (live.punct[r] or eos_rows[r] or newline[r]):
-                g = live.group[r]
-                seen_ids = tokens if eos_rows[r] else tokens + [tok]
-                text = engine.unit(request.last_units[g], seen_ids, eos_rows[r], request.heads[g])
-            if text is None and not eos_rows[r]:
-                tokens.append(tok)
-                live.punct[r] = live.punct[r] or bool(engine.has_terminal[tok])
-                live.broke[r] = newline[r]
-                if len(tokens) < engine.config.max_sentence_tokens:
-                    continue
-                text, trunc = "", True
-            sep = hf.separator(engine.tokenizer.decode(tokens, skip_special_tokens=True))
-            finished.append(Finished(live.place(r), text or "", len(tokens), trunc, sep))
+            g = live.group[r]
+            cut = engine.cutter.push(
+                live.cuts[r], tok, request.last_units[g], request.heads[g], eos_rows[r]
+            )
+            if cut is not None:
+                place = live.place(r)
+                finished.append(
+                    Finished(place, cut.text, cut.num_tokens, cut.truncated, cut.separator)
+                )
         return finished
 
     def _positions(self, rows: Sequence[Place]) -> list[int]:
@@ -258,12 +206,12 @@ class _BatchedRound:
     def partial_texts(self, rows: Sequence[Place]) -> list[str]:
         decode, heads = self.engine.tokenizer.decode, self.request.heads
         return [
-            heads[self.rows.group[r]] + decode(self.rows.tokens[r], skip_special_tokens=True)
+            heads[self.rows.group[r]] + decode(self.rows.cuts[r].tokens, skip_special_tokens=True)
             for r in self._positions(rows)
         ]
 
     def tokens_of(self, row: Place) -> int:
-        return len(self.rows.tokens[self._positions([row])[0]])
+        return len(self.rows.cuts[self._positions([row])[0]].tokens)
 
     @torch.inference_mode()
     def steer(self, rows: Sequence[Place], bias: Tensor) -> None:
@@ -279,9 +227,8 @@ class _BatchedRound:
     def keep(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
         keep = self._positions(rows)
         kept = set(keep)
-        # A row that stops now decoded its tokens and the one sampled at the last step.
         stopped = [
-            (self.rows.place(r), len(self.rows.tokens[r]) + 1)
+            (self.rows.place(r), self.rows.cuts[r].decoded)
             for r in range(len(self.rows))
             if r not in kept
         ]

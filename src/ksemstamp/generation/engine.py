@@ -9,12 +9,14 @@ the caller no longer wants (``Round.keep``). The engine never sees a mark: the c
 (``draw.draw_round``) judges the finished rows, closes a group at its first accepted row and asks
 the mark's ``Pruner`` which running rows go on, between two ``advance`` calls.
 
-Two engines implement it: ``batched.BatchedEngine`` (a Hugging Face causal LM decoding all rows
-of all groups together over a shared-prefix KV cache, the default) and
+Four engines implement it: ``batched.BatchedEngine`` (a Hugging Face causal LM decoding all
+rows of all groups together over a shared-prefix KV cache, the default),
 ``sequential.SequentialEngine`` (one ``generate`` call per candidate, as the reference code: a
-baseline for benchmarks). An engine over another backend (a vLLM or OpenAI-compatible server:
-``n`` samples of one prompt, stop sequences, prefix caching) is one more module with an
-``open`` and a ``Round``, registered with ``settings.groups.register_engine``.
+baseline for benchmarks), and ``stream.StreamEngine`` over a backend that only samples tokens:
+vLLM in process (``vllm_engine``) or an OpenAI-compatible server (``openai_engine``). Where a
+row's unit ends is one rule for all of them (``cutter.UnitCutter``). Another engine is one more
+class with ``open`` and ``from_settings`` (or a ``stream.TokenStreamer``), registered with
+``settings.groups.register_engine``.
 
 Rows are named by their *place* ``(group, index in group)``. Row ``i`` of a group stands for the
 ``i``-th candidate of the sequential algorithm, whatever order the rows finish in.
@@ -28,6 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+
+
+class EngineUnavailable(ConnectionError):
+    """The engine's backend cannot be used: not installed, or a server that is down, refuses,
+    or answers garbage. The command line prints it as one line (status 2); records written
+    before it stay, and rerunning the command resumes."""
+
 
 Place = tuple[int, int]
 """A row of a round: ``(group, index in group)``."""
@@ -251,17 +260,26 @@ class Engine(Protocol):
         """Start a round's rows."""
         ...
 
+    @classmethod
+    def from_settings(cls, settings: Any, splitter: Any, lm: Any = None) -> Engine:
+        """The engine of ``settings`` (``WatermarkSettings``: ``model``, ``sampling`` and, for
+        the served engines, ``engine``) with ``splitter`` (detection's); ``lm``: a loaded model
+        (or backend) to use as it is, or a name instead of ``model.lm``."""
+        ...
+
 
 def engine_class(name: str) -> Any:
     """The engine class ``sampling.engine: name`` selects (``settings.groups.ENGINES``)."""
-    from ..settings.groups import ENGINES
+    from ..settings.groups import ENGINES, load_engine_plugins
 
+    if name not in ENGINES:
+        load_engine_plugins()
     if name not in ENGINES:
         raise ValueError(f"sampling.engine must be one of {sorted(ENGINES)}, got {name!r}")
     target = ENGINES[name]
     if isinstance(target, str):
         module, _, attr = target.partition(":")
         target = getattr(importlib.import_module(module), attr)
-    if not callable(getattr(target, "from_settings", None)):
+    if not callable(getattr(target, "from_settings", None)):  # the one way engines are built
         raise TypeError(f"engine {name!r} ({target!r}) has no from_settings constructor")
     return target

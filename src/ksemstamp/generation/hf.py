@@ -1,6 +1,6 @@
 """What both Hugging Face engines (``batched``, ``sequential``) read of a causal LM and its
 tokenizer, without changing either: end-of-sequence and pad ids, the context length, the
-vocabulary's size, and the whitespace a candidate starts with; ``LMEngine``, what both engines
+vocabulary's size; ``LMEngine``, what both engines
 hold of it."""
 
 from __future__ import annotations
@@ -37,7 +37,11 @@ def pad_id(tokenizer: Any) -> int | None:
 
 def context_length(model: Any) -> int | None:
     """The LM's context length in tokens, when its config says it."""
-    config = getattr(model, "config", None)
+    return config_context_length(getattr(model, "config", None))
+
+
+def config_context_length(config: Any) -> int | None:
+    """The context length in tokens a model config says, if any."""
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
@@ -48,13 +52,6 @@ def context_length(model: Any) -> int | None:
 def vocab_size(model: Any) -> int:
     """Entries of the LM's next-token logits (also for a quantised head)."""
     return model.get_output_embeddings().out_features
-
-
-def separator(raw: str) -> str:
-    """The whitespace to put before a unit: the newlines the model wrote before it, or a
-    space."""
-    lead = raw[: len(raw) - len(raw.lstrip())]
-    return "\n" * lead.count("\n") if "\n" in lead else " "
 
 
 class LMEngine:

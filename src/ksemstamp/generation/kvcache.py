@@ -15,8 +15,9 @@ This module holds what the batched sampler needs for that, apart from sampling i
 * ``CopiedCacheDecoder`` (any other model) copies the prefix cache to every row, left-padded, and
   lets transformers grow it by concatenation at every step, as plain ``generate`` does.
 
-Caches go in and out under transformers' ``cache`` name (5.24 renamed ``past_key_values``, which
-5.40 drops; pyproject.toml requires 5.24 or later for that reason).
+Caches go in and out under transformers' ``cache`` name where the installed release has it (5.24
+renamed ``past_key_values``, which 5.40 drops), else under ``past_key_values``: a vLLM install pins
+an older transformers (``cache_kwarg``, ``output_cache``).
 
 Why the shared layout: a copied cache holds the prefix once per row, which transformers
 concatenates anew at every step and attention reads row by row; copying it to the rows and
@@ -105,6 +106,19 @@ def shared_prefix_attention(model) -> Iterator[bool]:
             model.set_attn_implementation(previous)
 
 
+def cache_kwarg(model) -> str:
+    """The name ``model.forward`` takes its key/value cache by: ``cache`` (transformers 5.24
+    and later), else ``past_key_values``."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def output_cache(out) -> object:
+    """The cache a forward pass returned, under either of transformers' names."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
 # ---------------------------------------------------------------------- prefixes
 
 
@@ -145,6 +159,7 @@ class PrefixStore:
         self.entries: dict[str, Prefix] = {}
         params = inspect.signature(model.forward).parameters
         self._last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self._cache_kwarg = cache_kwarg(model)
 
     def clear(self) -> None:
         self.entries = {}
@@ -186,11 +201,11 @@ class PrefixStore:
         out = self.model(
             input_ids=new,
             position_ids=torch.arange(start, len(ids), device=self.device)[None],
-            cache=cache,
             use_cache=True,
+            **{self._cache_kwarg: cache},
             **self._last_only,
         )
-        return Prefix(ids, out.cache, out.logits[0, -1])
+        return Prefix(ids, output_cache(out), out.logits[0, -1])
 
 
 # ---------------------------------------------------------------------- decoders
@@ -324,10 +339,10 @@ class CopiedCacheDecoder:
             input_ids=next_ids[:, None],
             attention_mask=self.mask,
             position_ids=positions,
-            cache=self.cache,
             use_cache=True,
+            **{cache_kwarg(self.model): self.cache},
         )
-        self.cache = out.cache
+        self.cache = output_cache(out)
         self.steps += 1
         return out.logits[:, -1, :]
 

@@ -17,6 +17,7 @@ from torch import Tensor
 from ..settings.groups import SamplingSettings
 from ..text.splitter import PunktSplitter
 from . import hf
+from .cutter import separator
 from .engine import Finished, Place, RoundRequest, Step
 
 
@@ -147,7 +148,7 @@ class SequentialEngine(hf.LMEngine):
         if not (complete or truncated or final):
             return None
         text = sentence if complete else ""
-        return Finished(place, text, len(tokens), truncated, hf.separator(raw))
+        return Finished(place, text, len(tokens), truncated, separator(raw))
 
 
 class _SequentialRound:

@@ -42,6 +42,20 @@ sentence (``lm``), WordNet substitution (``wordnet``), a seq2seq model's beams (
 and the document-level rewrite of windows of sentences (``lm-rewrite``)."""
 
 
+def load_attack_plugins() -> None:
+    """Register the attacks installed packages offer (``settings.plugins``): an ``AttackKind``,
+    or a builder (which then needs no LM)."""
+    from .plugins import ATTACKS, register_plugins
+
+    def add(point: Any) -> None:
+        if point.name not in ATTACK_KINDS:
+            found = point.load()
+            kind = found if isinstance(found, AttackKind) else AttackKind(point.value)
+            register_attack(point.name, kind)
+
+    register_plugins(ATTACKS, add)
+
+
 def register_attack(name: str, kind: AttackKind) -> None:
     """Make ``paraphraser: name`` build attacks with ``kind``."""
     if not name or not isinstance(name, str):
@@ -108,6 +122,8 @@ class AttackSettings:
         if isinstance(self.window, list):
             object.__setattr__(self, "window", tuple(self.window))
         problems = []
+        if self.paraphraser not in ATTACK_KINDS:
+            load_attack_plugins()
         if self.paraphraser not in ATTACK_KINDS:
             problems.append(
                 f"paraphraser must be one of {sorted(ATTACK_KINDS)}, got {self.paraphraser!r}"

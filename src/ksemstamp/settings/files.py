@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from .groups import MARK_KINDS
+from .marks import load_mark_plugins
 from .watermark import WatermarkSettings, merge
 
 MAX_FILE_BYTES = 1 << 20
@@ -168,6 +169,8 @@ def command_line_layers(
         mark = layer.get("mark")
         if isinstance(mark, dict) and mark.get("kind", kind) != kind:
             kind, start = mark["kind"], n
+    if kind not in MARK_KINDS:
+        load_mark_plugins()
     if kind not in MARK_KINDS:
         raise ValueError(f"mark.kind must be one of {list(MARK_KINDS)}, not {kind!r}")
     if takes_watermark:

@@ -183,9 +183,23 @@ class SearchSettings:
 ENGINES: dict[str, Any] = {
     "batched": "ksemstamp.generation.batched:BatchedEngine",
     "sequential": "ksemstamp.generation.sequential:SequentialEngine",
+    "vllm": "ksemstamp.generation.vllm_engine:VllmEngine",
+    "openai": "ksemstamp.generation.openai_engine:OpenAIEngine",
 }
 """The generation engines ``sampling.engine`` names: ``generation.engine.Engine`` classes (or
 their ``"module:Class"`` paths) with a ``from_settings(settings, splitter, lm)`` constructor."""
+
+
+def load_engine_plugins() -> None:
+    """Register the engines installed packages offer (``settings.plugins``), by their path."""
+    from .plugins import ENGINES as GROUP
+    from .plugins import register_plugins
+
+    def add(point: Any) -> None:
+        if point.name not in ENGINES:
+            register_engine(point.name, point.value)
+
+    register_plugins(GROUP, add)
 
 
 def register_engine(name: str, engine: Any) -> None:
@@ -218,8 +232,10 @@ class SamplingSettings:
     """A candidate with no sentence end within this many tokens is discarded."""
     engine: str = "batched"
     """What samples the candidates (``ENGINES``): ``batched`` (a Hugging Face causal LM, all
-    rows of all documents decoded together over a shared prefix cache) or ``sequential`` (one
-    ``generate`` call per candidate, as the reference code: a baseline for benchmarks)."""
+    rows of all documents decoded together over a shared prefix cache), ``vllm`` (vLLM in this
+    process), ``openai`` (an OpenAI-compatible completions server, such as ``vllm serve``; both
+    set in the ``engine`` group) or ``sequential`` (one ``generate`` call per candidate, as the
+    reference code: a baseline for benchmarks)."""
     seed: Annotated[int, SEED] | None = None
     """Sampling seed. ``None``: every call samples afresh (two users asking the same prompt get
     different texts) and each record carries the seed it drew (``seed``); a number: the same
@@ -234,6 +250,8 @@ class SamplingSettings:
             problems.append(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if not 0 < self.top_p <= 1:
             problems.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.engine not in ENGINES:
+            load_engine_plugins()
         if self.engine not in ENGINES:
             problems.append(f"engine must be one of {sorted(ENGINES)}, got {self.engine!r}")
         check(self, problems)

