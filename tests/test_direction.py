@@ -557,3 +557,67 @@ def test_a_text_far_past_any_threshold_gets_a_positive_p_value_everywhere():
         view = detection_view(result, text, Detector(scheme).mark, alpha=0.01)
         assert view["p_value"] > 0 and view["log10_p_value"] == result.log10_p_value
         assert "probability 0 " not in view["explanation"]
+
+
+def test_p_values_between_the_float_tails_and_the_floor_are_exact():
+    """A text at z 8-40 is reported with its own p-value, not the 1e-300 floor: the weighted
+    test's normal tail is computed through its logarithm (torch's ``ndtr(-z)`` is 0 from z = 8.3
+    in float64), so the combined p-value stays 4 times the smallest of the four tests."""
+    key, regions, dim = "far-key", 16, 256
+    directions = keyed_directions(regions, dim, key)
+    noise = torch.nn.functional.normalize(
+        torch.randn(40, dim, generator=torch.Generator().manual_seed(0)), dim=-1
+    )
+    encoder = _AlignedEncoder(torch.cat([directions, noise]))
+    mark = DirectionSettings(context="own", context_temperature=0.0)
+    scheme = WatermarkScheme(
+        encoder, KMeansPartition(encoder.rows[:regions], margin=0.0), key, get_splitter(), mark
+    )
+    aligned = [f"Point number {i} is made." for i in range(4)]
+    others = [f"Point number {regions + i} is made." for i in range(14)]
+    result = Detector(scheme, scan=True).detect(" ".join(aligned + others))
+    details = result.details
+    assert 8.3 < result.z_score < 37
+    assert result.log10_p_value is None and 1e-300 < result.p_value < 1e-10
+    weighted = details["weighted_p_value"]
+    assert weighted > 1e-300
+    text_p = details["text_p_value"]
+    assert text_p == pytest.approx(normal_sf(result.z_score), rel=1e-9)
+    smallest = min(text_p, details["span_p_value"], details["mixture_p_value"], weighted)
+    assert result.p_value == pytest.approx(4 * smallest, rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_normal_tail_never_underflows_before_float64_does(dtype):
+    from ksemstamp.detection.scan import normal_tail
+
+    z = torch.linspace(0, 37, 149, dtype=dtype)
+    got = normal_tail(z)
+    assert got.dtype == torch.float64
+    for value, tail in zip(z.tolist(), got.tolist(), strict=True):
+        assert tail == pytest.approx(0.5 * math.erfc(value / math.sqrt(2.0)), rel=1e-12)
+
+
+def test_the_region_mark_reports_a_paper_p_value_past_the_normal_tail_s_underflow():
+    """600 units, every transition valid: the paper's z is about 42, where ``normal_sf`` is 0;
+    the p-value is the floor with its exact log10, as for every mark."""
+    from ksemstamp.detection.stats import log_normal_sf
+
+    regions, dim = 8, 32
+    rows = torch.nn.functional.normalize(
+        torch.randn(regions, dim, generator=torch.Generator().manual_seed(3)), dim=-1
+    )
+    encoder = _AlignedEncoder(rows)
+    scheme = WatermarkScheme(
+        encoder, KMeansPartition(rows, margin=0.0), "far-key", get_splitter(), RegionSettings()
+    )
+    table = np.asarray(build_mark(scheme).host_table, dtype=bool)
+    walk = [0]
+    for _ in range(600):
+        walk.append(int(np.flatnonzero(table[walk[-1]])[len(walk) % table[0].sum()]))
+    text = " ".join(f"Point number {r} is made {n} times." for n, r in enumerate(walk))
+    result = Detector(scheme, statistic="paper", scan=False).detect(text)
+    assert result.num_scored == 600 and result.num_valid == 600
+    assert result.z_score > 38.5 and normal_sf(result.z_score) == 0.0
+    assert result.p_value == 1e-300 and result.watermarked
+    assert result.log10_p_value == pytest.approx(log_normal_sf(result.z_score) / math.log(10))

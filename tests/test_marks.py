@@ -16,7 +16,7 @@ from conftest import HashEncoder
 from fastapi.testclient import TestClient
 from test_watermarker import ScriptedEngine
 
-from ksemstamp.detection.stats import normal_sf
+from ksemstamp.detection.stats import log_normal_sf, reported_p
 from ksemstamp.marks import Mark, build_mark
 from ksemstamp.marks.base import plan_result
 from ksemstamp.results import Judgement, too_short
@@ -86,7 +86,7 @@ class OneDirection(Mark):
         out = []
         for u in materials:
             z = sums @ u / np.linalg.norm(sums, axis=1)
-            p = np.array([normal_sf(float(x)) for x in z])
+            p = np.array([reported_p(log_normal_sf(float(x)))[0] for x in z])
             out.append({"z": z, "exact": p} | ({"exact_randomised": p} if rng is not None else {}))
         return out
 
@@ -105,10 +105,12 @@ class OneDirection(Mark):
             if not scored:
                 results.append(too_short(result))
                 continue
-            ((z,), (p,)) = (lambda d: (d["z"], d["exact"]))(
+            ((z,), _) = (lambda d: (d["z"], d["exact"]))(
                 self.p_values(self.evidence([plan]), [self.direction])[0]
             )
-            result.z_score, result.p_value = float(z), float(p)
+            result.z_score = float(z)
+            # An exact p-value is never 0: below the floor, the floor and its log10.
+            result.p_value, result.log10_p_value = reported_p(log_normal_sf(float(z)))
             result.watermarked = result.p_value <= alpha
             results.append(result)
         return results
@@ -255,6 +257,17 @@ def test_a_mark_s_settings_are_checked_when_registered():
 
     with pytest.raises(TypeError, match="kind field"):
         register_mark(Nameless)
+
+    @dataclasses.dataclass(frozen=True)
+    class Half:  # a kind, and only some of what a mark's settings must say
+        kind: str = dataclasses.field(default="half", init=False)
+        mark = effort = options = statistics = keyed = identity = None
+
+    with pytest.raises(TypeError) as refused:
+        register_mark(Half)
+    said = str(refused.value)
+    assert said.count("\n") == 0 and "'partition_margin'" in said and "'splitting'" in said
+    assert "'units_needed'" in said and "'identity'" not in said
 
 
 # ---------------------------------------------------------------------- the loop and the marks

@@ -38,9 +38,11 @@ same mark under many keys.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from .detection.plans import REPEAT, SCORED, SEED, ScoringPlan
+from .detection.stats import P_FLOOR
 from .marks import Mark, build_mark
 from .results import DetectionResult
 from .scheme.core import WatermarkScheme
@@ -214,8 +216,24 @@ class Detector:
         ok = [i for i, result in enumerate(results) if result is None]
         tested = self.mark.test_batch([plans[i] for i in ok], self.statistic, self.alpha, self.scan)
         for i, result in zip(ok, tested, strict=True):
-            results[i] = result
+            results[i] = floored(result)
         return results
+
+
+def floored(result: DetectionResult) -> DetectionResult:
+    """``result`` with its p-value as every record reports one: a p-value below ``P_FLOOR``
+    that the mark gave as a number is the floor, with its ``log10_p_value``; a mark that
+    reports 0 breaks its contract (an exact p-value is never 0) and is refused."""
+    p = result.p_value
+    if p is None or result.log10_p_value is not None or p >= P_FLOOR:
+        return result
+    if p <= 0:
+        raise ValueError(
+            f"the {result.statistic} p-value of a text is {p}: a mark reports p > 0, giving one "
+            "below 1e-300 as the floor with its log10_p_value (detection.stats.reported_p)"
+        )
+    result.p_value, result.log10_p_value = P_FLOOR, math.log10(p)
+    return result
 
 
 def _normalized(text: str, prompt: str | None) -> tuple[str, str | None, dict[str, int]]:

@@ -157,8 +157,11 @@ def _own_shares(draws: Tensor) -> tuple[Tensor, Tensor]:
     return ordered, shares
 
 
-def _normal_tail(z: Tensor) -> Tensor:
-    return torch.special.ndtr(-z)
+def normal_tail(z: Tensor) -> Tensor:
+    """``P(N(0, 1) >= z)`` elementwise, in float64, through its logarithm: torch's ``ndtr(-z)``
+    underflows to 0 from z = 8.3 in float64 (5.5 in float32), ``log_ndtr`` stays exact, and its
+    exponential holds every tail above float64's smallest number (z up to about 37.5)."""
+    return torch.special.log_ndtr(-z.double()).exp()
 
 
 def _draw_count(units: int, draws: int) -> int:
@@ -226,12 +229,12 @@ def null_laws(
             mixture_statistic(samples, unit_spread(cov)[:, None, :])
         )
         # Each draw's own p-values, side by side (a draw's smallest is taken across them).
-        tests = [_normal_tail(text), span_shares, mixture_shares]
+        tests = [normal_tail(text), span_shares, mixture_shares]
         weights = weighted = None
         if shrinkage is not None:
             weights = gls_weights(cov, shrinkage)
             weighted = (samples @ weights[..., None])[..., 0]
-            tests.append(_normal_tail(weighted))
+            tests.append(normal_tail(weighted))
         smallest = torch.stack(tests).amin(dim=0)
         for b, i in enumerate(ids):
             out[i] = NullLaw(
@@ -312,8 +315,8 @@ def _combine(scores, covs, p_texts, nulls, ids, min_units, log_p_texts) -> list[
     weighted = p_weighted = log_weighted = None
     if laws[0].weights is not None:
         weighted = (torch.stack([law.weights for law in laws]) * s).sum(dim=-1)
-        p_weighted = _normal_tail(weighted)
-        log_weighted = torch.special.log_ndtr(-weighted)
+        p_weighted = normal_tail(weighted)
+        log_weighted = torch.special.log_ndtr(-weighted.double())
         observed.append(p_weighted)
         logs.append(log_weighted)
     smallest = torch.stack(observed).amin(dim=0)

@@ -17,7 +17,6 @@ they add to this statistic.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -28,7 +27,7 @@ from torch import Tensor
 
 from ..detection.scan import CombinedResult, NullLaw, combined_tests, null_laws, scan_seed
 from ..detection.spans import as_float64, score_covariance
-from ..detection.stats import P_FLOOR, context_sums, log_normal_sf, normal_sf
+from ..detection.stats import P_FLOOR, context_sums, log_normal_sf, normal_sf, reported_p
 from ..results import DetectionResult
 
 
@@ -239,7 +238,5 @@ def fill_result(result: DetectionResult, plan: Any, tested: dict, n: int, alpha:
             "weighted_p_value": None if weighted is None else max(weighted, P_FLOOR),
         }
         p, log_p = combined.p_value, combined.log_p_value
-    result.p_value = p
-    if p < P_FLOOR:
-        result.p_value, result.log10_p_value = P_FLOOR, log_p / math.log(10.0)
+    result.p_value, result.log10_p_value = reported_p(log_p) if p < P_FLOOR else (p, None)
     result.watermarked = result.p_value <= alpha

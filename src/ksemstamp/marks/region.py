@@ -30,18 +30,29 @@ is ``region_view``'s.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..detection.stats import normal_sf, null_count_pmf, paper_z
+from ..detection.stats import (
+    P_FLOOR,
+    log_normal_sf,
+    normal_sf,
+    null_count_pmf,
+    paper_z,
+    reported_p,
+)
 from ..results import DetectionResult, Judgement, too_short
 from ..scheme.keyed import num_valid, valid_table
 from ..settings.groups import SearchSettings
-from .base import Mark, Round, Verdict, plan_result
+from .base import Drawn, Mark, Verdict, plan_result
 from .region_view import describe_region, region_view, simulate_watermarked
+
+TINY = 5e-324
+"""float64's least positive number: the bound of an exact p-value that underflows."""
 
 if TYPE_CHECKING:
     from ..detection.plans import ScoringPlan
@@ -137,7 +148,7 @@ class RegionMark(Mark):
         row = transition[previous].double().cpu() + 1.0
         return float((row / row.sum())[self.host_table[previous]].sum())
 
-    def judge(self, drawn: Round) -> list[Verdict]:
+    def judge(self, drawn: Drawn) -> list[Verdict]:
         # A completing document has no previous region yet (-1): its verdicts are not used.
         previous = [drawn.docs[g].previous for g, _ in drawn.rows]
         valid = self.table[
@@ -162,7 +173,7 @@ class RegionMark(Mark):
             out.append((reason is None, verdict))
         return out
 
-    def keep(self, state, previous: int, kept: Judgement, scored: bool):
+    def commit(self, state, previous: int, kept: Judgement, scored: bool):
         if scored:
             state.add((previous, kept.region))
         return state
@@ -233,10 +244,16 @@ class RegionMark(Mark):
         if scored:
             (tested,) = self.p_values(self.evidence([plans[i] for i in scored]), [table])
             for n, i in enumerate(scored):
+                z = float(tested["z"][n])
                 p = float(tested[statistic][n])
-                results[i].z_score = float(tested["z"][n])
-                results[i].p_value = p
-                results[i].watermarked = p <= alpha
+                # The paper's normal tail in log space; the exact null's survival, which is 0
+                # only below float64's least number (about 500 scored units, all valid).
+                log_p = log_normal_sf(z) if statistic == "paper" else math.log(max(p, TINY))
+                results[i].z_score = z
+                results[i].p_value, results[i].log10_p_value = (
+                    reported_p(log_p) if p < P_FLOOR else (p, None)
+                )
+                results[i].watermarked = results[i].p_value <= alpha
         return results
 
     def simulated_power(
