@@ -484,13 +484,68 @@ def test_a_record_made_under_other_identity_settings_says_so_and_strict_refuses_
     err = capsys.readouterr().err
     assert err.count("made under other identity settings") == 1 and "--strict" in err
     argv = ["detect", "--input", str(src), "--output", str(strict), "--quiet", "--strict"]
-    assert cli.main(argv) == 3  # one line failed, the others are scored
+    assert cli.main(argv) == 3  # two lines failed, the first is scored
     got = [json.loads(x) for x in strict.read_text().splitlines()]
-    assert [r["status"] for r in got] == ["ok", "error", "ok"]
+    # Under --strict a record must show the identity it was made under: an older record
+    # without one is refused too.
+    assert [r["status"] for r in got] == ["ok", "error", "error"]
     assert got[1]["error"].startswith(
         "made under other identity settings than it would be scored with (mark.units: clauses "
         "there, sentences here); refused under --strict"
     )
+    assert got[2]["error"].startswith("made under identity settings it does not show (no identity)")
     err = capsys.readouterr().err.strip().splitlines()
     refused = [line for line in err if line.startswith("refused:")]
-    assert refused == [f'refused: line 2 (id "clauses"): {got[1]["error"]}']
+    assert refused == [
+        f'refused: line 2 (id "clauses"): {got[1]["error"]}',
+        f'refused: line 3 (id "old"): {got[2]["error"]}',
+    ]
+
+
+@pytest.mark.parametrize("differs", ["key", "units"])
+def test_a_resume_under_another_key_or_identity_is_refused_unless_told(
+    tmp_path, monkeypatch, capsys, differs
+):
+    """A new shell without the run's key (or with other units) resuming a generate run would
+    mix two marks in one file: refused in one line naming what differs, before any model loads;
+    ``--mixed true`` goes on."""
+    from types import SimpleNamespace
+
+    from ksemstamp.keys import key_fingerprint
+    from ksemstamp.results import GenerationResult
+    from ksemstamp.settings.identity import identity_of
+
+    built = []
+
+    def watermarker(cfg):
+        built.append(cfg)
+        scheme = SimpleNamespace(
+            key_fingerprint=key_fingerprint(cfg.key),
+            identity=identity_of(cfg, "enc", "c1"),
+            encoder=None,
+            partition=None,
+        )
+        texts = lambda prompts, watermark: [  # noqa: E731
+            GenerationResult(prompt=p, text="One. Two.") for p in prompts
+        ]
+        return SimpleNamespace(scheme=scheme, generate=texts, engine=SimpleNamespace(model=None))
+
+    monkeypatch.setattr(records, "build_watermarker", watermarker)
+    monkeypatch.setattr(records, "length_note", lambda res, cfg: None)
+    monkeypatch.setenv("KSEMSTAMP_KEY", "the-first-run-key")
+    src, out = tmp_path / "prompts.jsonl", tmp_path / "out.jsonl"
+    _write(src, [{"id": i, "prompt": f"Prompt {i}."} for i in range(3)])
+    argv = ["generate", "--input", str(src), "--output", str(out), "--quiet"]
+    assert cli.main(argv) == 0
+    out.write_text(out.read_text().splitlines(keepends=True)[0])  # an interrupted run
+    again = [*argv, "--mark.units", "sentences"] if differs == "units" else argv
+    if differs == "key":
+        monkeypatch.setenv("KSEMSTAMP_KEY", "another-key-in-a-new-shell")
+    built.clear()
+    assert cli.main(again) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    said = "another key (fingerprint" if differs == "key" else "mark.units clauses"
+    assert said in err and "--mixed true" in err and not built
+    assert len(out.read_text().splitlines()) == 1  # nothing written
+    assert cli.main([*again, "--mixed", "true"]) == 0
+    assert len(out.read_text().splitlines()) == 3

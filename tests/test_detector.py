@@ -294,3 +294,32 @@ def test_retyped_text_scores_as_the_original_and_reports_what_was_normalised(det
     assert attacked.normalized["line_breaks"] == wrapped.count("\n")
     record = attacked.to_record()
     assert record["tampered"] is True and record["normalized"] == attacked.normalized
+
+
+def test_strict_refuses_a_record_that_does_not_show_a_valid_identity():
+    """Under ``--strict`` a record's identity is read, not taken on its fingerprint's word: a
+    missing or mistyped identity, a faked fingerprint, and an identity edited under its original
+    fingerprint are each refused; what is echoed of a record is cut short."""
+    from ksemstamp.detection.inputs import identity_fields, mismatch, strict_problem
+    from ksemstamp.settings import DirectionSettings, WatermarkSettings
+    from ksemstamp.settings.identity import identity_of
+
+    here = identity_of(WatermarkSettings(), "enc", "c1")
+    made = identity_fields(here)
+    assert strict_problem({"text": "t", **made}, here) is None
+    assert "(no identity)" in strict_problem({"text": "t"}, here)
+    assert "identity that is a str" in strict_problem({"text": "t", "identity": "clauses"}, here)
+    faked = {**made, "identity_fingerprint": "0" * 12}
+    assert "fingerprint is not its identity's" in strict_problem({"text": "t", **faked}, here)
+    # Sentences claimed under the clause identity's fingerprint: read, and refused.
+    sentences = identity_of(
+        WatermarkSettings(mark=DirectionSettings(units="sentences")), "enc", "c1"
+    )
+    edited = {"identity": sentences, "identity_fingerprint": made["identity_fingerprint"]}
+    assert strict_problem({"text": "t", **edited}, here) is not None
+    assert mismatch({"text": "t", **edited}, here)[0] == ["mark.units"]
+    # A 200,000-character value is echoed as 80 characters and its length.
+    huge = {**here, "mark.units": "x" * 200_000}
+    names, said = mismatch({"text": "t", **identity_fields(huge)}, here)
+    assert names == ["mark.units"] and len(said) < 300 and "(200,000 characters)" in said
+    assert len(strict_problem({"text": "t", **identity_fields(huge)}, here)) < 400

@@ -341,3 +341,26 @@ def test_sigterm_stops_generation_after_the_current_batch(tmp_path):
     records = [json.loads(line) for line in shard.read_text().splitlines()]
     assert 3 <= len(records) < 200
     assert [r["id"] for r in records] == [f"p{i}" for i in range(len(records))]
+
+
+def test_evaluation_records_name_what_a_detector_must_share_with_the_generator():
+    """As every generated record: the key's fingerprint and the identity settings with their
+    fingerprint (``identity_fields``); an unwatermarked record has neither."""
+    from types import SimpleNamespace
+
+    from ksemstamp.detection.inputs import identity_fields
+    from ksemstamp.evaluation.predict import _watermark_generate
+    from ksemstamp.settings import WatermarkSettings
+    from ksemstamp.settings.identity import identity_of
+
+    identity = identity_of(WatermarkSettings(), "enc", "c1")
+    result = SimpleNamespace(to_record=lambda: {"text": "One. Two."})
+    watermarker = SimpleNamespace(
+        scheme=SimpleNamespace(key_fingerprint="kf", identity=identity),
+        generate=lambda prompts, watermark: [result for _ in prompts],
+    )
+    (marked,) = _watermark_generate(watermarker, True)(["p"])
+    assert marked["key_fingerprint"] == "kf"
+    assert {k: marked[k] for k in identity_fields(identity)} == identity_fields(identity)
+    (plain,) = _watermark_generate(watermarker, False)(["p"])
+    assert plain["key_fingerprint"] is None and not set(identity_fields(identity)) & set(plain)

@@ -10,11 +10,12 @@ import threading
 import pytest
 from fastapi.testclient import TestClient
 
+from ksemstamp.detection.inputs import record_problem
 from ksemstamp.detector import DetectionResult
 from ksemstamp.jsonl import parse_jsonl
 from ksemstamp.serve import Limits, create_app
 from ksemstamp.serve.jobs import GenerationQueue, JobFailed, QueueFull
-from ksemstamp.serve.present import _segments, check_record
+from ksemstamp.serve.present import _segments
 from ksemstamp.settings import DirectionSettings, RegionSettings, WatermarkSettings
 
 SECRET = "fast-serve-secret-key-7f3a91"
@@ -483,10 +484,39 @@ def test_parse_jsonl_and_check_record():
     ]
     assert parsed[1].error == "line 2 is blank"
     assert (
-        check_record({"text": "a", "prompt": 3}, "f", 10)
+        record_problem({"text": "a", "prompt": 3}, "f", None, False, 10)
         == "'prompt' must be a string or null, got int"
     )
-    assert check_record({"text": "a", "key_fingerprint": "f"}, "f", 10) is None
+    assert record_problem({"text": "a", "key_fingerprint": "f"}, "f", None, False, 10) is None
+    assert "longer than the limit" in record_problem({"text": "a" * 11}, "f", None, False, 10)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_an_upload_made_under_other_identity_settings_is_answered_as_the_cli_answers_it(
+    hash_encoder, strict
+):
+    """The page builds its rows with the command line's builder: ``--detection.strict`` refuses
+    a record whose identity differs, else it is scored and says so."""
+    from ksemstamp.detection.inputs import identity_fields
+    from ksemstamp.settings.identity import identity_of
+
+    cfg = WatermarkSettings.from_dict(
+        {
+            "partition": {"kind": "lsh"},
+            "mark": {"kind": "region"},
+            "key": SECRET,
+            "detection": {"strict": strict},
+        }
+    )
+    app = create_app(cfg, limits=Limits(max_chars=2_000), encoder=hash_encoder, generation=False)
+    there = identity_of(WatermarkSettings(mark=DirectionSettings(units="sentences")), "e", "c")
+    record = {"text": " ".join(SENTENCES[:4]), **identity_fields(there)}
+    row = _upload(TestClient(app), "in.jsonl", (json.dumps(record) + "\n").encode()).json()
+    row = row["records"][0]
+    if strict:
+        assert row["status"] == "error" and "refused under --strict" in row["error"]
+    else:
+        assert row["status"] in ("ok", "too_short") and "mark.kind" in row["identity_mismatch"]
 
 
 def test_queue_runs_one_job_at_a_time_in_order():
@@ -599,3 +629,15 @@ def test_detect_reads_a_retyped_text_as_the_original_and_says_so(client):
     assert "altered on purpose" in view["normalization"]
     # every sentence is shown in place in the text as it was read
     assert [seg["sentence"] for seg in view["segments"] if "sentence" in seg] == [0, 1, 2, 3]
+
+
+def test_a_detect_request_without_a_json_content_type_is_told_what_it_lacks(client):
+    response = client.post("/api/detect", content=b'{"text": "One. Two."}')
+    assert response.status_code == 415
+    said = response.json()["error"]
+    assert "Content-Type: application/json" in said and "content type: none" in said
+    typed = client.post(
+        "/api/detect", content=b'{"text": "One. Two."}', headers={"content-type": "text/plain"}
+    )
+    assert typed.status_code == 415 and "'text/plain'" in typed.json()["error"]
+    assert client.post("/api/detect", json={"text": "One. Two."}).status_code == 200

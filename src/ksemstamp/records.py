@@ -20,7 +20,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from .builders import checked_key
-from .detection.inputs import REFUSED
+from .detection.inputs import refused
 from .io import (
     ResumableWriter,
     earlier_output_problem,
@@ -50,6 +50,9 @@ class JsonlFiles:
     """Devices the records are spread over (none requested: this process)."""
     quiet: bool = False
     """No progress bars."""
+    mixed: bool = False
+    """``generate``: go on with an ``output`` that holds records made under another key or other
+    identity settings (refused otherwise)."""
 
 
 @dataclass
@@ -148,6 +151,8 @@ def process_jsonl(
     key = checked_key(cfg)
     if key is not None:
         cfg = dataclasses.replace(cfg, key=key)
+    if name == "generate" and not option:  # watermarked: resumed only under the same mark
+        run.made_as = made_under(cfg, key)
     if args.parallel.requested():
         run.spread(lambda: job(name, {**cfg.to_dict(), "key": cfg.key}, option), batch_size)
     else:
@@ -202,6 +207,9 @@ class _Run:
     """The records refused for them (``detection.strict``)."""
     skipped: int = 0
     earlier: list = dataclasses.field(default_factory=list)
+    made_as: dict[str, Any] | None = None
+    """``generate``: the key fingerprint and identity settings this run writes its records
+    under (``made_under``); an output's records made otherwise are not resumed into."""
 
     def __post_init__(self) -> None:
         self.content_field = "prompt" if self.name == "generate" else "text"
@@ -211,6 +219,13 @@ class _Run:
         """Refuse an output that is not an earlier output of this command on this input."""
         fields = ERROR_FIELDS[self.name]
         problem = earlier_output_problem(rows, self.records, self.content_field, fields, tail)
+        if problem is None and self.made_as is not None and not self.args.mixed:
+            other = made_otherwise(rows, self.made_as)
+            if other:
+                raise ValueError(
+                    f"--output {self.args.output} holds records made under {other}: resuming "
+                    "would mix them in one file. Give a new --output, or --mixed true to go on"
+                )
         if problem:
             raise ValueError(
                 f"--output {self.args.output} exists and is not an earlier output of "
@@ -247,7 +262,7 @@ class _Run:
         self.statuses = [row["status"] for row in rows]
         self.short = sum("units_needed" in row for row in rows)
         self.mismatched = [r["identity_differences"] for r in rows if "identity_mismatch" in r]
-        self.refused = [r for r in rows if str(r.get("error", "")).startswith(REFUSED)]
+        self.refused = [r for r in rows if refused(r.get("error"))]
         new, kept = {row.get("line") for row in rows}, read_records(args.output)
         self.earlier = [r.get("status") for r in kept if r.get("line") not in new]
 
@@ -277,7 +292,7 @@ class _Run:
                         self.short += "units_needed" in row
                         if "identity_mismatch" in row:
                             self.mismatched.append(row["identity_differences"])
-                        if str(row.get("error", "")).startswith(REFUSED):
+                        if refused(row.get("error")):
                             self.refused.append(row)
                         bar.update()
             except KeyboardInterrupt:
@@ -295,6 +310,49 @@ class _Run:
             raise _interrupted(done - skipped, args.output, done, len(records)) from None
         if redone and Path(args.output).is_file():
             in_input_order(args.output)
+
+
+def made_under(cfg: WatermarkSettings, key: str | None) -> dict[str, Any]:
+    """The key fingerprint and the identity settings (those the settings alone give, without
+    loading the encoder or the centroids) that ``cfg`` writes its records under."""
+    from .keys import key_fingerprint
+    from .settings.identity import identity_of
+
+    mark = cfg.mark if cfg.partition.kind == "kmeans" else cfg.mark.without_centroids()
+    identity = identity_of(dataclasses.replace(cfg, mark=mark), "", None)
+    identity.pop("encoder")
+    if cfg.partition.kind == "kmeans":
+        identity.pop("partition.lsh_bits"), identity.pop("partition.lsh_seed")
+    return {"key_fingerprint": key and key_fingerprint(key), "identity": identity}
+
+
+def made_otherwise(rows: list[dict], made_as: dict[str, Any]) -> str | None:
+    """What the generated ``rows`` of an output were made under that ``made_as`` (``made_under``)
+    is not, in words (``None``: every record agrees, or says nothing)."""
+    said = []
+    for row in rows:
+        theirs = row.get("key_fingerprint")
+        if theirs and theirs != made_as["key_fingerprint"]:
+            said.append(
+                f"another key (fingerprint {theirs}; this run's: {made_as['key_fingerprint']})"
+            )
+        recorded = row.get("identity")
+        if isinstance(recorded, dict):
+            names = [
+                n for n, v in made_as["identity"].items() if n in recorded and recorded[n] != v
+            ]
+            said += [
+                f"{n} {_cut(recorded[n])} (this run's: {_cut(made_as['identity'][n])})"
+                for n in names
+            ]
+        if said:
+            return f"line {row.get('line')}: " + ", ".join(said)
+    return None
+
+
+def _cut(value: Any, most: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= most else text[:most] + "..."
 
 
 EXIT_OK, EXIT_ALL_FAILED, EXIT_SOME_FAILED = 0, 1, 3

@@ -47,6 +47,7 @@ def generate(
     watermark: bool = True,
     parallel: DeviceSettings | None = None,
     quiet: bool = False,
+    mixed: bool = False,
 ) -> int:
     """Generate watermarked continuations of one prompt, or of every prompt of a JSONL file.
 
@@ -57,6 +58,8 @@ def generate(
         watermark: false: plain sentence-by-sentence sampling with the same settings.
         parallel: the devices an --input file is spread over (Trainer.predict).
         quiet: no progress bars.
+        mixed: resume into an --output whose records were made under another key or other
+            identity settings (refused otherwise: one file would hold two marks).
     """
     parallel = parallel or DeviceSettings()
     if prompt is not None and input is not None:
@@ -68,7 +71,7 @@ def generate(
                 f"sampling.engine {settings.sampling.engine} the engine spreads its own work "
                 "(--engine.tensor_parallel_size, or a server's replicas: docs/gpu.md)"
             )
-        files = JsonlFiles(input, output, parallel, quiet)
+        files = JsonlFiles(input, output, parallel, quiet, mixed)
         batch = settings.search.prompt_batch
         return run_records(files, settings, "generate", "prompt", batch, not watermark)
     _single_process(parallel, output, "generate")

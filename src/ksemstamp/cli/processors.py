@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..builders import build_detector, build_watermarker
 from ..detection.detectable import length_note
-from ..detection.inputs import identity_fields, key_problem, mismatch, strict_problem, text_problem
+from ..detection.inputs import detection_row, identity_fields, record_problem, record_prompts
 from ..records import ERROR_FIELDS, JsonlFiles, RecordProcessor, process_jsonl
 from ..settings.watermark import WatermarkSettings
 
@@ -77,23 +77,12 @@ def _detect_processor(settings: WatermarkSettings, progress: bool = False) -> Re
     fingerprint, identity = detector.scheme.key_fingerprint, detector.scheme.identity
 
     def check(data: dict) -> str | None:
-        problem = text_problem(data) or key_problem(data, fingerprint)
-        if problem is None and settings.detection.strict:
-            problem = strict_problem(data, identity)
-        return problem
+        return record_problem(data, fingerprint, identity, settings.detection.strict)
 
     def process(datas: list[dict]) -> list[dict]:
-        # A chat answer (a record `generate --chat` wrote, or every record under --chat) is
-        # not seeded by its instruction.
-        chat = settings.chat
-        prompts = [None if chat or d.get("chat") is True else d.get("prompt") for d in datas]
+        prompts = record_prompts(datas, settings.chat)
         results = detector.detect_batch([d["text"] for d in datas], prompts, progress=progress)
-        rows = [res.to_record() for res in results]
-        for data, row in zip(datas, rows, strict=True):
-            names, said = mismatch(data, identity)
-            if names:  # scored all the same: its p-value is exact, its evidence partly lost
-                row["identity_mismatch"], row["identity_differences"] = names, said
-        return rows
+        return [detection_row(d, r, identity) for d, r in zip(datas, results, strict=True)]
 
     return RecordProcessor(check, process, ERROR_FIELDS["detect"], _models(detector.scheme))
 

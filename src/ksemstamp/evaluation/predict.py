@@ -17,6 +17,7 @@ import torch
 
 from ..parallel import Job, merge_shards, predict_to_shards, read_records, shard_paths
 from ..settings.evaluation import KGWSettings
+from ..settings.identity import identity_fields
 
 __all__ = [
     "GeneratorFactory",
@@ -93,9 +94,11 @@ class GeneratorFactory:
 
 def _watermark_generate(watermarker, watermark: bool):
     fingerprint = watermarker.scheme.key_fingerprint if watermark else None
+    # As every generated record: what a detector must share with the generator.
+    identity = identity_fields(watermarker.scheme.identity) if watermark else {}
 
     def generate(prompts: list[str]) -> list[dict]:
         results = watermarker.generate(prompts, watermark=watermark)
-        return [{**r.to_record(), "key_fingerprint": fingerprint} for r in results]
+        return [{**r.to_record(), "key_fingerprint": fingerprint, **identity} for r in results]
 
     return generate

@@ -185,7 +185,17 @@ def _add_routes(app: FastAPI, limits: Limits, host: str | None) -> None:
     app.include_router(generate_routes)
 
 
-async def on_validation(_: Request, err: RequestValidationError) -> JSONResponse:
+async def on_validation(request: Request, err: RequestValidationError) -> JSONResponse:
+    kind = request.headers.get("content-type", "")
+    if request.method == "POST" and request.url.path == "/api/detect" and "json" not in kind:
+        # FastAPI reads a body without a JSON content type as text and says only that it is
+        # not a dictionary: say what the request lacks.
+        said = f"'{kind}'" if kind else "none"
+        return problem(
+            415,
+            f"send the text as JSON with the header Content-Type: application/json (this "
+            f'request\'s content type: {said}); the body is {{"text": "...", "prompt": "..."}}',
+        )
     return problem(422, describe_validation(err))
 
 

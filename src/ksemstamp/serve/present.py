@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..detection.inputs import key_problem, text_problem
 from ..detector import DetectionResult
 from ..records import ERROR_FIELDS as RECORD_ERROR_FIELDS
 from ..text.normalize import normalize_text, tampered
@@ -160,16 +159,6 @@ def detection_view(
 
 
 # ---------------------------------------------------------------------- batch
-
-
-def check_record(data: dict[str, Any], fingerprint: str, max_chars: int) -> str | None:
-    """Why a detection record cannot be scored (the CLI's rules plus the size limit), or None."""
-    problem = text_problem(data)
-    if problem:
-        return problem
-    if len(data["text"]) + len(data.get("prompt") or "") > max_chars:
-        return f"text and prompt are longer than the limit of {max_chars:,} characters"
-    return key_problem(data, fingerprint)
 
 
 ERROR_FIELDS = RECORD_ERROR_FIELDS["detect"]

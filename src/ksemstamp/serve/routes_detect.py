@@ -10,11 +10,11 @@ from fastapi import APIRouter, Depends, File, HTTPException, Request, UploadFile
 from pydantic import BaseModel
 from starlette.datastructures import UploadFile as StarletteUpload
 
-from ..detection.inputs import mismatch
+from ..detection.inputs import detection_row, record_problem, record_prompts
 from ..detector import DetectionResult
 from ..io import json_line
 from ..jsonl import TooManyRecords, parse_jsonl
-from .present import ERROR_FIELDS, check_record, decision
+from .present import ERROR_FIELDS, decision
 from .state import ServeState, serve_state
 
 router = APIRouter()
@@ -115,7 +115,14 @@ def score_batch(state: ServeState, name: str, lines: list) -> dict[str, Any]:
     """Detect the valid records of an upload; one output row per input line, as
     ``ksemstamp detect --input`` writes them, with counts per status."""
     errors = {
-        line: error or check_record(data, state.fingerprint, state.limits.max_chars)
+        line: error
+        or record_problem(
+            data,
+            state.fingerprint,
+            state.scheme.identity,
+            state.settings.detection.strict,
+            state.limits.max_chars,
+        )
         for line, data, error in lines
     }
     ready = [(line, data) for line, data, _ in lines if errors[line] is None]
@@ -123,21 +130,14 @@ def score_batch(state: ServeState, name: str, lines: list) -> dict[str, Any]:
     results: dict[int, DetectionResult] = {}
     for i in range(0, len(ready), BATCH_CHUNK):
         chunk = ready[i : i + BATCH_CHUNK]
-        # As `detect --input`: a chat answer is not seeded by its instruction.
-        prompts = [
-            None if state.settings.chat or d.get("chat") is True else d.get("prompt") or None
-            for _, d in chunk
-        ]
+        prompts = record_prompts([d for _, d in chunk], state.settings.chat)
         scored = state.detector.detect_batch([d["text"] for _, d in chunk], prompts)
         results.update({line: res for (line, _), res in zip(chunk, scored, strict=True)})
     rows = []
     for line, data, _ in lines:
         row = {**(data or {}), "line": line}
         if line in results:
-            row |= results[line].to_record()
-            names, said = mismatch(data, state.scheme.identity)
-            if names:  # as `detect --input` says it
-                row |= {"identity_mismatch": names, "identity_differences": said}
+            row |= detection_row(data, results[line], state.scheme.identity)
         else:
             row |= {**ERROR_FIELDS, "status": "error", "error": errors[line]}
         rows.append(row)

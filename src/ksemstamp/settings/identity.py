@@ -42,21 +42,44 @@ def identity_fingerprint(identity: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def identity_fields(identity: dict[str, Any] | None) -> dict[str, Any]:
+    """What a generation record carries of its identity settings (none when unknown)."""
+    if identity is None:
+        return {}
+    return {"identity": identity, "identity_fingerprint": identity_fingerprint(identity)}
+
+
 def differences(recorded: Any, here: dict[str, Any]) -> list[str]:
     """The identity settings a record's ``recorded`` identity gives other values than ``here``
     (``[]`` when they agree, or when the record carries none: an older record)."""
     if not isinstance(recorded, dict):
         return []
-    names = sorted(set(recorded) | set(here))
+    names = sorted(set(recorded) | set(here), key=str)
     return [n for n in names if recorded.get(n) != here.get(n)]
 
 
 def describe_differences(recorded: dict[str, Any], here: dict[str, Any], names: list[str]) -> str:
-    """``mark.units: clauses there, sentences here; ...`` for the settings ``names``."""
-    return "; ".join(
-        f"{n}: {_shown(recorded.get(n))} there, {_shown(here.get(n))} here" for n in names
+    """``mark.units: clauses there, sentences here; ...`` for the settings ``names`` (each name
+    and value cut to ``SHOWN`` characters, at most ``MOST_NAMES`` settings)."""
+    said = "; ".join(
+        f"{_shown(n)}: {_shown(recorded.get(n))} there, {_shown(here.get(n))} here"
+        for n in names[:MOST_NAMES]
     )
+    return said + (f"; and {len(names) - MOST_NAMES:,} more" if len(names) > MOST_NAMES else "")
+
+
+def shown_names(names: list[str]) -> list[str]:
+    """``names`` as a record echoes them: each cut to ``SHOWN`` characters, at most
+    ``MOST_NAMES`` of them."""
+    return [_shown(n) for n in names[:MOST_NAMES]]
+
+
+SHOWN = 80
+"""Characters of a recorded name or value a message quotes (a record can hold anything)."""
+MOST_NAMES = 20
+"""Settings a message names at most."""
 
 
 def _shown(value: Any) -> str:
-    return "unset" if value is None else str(value)
+    text = "unset" if value is None else str(value)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text):,} characters)"
