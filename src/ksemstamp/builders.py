@@ -181,17 +181,13 @@ def build_watermarker(
     from .watermarker import Watermarker
 
     engine = engine_class(settings.sampling.engine).from_settings(settings, scheme.splitter, lm)
-    steering = None
-    if settings.search.steer > 0 and "steer" in type(settings.mark).effort:  # the mark reads it
-        from .assets import cache_dir
-        from .generation.steering import Steering, token_vectors, word_tokens
-        from .marks import build_mark
+    from .assets import cache_dir
+    from .marks import build_mark
 
-        mark = build_mark(scheme)
-        tokenizer, vocab = engine.tokenizer, engine.vocab_size
-        vectors = token_vectors(tokenizer, vocab, scheme, mark, cache_dir() / "steering")
-        words = word_tokens(tokenizer, vocab)
-        steering = Steering(vectors, mark.directions, settings.search.steer, words)
+    # One mark for the whole loop; one that steers (search.steer) builds its bias for this
+    # generator's vocabulary now, once (cached per vocabulary, encoder and processing).
+    mark = build_mark(scheme, settings.search)
+    mark.steer(engine.tokenizer, engine.vocab_size, cache_dir() / "steering")
     return Watermarker(
         scheme,
         engine,
@@ -199,7 +195,7 @@ def build_watermarker(
         settings.sampling,
         settings.limits,
         chat=settings.chat,
-        steering=steering,
+        mark=mark,
     )
 
 

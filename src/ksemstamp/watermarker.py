@@ -40,8 +40,7 @@ from .generation.draw import draw_round
 from .generation.engine import Candidate, Engine, RoundRequest
 from .generation.prompts import CONTINUE, chat_prefix, plan_prompt, prompt_budget
 from .generation.rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
-from .generation.steering import Steering
-from .marks import Mark, Round, build_mark
+from .marks import Drawn, Mark, build_mark
 from .results import (
     NO_REGION,
     GenerationProgress,
@@ -89,11 +88,10 @@ class Watermarker:
             ``max_text_chars`` (longest prompt accepted; longer: an error record).
         chat: prompts are instructions, wrapped in the LM's chat template (see ``prompts``).
         mark: the ``marks.Mark`` to generate with, instead of the one the scheme's settings
-            make with ``search``.
+            make with ``search`` (``build_watermarker`` passes one that steers, as
+            ``search.steer`` asks: ``Mark.steer``).
         max_sentences: optional cap on sentences per document.
         row_cost: relative cost of one extra row in a batched decode step.
-        steering: the logit bias toward the key (``generation.steering``; built from
-            ``search.steer`` by ``build_watermarker``); ``None``: none.
     """
 
     def __init__(
@@ -108,14 +106,13 @@ class Watermarker:
         mark: Mark | None = None,
         max_sentences: int | None = None,
         row_cost: float = ROW_COST,
-        steering: Steering | None = None,
     ) -> None:
         search = search or SearchSettings()
         sampling = sampling or SamplingSettings()
         limits = limits or LimitSettings()
         self.scheme = scheme
         self.engine = engine
-        self.mark = mark or build_mark(scheme, search, steering)
+        self.mark = mark or build_mark(scheme, search)
         self.max_candidates = search.max_candidates
         self.candidate_batch = search.candidate_batch
         self.adaptive_batch = search.adaptive_batch
@@ -294,7 +291,7 @@ class Watermarker:
             return [(True, PLAIN) for _ in texts]
         emb = self.scheme.embed(texts)
         regions, margin_ok = self.scheme.locate(emb)
-        verdicts = self.mark.judge(Round(active, rows, emb, regions, margin_ok, texts))
+        verdicts = self.mark.judge(Drawn(active, rows, emb, regions, margin_ok, texts))
         out = []
         for (g, _), text, (accepted, verdict) in zip(rows, texts, verdicts, strict=True):
             doc = active[g]
@@ -323,7 +320,7 @@ class Watermarker:
             completion = doc.completion(self.scheme.splitter, chosen.text)
             assert completion is not None  # the judge accepted it
             # The completed sentence seeds the first watermarked unit; it is not scored.
-            doc.state = self.mark.keep(doc.state, doc.previous, chosen.info, scored=False)
+            doc.state = self.mark.commit(doc.state, doc.previous, chosen.info, scored=False)
             doc.take_completion(chosen, completion)
             return
         if chosen.info is not None:
@@ -331,7 +328,7 @@ class Watermarker:
             # a text's first unit on its own.
             first_after_start = doc.keyed_start and not doc.result.sentences
             scored = not first_after_start or self.mark.scores_first
-            doc.state = self.mark.keep(doc.state, doc.previous, chosen.info, scored)
+            doc.state = self.mark.commit(doc.state, doc.previous, chosen.info, scored)
         doc.append(chosen, fallback, time.perf_counter())
         if self.max_sentences is not None and doc.result.num_sentences >= self.max_sentences:
             doc.done = True

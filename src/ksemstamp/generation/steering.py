@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,10 @@ PROBES = (
 """Texts whose processed vectors identify an encoder and its processing in the cache key."""
 BATCH = 512
 """Vocabulary entries embedded in one encoder pass."""
+PROGRESS_SECONDS = 10.0
+"""Seconds between the progress lines of a table being built (also without a terminal)."""
+CACHE_FORMAT = "table+sha256, one thread"
+"""What a cached table is: a file of another format (an earlier one) has another name."""
 
 
 def token_vectors(
@@ -45,42 +51,117 @@ def token_vectors(
 ) -> Tensor:
     """``(vocab, D)`` float32 processed vectors (``mark.vectors``) of the generator's
     vocabulary entries (on the scheme's device), read from ``cache`` (a folder) when it holds
-    them, else embedded with ``scheme`` (about
-    40 s for 49k entries on 2 CPU cores) and stored there.
+    them, else embedded with ``scheme`` (about a minute for 49k entries on 2 CPU cores) and
+    stored there.
 
     An entry that decodes to nothing but whitespace, or past the tokenizer's vocabulary (a
-    padded output head), gets a zero vector: it is never steered for or against."""
+    padded output head), gets a zero vector: it is never steered for or against. A cached file
+    that does not load, or does not hold a finite ``(vocab, D)`` fp16 table matching the
+    checksum written with it, is rebuilt with one warning; a cache that cannot be written is
+    warned about once and the table used from memory. The table is built on one thread, so it
+    is the same bit for bit whatever threads the process runs with."""
     pieces = tokenizer.batch_decode([[i] for i in range(min(vocab, len(tokenizer)))])
     pieces += [""] * (vocab - len(pieces))
+    probes = mark.vectors(scheme.embed(list(PROBES))).float().cpu()
     path = None
     if cache is not None:
-        path = Path(cache) / f"{_cache_key(pieces, scheme, mark)}.pt"
-        if path.exists():
+        path = Path(cache) / f"{_cache_key(pieces, probes)}.pt"
+        table = read_table(path, vocab, probes.shape[1])
+        if table is not None:
             # Read on the CPU, then moved: any device the scheme is on, as a tensor made there.
-            table = torch.load(path, map_location="cpu", weights_only=True)
             return table.to(scheme.device).float()
+    table = _embed_entries(pieces, scheme, mark)
+    if path is not None:
+        write_table(path, table)
+    return table.to(scheme.device).float()
+
+
+def _embed_entries(pieces: list[str], scheme: Any, mark: Any) -> Tensor:
+    """The fp16 table of ``pieces``' processed vectors, on the CPU, built on one thread, with
+    progress lines (a terminal gets a bar as well)."""
     from tqdm.auto import tqdm
 
+    vocab = len(pieces)
     logger.info(
         "embedding the generator's %d vocabulary entries once (cached for later runs)", vocab
     )
     rows = []
-    batches = range(0, vocab, BATCH)
-    # A bar on a terminal only (tqdm's disable=None): records and logs stay clean.
-    for start in tqdm(batches, desc="token vectors", unit="batch", leave=False, disable=None):
-        chunk = pieces[start : start + BATCH]
-        texts = [p if p.strip() else "." for p in chunk]
-        vectors = mark.vectors(scheme.embed(texts)).float()
-        blank = torch.tensor([not p.strip() for p in chunk], device=vectors.device)
-        rows.append(vectors.masked_fill(blank[:, None], 0.0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    start = last = time.perf_counter()
+    try:
+        batches = range(0, vocab, BATCH)
+        bar = tqdm(batches, desc="token vectors", unit="batch", leave=False, disable=None)
+        for n, first in enumerate(bar):
+            chunk = pieces[first : first + BATCH]
+            texts = [p if p.strip() else "." for p in chunk]
+            vectors = mark.vectors(scheme.embed(texts)).float().cpu()
+            blank = torch.tensor([not p.strip() for p in chunk])
+            rows.append(vectors.masked_fill(blank[:, None], 0.0))
+            now = time.perf_counter()
+            if now - last >= PROGRESS_SECONDS and n + 1 < len(batches):
+                last = now
+                done = min(first + BATCH, vocab)
+                rate = done / (now - start)
+                logger.info(
+                    "token vectors: %d of %d entries (%.0f%%), %.0f/s, about %.0f s left",
+                    done, vocab, 100 * done / vocab, rate, (vocab - done) / rate,
+                )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
     # Rounded as the cache stores it, so that the first run steers as every later one.
-    table = torch.cat(rows).half().float()
-    if path is not None:
+    return torch.cat(rows).half()
+
+
+def read_table(path: Path, vocab: int, dim: int) -> Tensor | None:
+    """The fp16 ``(vocab, dim)`` table cached at ``path``, or ``None`` when there is none, or
+    when it does not load or does not match (then one warning says it is rebuilt)."""
+    if not path.exists():
+        return None
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        table = saved.get("table") if isinstance(saved, dict) else None
+        digest = saved.get("sha256") if isinstance(saved, dict) else None
+        problem = None
+        if not isinstance(table, Tensor) or table.dtype != torch.float16:
+            problem = "not an fp16 table"
+        elif tuple(table.shape) != (vocab, dim):
+            problem = f"shape {tuple(table.shape)}, not ({vocab}, {dim})"
+        elif not bool(torch.isfinite(table).all()):
+            problem = "values that are not finite"
+        elif digest != _digest(table):
+            problem = "a checksum that does not match its values"
+    except Exception as err:  # truncated, empty, random bytes, another layout
+        problem = f"unreadable ({type(err).__name__})"
+    if problem is None:
+        return table
+    logger.warning("steering table %s is damaged (%s): rebuilding it", path, problem)
+    return None
+
+
+def write_table(path: Path, table: Tensor) -> None:
+    """Store ``table`` (fp16) at ``path`` with its checksum, atomically; a cache that cannot be
+    written is warned about (once per folder) and skipped."""
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(table.half().cpu(), tmp)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        torch.save({"table": table.cpu(), "sha256": _digest(table)}, tmp)
         tmp.replace(path)
-    return table
+    except OSError as err:
+        if str(path.parent) not in _UNWRITABLE:
+            _UNWRITABLE.add(str(path.parent))
+            logger.warning(
+                "cannot write the steering table to %s (%s): it is used from memory and "
+                "built again next run (KSEMSTAMP_CACHE moves the cache)",
+                path.parent, err.strerror or err,
+            )  # fmt: skip
+
+
+_UNWRITABLE: set[str] = set()
+
+
+def _digest(table: Tensor) -> str:
+    return hashlib.sha256(table.contiguous().cpu().numpy().tobytes()).hexdigest()
 
 
 def word_tokens(tokenizer: Any, vocab: int) -> Tensor:
@@ -91,12 +172,13 @@ def word_tokens(tokenizer: Any, vocab: int) -> Tensor:
     return torch.tensor(words, dtype=torch.bool)
 
 
-def _cache_key(pieces: list[str], scheme: Any, mark: Any) -> str:
-    """A hash of the vocabulary and of what the scheme makes of a few probe texts: the same
-    generator vocabulary, encoder and processing give the same table."""
+def _cache_key(pieces: list[str], probes: Tensor) -> str:
+    """A hash of the vocabulary and of what the scheme makes of a few probe texts (``probes``:
+    their processed vectors): the same generator vocabulary, encoder and processing give the
+    same table."""
     digest = hashlib.sha256("\x00".join(pieces).encode("utf-8", "surrogatepass"))
-    probes = mark.vectors(scheme.embed(list(PROBES))).float().cpu()
     digest.update(torch.round(probes * 1e4).to(torch.int32).numpy().tobytes())
+    digest.update(CACHE_FORMAT.encode())
     return digest.hexdigest()[:24]
 
 

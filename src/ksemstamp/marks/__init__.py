@@ -13,12 +13,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .base import Mark, Round, SentenceState
+from .base import Drawn, Mark, SentenceState
 
 if TYPE_CHECKING:
     from ..scheme.core import WatermarkScheme
 
-__all__ = ["Mark", "Round", "SentenceState", "build_mark", "mark_class"]
+__all__ = ["Mark", "Drawn", "SentenceState", "build_mark", "mark_class"]
 
 
 def mark_class(settings: Any) -> type[Mark]:

@@ -62,7 +62,7 @@ class SentenceState(Protocol):
     def completing(self) -> bool: ...
 
 
-class Round(NamedTuple):
+class Drawn(NamedTuple):
     """The finished candidates of a round, as a mark judges them."""
 
     docs: Sequence[SentenceState]
@@ -149,16 +149,22 @@ class Mark(ABC):
         """Chance that one candidate after region ``previous`` is accepted, before any is drawn."""
 
     @abstractmethod
-    def judge(self, drawn: Round) -> list[Verdict]:
+    def judge(self, drawn: Drawn) -> list[Verdict]:
         """One verdict per candidate of ``drawn``."""
 
-    def keep(self, state: Any, previous: int, kept: Judgement, scored: bool) -> Any:
+    def commit(self, state: Any, previous: int, kept: Judgement, scored: bool) -> Any:
         """The state after a unit was kept after region ``previous`` (``scored``: detection will
         score it; ``False`` for a unit that only seeds: a completed prompt sentence)."""
         return state
 
     def pruner(self, docs: Sequence[SentenceState]) -> Pruner | None:
         """When the running rows of a round stop early (``None``: every row finishes)."""
+        return None
+
+    def steer(self, tokenizer: Any, vocab: int, cache: Any = None) -> None:
+        """Steer this mark's rounds toward the key for a generator of this ``tokenizer`` and
+        ``vocab`` entries, as ``search.steer`` asks (``cache``: a folder for what steering
+        computes once per vocabulary); a mark that does not steer ignores it."""
         return None
 
     def round_bias(self, docs: Sequence[SentenceState]) -> Tensor | None:

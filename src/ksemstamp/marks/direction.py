@@ -31,13 +31,13 @@ from torch import Tensor
 from ..detection.stats import normal_sf
 from ..generation.engine import Pruner, PruneVerdict
 from ..generation.pruning import PruneRule, prune_rule, rows_to_keep
-from ..generation.steering import Steering
+from ..generation.steering import Steering, token_vectors, word_tokens
 from ..results import DetectionResult, Judgement, rank_of, too_short
 from ..scheme.core import soft_context_weights
 from ..scheme.keyed import keyed_directions
 from ..settings.groups import SearchSettings
 from ..text.normalize import sentence_key
-from .base import Mark, Round, SentenceState, Verdict, plan_result
+from .base import Drawn, Mark, SentenceState, Verdict, plan_result
 from .direction_stats import (
     DirectionBatch,
     DirectionPlan,
@@ -94,6 +94,16 @@ class DirectionMark(Mark):
         self.prune: PruneRule | None = prune_rule(search)
         self.selection = search.selection
         self.steering = steering if steering is not None and steering.strength > 0 else None
+        self.strength = search.steer
+
+    def steer(self, tokenizer: Any, vocab: int, cache: Any = None) -> None:
+        """Build the key's logit bias (``generation.steering``) from the generator's vocabulary
+        read by this mark's encoder and processing, at ``search.steer`` (0: none)."""
+        if self.strength <= 0:
+            return
+        vectors = token_vectors(tokenizer, vocab, self.scheme, self, cache)
+        words = word_tokens(tokenizer, vocab)
+        self.steering = Steering(vectors, self.directions, self.strength, words)
 
     # ------------------------------------------------------------------ the key
     def material(self, key: str | None) -> np.ndarray:
@@ -161,7 +171,7 @@ class DirectionMark(Mark):
         # A unit vector's projection on a standard normal direction is N(0, 1).
         return normal_sf(self.threshold)
 
-    def judge(self, drawn: Round) -> list[Verdict]:
+    def judge(self, drawn: Drawn) -> list[Verdict]:
         """Each candidate's score; one that repeats a unit its document already holds is not
         ``novel`` (detection does not score a repeat) and is neither accepted nor ranked."""
         own = list(self.context_weights(drawn.emb, drawn.regions))
@@ -200,7 +210,7 @@ class DirectionMark(Mark):
             ranks = text_gains(scores, contexts, vectors, evidence)
         return scores, contexts, vectors, ranks
 
-    def keep(self, state: DirectionState, previous: int, kept: Judgement, scored: bool):
+    def commit(self, state: DirectionState, previous: int, kept: Judgement, scored: bool):
         data = kept.data
         if isinstance(data, Scored):
             state.weights = data.hands_on
