@@ -87,3 +87,16 @@ def test_a_file_is_hashed_once_while_it_stays_as_it_is(tmp_path, monkeypatch):
     assert assets.file_sha256(gguf) == digest and len(reads) == 1
     gguf.write_bytes(b"GGUF weights, changed")
     assert assets.file_sha256(gguf) == real(b"GGUF weights, changed").hexdigest()
+
+
+def test_generate_help_names_every_offline_alias(capsys):
+    """The README says any Hub id or folder works in place of the defaults: ``--help`` names the
+    offline aliases a user without the Hub can pick."""
+    from ksemstamp import cli
+    from ksemstamp.assets import _OFFLINE_ENCODERS, _OFFLINE_LMS
+
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--help"])
+    shown = "".join(capsys.readouterr().out.split())  # the help wraps lines at hyphens
+    for alias in [*_OFFLINE_LMS, *_OFFLINE_ENCODERS, "all-mpnet-base-v2"]:
+        assert alias in shown, alias

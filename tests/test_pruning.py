@@ -8,7 +8,7 @@ from ksemstamp.generation.pruning import PruneRule, rows_to_keep
 
 
 def test_first_check_keeps_the_best_rows_finished_ones_included():
-    rule = PruneRule(every=8, keep=3, margin=None)
+    rule = PruneRule(every=8, top=3, margin=None)
     partial = [0.1, 0.9, -0.5, 0.4, 0.9]
     # No row has finished: the three best partial scores go on (the earlier of a tie first).
     assert rows_to_keep(rule, 8, partial, []) == [False, True, False, True, True]
@@ -19,7 +19,7 @@ def test_first_check_keeps_the_best_rows_finished_ones_included():
 
 
 def test_later_checks_only_apply_the_margin():
-    rule = PruneRule(every=8, keep=1, margin=0.3)
+    rule = PruneRule(every=8, top=1, margin=0.3)
     partial = [1.0, 0.75, 0.69, -1.0]
     # After the first check, `keep` no longer limits the rows; the margin below the best
     # finished candidate (1.0 - 0.3) does.
@@ -30,14 +30,14 @@ def test_later_checks_only_apply_the_margin():
 
 
 def test_both_parts_at_the_first_check():
-    rule = PruneRule(every=4, keep=3, margin=0.5)
+    rule = PruneRule(every=4, top=3, margin=0.5)
     # Places for two running rows (one finished at 1.2); of those two, 0.6 is below 1.2 - 0.5.
     assert rows_to_keep(rule, 4, [0.6, 2.0, 0.1], [1.2]) == [False, True, False]
     assert rows_to_keep(rule, 4, [0.8, 2.0, 0.1], [1.2]) == [True, True, False]
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"every": 0}, {"keep": 0}, {"margin": -0.1}], ids=["every", "keep", "margin"]
+    "kwargs", [{"every": 0}, {"top": 0}, {"margin": -0.1}], ids=["every", "top", "margin"]
 )
 def test_bad_rules_are_refused(kwargs):
     with pytest.raises(ValueError):
@@ -83,7 +83,7 @@ class _PrunedRound:
     def tokens_of(self, row):
         return self.tokens
 
-    def keep(self, rows):
+    def retain(self, rows):
         if self.tokens == 8:
             self.asked.append([place in rows for place in self.live])
         stopped = [(p, self.tokens) for p in self.live if p not in rows]
@@ -111,7 +111,7 @@ def test_the_watermarker_keeps_the_best_finished_of_the_rows_the_rule_lets_run(h
         max_candidates=6,
         max_new_tokens=5,
         threshold=None,
-        prune=PruneRule(every=8, keep=2, margin=None),
+        prune=PruneRule(every=8, top=2, margin=None),
     )
     result = wm.generate([prompt])[0]
     # The two rows whose first tokens score best on the prompt's context go on ...
@@ -145,7 +145,7 @@ def test_no_pruner_for_the_region_mark_or_a_threshold(hash_encoder, mark):
         adaptive_batch=False,
         max_new_tokens=5,
         threshold=0.0 if mark == "direction" else None,
-        prune=PruneRule(every=8, keep=2),
+        prune=PruneRule(every=8, top=2),
     )
     assert wm.generate(["A prompt sentence."])[0].status == "ok"
 
@@ -167,7 +167,7 @@ def test_a_pruned_round_without_a_sentence_is_followed_by_another(hash_encoder):
         max_candidates=6,
         max_new_tokens=5,
         threshold=None,
-        prune=PruneRule(every=8, keep=2, margin=None),
+        prune=PruneRule(every=8, top=2, margin=None),
     )
     result = wm.generate(["A prompt sentence."])[0]
     assert sampler.rows == [[6], [4]]

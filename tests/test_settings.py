@@ -57,7 +57,7 @@ STANDS_FOR = {
     ("ksemstamp.watermarker", "Watermarker"): {"chat": "chat"},
     ("ksemstamp.generation.pruning", "PruneRule"): {
         "every": "search.prune_tokens",
-        "keep": "search.prune_keep",
+        "top": "search.prune_keep",
         "margin": "search.prune_margin",
     },
     ("ksemstamp.scheme.partition", "KMeansPartition"): {"margin": "search.margin"},
@@ -300,3 +300,22 @@ def test_settings_are_immutable_once_built():
     changed = settings.updated({"search": {"max_candidates": 8}})
     assert changed.search.max_candidates == 8 and settings.search.max_candidates != 8
     assert changed.key == settings.key
+
+
+def test_a_key_given_twice_in_a_settings_file_is_refused_naming_it(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("search:\n  max_candidates: 8\n  steer: 0.5\n  max_candidates: 16\n")
+    with pytest.raises(ValueError) as refused:
+        load_watermark_settings([path])
+    said = str(refused.value)
+    assert str(path) in said and "'max_candidates' is given twice" in said and "line 4" in said
+    path.write_text("search:\n  max_candidates: 8\nsampling:\n  max_candidates: 8\n")
+    with pytest.raises(Exception, match="max_candidates") as other:  # not a duplicate: a typo
+        load_watermark_settings([path])
+    assert "twice" not in str(other.value)
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 0.0, 1e9, -1.0])
+def test_an_unusable_temperature_is_refused_where_it_is_read(temperature):
+    with pytest.raises(SettingsError, match=r"temperature must be in \[0.01, 100\]"):
+        WatermarkSettings.from_dict({"sampling": {"temperature": temperature}})

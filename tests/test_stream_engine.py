@@ -297,3 +297,24 @@ def test_client_gives_up_on_a_slow_or_absent_server(fake_server):
         _client(fake_server, timeout=0.3, model="m").tokens({"max_tokens": 1})
     with pytest.raises(ServerError, match="is the server running"):
         _client("http://127.0.0.1:9/v1", model="m").tokens({"max_tokens": 1})
+
+
+@pytest.mark.e2e
+def test_a_down_server_is_one_line_and_an_exit_code_and_nothing_is_written(tmp_path, capsys):
+    from ksemstamp import cli
+
+    prompts, out = tmp_path / "prompts.jsonl", tmp_path / "out.jsonl"
+    prompts.write_text('{"id": 1, "prompt": "The council met on Monday."}\n')
+    down = ["--sampling.engine", "openai", "--engine.base_url", "http://127.0.0.1:9/v1"]
+    down += ["--engine.retries", "0", "--engine.timeout", "2"]
+    code = cli.main(["generate", "--prompt", "The council met on Monday.", *down])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "Traceback" not in "\n".join(err)
+    assert err[-1].startswith("error: http://127.0.0.1:9/v1/models failed 1 time(s)")
+    assert err[-1].endswith("is the server running?")
+    # A named model: the first request fails instead, inside an --input run.
+    named = [*down, "--engine.served_model", "m", "--quiet"]
+    code = cli.main(["generate", "--input", str(prompts), "--output", str(out), *named])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error: http://127.0.0.1:9/v1/completions failed")
+    assert not out.exists() or out.read_text() == ""

@@ -62,7 +62,7 @@ class _ScriptedRound:
 
     tokens_of = steer = partial_texts
 
-    def keep(self, rows):
+    def retain(self, rows):
         assert not rows, "every row finishes at the first step"
         stopped, self.live = [(place, 5) for place in self.live], []
         return stopped
@@ -98,7 +98,7 @@ def _watermarker(scheme, engine, chat=False, mark=None, max_sentences=None, tabl
     if prune is not None:
         pruning = {
             "prune_tokens": prune.every,
-            "prune_keep": prune.keep,
+            "prune_keep": prune.top,
             "prune_margin": prune.margin,
         }
     paper = PAPER_SEARCH if scheme.settings.kind == "region" else {}

@@ -38,7 +38,7 @@ class Judgement(NamedTuple):
     """Why the mark turns it down (one of ``Mark.rejections``), ``None`` when it accepts it."""
     data: Any = None
     """The mark's own data about the candidate, handed back to it when the unit is kept
-    (``Mark.keep``)."""
+    (``Mark.commit``)."""
 
 
 def rank_of(verdict: Judgement) -> float:

@@ -29,6 +29,7 @@ import docstring_parser
 
 from ..settings.checks import SEED_BOUNDS, Range, range_of
 from ..settings.groups import MARK_KINDS
+from ..settings.marks import default_kind
 from ..settings.watermark import GROUPS, WatermarkSettings
 
 DEFAULT_BOUNDS = Range(*SEED_BOUNDS)
@@ -121,10 +122,12 @@ def _default(f: dataclasses.Field) -> Any:
     return None if f.default is dataclasses.MISSING else f.default
 
 
-def watermark_options(kind: str) -> list[Option]:
-    """The options of ``WatermarkSettings`` with a mark of ``kind``: one per field of each group
+def watermark_options(kind: str | None = None) -> list[Option]:
+    """The options of ``WatermarkSettings`` with a mark of ``kind`` (``None``: the default
+    kind): one per field of each group
     (``--model.lm``), ``--mark.kind`` and the kind's own fields, ``--key``, ``--allow_weak_key``,
     ``--chat``."""
+    kind = kind or default_kind()
     out = []
     for name, group in GROUPS.items():
         if name == "mark":
@@ -140,7 +143,8 @@ def watermark_options(kind: str) -> list[Option]:
 
 
 _KIND_HELP = (
-    "the mark: direction (the default) or region (k-SemStamp, SemStamp); another kind replaces "
+    "the mark: direction (the default) or region (k-SemStamp, SemStamp), or a kind an installed "
+    "package registers; another kind replaces "
     "the mark whole, and --help after it lists that kind's fields"
 )
 
@@ -206,8 +210,9 @@ def _optional_class(hint: Any) -> type | None:
     return hint if is_settings_class(hint) else None
 
 
-def options_of(fn: Callable, kind: str = "direction") -> list[Option]:
-    """Every option of a command (its settings', its groups', its own)."""
+def options_of(fn: Callable, kind: str | None = None) -> list[Option]:
+    """Every option of a command (its settings', its groups', its own) with a mark of ``kind``
+    (``None``: the default kind, ``settings.marks.default_kind``)."""
     out = []
     for p in parameters(fn):
         if p.role == "settings":

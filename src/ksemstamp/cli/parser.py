@@ -65,8 +65,9 @@ optional_text = _OptionalText()
 # ---------------------------------------------------------------------- the parser
 
 
-def build_parser(fn: Callable, prog: str, kind: str = "direction") -> ArgumentParser:
-    """The jsonargparse parser of command ``fn`` (with a mark of ``kind``)."""
+def build_parser(fn: Callable, prog: str, kind: str | None = None) -> ArgumentParser:
+    """The jsonargparse parser of command ``fn`` (with a mark of ``kind``; ``None``: the
+    default kind)."""
     doc = docstring_parser.parse_from_object(fn)
     description = "\n\n".join(d for d in (doc.short_description, doc.long_description) if d)
     parser = ArgumentParser(

@@ -1,7 +1,7 @@
 """The machinery of the sentence loop behind ``Watermarker``: sampling, decoding, documents.
 May import: ksemstamp core modules and settings, text; never cli, builders, watermarker, detector or marks.
 
-* ``engine``: the ``Engine`` protocol (open a round, advance it, keep rows) and a round's data;
+* ``engine``: the ``Engine`` protocol (open a round, advance it, retain rows) and a round's data;
 * ``draw``: one round over any engine: judging, ordered acceptance and pruning between steps;
 * ``cutter``: where a unit ends in a row's tokens, one rule (and one count) for every engine;
 * ``batched``: ``BatchedEngine``, a Hugging Face LM decoding many rows at a time (the default);

@@ -224,7 +224,7 @@ class _BatchedRound:
         self.bias[torch.tensor(self._positions(rows), device=self.engine.device)] = steered
 
     @torch.inference_mode()
-    def keep(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
+    def retain(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
         keep = self._positions(rows)
         kept = set(keep)
         stopped = [

@@ -38,7 +38,7 @@ class Document:
     started: float
     generator: torch.Generator
     state: Any = None
-    """The mark's own state of this document (``Mark.new_state``, ``Mark.keep``)."""
+    """The mark's own state of this document (``Mark.new_state``, ``Mark.commit``)."""
     sentence_started: float = 0.0
     timed_out: bool = False  # the kept sentence's search ended by ``sentence_time_budget``
     stats: dict[int, list[float]] = field(default_factory=dict)

@@ -55,7 +55,7 @@ def draw_round(
                     _prune(pruner, tokens, round_, outcome, resolved)
                     _resolve(outcome, resolved, results)
             keep = _running(round_, outcome, resolved)
-            _count_tokens(round_.keep(keep), outcome, results)
+            _count_tokens(round_.retain(keep), outcome, results)
             if not keep:
                 return results
     finally:
@@ -91,7 +91,7 @@ def _prune(
     texts = round_.partial_texts(running)
     finished = [[c for c in row if c is not None and not c.pruned] for row in outcome]
     verdict = pruner.decide(tokens, running, texts, finished)
-    flags = verdict.keep if isinstance(verdict, PruneVerdict) else verdict
+    flags = verdict.go_on if isinstance(verdict, PruneVerdict) else verdict
     if len(flags) != len(running):
         raise ValueError(f"the pruner returned {len(flags)} flags for {len(running)} rows")
     if isinstance(verdict, PruneVerdict) and verdict.bias is not None:

@@ -5,7 +5,7 @@ after ``prefixes[g]`` (``RoundRequest``). An ``Engine`` opens a round (``Engine.
 ``Round`` it returns decodes its rows a little at a time (``Round.advance``: until some rows hold
 a complete unit, or every running row holds the tokens of the next pruning check), tells which
 rows are still decoding and their text so far, steers rows with a logit bias, and stops the rows
-the caller no longer wants (``Round.keep``). The engine never sees a mark: the caller
+the caller no longer wants (``Round.retain``). The engine never sees a mark: the caller
 (``draw.draw_round``) judges the finished rows, closes a group at its first accepted row and asks
 the mark's ``Pruner`` which running rows go on, between two ``advance`` calls.
 
@@ -80,7 +80,7 @@ class PruneVerdict:
     """A pruner's answer: one flag per running row (keep decoding it) and, optionally, the
     ``(rows, V)`` logit bias each running row decodes with from now on (``steering``)."""
 
-    keep: list[bool]
+    go_on: list[bool]
     bias: torch.Tensor | None = None
 
 
@@ -208,7 +208,7 @@ class Round(Protocol):
     @property
     def live(self) -> list[Place]:
         """The rows the round holds, in row order: those still decoding, and those that
-        finished at the last step until ``keep`` lets them go."""
+        finished at the last step until ``retain`` lets them go."""
         ...
 
     def advance(self, until: int | None) -> Step:
@@ -228,7 +228,7 @@ class Round(Protocol):
         """Live ``rows`` decode with the ``(len(rows), V)`` logit bias from now on."""
         ...
 
-    def keep(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
+    def retain(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
         """Go on with live ``rows`` only; returns ``(place, tokens decoded)`` of every row that
         stops now (those that finished at the last step among them)."""
         ...

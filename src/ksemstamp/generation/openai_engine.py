@@ -171,7 +171,8 @@ class OpenAIEngine(VllmEngine):
     @classmethod
     def from_settings(cls, settings: Any, splitter: Any, lm: Any = None) -> OpenAIEngine:
         """The engine of ``settings`` (``WatermarkSettings``): the server of the ``engine``
-        group, with ``model.lm``'s tokenizer (``lm``: another name of it)."""
+        group, with ``model.lm``'s tokenizer (``lm``: another name of it; a loaded pair is not
+        used)."""
         name = lm if isinstance(lm, str) else settings.model.lm
         tokenizer, vocab, context = lm_facts(served_path(name))
         eng = settings.engine

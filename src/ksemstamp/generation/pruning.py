@@ -32,20 +32,20 @@ class PruneRule:
 
     Attributes:
         every: tokens between checks (the first check comes after this many tokens).
-        keep: rows that go on after the first check, finished ones included.
+        top: rows that go on after the first check, finished ones included.
         margin: a running row stops at any check when its partial score is below the best
             finished candidate's score minus this; ``None`` never stops a row this way.
     """
 
     every: int = SearchSettings.prune_tokens
-    keep: int = SearchSettings.prune_keep
+    top: int = SearchSettings.prune_keep
     margin: float | None = SearchSettings.prune_margin
 
     def __post_init__(self) -> None:
         if self.every < 1:
             raise ValueError(f"prune_tokens must be >= 1, got {self.every}")
-        if self.keep < 1:
-            raise ValueError(f"prune_keep must be >= 1, got {self.keep}")
+        if self.top < 1:
+            raise ValueError(f"prune_keep must be >= 1, got {self.top}")
         if self.margin is not None and self.margin < 0:
             raise ValueError(f"prune_margin must be >= 0 or null, got {self.margin}")
 
@@ -74,7 +74,7 @@ def rows_to_keep(
     """
     keep = [True] * len(partial)
     if tokens == rule.every:
-        room = max(rule.keep - len(finished), 0)
+        room = max(rule.top - len(finished), 0)
         ranked = sorted(range(len(partial)), key=lambda i: (-partial[i], i))
         for i in ranked[room:]:
             keep[i] = False

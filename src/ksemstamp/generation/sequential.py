@@ -202,7 +202,7 @@ class _SequentialRound:
         for place, row in zip(rows, bias, strict=True):
             self.bias[place] = row
 
-    def keep(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
+    def retain(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
         wanted = set(rows)
         stopped = [(p, len(self.tokens[p])) for p in self._live if p not in wanted]
         self._live = [p for p in self._live if p in wanted]

@@ -246,7 +246,7 @@ class StreamRound:
         for row, dense in zip(self._of(rows), bias, strict=True):
             row.bias = sparse_bias(dense, engine.bias_entries, engine.suppress)
 
-    def keep(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
+    def retain(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
         wanted = set(rows)
         stopped = [(r.place, r.cut.decoded) for r in self.rows if r.place not in wanted]
         self.rows = [r for r in self.rows if r.place in wanted]

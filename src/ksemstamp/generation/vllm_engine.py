@@ -104,19 +104,20 @@ class VllmEngine(StreamEngine):
 
     @classmethod
     def from_settings(cls, settings: Any, splitter: Any, lm: Any = None) -> VllmEngine:
-        """The engine of ``settings`` (``WatermarkSettings``): ``model.lm`` served by vLLM
-        (``lm``: another name, or an already built ``vllm.LLM``)."""
-        path = served_path(settings.model.lm if lm is None or not isinstance(lm, str) else lm)
+        """The engine of ``settings`` (``WatermarkSettings``): ``model.lm`` served by vLLM.
+        ``lm``: another name, or an already built ``vllm.LLM``; a loaded Hugging Face
+        ``(model, tokenizer)`` pair (what the evaluation hands every engine) is not used: vLLM
+        loads ``model.lm`` itself."""
+        built = lm if lm is not None and not isinstance(lm, (str, tuple)) else None
+        path = served_path(lm if isinstance(lm, str) else settings.model.lm)
         tokenizer, vocab, context = lm_facts(path)
-        eng = settings.engine
-        if lm is None or isinstance(lm, str):
-            llm = build_llm(path, eng, settings.model.device, settings.sampling.seed)
-        else:
-            llm = lm
-        config = getattr(llm, "llm_engine", None)
-        model_config = getattr(getattr(config, "model_config", None), "max_model_len", None)
-        if isinstance(model_config, int):
-            context = min(context or model_config, model_config)
+        llm = built or build_llm(
+            path, settings.engine, settings.model.device, settings.sampling.seed
+        )
+        served = getattr(getattr(llm, "llm_engine", None), "model_config", None)
+        longest = getattr(served, "max_model_len", None)
+        if isinstance(longest, int):
+            context = min(context or longest, longest)
         return cls.over(VllmStreamer, llm, tokenizer, splitter, settings, vocab, context)
 
     @classmethod

@@ -55,9 +55,28 @@ class _BoundedLoader(yaml.SafeLoader):
             self.sizes[id(node)] = known
         return known
 
+    def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+        """A mapping, refusing a key given twice (YAML would keep the last one silently)."""
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, str | int | float | bool):
+                    continue  # a complex key: PyYAML's own rules
+                if key in seen:
+                    raise _Duplicate(str(key), key_node.start_mark.line + 1)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
 
 class _TooLarge(Exception):
     pass
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: str, line: int) -> None:
+        super().__init__(key, line)
+        self.key, self.line = key, line
 
 
 def load_yaml(text: str, source: str) -> Any:
@@ -70,6 +89,11 @@ def load_yaml(text: str, source: str) -> Any:
         raise ValueError(
             f"{source}: its YAML aliases expand to more than {MAX_YAML_NODES:,} values "
             "(settings are small: write them out)"
+        ) from None
+    except _Duplicate as twice:
+        raise ValueError(
+            f"{source}: {twice.key!r} is given twice in one mapping (again at line "
+            f"{twice.line}); YAML would keep the last silently: give it once"
         ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)

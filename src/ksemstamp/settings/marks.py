@@ -203,6 +203,28 @@ partition without centroids (``without_centroids``) and what a detector must sha
 generator (``identity``)."""
 
 
+MARK_NEEDS = (
+    "mark",
+    "effort",
+    "options",
+    "statistics",
+    "keyed",
+    "partition_margin",
+    "domain_needs",
+    "splitting",
+    "scores_first",
+    "units_needed",
+    "without_centroids",
+    "identity",
+)
+"""What every settings class of ``MARK_KINDS`` has (``register_mark`` checks each)."""
+
+
+def default_kind() -> str:
+    """The kind a ``mark`` without one is (the first of ``MARK_KINDS``)."""
+    return next(iter(MARK_KINDS))
+
+
 def load_mark_plugins() -> None:
     """Register the marks installed packages offer (``settings.plugins``): their settings
     classes, checked as ``register_mark`` checks them."""
@@ -222,16 +244,8 @@ def register_mark(settings: type) -> type:
     kind = dataclasses.fields(settings)[0].default if dataclasses.is_dataclass(settings) else None
     if not isinstance(kind, str) or not kind:
         raise TypeError(f"{settings.__name__} needs a kind field whose default names it")
-    for name in (
-        "mark",
-        "effort",
-        "options",
-        "statistics",
-        "keyed",
-        "partition_margin",
-        "identity",
-    ):
-        if not hasattr(settings, name):
-            raise TypeError(f"{settings.__name__} has no {name!r}")
+    missing = [name for name in MARK_NEEDS if not hasattr(settings, name)]
+    if missing:
+        raise TypeError(f"{settings.__name__} has no {', '.join(map(repr, missing))}")
     MARK_KINDS[kind] = settings
     return settings

@@ -24,7 +24,7 @@ from typing import Any
 from . import groups
 from .checks import SettingsError, build_group
 from .engines import EngineSettings
-from .marks import load_mark_plugins
+from .marks import default_kind, load_mark_plugins
 
 
 def merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
         here = out.get(key)
         if key == "mark" and isinstance(value, dict) and isinstance(here, dict):
             kind = value.get("kind")
-            if kind is not None and kind != here.get("kind", "direction"):
+            if kind is not None and kind != here.get("kind", default_kind()):
                 out[key] = dict(value)
                 continue
         if isinstance(value, dict) and isinstance(here, dict):
@@ -160,7 +160,7 @@ class WatermarkSettings:
                 continue
             given = dict(given)
             if name == "mark":
-                kind = given.pop("kind", "direction")
+                kind = given.pop("kind", default_kind())
                 if kind not in groups.MARK_KINDS:
                     load_mark_plugins()
                 if kind not in groups.MARK_KINDS:

@@ -1,4 +1,4 @@
-"""Sentence splitting behind one small interface, shared by generation and detection.
+"""Sentence splitting (``PunktSplitter`` and its clause form), shared by generation and detection.
 
 Generation decides where a candidate sentence ends with the same splitter that detection later
 uses to cut the text, so a sentence accepted during generation is the sentence scored at
@@ -10,19 +10,10 @@ normalised text, never of invisible characters, look-alike letters or hard line 
 from __future__ import annotations
 
 import re
-from typing import Protocol
 
 import nupunkt
 
 from .normalize import normalize_text
-
-
-class SentenceSplitter(Protocol):
-    """Anything that splits text into sentences."""
-
-    def split(self, text: str) -> list[str]:
-        """Sentences of ``text``, stripped, empty ones dropped."""
-        ...
 
 
 class PunktSplitter:
