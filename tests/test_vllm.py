@@ -152,3 +152,19 @@ def test_an_interrupted_vllm_run_resumes(tmp_path):
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["id"] for r in records) == [0, 1, 2]
     assert out.read_text().splitlines()[: len(first)] == first  # what was written stays
+
+
+@pytest.mark.gpu
+def test_text_made_through_vllm_on_a_gpu_is_detected_on_the_cpu(detector):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device is visible")
+    settings = _settings().updated({"model": {"device": "cuda"}})
+    watermarker = build_watermarker(settings)  # its own vLLM engine, on the GPU
+    try:
+        result = watermarker.generate([PROMPT])[0]
+    finally:
+        watermarker.engine.close()
+    found = detector.detect(result.text, PROMPT)  # the CPU's detector
+    assert found.p_value <= 0.01, (found.z_score, result.text)

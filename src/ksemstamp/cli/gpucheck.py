@@ -23,6 +23,7 @@ watermark is not found in most generated texts.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -79,13 +80,18 @@ def check_ranks(stderr: str, expected: list[str], step: str) -> list[str]:
 
 def _run(argv: list[str], step: str, env: dict[str, str]) -> str:
     """Run ``python -m ksemstamp ...``; its stderr, or ``CheckFailed`` with its last lines."""
+    return _process(argv, step, env).stderr
+
+
+def _process(argv: list[str], step: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run ``python -m ksemstamp ...``; the finished process, or ``CheckFailed``."""
     proc = subprocess.run(
         [sys.executable, "-m", "ksemstamp", *argv], capture_output=True, text=True, env=env
     )
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
         raise CheckFailed(f"{step} exited with status {proc.returncode}:\n{tail}")
-    return proc.stderr
+    return proc
 
 
 PROBE = "ksemstamp.training.callbacks.DeviceProbe"
@@ -198,7 +204,27 @@ def run_check(
     generated = read_jsonl_objects(work / "generations.jsonl")
     human = human_windows(corpus, 4 * len(generated))
     report += web_and_metrics(checkpoint, env[KEY_ENV], expected[0], generated, records, human)
+    if importlib.util.find_spec("vllm") is not None:  # the served engine, where vLLM is installed
+        report += vllm_step(work, checkpoint, env, expected[0], rows[0]["prompt"], max_new_tokens)
     return report
+
+
+def vllm_step(
+    work: Path, checkpoint: Path, env: dict[str, str], device: str, prompt: str, tokens: int
+) -> list[str]:
+    """One text generated through ``sampling.engine vllm`` on ``device`` and detected there."""
+    text = work / "vllm.txt"
+    flags = [f"--model.checkpoint={checkpoint}", f"--model.device={device}"]
+    more = [f"--sampling.max_new_tokens={tokens}", "--sampling.seed=0", "--quiet"]
+    argv = ["generate", "--prompt", prompt, "--sampling.engine=vllm", *flags, *more]
+    text.write_text(_process(argv, "generate through vLLM", env).stdout)
+    argv = ["detect", "--file", str(text), "--prompt", prompt, *flags]
+    shown = _process(argv, "detect the vLLM text", env).stdout
+    if "WATERMARKED" not in shown:
+        raise CheckFailed(
+            f"vllm: the text generated through vLLM was not found watermarked:\n{shown}"
+        )
+    return [f"vllm: a text generated through vLLM on {device} was detected as watermarked"]
 
 
 def human_windows(corpus: Path, count: int, words: int = 120) -> list[str]:
