@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
@@ -43,6 +41,7 @@ from .guard import (
     problem,
 )
 from .jobs import GenerationQueue
+from .lanes import EncoderGate, Lanes, fair_embed
 from .present import Limits
 from .routes_detect import DetectRequest
 from .routes_detect import router as detect_routes
@@ -55,8 +54,8 @@ __all__ = ["DetectRequest", "GenerateRequest", "create_app"]
 log = logging.getLogger("ksemstamp.serve")
 STATIC = resources.files("ksemstamp.serve") / "static"
 DETECT_WORKERS = 2
-"""Threads of the pool that detections and batches wait in (the encoder lock lets one pass run
-at a time anyway; the second keeps a batch's bookkeeping from waiting behind it)."""
+"""Threads of each lane that detections and batches wait in (the encoder runs one pass at a
+time anyway; the second keeps a batch's bookkeeping from waiting behind it)."""
 
 
 def create_app(
@@ -125,8 +124,8 @@ def _load_state(
         demo_key=secret is not None and fingerprint == key_fingerprint(DEMO_KEY),
         generation=generation,
         # Detections and batches wait here, not in the server's thread pool, which stays free
-        # for everything else.
-        work=ThreadPoolExecutor(max_workers=DETECT_WORKERS, thread_name_prefix="ksemstamp-detect"),
+        # for everything else: small ones apart from large ones (``lanes``).
+        lanes=Lanes(DETECT_WORKERS),
         jobs=jobs,
     )
 
@@ -139,7 +138,7 @@ def _application(state: ServeState, redact: RedactKey) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         state.jobs.close()
-        state.work.shutdown(wait=False, cancel_futures=True)
+        state.lanes.shutdown()
 
     app = FastAPI(
         title="ksemstamp",
@@ -160,16 +159,10 @@ def _application(state: ServeState, redact: RedactKey) -> FastAPI:
 
 
 def _one_encoder_pass_at_a_time(scheme: WatermarkScheme) -> WatermarkScheme:
-    """``scheme`` with one lock around every encoder pass: the encoder's tokenizer is not safe
-    to call from two threads at once (the generation worker and a detection request)."""
-    encoder_lock = threading.Lock()
-    unlocked_embed = scheme.embed
-
-    def embed(sentences, progress=False):
-        with encoder_lock:
-            return unlocked_embed(sentences, progress=progress)
-
-    scheme.embed = embed  # type: ignore[method-assign]
+    """``scheme`` with one encoder pass at a time (the encoder's tokenizer is not safe to call
+    from two threads at once: the generation worker and detection requests), small passes
+    before the pieces of large ones (``lanes``)."""
+    scheme.embed = fair_embed(scheme.embed, EncoderGate())  # type: ignore[method-assign]
     return scheme
 
 

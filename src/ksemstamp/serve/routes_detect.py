@@ -14,6 +14,7 @@ from ..detection.inputs import detection_row, record_problem, record_prompts
 from ..detector import DetectionResult
 from ..io import json_line
 from ..jsonl import TooManyRecords, parse_jsonl
+from .lanes import SMALL_CHARS
 from .present import ERROR_FIELDS, decision
 from .state import ServeState, serve_state
 
@@ -39,7 +40,8 @@ async def detect(body: DetectRequest, state: ServeState = STATE) -> dict[str, An
     state.check_size("prompt", body.prompt)
     if not body.text.strip():
         raise HTTPException(422, "the text is empty: paste the text to check")
-    return await state.in_pool(detect_one, state, body.text, body.prompt)
+    heavy = len(body.text) + len(body.prompt or "") > SMALL_CHARS
+    return await state.in_pool(detect_one, state, body.text, body.prompt, heavy=heavy)
 
 
 def detect_one(state: ServeState, text: str, prompt: str | None) -> dict[str, Any]:
@@ -74,8 +76,12 @@ async def batch(
         )
     # Decoding and parsing up to max_upload_bytes take a while: in the pool, never on the
     # event loop, where they would hold every other request of the page meanwhile.
-    lines = await state.in_pool(read_upload, state, name, raw)
-    return await state.in_pool(score_batch, state, name, lines)
+    return await state.in_pool(read_and_score, state, name, raw, heavy=True)
+
+
+def read_and_score(state: ServeState, name: str, raw: bytes) -> dict[str, Any]:
+    """An upload read and scored in one go, in the heavy lane."""
+    return score_batch(state, name, read_upload(state, name, raw))
 
 
 def read_upload(state: ServeState, name: str, raw: bytes) -> list[tuple[int, Any, str | None]]:

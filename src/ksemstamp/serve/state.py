@@ -6,12 +6,9 @@ with the ``serve_state`` dependency. Nothing here holds the key.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from fastapi import HTTPException, Request
@@ -21,6 +18,7 @@ from ..scheme.core import WatermarkScheme
 from ..settings.watermark import WatermarkSettings
 from ..watermarker import Watermarker
 from .jobs import GenerationQueue, JobFailed
+from .lanes import Lanes
 from .present import Limits, detection_view
 
 
@@ -36,7 +34,7 @@ class ServeState:
     fingerprint: str
     demo_key: bool
     generation: bool
-    work: ThreadPoolExecutor
+    lanes: Lanes
     jobs: GenerationQueue | None = None
     open_streams: int = 0
     generates: bool = field(init=False, default=False)
@@ -46,9 +44,10 @@ class ServeState:
         if self.jobs is None:
             self.jobs = GenerationQueue(self.run_generation, max_waiting=self.limits.max_waiting)
 
-    async def in_pool(self, function: Callable, *args: Any) -> Any:
-        """Run ``function(*args)`` on the app's detection pool, not the server's threads."""
-        return await asyncio.get_running_loop().run_in_executor(self.work, partial(function, *args))
+    async def in_pool(self, function: Callable, *args: Any, heavy: bool = False) -> Any:
+        """Run ``function(*args)`` in a lane of the app's pools (``heavy``: the large texts'
+        lane, bounded), not on the server's threads."""
+        return await self.lanes.run(heavy, function, *args)
 
     def check_size(self, name: str, value: str | None) -> None:
         """Refuse (413) a text or prompt over the character limit."""
