@@ -317,5 +317,5 @@ def test_a_key_given_twice_in_a_settings_file_is_refused_naming_it(tmp_path):
 
 @pytest.mark.parametrize("temperature", [1e-300, 0.0, 1e9, -1.0])
 def test_an_unusable_temperature_is_refused_where_it_is_read(temperature):
-    with pytest.raises(SettingsError, match=r"temperature must be in \[0.01, 100\]"):
+    with pytest.raises(SettingsError, match=r"temperature must be in \[1e-06, 100\]"):
         WatermarkSettings.from_dict({"sampling": {"temperature": temperature}})

@@ -260,11 +260,13 @@ def test_client_sends_token_ids_seed_and_sparse_bias(fake_server):
     streamer = OpenAIStreamer(client, SamplingSettings(top_k=0))
     jobs = [Extension([0, 0, 1], 2, 11, {5: 2.0, EOS: -100.0}), Extension([0, 2], 3, 12)]
     assert streamer.extend(jobs) == [[13, 14], [13, 14, 15]]
-    first = _Fake.bodies[0]
-    assert first["prompt"] == [0, 0, 1] and first["seed"] == 11 and first["max_tokens"] == 2
+    # The requests go out concurrently: found by their prompts.
+    first = next(b for b in _Fake.bodies if b["prompt"] == [0, 0, 1])
+    second = next(b for b in _Fake.bodies if b["prompt"] == [0, 2])
+    assert first["seed"] == 11 and first["max_tokens"] == 2
     assert first["logit_bias"] == {"5": 2.0, str(EOS): -100.0}
     assert first["top_k"] == -1 and first["temperature"] == 0.7 and first["n"] == 1
-    assert "logit_bias" not in _Fake.bodies[1]
+    assert second["seed"] == 12 and "logit_bias" not in second
     streamer.close()
 
 

@@ -187,7 +187,8 @@ def build_watermarker(
     # One mark for the whole loop; one that steers (search.steer) builds its bias for this
     # generator's vocabulary now, once (cached per vocabulary, encoder and processing).
     mark = build_mark(scheme, settings.search)
-    mark.steer(engine.tokenizer, engine.vocab_size, cache_dir() / "steering")
+    pieces = getattr(engine, "pieces", None)  # the vocabulary, decoded once per run
+    mark.steer(engine.tokenizer, engine.vocab_size, cache_dir() / "steering", pieces)
     return Watermarker(
         scheme,
         engine,

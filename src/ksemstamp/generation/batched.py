@@ -19,13 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..settings.groups import SamplingSettings
-from ..text.splitter import PunktSplitter
 from . import hf
 from .cutter import RowCut, UnitCutter
 from .decoding import sample_rows, warp_logits
@@ -37,17 +34,14 @@ class BatchedEngine(hf.LMEngine):
     """Samples candidate units from a causal LM, many rows at a time (an ``engine.Engine``).
     Its arguments are ``hf.LMEngine``'s; the model must run ``forward`` with a cache."""
 
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        splitter: PunktSplitter,
-        config: SamplingSettings | None = None,
-        suppress_eos: bool = True,
-    ) -> None:
-        super().__init__(model, tokenizer, splitter, config, suppress_eos)
-        self.prefixes = PrefixStore(model, tokenizer, self.device)
-        self.cutter = UnitCutter(tokenizer, splitter, self.vocab_size, self.max_unit_tokens)
+    def prepare(self) -> None:
+        """The prefix caches kept between rounds, and the unit cutter (the vocabulary read
+        once)."""
+        self.prefixes = PrefixStore(self.model, self.tokenizer, self.device)
+        self.cutter = UnitCutter(
+            self.tokenizer, self.splitter, self.vocab_size, self.max_unit_tokens
+        )
+        self.pieces = self.cutter.pieces
 
     @torch.inference_mode()
     def open(self, request: RoundRequest) -> _BatchedRound:

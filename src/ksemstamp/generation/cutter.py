@@ -84,6 +84,7 @@ class UnitCutter:
         self.splitter = splitter
         self.max_unit_tokens = max_unit_tokens
         pieces = pieces if pieces is not None else vocabulary_pieces(tokenizer, vocab_size)
+        self.pieces = pieces
         terminals = splitter.terminals
         self.starts_space = [p[:1].isspace() for p in pieces]
         self.has_terminal = [any(c in terminals for c in p) for p in pieces]

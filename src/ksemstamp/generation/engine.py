@@ -248,6 +248,8 @@ class Engine(Protocol):
         max_unit_tokens: a row with no unit end within this many tokens is an empty candidate.
         vocab_size: entries of a logit bias's last dimension.
         model: the LM itself where it runs in this process (for device checks), else ``None``.
+        pieces: the vocabulary decoded entry by entry where the engine has it (steering reads
+            it rather than decoding the vocabulary again), else ``None``.
     """
 
     tokenizer: Any
@@ -255,6 +257,7 @@ class Engine(Protocol):
     max_unit_tokens: int
     vocab_size: int
     model: Any
+    pieces: list[str] | None
 
     def open(self, request: RoundRequest) -> Round:
         """Start a round's rows."""

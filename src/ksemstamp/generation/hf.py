@@ -87,6 +87,11 @@ class LMEngine:
         self.context_length = context_length(model)
         self.max_unit_tokens = self.config.max_sentence_tokens
         self.vocab_size = vocab_size(model)
+        self.pieces: list[str] | None = None
+        self.prepare()
+
+    def prepare(self) -> None:
+        """What an engine builds once over the fields above (its own caches and tables)."""
 
     @classmethod
     def from_settings(cls, settings: Any, splitter: Any, lm: Any = None):

@@ -9,12 +9,10 @@ generation``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..settings.groups import SamplingSettings
 from ..text.splitter import PunktSplitter
 from . import hf
 from .cutter import separator
@@ -69,18 +67,11 @@ class SequentialEngine(hf.LMEngine):
     only the cost differs. Its arguments are ``hf.LMEngine``'s.
     """
 
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        splitter: PunktSplitter,
-        config: SamplingSettings | None = None,
-        suppress_eos: bool = True,
-    ) -> None:
+    def prepare(self) -> None:
+        """The ``GenerationConfig`` every ``generate`` call samples with."""
         from transformers import GenerationConfig
 
-        super().__init__(model, tokenizer, splitter, config, suppress_eos)
-        cfg = self.config
+        cfg, tokenizer, suppress_eos = self.config, self.tokenizer, self.suppress_eos
         self.generation_config = GenerationConfig(
             do_sample=True,
             temperature=cfg.temperature,

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .cutter import vocabulary_pieces
+
 logger = logging.getLogger(__name__)
 
 PROBES = (
@@ -47,7 +49,12 @@ CACHE_FORMAT = "table+sha256, one thread"
 
 
 def token_vectors(
-    tokenizer: Any, vocab: int, scheme: Any, mark: Any, cache: Path | None = None
+    tokenizer: Any,
+    vocab: int,
+    scheme: Any,
+    mark: Any,
+    cache: Path | None = None,
+    pieces: list[str] | None = None,
 ) -> Tensor:
     """``(vocab, D)`` float32 processed vectors (``mark.vectors``) of the generator's
     vocabulary entries (on the scheme's device), read from ``cache`` (a folder) when it holds
@@ -60,8 +67,7 @@ def token_vectors(
     checksum written with it, is rebuilt with one warning; a cache that cannot be written is
     warned about once and the table used from memory. The table is built on one thread, so it
     is the same bit for bit whatever threads the process runs with."""
-    pieces = tokenizer.batch_decode([[i] for i in range(min(vocab, len(tokenizer)))])
-    pieces += [""] * (vocab - len(pieces))
+    pieces = pieces if pieces is not None else vocabulary_pieces(tokenizer, vocab)
     probes = mark.vectors(scheme.embed(list(PROBES))).float().cpu()
     path = None
     if cache is not None:
@@ -164,12 +170,11 @@ def _digest(table: Tensor) -> str:
     return hashlib.sha256(table.contiguous().cpu().numpy().tobytes()).hexdigest()
 
 
-def word_tokens(tokenizer: Any, vocab: int) -> Tensor:
+def word_tokens(tokenizer: Any, vocab: int, pieces: list[str] | None = None) -> Tensor:
     """``(vocab,)`` whether each vocabulary entry decodes to something with a letter (what
-    ``Steering`` biases)."""
-    pieces = tokenizer.batch_decode([[i] for i in range(min(vocab, len(tokenizer)))])
-    words = [any(c.isalpha() for c in p) for p in pieces] + [False] * (vocab - len(pieces))
-    return torch.tensor(words, dtype=torch.bool)
+    ``Steering`` biases); ``pieces``: the vocabulary decoded already."""
+    pieces = pieces if pieces is not None else vocabulary_pieces(tokenizer, vocab)
+    return torch.tensor([any(c.isalpha() for c in p) for p in pieces], dtype=torch.bool)
 
 
 def _cache_key(pieces: list[str], probes: Tensor) -> str:

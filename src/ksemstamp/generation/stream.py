@@ -140,6 +140,7 @@ class StreamEngine:
         self.bias_entries = bias_entries
         self.suppress = list(suppress)
         self.cutter = UnitCutter(tokenizer, splitter, vocab_size, max_unit_tokens, pieces)
+        self.pieces = self.cutter.pieces
         self._prefix_ids: dict[str, list[int]] = {}
 
     def prefix_ids(self, prefixes: Sequence[str]) -> list[list[int]]:

@@ -161,10 +161,11 @@ class Mark(ABC):
         """When the running rows of a round stop early (``None``: every row finishes)."""
         return None
 
-    def steer(self, tokenizer: Any, vocab: int, cache: Any = None) -> None:
+    def steer(self, tokenizer: Any, vocab: int, cache: Any = None, pieces: Any = None) -> None:
         """Steer this mark's rounds toward the key for a generator of this ``tokenizer`` and
         ``vocab`` entries, as ``search.steer`` asks (``cache``: a folder for what steering
-        computes once per vocabulary); a mark that does not steer ignores it."""
+        computes once per vocabulary; ``pieces``: the vocabulary decoded entry by entry, when
+        the engine has it); a mark that does not steer ignores it."""
         return None
 
     def round_bias(self, docs: Sequence[SentenceState]) -> Tensor | None:

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ..detection.stats import normal_sf
+from ..generation.cutter import vocabulary_pieces
 from ..generation.engine import Pruner, PruneVerdict
 from ..generation.pruning import PruneRule, prune_rule, rows_to_keep
 from ..generation.steering import Steering, token_vectors, word_tokens
@@ -96,13 +97,14 @@ class DirectionMark(Mark):
         self.steering = steering if steering is not None and steering.strength > 0 else None
         self.strength = search.steer
 
-    def steer(self, tokenizer: Any, vocab: int, cache: Any = None) -> None:
+    def steer(self, tokenizer: Any, vocab: int, cache: Any = None, pieces: Any = None) -> None:
         """Build the key's logit bias (``generation.steering``) from the generator's vocabulary
         read by this mark's encoder and processing, at ``search.steer`` (0: none)."""
         if self.strength <= 0:
             return
-        vectors = token_vectors(tokenizer, vocab, self.scheme, self, cache)
-        words = word_tokens(tokenizer, vocab)
+        pieces = pieces if pieces is not None else vocabulary_pieces(tokenizer, vocab)
+        vectors = token_vectors(tokenizer, vocab, self.scheme, self, cache, pieces)
+        words = word_tokens(tokenizer, vocab, pieces)
         self.steering = Steering(vectors, self.directions, self.strength, words)
 
     # ------------------------------------------------------------------ the key

@@ -213,9 +213,10 @@ def register_engine(name: str, engine: Any) -> None:
     ENGINES[name] = engine
 
 
-MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0
-"""The temperatures a sampler takes: below 0.01 the logits divided by it overflow float32 (and
-sampling is greedy in all but name), above 100 every token is about equally likely."""
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 100.0
+"""The temperatures a sampler takes: far below 1e-6 the logits divided by it overflow float32
+(1e-300 made every row's probabilities NaN; 1e-4 samples near-greedily, as a test does), and
+above 100 every token is about equally likely."""
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ class SamplingSettings:
     1.05, no top-k, about 200 new tokens)."""
 
     temperature: float = 0.7
-    """Softmax temperature, in [0.01, 100] (paper: 0.7)."""
+    """Softmax temperature, in [1e-6, 100] (paper: 0.7)."""
     repetition_penalty: float = 1.05
     """Penalty of the tokens the prompt and the row hold already (paper: 1.05)."""
     top_k: Annotated[int, Range(0, 1_000_000)] = 0
@@ -254,7 +255,7 @@ class SamplingSettings:
         problems = []
         if not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
             problems.append(
-                f"temperature must be in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE:g}], got "
+                f"temperature must be in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got "
                 f"{self.temperature}"
             )
         if self.repetition_penalty <= 0:
