@@ -172,9 +172,6 @@ class StreamRound:
             bias = None if request.bias is None else request.bias[g]
             sparse = sparse_bias(bias, engine.bias_entries, engine.suppress)
             self.rows += [_Row((g, i), s, bias=sparse) for i, s in enumerate(seeds)]
-        if request.bias is None and engine.suppress:
-            for row in self.rows:
-                row.bias = sparse_bias(None, 0, engine.suppress)
 
     @property
     def live(self) -> list[Place]:
