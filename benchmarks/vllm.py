@@ -94,7 +94,8 @@ def run_vllm(settings: VllmBenchSettings, on_prompt: Any = None) -> dict[str, An
     from vllm.inputs import TokensPrompt
 
     from ksemstamp.assets import load_lm
-    from ksemstamp.generation.vllm_engine import build_llm, served_path, vllm_sampling
+    from ksemstamp.generation.stream import api_sampling, served_path
+    from ksemstamp.generation.vllm_engine import build_llm
 
     default = _config(DEFAULT_CONFIG, settings, "vllm")
     llm = build_llm(served_path(default.model.lm), default.engine, "cpu", 0)
@@ -109,7 +110,7 @@ def run_vllm(settings: VllmBenchSettings, on_prompt: Any = None) -> dict[str, An
         hf_cfg = _config(DEFAULT_CONFIG, settings, "batched")
         hf = load_lm(hf_cfg.model.lm, "cpu", "bf16")
         marks["default_hf"] = build_watermarker(hf_cfg, scheme, hf)
-    params = vllm_sampling(default.sampling)
+    params = api_sampling(default.sampling)
     eos = {i: -100.0 for i in marks["default_vllm"].engine.suppress}
 
     def plain_vllm(prompt: str, seed: int) -> tuple[str, int]:

@@ -181,9 +181,9 @@ def test_an_unwritable_cache_warns_once_and_the_table_is_used_from_memory(
 def test_the_table_is_built_on_one_thread_whatever_the_process_runs_with(
     hash_encoder, tmp_path, monkeypatch
 ):
-    """Float sums split over threads round differently (a 2-thread build differed from a
-    1-thread one in 29,215 of 49,152 rows by one fp16 step): the table is always built on one
-    thread, so every machine steers alike, and the process's threads are restored."""
+    """Float sums split over threads round differently, so a table built with other threads
+    can differ by an fp16 step: the table is always built on one thread, so every machine
+    steers alike, and the process's threads are restored."""
     scheme = _scheme(hash_encoder, key="one")
     mark = build_mark(scheme)
     seen = []

@@ -46,7 +46,8 @@ def _settings(steer: float = 0.5, kind: str = "vllm", **engine) -> WatermarkSett
 
 @pytest.fixture(scope="module")
 def llm():
-    from ksemstamp.generation.vllm_engine import build_llm, close_llm, served_path
+    from ksemstamp.generation.stream import served_path
+    from ksemstamp.generation.vllm_engine import build_llm, close_llm
 
     settings = _settings()
     engine = build_llm(served_path(settings.model.lm), settings.engine, "cpu", 0)
@@ -79,7 +80,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(llm):
     """``vllm serve`` of the default LM on a free local port, stopped after the module."""
-    from ksemstamp.generation.vllm_engine import CPU_BLOCK, served_path
+    from ksemstamp.generation.stream import served_path
+    from ksemstamp.generation.vllm_engine import CPU_BLOCK
 
     port = _free_port()
     folder = served_path(_settings().model.lm)

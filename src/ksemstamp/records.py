@@ -32,6 +32,7 @@ from .io import (
 )
 from .jsonl import InputRecord, read_jsonl, read_jsonl_objects
 from .settings.devices import DeviceSettings
+from .settings.identity import shown
 from .settings.watermark import WatermarkSettings
 
 # ``parallel`` (Lightning) is imported where records are spread over devices: a weak key or an
@@ -342,17 +343,12 @@ def made_otherwise(rows: list[dict], made_as: dict[str, Any]) -> str | None:
                 n for n, v in made_as["identity"].items() if n in recorded and recorded[n] != v
             ]
             said += [
-                f"{n} {_cut(recorded[n])} (this run's: {_cut(made_as['identity'][n])})"
+                f"{n} {shown(recorded[n])} (this run's: {shown(made_as['identity'][n])})"
                 for n in names
             ]
         if said:
             return f"line {row.get('line')}: " + ", ".join(said)
     return None
-
-
-def _cut(value: Any, most: int = 60) -> str:
-    text = str(value)
-    return text if len(text) <= most else text[:most] + "..."
 
 
 EXIT_OK, EXIT_ALL_FAILED, EXIT_SOME_FAILED = 0, 1, 3

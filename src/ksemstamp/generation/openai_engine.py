@@ -3,8 +3,8 @@
 ``OpenAIStreamer`` is a ``stream.TokenStreamer`` that sends every extension as one request to
 ``{engine.base_url}/completions``: the prompt as token ids, ``n = 1``, its own ``seed``,
 ``max_tokens``, the sampling settings and the steering bias as a sparse ``logit_bias`` (the
-``engine.bias_entries`` largest entries). ``vllm serve`` takes all of them and returns the sampled ids (``return_token_ids``); a server
-that returns text only has it tokenised here. Up to ``engine.concurrency`` requests are in
+``engine.bias_entries`` largest entries). ``vllm serve`` takes all of them and returns the
+sampled ids (``return_token_ids``); a server that returns text only has it tokenised here. Up to ``engine.concurrency`` requests are in
 flight at once; a refused connection, a timeout, a 429 or a 5xx is tried again
 ``engine.retries`` times with a growing pause, and then stops the run with one line naming the
 server (``ServerError``): what was written before stays, and a resumed run goes on from there.
@@ -24,8 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .engine import EngineUnavailable
-from .stream import Extension
-from .vllm_engine import VllmEngine, lm_facts, served_path, vllm_sampling
+from .stream import Extension, StreamEngine, api_sampling, lm_facts, served_path
 
 SHOWN = 300
 """Characters of a server's answer an error message quotes."""
@@ -46,7 +45,7 @@ class OpenAIStreamer:
 
     def __init__(self, client: Client, sampling: Any) -> None:
         self.client = client
-        self.params = vllm_sampling(sampling)
+        self.params = api_sampling(sampling)
         self.pool = ThreadPoolExecutor(max_workers=client.concurrency)
 
     def body(self, job: Extension) -> dict[str, Any]:
@@ -165,7 +164,7 @@ def _cut(value: Any) -> str:
     return text if len(text) <= SHOWN else text[:SHOWN] + "..."
 
 
-class OpenAIEngine(VllmEngine):
+class OpenAIEngine(StreamEngine):
     """A ``StreamEngine`` over an OpenAI-compatible server (``sampling.engine: openai``)."""
 
     @classmethod
@@ -186,4 +185,5 @@ class OpenAIEngine(VllmEngine):
             eng.concurrency,
             tokenizer,
         )
-        return cls.over(OpenAIStreamer, client, tokenizer, splitter, settings, vocab, context)
+        streamer = OpenAIStreamer(client, settings.sampling)
+        return cls.of(streamer, tokenizer, splitter, settings, vocab, context)

@@ -84,6 +84,37 @@ def sparse_bias(
     return out or None
 
 
+def api_sampling(config: Any) -> dict[str, Any]:
+    """The sampling settings (``SamplingSettings``) in vLLM's and the OpenAI API's names."""
+    return {
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "top_k": config.top_k if config.top_k > 0 else -1,
+        "repetition_penalty": config.repetition_penalty,
+    }
+
+
+def served_path(spec: str) -> str:
+    """What a backend loads for ``model.lm``: an offline alias's converted folder, else
+    ``spec``."""
+    from ..assets import resolve_lm_path
+
+    return resolve_lm_path(spec)
+
+
+def lm_facts(path: str) -> tuple[Any, int, int | None]:
+    """``(tokenizer, vocab size, context length)`` of the LM at ``path`` (read, not loaded)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from .hf import config_context_length
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    config = AutoConfig.from_pretrained(path)
+    config = getattr(config, "text_config", config)
+    vocab = int(getattr(config, "vocab_size", 0) or len(tokenizer))
+    return tokenizer, vocab, config_context_length(config)
+
+
 def extension_seed(row_seed: int, tokens: int) -> int:
     """The seed of a row's extension after ``tokens`` tokens: a fixed mix of both."""
     return (row_seed * 1_000_003 + tokens * 7_919 + 1) % SEED_SPACE
@@ -142,6 +173,32 @@ class StreamEngine:
         self.cutter = UnitCutter(tokenizer, splitter, vocab_size, max_unit_tokens, pieces)
         self.pieces = self.cutter.pieces
         self._prefix_ids: dict[str, list[int]] = {}
+
+    @classmethod
+    def of(
+        cls,
+        streamer: TokenStreamer,
+        tokenizer: Any,
+        splitter: Any,
+        settings: Any,
+        vocab: int,
+        context: int | None,
+    ) -> Any:
+        """The engine over ``streamer`` with the ``sampling`` and ``engine`` settings of
+        ``settings`` (``WatermarkSettings``); the LM's end of text is never sampled."""
+        from .hf import eos_ids
+
+        return cls(
+            streamer,
+            tokenizer,
+            splitter,
+            vocab,
+            settings.sampling.max_sentence_tokens,
+            context,
+            settings.engine.chunk_tokens,
+            settings.engine.bias_entries,
+            eos_ids(tokenizer),
+        )
 
     def prefix_ids(self, prefixes: Sequence[str]) -> list[list[int]]:
         """Each prefix's token ids (kept for the next round's prefixes)."""

@@ -18,22 +18,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from . import hf
 from .engine import EngineUnavailable
-from .stream import Extension, StreamEngine
+from .stream import Extension, StreamEngine, api_sampling, lm_facts, served_path
 
 CPU_BLOCK = 32
 """KV-cache block size on a CPU when ``engine.block_size`` is unset (its docstring says why)."""
-
-
-def vllm_sampling(config: Any) -> dict[str, Any]:
-    """The sampling settings (``SamplingSettings``) in vLLM's and the OpenAI API's names."""
-    return {
-        "temperature": config.temperature,
-        "top_p": config.top_p,
-        "top_k": config.top_k if config.top_k > 0 else -1,
-        "repetition_penalty": config.repetition_penalty,
-    }
 
 
 class VllmStreamer:
@@ -46,7 +35,7 @@ class VllmStreamer:
 
     def __init__(self, llm: Any, sampling: Any) -> None:
         self.llm = llm
-        self.params = vllm_sampling(sampling)
+        self.params = api_sampling(sampling)
 
     def extend(self, jobs: Sequence[Extension]) -> list[list[int]]:
         from vllm import SamplingParams
@@ -81,24 +70,6 @@ def close_llm(llm: Any) -> None:
         shutdown()
 
 
-def served_path(spec: str) -> str:
-    """What vLLM loads for ``model.lm``: an offline alias's converted folder, else ``spec``."""
-    from ..assets import resolve_lm_path
-
-    return resolve_lm_path(spec)
-
-
-def lm_facts(path: str) -> tuple[Any, int, int | None]:
-    """``(tokenizer, vocab size, context length)`` of the LM at ``path`` (read, not loaded)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    config = AutoConfig.from_pretrained(path)
-    config = getattr(config, "text_config", config)
-    vocab = int(getattr(config, "vocab_size", 0) or len(tokenizer))
-    return tokenizer, vocab, hf.config_context_length(config)
-
-
 class VllmEngine(StreamEngine):
     """A ``StreamEngine`` over vLLM in this process (``sampling.engine: vllm``)."""
 
@@ -118,31 +89,8 @@ class VllmEngine(StreamEngine):
         longest = getattr(served, "max_model_len", None)
         if isinstance(longest, int):
             context = min(context or longest, longest)
-        return cls.over(VllmStreamer, llm, tokenizer, splitter, settings, vocab, context)
-
-    @classmethod
-    def over(
-        cls,
-        streamer_class: Any,
-        backend: Any,
-        tokenizer: Any,
-        splitter: Any,
-        settings: Any,
-        vocab: int,
-        context: int | None,
-    ) -> Any:
-        """The engine whose streamer is ``streamer_class(backend, sampling settings)``."""
-        sampling = settings.sampling
-        return cls(
-            streamer_class(backend, sampling),
-            tokenizer,
-            splitter,
-            vocab,
-            sampling.max_sentence_tokens,
-            context,
-            settings.engine.chunk_tokens,
-            settings.engine.bias_entries,
-            hf.eos_ids(tokenizer),
+        return cls.of(
+            VllmStreamer(llm, settings.sampling), tokenizer, splitter, settings, vocab, context
         )
 
 

@@ -9,7 +9,7 @@ A detection of a few paragraphs must not wait behind texts of 200,000 characters
 * **A fair encoder.** The encoder takes one pass at a time (its tokenizer is not thread-safe).
   A pass of more than ``PASS_SENTENCES`` sentences is cut into passes of that many, and a small
   pass waiting for the encoder goes before the next piece of a large one, so a small request
-  waits for at most one piece (about a second on 2 CPU cores), not a whole text.
+  waits for at most one piece, not a whole text (docs/web.md has the latency measured).
 """
 
 from __future__ import annotations

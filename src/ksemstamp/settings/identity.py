@@ -62,7 +62,7 @@ def describe_differences(recorded: dict[str, Any], here: dict[str, Any], names: 
     """``mark.units: clauses there, sentences here; ...`` for the settings ``names`` (each name
     and value cut to ``SHOWN`` characters, at most ``MOST_NAMES`` settings)."""
     said = "; ".join(
-        f"{_shown(n)}: {_shown(recorded.get(n))} there, {_shown(here.get(n))} here"
+        f"{shown(n)}: {shown(recorded.get(n))} there, {shown(here.get(n))} here"
         for n in names[:MOST_NAMES]
     )
     return said + (f"; and {len(names) - MOST_NAMES:,} more" if len(names) > MOST_NAMES else "")
@@ -71,7 +71,7 @@ def describe_differences(recorded: dict[str, Any], here: dict[str, Any], names: 
 def shown_names(names: list[str]) -> list[str]:
     """``names`` as a record echoes them: each cut to ``SHOWN`` characters, at most
     ``MOST_NAMES`` of them."""
-    return [_shown(n) for n in names[:MOST_NAMES]]
+    return [shown(n) for n in names[:MOST_NAMES]]
 
 
 SHOWN = 80
@@ -80,6 +80,7 @@ MOST_NAMES = 20
 """Settings a message names at most."""
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """``value`` as a message quotes it: at most ``SHOWN`` characters, then its length."""
     text = "unset" if value is None else str(value)
     return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text):,} characters)"
