@@ -549,3 +549,35 @@ def test_a_resume_under_another_key_or_identity_is_refused_unless_told(
     assert len(out.read_text().splitlines()) == 1  # nothing written
     assert cli.main([*again, "--mixed", "true"]) == 0
     assert len(out.read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize("detected", [True, False])
+def test_the_demo_tells_one_story_about_a_short_text(monkeypatch, capsys, detected):
+    """A short text's note comes after the verdict and agrees with it (it once forecast "not
+    watermarked" above a detection that said watermarked)."""
+    from types import SimpleNamespace
+
+    from ksemstamp.results import GenerationResult, SentenceRecord
+
+    units = [SentenceRecord(text=f"Clause {i}.", region=0, candidates=1) for i in range(3)]
+    res = GenerationResult(prompt="p", text="Clause 0. Clause 1. Clause 2.", sentences=units)
+    verdict = SimpleNamespace(watermarked=detected)
+    monkeypatch.setattr(commands, "news_prompt", lambda *a: "A prompt.")
+    monkeypatch.setattr(commands, "build_scheme", lambda cfg: None)
+    monkeypatch.setattr(
+        commands,
+        "build_watermarker",
+        lambda cfg, s: SimpleNamespace(generate=lambda *a, **k: [res]),
+    )
+    monkeypatch.setattr(
+        commands,
+        "build_detector",
+        lambda cfg, s: SimpleNamespace(detect=lambda *a: verdict, mark=None),
+    )
+    monkeypatch.setattr(commands, "format_detection", lambda r, m, u: "VERDICT")
+    assert cli.main(["demo", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert "VERDICT" in out and "will likely" not in err
+    note = [line for line in err.splitlines() if line.startswith("note:")]
+    said = "detected this time, but 3 scored clauses" if detected else "not detected: 3 scored"
+    assert len(note) == 1 and said in note[0] and "--sampling.max_new_tokens" in note[0]

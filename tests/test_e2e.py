@@ -268,7 +268,6 @@ def test_the_demo_of_a_fresh_clone_prints_no_warning(tmp_path):
     # As `make demo` runs it on a new machine: no key set, the LM converted into an empty
     # cache; only a shorter continuation. A warning there is the first thing a new user reads.
     import os
-    import re
     import subprocess
     import sys
     from pathlib import Path
@@ -294,8 +293,8 @@ def test_the_demo_of_a_fresh_clone_prints_no_warning(tmp_path):
         timeout=900,
     )
     assert demo.returncode == 0, demo.stderr
-    # A 24-token text is too short to be detected, and says so: the one warning expected.
-    said = re.sub(r"warning: only \d+ scored clauses?", "", (demo.stdout + demo.stderr).lower())
+    # A 24-token text is short, and its note (after the verdict) is no warning.
+    said = (demo.stdout + demo.stderr).lower()
     assert "warn" not in said, demo.stderr
     assert "loading weights" not in said, demo.stderr
     assert demo.stdout.startswith("key: the public demo key")

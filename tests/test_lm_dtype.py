@@ -98,3 +98,39 @@ def test_reduced_formats_load_and_sample_sentences(dtype):
     assert len(texts) == 3 and any(texts)
     for text in filter(None, texts):
         assert splitter.split(text) == [text]
+
+
+def test_a_busy_machine_is_said_once_in_one_line(monkeypatch, caplog):
+    import ksemstamp.builders as builders
+    from ksemstamp.builders import busy_note
+
+    assert busy_note(0.2, 2, 2) is None and busy_note(1.9, 2, 1) is None
+    assert busy_note(1.0, 8, 4) is None  # room enough
+    note = busy_note(1.9, 2, 2)
+    assert note is not None and "load average 1.9 on 2 cores" in note and "\n" not in note
+    assert "--model.threads 1" in note
+    monkeypatch.setattr(builders, "_NOTED", False)
+    monkeypatch.setattr(builders, "machine_load", lambda: 2.0)
+    monkeypatch.setattr(builders, "usable_cores", lambda: 2)
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level("INFO", logger="ksemstamp"):
+            apply_threads(WatermarkSettings.from_dict({"model": {"threads": 2}}))
+            apply_threads(WatermarkSettings.from_dict({"model": {"threads": 2}}))
+    finally:
+        torch.set_num_threads(before)
+    assert [r.getMessage() for r in caplog.records].count(busy_note(2.0, 2, 2)) == 1
+
+
+def test_importing_ksemstamp_first_makes_openmp_threads_wait_passively():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    code = "import ksemstamp, os; print(os.environ['OMP_WAIT_POLICY'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "PASSIVE"
+    env["OMP_WAIT_POLICY"] = "ACTIVE"  # an explicit setting wins
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "ACTIVE"

@@ -319,3 +319,33 @@ def test_a_key_given_twice_in_a_settings_file_is_refused_naming_it(tmp_path):
 def test_an_unusable_temperature_is_refused_where_it_is_read(temperature):
     with pytest.raises(SettingsError, match=r"temperature must be in \[1e-06, 100\]"):
         WatermarkSettings.from_dict({"sampling": {"temperature": temperature}})
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--search.steer", "-inf", "Expected a float. Got value: -inf"),
+        ("--search.steer", "-1e-3", "search.steer (--search.steer) must be >= 0, got -0.001"),
+        ("--search.steer", "12", "search.steer (--search.steer) must be <= 10.0, got 12.0"),
+        ("--sampling.steer_plausible", "1.5", "steer_plausible) must be <= 1, got 1.5"),
+    ],
+)
+def test_a_negative_or_out_of_range_number_reaches_its_setting_s_check(flag, value, said, capsys):
+    from ksemstamp.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["generate", "--prompt", "x", flag, value])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "expected one argument" not in err and err.count("\n") == 1
+
+
+def test_a_float_range_refuses_nan_and_shows_in_the_help(capsys):
+    from ksemstamp.cli import main
+    from ksemstamp.settings.checks import Range
+
+    assert Range(0, 1).problems("x", float("nan")) == ["x must be a number in [0, 1], got nan"]
+    assert Range(0, 1).problems("x", 0.5) == [] and Range(0, 1).problems("x", True) == []
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    assert "(0 to 10.0)" in " ".join(capsys.readouterr().out.split())

@@ -199,3 +199,62 @@ def test_the_table_is_built_on_one_thread_whatever_the_process_runs_with(
     finally:
         torch.set_num_threads(threads)
     assert seen[0] == 2 and set(seen[1:]) == {1}  # the probes, then the table's batches
+
+
+def _tempered(logits, temperature):
+    return (logits / temperature).softmax(dim=-1)
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_steering_moves_probability_only_among_the_plausible_entries(temperature):
+    from ksemstamp.generation.decoding import steer_logits
+
+    logits = torch.tensor([[4.0, 3.5, 3.0, 0.0, -1.0, -2.0], [1.0, 1.0, -5.0, -6.0, 0.9, -9.0]])
+    bias = torch.tensor([[-1.0, 2.0, 0.5, 5.0, 5.0, -3.0], [0.0, 1.0, 9.0, 9.0, -1.0, 0.0]])
+    before = _tempered(logits, temperature)
+    after = _tempered(steer_logits(logits, bias, 0.1, temperature), temperature)
+    inside = before >= 0.1 * before.max(dim=-1, keepdim=True).values
+    # Every entry outside the plausible set keeps its probability, however large its bias.
+    torch.testing.assert_close(after[~inside], before[~inside])
+    # The plausible entries keep their total and are reweighted by exp(bias / temperature).
+    torch.testing.assert_close((after * inside).sum(-1), (before * inside).sum(-1))
+    ratio = (after / before)[inside]
+    expected = torch.exp(bias / temperature)[inside]
+    rows = inside.nonzero()[:, 0]
+    for r in rows.unique():
+        got, want = ratio[rows == r], expected[rows == r]
+        torch.testing.assert_close(got / got[0], want / want[0])
+    # The fragment the LM did not consider (entry 3 of row 0, bias 5) is not lifted.
+    assert after[0, 3] == pytest.approx(float(before[0, 3]), rel=1e-5)
+
+
+def test_steering_everywhere_adds_the_bias_and_never_touches_a_suppressed_entry():
+    from ksemstamp.generation.decoding import steer_logits
+
+    logits = torch.tensor([[2.0, float("-inf"), 0.0, 1.0]])
+    bias = torch.tensor([[0.5, 3.0, -1.0, 0.0]])
+    torch.testing.assert_close(steer_logits(logits, bias, 0.0, 0.7), logits + bias)
+    steered = steer_logits(logits, bias, 0.5, 0.7)
+    assert steered[0, 1] == float("-inf") and torch.isfinite(steered[0, [0, 2, 3]]).all()
+
+
+def test_both_hugging_face_engines_steer_the_same_distribution():
+    from ksemstamp.generation.decoding import warp_logits
+    from ksemstamp.generation.sequential import _AddBias
+    from ksemstamp.settings import SamplingSettings
+
+    config = SamplingSettings(temperature=0.7, repetition_penalty=1.3, steer_plausible=0.05)
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 50, generator=gen) * 3
+    bias = torch.randn(3, 50, generator=gen)
+    seen = torch.zeros(3, 50, dtype=torch.bool)
+    seen[:, :5] = True
+    batched = warp_logits(logits, seen, config, (), bias).softmax(-1)
+    # transformers: the repetition penalty, then the processors given to generate, then the
+    # temperature.
+    penalised = warp_logits(logits, seen, SamplingSettings(temperature=1.0, repetition_penalty=1.3))
+    for r in range(3):
+        steered = _AddBias(bias[r], config.steer_plausible, config.temperature)(
+            None, penalised[r : r + 1]
+        )
+        torch.testing.assert_close(batched[r : r + 1], (steered / 0.7).softmax(-1))

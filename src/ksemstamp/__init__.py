@@ -23,7 +23,14 @@ The subpackages: ``marks`` (the key's rules), ``generation`` (the sentence loop'
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
+
+# OpenMP threads that spin while they wait for work hold their cores: on a machine another job
+# is using they wait on each other, and a run takes 2 to 20 times as long (measured:
+# benchmarks/results/threads.md). Threads that sleep instead cost little alone. Read when torch
+# loads, so only where ksemstamp is imported first; an explicit setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 _EXPORTS = {
     "WatermarkSettings": "settings",

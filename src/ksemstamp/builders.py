@@ -17,9 +17,13 @@ module loads none.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from .settings.watermark import WatermarkSettings
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .detector import Detector
@@ -157,12 +161,50 @@ def cast_encoder(encoder: Any, dtype: str, copy: bool = False) -> Any:
 
 
 def apply_threads(settings: WatermarkSettings) -> None:
-    """Set torch's intra-op threads from ``model.threads`` (``None`` leaves them alone)."""
+    """Set torch's intra-op threads from ``model.threads`` (``None`` leaves them alone), and
+    say once per process when the machine is busy with other work (``busy_note``)."""
+    import torch
+
     threads = as_settings(settings).model.threads
     if threads is not None:
-        import torch
-
         torch.set_num_threads(threads)
+    global _NOTED
+    if not _NOTED:
+        _NOTED = True
+        note = busy_note(machine_load(), usable_cores(), torch.get_num_threads())
+        if note:
+            logger.info(note)
+
+
+_NOTED = False
+
+
+def machine_load() -> float:
+    """The machine's one-minute load average (0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def busy_note(load: float, cores: int, threads: int) -> str | None:
+    """One line for a run about to use ``threads`` threads on ``cores`` cores while other work
+    keeps ``load`` of them busy (the load average, before this run's own work), or ``None``
+    when they fit."""
+    if threads <= 1 or load < 0.9 or load + threads <= cores + 0.5:
+        return None
+    return (
+        f"this machine is busy (load average {load:.1f} on {cores} cores): this run's "
+        f"{threads} threads share them and it runs slower; --model.threads 1 keeps it to one"
+    )
 
 
 def build_watermarker(

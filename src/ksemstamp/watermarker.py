@@ -215,8 +215,11 @@ class Watermarker:
                 )
                 if chosen is not None:
                     self._keep(doc, *chosen)
-                    # a sentence finished past the budget does not run the bar past its end
-                    bar.update(max(0, min(chosen[0].num_tokens, bar.total - bar.n)))
+            # The bar counts the texts' tokens: a text that finishes its sentence past the
+            # budget grows the total with it, so the bar ends at the texts' own length.
+            done = [d.result.num_tokens for d in docs]
+            bar.total = sum(max(self.max_new_tokens, n) for n in done)
+            bar.update(sum(done) - bar.n)
             for doc in active:
                 if doc.done:
                     doc.result.seconds = time.perf_counter() - doc.started

@@ -219,13 +219,19 @@ def demo(
         f"generation: {res.num_sentences} {unit}s, {res.candidates} candidates "
         f"({per:.1f} per {unit}), {res.fallbacks} fallbacks\n"
     )
-    short = length_note(res, settings)
-    if short is not None:
-        print_err(f"warning: {short['warning']}\n")
     start = time.perf_counter()
     result = detector.detect(res.text, prompt)
     print(f"detection ({time.perf_counter() - start:.2f} s):")
     print(format_detection(result, detector.mark, unit))
+    short = length_note(res, settings)
+    if short is not None:
+        # Said after the verdict, and in its light: one story, not a forecast it contradicts.
+        have = f"{short['scored_units']} scored {unit}{'' if short['scored_units'] == 1 else 's'}"
+        outcome = "detected this time, but" if result.watermarked else "not detected:"
+        print_err(
+            f"note: {outcome} {have} is short ({short['why']}); a longer text "
+            "(--sampling.max_new_tokens) gives more"
+        )
     return 0
 
 

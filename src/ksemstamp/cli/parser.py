@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,9 @@ class _OptionalText:
 
 optional_text = _OptionalText()
 
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.I)
+"""What a command line value that starts with ``-`` must look like to be read as a number."""
+
 
 # ---------------------------------------------------------------------- the parser
 
@@ -78,6 +82,9 @@ def build_parser(fn: Callable, prog: str, kind: str | None = None) -> ArgumentPa
         env_prefix=False,
         default_env=False,
     )
+    # argparse reads only -1 and -.5 as numbers; -inf, -1e-3 and -nan would be taken for
+    # options ("expected one argument") instead of reaching the setting's bounds check.
+    parser._negative_number_matcher = NEGATIVE_NUMBER
     parser.add_argument(
         "--config",
         action=ActionConfigFile,

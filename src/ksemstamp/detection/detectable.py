@@ -31,7 +31,7 @@ def scored_units(result: GenerationResult, settings: WatermarkSettings) -> int:
 
 
 def length_note(result: GenerationResult, settings: WatermarkSettings) -> dict | None:
-    """``scored_units``, ``units_needed`` and a ``warning`` for a result with fewer scored units
+    """``scored_units``, ``units_needed``, a ``warning`` and its reason (``why``) for a result with fewer scored units
     than a text typically needs to be detected at ``detection.alpha``; ``None`` otherwise (and
     for a result with an error)."""
     if result.status != "ok":
@@ -50,4 +50,4 @@ def length_note(result: GenerationResult, settings: WatermarkSettings) -> dict |
         f"only {have} scored {unit}{'' if have == 1 else 's'}: {why}; detection will likely "
         f"call it not watermarked. A longer text (--sampling.max_new_tokens) gives more"
     )
-    return {"scored_units": have, "units_needed": typical, "warning": warning}
+    return {"scored_units": have, "units_needed": typical, "warning": warning, "why": why}

@@ -64,16 +64,14 @@ class BatchedEngine(hf.LMEngine):
         bias: Tensor | None = None,
     ) -> Tensor:
         """Sample one token per row from ``(R, V)`` logits; ``seen`` marks tokens to penalise,
-        ``bias`` (``(R, V)``, optional) is added to the logits first.
+        ``bias`` (``(R, V)``, optional) steers them (``decoding.steer_logits``).
 
         ``segments`` optionally gives ``(start, stop, generator)`` row ranges that draw from
         their own generators (one per document, so a document's text does not depend on the
         other documents of its batch); otherwise ``generator`` serves every row.
         """
         suppress = self.eos_ids if self.suppress_eos else ()
-        if bias is not None:
-            logits = logits.float() + bias
-        logits = warp_logits(logits, seen, self.config, suppress)
+        logits = warp_logits(logits, seen, self.config, suppress, bias)
         probs = logits.softmax(dim=-1)
         if not segments:
             return sample_rows(probs, generator)

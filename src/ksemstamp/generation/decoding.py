@@ -3,6 +3,7 @@ samplers."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -12,12 +13,18 @@ from ..settings.groups import SamplingSettings
 
 
 def warp_logits(
-    logits: Tensor, seen: Tensor, config: SamplingSettings, suppress: Sequence[int] = ()
+    logits: Tensor,
+    seen: Tensor,
+    config: SamplingSettings,
+    suppress: Sequence[int] = (),
+    bias: Tensor | None = None,
 ) -> Tensor:
     """Next-token logits ``(R, V)`` after the decoding settings, in transformers' order:
-    repetition penalty on the ``seen`` tokens (``(R, V)`` bool), suppressed tokens, temperature,
-    top-k, top-p. Equal to transformers' processors (tests check every branch); written out
-    because the sampler keeps a seen-token mask per row instead of the full token history.
+    repetition penalty on the ``seen`` tokens (``(R, V)`` bool), suppressed tokens, the logit
+    ``bias`` of steering (``(R, V)``, optional: ``steer_logits`` with
+    ``config.steer_plausible``), temperature, top-k, top-p. Equal to transformers' processors
+    (tests check every branch); written out because the sampler keeps a seen-token mask per row
+    instead of the full token history.
 
     The input is left alone; the work is done in place on one float32 copy, and the penalty
     touches only the seen entries (a few hundred per row, against a vocabulary of ~50k), since
@@ -32,6 +39,8 @@ def warp_logits(
         )
     if suppress:
         logits[:, list(suppress)] = float("-inf")
+    if bias is not None:
+        logits = steer_logits(logits, bias, config.steer_plausible, config.temperature)
     logits.div_(config.temperature)
     if config.top_k > 0:
         kth = torch.topk(logits, min(config.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
@@ -42,6 +51,33 @@ def warp_logits(
         drop = cum - sorted_logits.softmax(-1) >= config.top_p
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     return logits
+
+
+def steer_logits(logits: Tensor, bias: Tensor, plausible: float, temperature: float) -> Tensor:
+    """``logits`` ``(R, V)`` (float32, before the temperature) steered by ``bias`` ``(R, V)``
+    among the plausible entries only, as a new tensor.
+
+    An entry is plausible at this step when, sampled at ``temperature``, it is at least
+    ``plausible`` times as probable as the most likely entry (min-p's rule). The bias moves
+    probability among the plausible entries and nowhere else: they get it, shifted so that
+    together they keep the probability they had, and every other entry keeps its own. Steering
+    then reorders what the LM would say anyway; it never lifts a fragment the LM did not
+    consider into the text (a bias added everywhere does, one step in a few hundred, and one
+    such token derails the rest of a unit). ``plausible`` 0: the bias is added everywhere.
+    """
+    if plausible <= 0:
+        return logits + bias
+    tempered = logits / temperature
+    top = tempered.max(dim=-1, keepdim=True).values
+    inside = tempered >= top + math.log(plausible)
+    steered = torch.where(inside, bias, torch.zeros_like(bias))
+    ninf = torch.tensor(float("-inf"), device=logits.device)
+    before = torch.where(inside, tempered, ninf).logsumexp(dim=-1, keepdim=True)
+    after = torch.where(inside, tempered + steered / temperature, ninf).logsumexp(
+        dim=-1, keepdim=True
+    )
+    shift = torch.where(inside, temperature * (before - after), torch.zeros_like(bias))
+    return logits + steered + shift
 
 
 def sample_rows(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:

@@ -16,6 +16,7 @@ from torch import Tensor
 from ..text.splitter import PunktSplitter
 from . import hf
 from .cutter import separator
+from .decoding import steer_logits
 from .engine import Finished, Place, RoundRequest, Step
 
 
@@ -40,13 +41,19 @@ class _WholeTextSentenceStop:
 
 
 class _AddBias:
-    """A logits processor adding a fixed ``(V,)`` bias (``steering``) to the scores."""
+    """A logits processor steering the scores by a fixed ``(V,)`` bias among the plausible
+    entries (``decoding.steer_logits``); transformers runs it after the repetition penalty and
+    before the temperature, where the batched engine steers too."""
 
-    def __init__(self, bias: Tensor) -> None:
+    def __init__(self, bias: Tensor, plausible: float, temperature: float) -> None:
         self.bias = bias
+        self.plausible = plausible
+        self.temperature = temperature
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        return scores + self.bias.to(scores.device, scores.dtype)
+        bias = self.bias.to(scores.device, torch.float32).expand_as(scores)
+        steered = steer_logits(scores.float(), bias, self.plausible, self.temperature)
+        return steered.to(scores.dtype)
 
 
 class SequentialEngine(hf.LMEngine):
@@ -116,7 +123,8 @@ class SequentialEngine(hf.LMEngine):
             stopping_criteria=stop,
         )
         if bias is not None:
-            kwargs["logits_processor"] = LogitsProcessorList([_AddBias(bias)])
+            steer = _AddBias(bias, self.config.steer_plausible, self.config.temperature)
+            kwargs["logits_processor"] = LogitsProcessorList([steer])
         if generator is None:
             out = self.model.generate(input_ids, **kwargs)
         else:

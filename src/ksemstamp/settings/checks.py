@@ -23,18 +23,21 @@ SEED_BOUNDS = (-(2**63), 2**63 - 1)
 
 @dataclass(frozen=True)
 class Range:
-    """The bounds of an integer setting, declared with its type:
-    ``Annotated[int, Range(1, 4096)]`` (``None`` passes where the type allows it)."""
+    """The bounds of a number setting, declared with its type:
+    ``Annotated[int, Range(1, 4096)]``, ``Annotated[float, Range(0, 10)]`` (``None`` passes
+    where the type allows it; the command line's help shows them)."""
 
-    low: int
-    high: int
+    low: int | float
+    high: int | float
 
     def problems(self, name: str, value: Any, optional: bool = False) -> list[str]:
         """Why ``value`` of the setting ``name`` is out of bounds (none when it is within, is
-        not an integer, or is ``None``)."""
-        if not isinstance(value, int) or isinstance(value, bool):
+        not a number, or is ``None``; NaN is never within)."""
+        if not isinstance(value, int | float) or isinstance(value, bool):
             return []
         tail = " or null" if optional else ""
+        if value != value:
+            return [f"{name} must be a number in [{self.low:g}, {self.high:g}]{tail}, got nan"]
         if value < self.low:
             return [f"{name} must be >= {self.low}{tail}, got {value}"]
         if value > self.high:

@@ -153,7 +153,7 @@ class SearchSettings:
     margin_patience: Annotated[int, Range(0, 10_000)] | None = 20
     """Region mark: candidates after which a candidate in a valid region is accepted without
     the margin; ``None`` keeps the margin to ``max_candidates`` (the paper's rule)."""
-    steer: float = 0.5
+    steer: Annotated[float, Range(0, MAX_STEER)] = 0.5
     """Direction mark: while candidates are sampled, every word token's logit gains this many
     standard deviations of its meaning's projection on the key's direction for the context
     being written toward (the previous unit's, then, from the first pruning check, each row's
@@ -172,8 +172,6 @@ class SearchSettings:
         problems = []
         if self.margin < 0:
             problems.append(f"margin must be >= 0, got {self.margin}")
-        if not 0 <= self.steer <= MAX_STEER:
-            problems.append(f"steer must be in [0, {MAX_STEER:g}], got {self.steer}")
         if self.prune_margin is not None and self.prune_margin < 0:
             problems.append(f"prune_margin must be >= 0 or null, got {self.prune_margin}")
         if self.sentence_time_budget is not None and self.sentence_time_budget <= 0:
@@ -232,6 +230,13 @@ class SamplingSettings:
     """Keep only the ``top_k`` most likely tokens; 0 disables it (paper: no top-k)."""
     top_p: float = 1.0
     """Nucleus sampling's share of probability; 1 disables it."""
+    steer_plausible: Annotated[float, Range(0, 1)] = 0.1
+    """Where a logit bias steers the candidates (``search.steer``): only among the entries at
+    least this times as probable as the most likely one at that step (sampled at
+    ``temperature``), which keep the probability they had together; every other entry keeps its
+    own (``generation.decoding.steer_logits``). 0: the bias is added to every entry. Served
+    engines (``vllm``, ``openai``) take a static bias and cannot apply it per step: there the
+    bias goes to every entry whatever this says."""
     max_new_tokens: Annotated[int, Range(1, 100_000)] = 200
     """Stop a continuation once it has this many tokens (paper: about 200) and ends a
     sentence: with clause units, the sentence the budget falls in is finished, by more clauses
