@@ -11,6 +11,7 @@ from .bench import bench
 from .detection import detection
 from .generation import generation
 from .precision import precision
+from .threads import threads
 from .throughput import throughput
 from .training import training
 from .vllm import vllm
@@ -23,6 +24,7 @@ COMMANDS = {
     "training": training,
     "throughput": throughput,
     "precision": precision,
+    "threads": threads,
     "vllm": vllm,
 }
 """Every benchmark, by name."""

@@ -130,6 +130,7 @@ def test_bench_takes_every_part_and_its_defaults(capsys):
         (["throughput", "--throughput.batches", "0,8"], "throughput.batches"),
         (["precision", "--run.threads", "0"], "run.threads (--run.threads) must be >= 1"),
         (["generation", "--generation.prompts", "0"], "generation.prompts"),
+        (["threads", "--threads.prompts", "0"], "threads.prompts (--threads.prompts) must be >= 1"),
         (["detection", "--detect-texts", "3"], "unrecognized arguments: --detect-texts"),
     ],
 )
@@ -162,6 +163,7 @@ def test_every_benchmark_is_a_command_and_nothing_else_runs_one():
         "training",
         "throughput",
         "precision",
+        "threads",
         "vllm",
     }
     for name, fn in COMMANDS.items():
@@ -399,3 +401,27 @@ def test_the_generation_benchmark_measures_any_profile_on_any_device():
         ROOT / "configs" / "ksemstamp.yaml", generation.GenerationSettings()
     )
     assert plain.model.device == "cpu" and plain.search.max_candidates == 32
+
+
+def test_the_threads_benchmark_compares_every_cell_with_the_default_alone(monkeypatch):
+    from benchmarks import threads as bench_threads
+
+    seconds = {("default", False): 1.0, ("passive", False): 1.1, ("default", True): 15.0}
+
+    def cell(settings, policy, count, beside):
+        s = seconds.get((policy, beside), 2.0 if count == "auto" else 1.8)
+        return {"seconds": s * 40, "tokens": 40, "texts": ["a"] if count == "auto" else ["b"]}
+
+    monkeypatch.setattr(bench_threads, "_cell", cell)
+    section = bench_threads.bench_threads(bench_threads.ThreadsSettings())
+    got = {r["cell"]: (round(r["vs_default_alone"], 2), r["same_texts"]) for r in section["rows"]}
+    assert got == {
+        "alone, default": (1.0, True),
+        "alone, passive": (1.1, True),
+        "beside, default": (15.0, True),
+        "beside, passive": (2.0, True),
+        "beside, passive, 1 thread": (1.8, False),
+    }
+    assert [t["met"] for t in bench_threads.threads_targets(section)] == [True, True]
+    table = "\n".join(bench_threads.threads_markdown(section))
+    assert "| beside, default | default | auto | 15.000 | 15.00x | yes |" in table

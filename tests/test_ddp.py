@@ -76,3 +76,9 @@ def test_generate_input_with_the_ddp_strategy_writes_what_one_process_writes(tmp
     assert not list(tmp_path.glob("*.shard*"))
     # only the first process reports the run
     assert run.stderr.count("generate: 4 ok, 0 failed") == 1
+    # A document's text depends on its seed, key, settings and prompt, not on the prompts
+    # generated beside it: one prompt a batch writes what four did.
+    alone = tmp_path / "alone.jsonl"
+    single = [*generate, "--output", str(alone), "--search.prompt_batch", "1"]
+    assert _run("watermark.py", *single, cwd=tmp_path).returncode == 0
+    _same_records([json.loads(x) for x in alone.read_text().splitlines()], generated)

@@ -14,6 +14,7 @@ from ksemstamp.detection.spans import (
     spans,
 )
 from ksemstamp.detection.stats import normal_sf
+from ksemstamp.settings.marks import SCAN_TESTS
 
 
 def _text(rng, units=12, k=6, dim=16):
@@ -98,7 +99,7 @@ def test_the_combined_p_value_is_never_worse_than_bonferroni_by_much_and_often_b
         p_text = float(_whole_text_p(scores, cov)[0])
         result = combined_test(scores, cov, p_text, null=null)
         tests = (p_text, result.weighted_p_value, result.span.p_value, result.mixture_p_value)
-        bonferroni = min(1.0, 4 * min(tests))
+        bonferroni = min(1.0, len(SCAN_TESTS) * min(tests))
         # The combination's simulation error: a few draws' worth
         assert result.p_value <= bonferroni + 5 / (null.draws + 1)
         gains.append(bonferroni / max(result.p_value, 1e-12))
@@ -142,7 +143,9 @@ def test_a_whole_marked_text_keeps_its_small_p_value():
     result = combined_test(scores, cov, p_text, b"seed")
     # Below the simulation's floor the Bonferroni bound is reported.
     smallest = min(p_text, result.weighted_p_value)
-    assert p_text < 1e-6 and result.p_value == pytest.approx(4 * smallest, rel=1e-9, abs=0)
+    assert p_text < 1e-6 and result.p_value == pytest.approx(
+        len(SCAN_TESTS) * smallest, rel=1e-9, abs=0
+    )
     # Without the weighted test (shrinkage None) the bound is over the other three.
     three = combined_test(scores, cov, p_text, b"seed", shrinkage=None)
     assert three.weighted_p_value is None and three.span == result.span

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..settings.marks import SCAN_TESTS
 from .spans import (
     GLS_SHRINKAGE,
     MIN_UNITS,
@@ -306,19 +307,22 @@ def _combine(scores, covs, p_texts, nulls, ids, min_units, log_p_texts) -> list[
     p_span = _tail_share(best_z, torch.stack([law.span for law in laws]))[:, 0]
     mixture = mixture_statistic(s, unit_spread(cov))
     p_mixture = _tail_share(mixture[:, None], torch.stack([law.mixture for law in laws]))[:, 0]
-    observed = [as_float64([p_texts[i] for i in ids], s.device), p_span, p_mixture]
+    p_text = as_float64([p_texts[i] for i in ids], s.device)
     if log_p_texts is not None:
-        logs = [as_float64([log_p_texts[i] for i in ids], s.device)]
+        log_text = as_float64([log_p_texts[i] for i in ids], s.device)
     else:
-        logs = [torch.log(observed[0])]
-    logs += [torch.log(p_span), torch.log(p_mixture)]
+        log_text = torch.log(p_text)
+    # Each test's (p, log p), by its name in SCAN_TESTS: the Bonferroni factor is their number.
+    tests = {"text": (p_text, log_text), "span": (p_span, torch.log(p_span))}
+    tests["mixture"] = (p_mixture, torch.log(p_mixture))
     weighted = p_weighted = log_weighted = None
     if laws[0].weights is not None:
         weighted = (torch.stack([law.weights for law in laws]) * s).sum(dim=-1)
         p_weighted = normal_tail(weighted)
         log_weighted = torch.special.log_ndtr(-weighted.double())
-        observed.append(p_weighted)
-        logs.append(log_weighted)
+        tests["weighted"] = (p_weighted, log_weighted)
+    observed = [tests[name][0] for name in SCAN_TESTS if name in tests]
+    logs = [tests[name][1] for name in SCAN_TESTS if name in tests]
     smallest = torch.stack(observed).amin(dim=0)
     hits = (torch.stack([law.smallest for law in laws]) <= smallest[:, None] + 1e-15).sum(dim=-1)
     simulated = (1.0 + hits.double()) / (count + 1)

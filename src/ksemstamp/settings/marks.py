@@ -20,9 +20,10 @@ Context = Literal["own", "previous"]
 TYPICAL_UNIT_Z = 1.5
 """The direction mark's typical z over the square root of a clean text's scored units, measured
 (docs/design.md, "Constants measured once")."""
-SCAN_TESTS = 4
-"""Tests ``detection.scan`` combines into one p-value (whole text, span, mixture, weighted);
-the combined p is at most this many times the smallest."""
+SCAN_TESTS = ("text", "span", "mixture", "weighted")
+"""The tests ``detection.scan`` combines into one p-value, in the order it computes them
+(``detection.scan``; ``weighted`` where the null has weights): the combined p is at most
+``len(SCAN_TESTS)`` times the smallest."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,8 @@ class DirectionSettings:
         """``(least, typical)`` scored units to reach ``detection.alpha``
         (``detection.detectable``): the scores are not bounded, so one unit can in principle
         reach any p; a clean text's z grows as about ``TYPICAL_UNIT_Z`` times the square root
-        of its units, and with ``detection.scan`` the p-value combines ``SCAN_TESTS`` tests."""
-        tests = SCAN_TESTS if detection.scan else 1
+        of its units, and with ``detection.scan`` the p-value combines the ``SCAN_TESTS``."""
+        tests = len(SCAN_TESTS) if detection.scan else 1
         z = NormalDist().inv_cdf(1 - detection.alpha / tests)
         return 1, max(1, math.ceil((z / TYPICAL_UNIT_Z) ** 2 - 1e-9))
 
