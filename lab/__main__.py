@@ -10,8 +10,15 @@ from ksemstamp.experimental import main
 from .check import check
 from .curve import compare, curve
 from .leakage import leakage
+from .quality import quality
 
-COMMANDS = {"check": check, "compare": compare, "curve": curve, "leakage": leakage}
+COMMANDS = {
+    "check": check,
+    "compare": compare,
+    "curve": curve,
+    "leakage": leakage,
+    "quality": quality,
+}
 CHECK_DEFAULTS = Path(__file__).with_name("check.yaml")
 """The check's settings under the command line's (``--config`` files and flags win)."""
 
