@@ -43,8 +43,7 @@ class OneDirection(Mark):
 
     kind = "one-direction"
 
-    def __init__(self, scheme, settings, key, search=None, steering=None):
-        super().__init__(scheme, settings, key, search, steering)
+    def configure(self, key, search, steering):
         self.direction = self.material(key)
 
     def material(self, key):
@@ -282,9 +281,12 @@ class FirstCoordinate(Mark):
     rejections = ("score",)
 
     def __init__(self, scheme, bar=None):
-        super().__init__(scheme, RegionSettings(), None)
         self.bar = bar
         self.judged = 0
+        super().__init__(scheme, RegionSettings(), None)
+
+    def configure(self, key, search, steering):
+        pass  # no key: the first coordinate is public
 
     material = own_material = evidence = p_values = test_batch = describe = view = None
 

@@ -28,7 +28,7 @@ import importlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -231,6 +231,7 @@ class AttackedText:
     sentences: int
 
 
+@dataclass(eq=False)
 class Attack:
     """Paraphrase every sentence of each text and keep one candidate per sentence.
 
@@ -242,21 +243,15 @@ class Attack:
         similarity_bound: the bigram attack's semantic-similarity bound.
     """
 
-    def __init__(
-        self,
-        paraphraser: Paraphraser,
-        encoder,
-        splitter,
-        select: str = "best",
-        similarity_bound: float = 0.8,
-    ) -> None:
-        if select not in ("best", "bigram"):
-            raise ValueError(f"select must be 'best' or 'bigram', not {select!r}")
-        self.paraphraser = paraphraser
-        self.encoder = encoder
-        self.splitter = splitter
-        self.select = select
-        self.similarity_bound = similarity_bound
+    paraphraser: Paraphraser
+    encoder: Any
+    splitter: Any
+    select: str = "best"
+    similarity_bound: float = 0.8
+
+    def __post_init__(self) -> None:
+        if self.select not in ("best", "bigram"):
+            raise ValueError(f"select must be 'best' or 'bigram', not {self.select!r}")
 
     def _embed(self, texts: list[str]) -> torch.Tensor:
         return embed_unit(self.encoder, texts)

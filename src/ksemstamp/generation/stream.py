@@ -129,6 +129,7 @@ class _Row:
     done: bool = False
 
 
+@dataclass(eq=False)
 class StreamEngine:
     """An ``engine.Engine`` over a ``TokenStreamer`` (see the module docstring).
 
@@ -147,30 +148,24 @@ class StreamEngine:
 
     model = None
 
-    def __init__(
-        self,
-        streamer: TokenStreamer,
-        tokenizer: Any,
-        splitter: Any,
-        vocab_size: int,
-        max_unit_tokens: int,
-        context_length: int | None = None,
-        chunk_tokens: int = 16,
-        bias_entries: int = 1024,
-        suppress: Sequence[int] = (),
-        pieces: list[str] | None = None,
-    ) -> None:
-        if chunk_tokens < 1:
-            raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
-        self.streamer = streamer
-        self.tokenizer = tokenizer
-        self.vocab_size = vocab_size
-        self.max_unit_tokens = max_unit_tokens
-        self.context_length = context_length
-        self.chunk_tokens = chunk_tokens
-        self.bias_entries = bias_entries
-        self.suppress = list(suppress)
-        self.cutter = UnitCutter(tokenizer, splitter, vocab_size, max_unit_tokens, pieces)
+    streamer: TokenStreamer
+    tokenizer: Any
+    splitter: Any
+    vocab_size: int
+    max_unit_tokens: int
+    context_length: int | None = None
+    chunk_tokens: int = 16
+    bias_entries: int = 1024
+    suppress: Sequence[int] = ()
+    pieces: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be >= 1, got {self.chunk_tokens}")
+        self.suppress = list(self.suppress)
+        self.cutter = UnitCutter(
+            self.tokenizer, self.splitter, self.vocab_size, self.max_unit_tokens, self.pieces
+        )
         self.pieces = self.cutter.pieces
         self._prefix_ids: dict[str, list[int]] = {}
 

@@ -99,8 +99,16 @@ class Mark(ABC):
         search: Any = None,
         steering: Any = None,
     ) -> None:
+        from ..settings.groups import SearchSettings
+
         self.scheme = scheme
         self.settings = settings
+        self.configure(key, search or SearchSettings(), steering)
+
+    @abstractmethod
+    def configure(self, key: str | None, search: Any, steering: Any) -> None:
+        """Build what this kind needs from the key, the generation effort ``search`` and
+        ``steering`` (called by ``__init__`` once ``scheme`` and ``settings`` are set)."""
 
     @property
     def statistics(self) -> tuple[str, ...]:

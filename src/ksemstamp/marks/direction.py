@@ -54,7 +54,6 @@ from .direction_view import describe_direction, direction_lines, direction_view
 
 if TYPE_CHECKING:
     from ..detection.plans import ScoringPlan
-    from ..scheme.core import WatermarkScheme
 
 SELECTIONS = ("text", "sentence")
 DIAGNOSTIC = "exact_randomised"
@@ -66,16 +65,9 @@ class DirectionMark(Mark):
     kind = "direction"
     rejections = ("score", "repeat")
 
-    def __init__(
-        self,
-        scheme: WatermarkScheme,
-        settings: Any,
-        key: str | None,
-        search: SearchSettings | None = None,
-        steering: Steering | None = None,
-    ) -> None:
-        super().__init__(scheme, settings, key, search, steering)
-        search = search or SearchSettings()
+    def configure(self, key: str | None, search: SearchSettings, steering: Steering | None) -> None:
+        """The key's directions, the scored components, and the generation effort's rules."""
+        scheme, settings = self.scheme, self.settings
         if search.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {SELECTIONS}, not {search.selection!r}")
         self.context = settings.context

@@ -56,7 +56,6 @@ TINY = 5e-324
 
 if TYPE_CHECKING:
     from ..detection.plans import ScoringPlan
-    from ..scheme.core import WatermarkScheme
 
 MARGIN_PASS_RATE = 0.74
 """Share of the domain's sentences at least the default margin from their region's border
@@ -101,16 +100,9 @@ class RegionMark(Mark):
     kind = "region"
     rejections = ("region", "margin", "repeat")
 
-    def __init__(
-        self,
-        scheme: WatermarkScheme,
-        settings: Any,
-        key: str | None,
-        search: SearchSettings | None = None,
-        steering: Any = None,
-    ) -> None:
-        super().__init__(scheme, settings, key, search, steering)
-        search = search or SearchSettings()
+    def configure(self, key: str | None, search: SearchSettings, steering: Any) -> None:
+        """The key's valid table and the generation effort's patience (no steering)."""
+        scheme, settings = self.scheme, self.settings
         self.gamma = float(settings.gamma)
         self.valid_mode = settings.valid_mode
         self.keyed = settings.valid_mode == "keyed"
