@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import ksemstamp.assets as assets
 from ksemstamp.builders import build_detector, build_scheme, build_watermarker
 from ksemstamp.generation import hf
@@ -54,3 +56,29 @@ def test_a_loaded_lm_is_used_as_it_is_and_a_name_is_loaded(monkeypatch, hash_enc
     build_watermarker(SETTINGS, lm="gpt2", encoder=hash_encoder)
     build_watermarker(SETTINGS, encoder=hash_encoder)
     assert loaded == [("gpt2", "auto"), (SETTINGS.model.lm, "auto")]
+
+
+@pytest.mark.parametrize(
+    ("per_step", "plausible", "warned"),
+    [(False, 0.1, True), (True, 0.1, False), (False, 0.0, False)],
+)
+def test_a_served_engine_that_cannot_steer_per_step_says_so(
+    monkeypatch, hash_encoder, caplog, per_step, plausible, warned
+):
+    from ksemstamp.marks.direction import DirectionMark
+
+    served = type("_Served", (_Engine,), {"steers_per_step": per_step})
+    monkeypatch.setitem(ENGINES, "batched", served)
+    monkeypatch.setattr(DirectionMark, "steer", lambda self, *a: setattr(self, "steering", 1))
+    settings = WatermarkSettings.from_dict(
+        {
+            "partition": {"kind": "lsh"},
+            "mark": {"kind": "direction", "context_temperature": 0.0},
+            "sampling": {"steer_plausible": plausible},
+            "key": "builders-test-key",
+        }
+    )
+    with caplog.at_level("WARNING", logger="ksemstamp"):
+        build_watermarker(settings, lm=("model", "tokenizer"), encoder=hash_encoder)
+    said = [r.getMessage() for r in caplog.records if "steer_plausible" in r.getMessage()]
+    assert len(said) == int(warned)

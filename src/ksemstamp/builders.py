@@ -231,6 +231,18 @@ def build_watermarker(
     mark = build_mark(scheme, settings.search)
     pieces = getattr(engine, "pieces", None)  # the vocabulary, decoded once per run
     mark.steer(engine.tokenizer, engine.vocab_size, cache_dir() / "steering", pieces)
+    steers = getattr(mark, "steering", None) is not None
+    if (
+        steers
+        and settings.sampling.steer_plausible > 0
+        and not getattr(engine, "steers_per_step", True)
+    ):
+        logger.warning(
+            "the %s engine takes one logit bias per request: steering reaches every entry "
+            "there, not only the plausible ones (sampling.steer_plausible), and costs more "
+            "perplexity; --search.steer 0 samples as the LM alone would",
+            settings.sampling.engine,
+        )
     return Watermarker(
         scheme,
         engine,

@@ -250,6 +250,8 @@ class Engine(Protocol):
         model: the LM itself where it runs in this process (for device checks), else ``None``.
         pieces: the vocabulary decoded entry by entry where the engine has it (steering reads
             it rather than decoding the vocabulary again), else ``None``.
+        steers_per_step: whether a steering bias is applied step by step among the plausible
+            entries (``sampling.steer_plausible``) rather than once per request to every one.
     """
 
     tokenizer: Any
@@ -258,6 +260,7 @@ class Engine(Protocol):
     vocab_size: int
     model: Any
     pieces: list[str] | None
+    steers_per_step: bool
 
     def open(self, request: RoundRequest) -> Round:
         """Start a round's rows."""

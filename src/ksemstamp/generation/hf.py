@@ -67,6 +67,10 @@ class LMEngine:
             at ``max_new_tokens``).
     """
 
+    steers_per_step = True
+    """A steering bias is applied at every step, among that step's plausible entries
+    (``decoding.steer_logits``)."""
+
     def __init__(
         self,
         model: Any,

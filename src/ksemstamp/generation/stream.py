@@ -147,6 +147,8 @@ class StreamEngine:
     """
 
     model = None
+    steers_per_step = False
+    """A steering bias reaches the server once per request, not step by step."""
 
     streamer: TokenStreamer
     tokenizer: Any
