@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import zipfile
@@ -29,6 +30,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
+
+logger = logging.getLogger(__name__)
 
 # torch is imported where it is used: the settings read this module's names, and a command's
 # help or a refused key must not wait for torch to load.
@@ -165,6 +168,11 @@ def convert_gguf(gguf_file: Path) -> Path:
         return target
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    logger.info(
+        "converting %s for transformers once (half a minute to a few minutes; cached in %s)",
+        gguf_file.name,
+        target.parent,
+    )
     folder, name = str(gguf_file.parent), gguf_file.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from .builders import checked_key
 from .detection.inputs import refused
 from .io import (
@@ -31,6 +29,7 @@ from .io import (
     same_file,
 )
 from .jsonl import InputRecord, read_jsonl, read_jsonl_objects
+from .progress import bar as progress_bar
 from .settings.devices import DeviceSettings
 from .settings.identity import shown
 from .settings.watermark import WatermarkSettings
@@ -285,7 +284,9 @@ class _Run:
             bar = None
             try:
                 processor = build() if pending else None
-                bar = tqdm(total=len(pending), unit=unit, desc=self.name, disable=args.quiet)
+                bar = progress_bar(
+                    total=len(pending), unit=unit, desc=self.name, disable=args.quiet
+                )
                 for start in range(0, len(pending), batch_size):
                     for row in processor.rows(pending[start : start + batch_size]):
                         out.write(row)

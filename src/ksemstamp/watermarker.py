@@ -33,7 +33,6 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 import torch
-from tqdm.auto import tqdm
 
 from .generation.documents import Document, document_generator, random_seed
 from .generation.draw import draw_round
@@ -41,6 +40,7 @@ from .generation.engine import Candidate, Engine, RoundRequest
 from .generation.prompts import CONTINUE, chat_prefix, plan_prompt, prompt_budget
 from .generation.rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
 from .marks import Drawn, Mark, build_mark
+from .progress import bar as progress_bar
 from .results import (
     NO_REGION,
     GenerationProgress,
@@ -182,7 +182,7 @@ class Watermarker:
         with one generator shared by all documents.
         """
         docs = self._start(prompts, generator)
-        bar = tqdm(
+        bar = progress_bar(
             total=len(docs) * self.max_new_tokens, disable=not progress, unit="tok", desc="generate"
         )
         while active := [d for d in docs if not d.done]:

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ..assets import cache_dir, encoder_fingerprint
 from ..io import atomic_target
+from ..progress import bar as progress_bar
 from ..scheme.core import WatermarkScheme
 from ..scheme.encoding import embed, encoder_device
 from ..text.reading import READING_VERSION
@@ -44,7 +44,7 @@ class CachedEncoder:
     def prefill(self, sentences: Sequence[str], progress: bool = False, chunk: int = 512) -> None:
         """Embed every sentence not yet in the cache."""
         todo = sorted({s for s in sentences if s not in self.cache})
-        bar = tqdm(total=len(todo), unit="sent", desc="embed", disable=not progress)
+        bar = progress_bar(total=len(todo), unit="sent", desc="embed", disable=not progress)
         for start in range(0, len(todo), chunk):
             part = todo[start : start + chunk]
             vectors = embed(self.encoder, part, batch_size=self.batch_size).cpu()

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..jsonl import read_jsonl
+from ..progress import bar as progress_bar
 from ..scheme.core import WatermarkScheme
 from ..settings.calibration import ALPHAS, CalibrationSettings  # noqa: F401  (re-exported: their former home)
 from ..text.corpora import SOURCE_LABELS, human_texts
@@ -74,7 +74,7 @@ def run_calibration(
     rng = np.random.default_rng(settings.seed)
     per_key = [
         p_values(human, table, rng)
-        for table in tqdm(tables, desc="keys", unit="key", disable=not progress)
+        for table in progress_bar(tables, desc="keys", unit="key", disable=not progress)
     ]
     sources = [s for s in settings.sources if len(human.select(s))]
     null = {s: summarise_null(per_key, human.select(s), settings.alphas) for s in sources}
@@ -231,7 +231,7 @@ def _simulated_power(
 ) -> dict[str, Any] | None:
     """Power on simulated watermarked texts under every key (``Mark.simulated_power``, for a
     mark that can simulate them; ``None`` otherwise)."""
-    keys = tqdm(tables, desc="simulate", unit="key", disable=not progress)
+    keys = progress_bar(tables, desc="simulate", unit="key", disable=not progress)
     simulated = mark.simulated_power(keys, length_pool, settings.simulated_per_key, rng)
     if simulated is None:
         return None

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..detection.plans import ScoringPlan
 from ..detector import Detector
+from ..progress import bar as progress_bar
 from ..scheme.core import WatermarkScheme
 from .embeddings import with_cached_encoder
 
@@ -92,7 +92,7 @@ def score_texts(
     mark = detector.mark
     kept = _Kept(scheme.num_regions)
     group_of = list(groups) if groups is not None else [""] * len(texts)
-    bar = tqdm(total=len(texts), unit="text", desc="score", disable=not progress)
+    bar = progress_bar(total=len(texts), unit="text", desc="score", disable=not progress)
     for start in range(0, len(texts), batch):
         chunk = slice(start, start + batch)
         plans = detector.plan_batch(list(texts[chunk]), prompts[chunk])

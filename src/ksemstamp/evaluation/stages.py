@@ -13,9 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from ..io import ResumableWriter, write_jsonl_atomic
+from ..progress import bar as progress_bar
 from ..settings.evaluation import EvalSettings, keep_fixed_settings
 from .prompt_set import build_prompts
 
@@ -37,8 +36,8 @@ class Run:
         self.key_index: dict[Any, int] = {}
         """Prompt id -> index of its evaluation key (set by ``prompts``)."""
 
-    def _progress(self, **kwargs) -> tqdm:
-        return tqdm(disable=not self.progress, **kwargs)
+    def _progress(self, **kwargs) -> Any:
+        return progress_bar(disable=not self.progress, **kwargs)
 
     def lm(self, spec: str):
         from ..assets import load_lm

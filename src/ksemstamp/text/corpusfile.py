@@ -110,15 +110,14 @@ def corpus_sentences(
 ) -> DomainSentences:
     """Sentences of at least ``min_words`` words of a corpus file's ``split``, grouped by
     document, at most ``max_sentences`` in all."""
-    from tqdm.auto import tqdm
-
+    from ..progress import bar as progress_bar
     from .splitter import get_splitter
 
     splitter = get_splitter()
     docs: list[list[str]] = []
     total = 0
     chosen = split_documents(read_documents(path), split)
-    for document in tqdm(chosen, desc="split sentences", unit="doc", disable=not progress):
+    for document in progress_bar(chosen, desc="split sentences", unit="doc", disable=not progress):
         kept = [s for s in splitter.split(document) if len(s.split()) >= min_words]
         if kept:
             docs.append(kept[: max_sentences - total])

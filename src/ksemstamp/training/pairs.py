@@ -116,9 +116,8 @@ def build_pairs(
 ) -> int:
     """Append pairs to ``output`` until it holds ``num``; returns the number written now.
     Sources come from ``split`` of ``corpus`` (a corpus file) or of the news corpus."""
-    from tqdm import tqdm
-
     from ..assets import load_encoder
+    from ..progress import bar as progress_bar
     from .wordnet import WordNetParaphraser
 
     if not 0.0 <= lm_share <= 1.0:
@@ -138,7 +137,7 @@ def build_pairs(
     encoder = load_encoder(filter_encoder)
     close = _Closeness(min_similarity, max_similarity, max_overlap)
     written = 0
-    bar = tqdm(
+    bar = progress_bar(
         total=num, initial=len(done), desc=f"pairs {split}", unit="pair", disable=not progress
     )
     with output.open("a", encoding="utf-8") as sink:
