@@ -341,6 +341,23 @@ def test_a_repeat_is_never_kept_for_its_score(hash_encoder):
     assert "repeat" not in verdict.verdicts
 
 
+def test_a_candidate_that_repeats_itself_is_never_kept_for_its_score(hash_encoder):
+    # A run-away list scores like any text, often high; the loop keeps a fluent candidate.
+    scheme = _scheme(hash_encoder)
+    pool = _pool(6)
+    runaway = "Lions, Frogs, Frogs, Lions, Lions, Kings and Frogs again."
+    own = build_mark(scheme).context_weights(scheme.embed([runaway, *pool]))
+    mark = build_mark(scheme)
+    scores = mark.scores(mark.vectors(scheme.embed([runaway, *pool])), own).tolist()
+    sampler = ScriptedEngine([[runaway, *pool[:2]]])
+    wm = _watermarker(
+        scheme, sampler, max_candidates=3, candidate_batch=32, max_new_tokens=5, threshold=None
+    )
+    result = wm.generate(["A prompt sentence."])[0]
+    assert result.sentences[0].text != runaway
+    assert result.sentences[0].text == max(pool[:2], key=lambda t: scores[1 + pool.index(t)])
+
+
 def test_cli_report_shows_scores_and_the_exact_z(hash_encoder):
     from ksemstamp.cli.console import format_detection
     from ksemstamp.detector import DetectionResult

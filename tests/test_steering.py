@@ -258,3 +258,22 @@ def test_both_hugging_face_engines_steer_the_same_distribution():
             None, penalised[r : r + 1]
         )
         torch.testing.assert_close(batched[r : r + 1], (steered / 0.7).softmax(-1))
+
+
+@pytest.mark.parametrize(
+    ("unit", "before", "degenerate"),
+    [
+        ("government labor LaborLabLabLabil GoReaders.com", "", True),
+        ("Pet Thermal Energy, China Pet Thermal Energy, China Fuel,", "", True),
+        ("which are Dragon, Lions, Kings, Lions, Frogs, Lions,", "", True),
+        ("What's the message?", "What's the impact?", True),
+        ("The council met on Monday and approved the budget for schools.", "", False),
+        ("The United States and the United Kingdom signed it,", "", False),
+        ("What happens next?", "Who pays for it?", False),
+        ("What's the message?", "The award went to her.", False),
+    ],
+)
+def test_a_candidate_that_repeats_itself_is_told_apart(unit, before, degenerate):
+    from ksemstamp.text.normalize import repeats_itself
+
+    assert repeats_itself(unit, before) is degenerate

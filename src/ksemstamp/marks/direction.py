@@ -37,7 +37,7 @@ from ..results import DetectionResult, Judgement, rank_of, too_short
 from ..scheme.core import soft_context_weights
 from ..scheme.keyed import keyed_directions
 from ..settings.groups import SearchSettings
-from ..text.normalize import sentence_key
+from ..text.normalize import repeats_itself, sentence_key
 from .base import Drawn, Mark, SentenceState, Verdict, plan_result
 from .direction_stats import (
     DirectionBatch,
@@ -166,8 +166,10 @@ class DirectionMark(Mark):
         return normal_sf(self.threshold)
 
     def judge(self, drawn: Drawn) -> list[Verdict]:
-        """Each candidate's score; one that repeats a unit its document already holds is not
-        ``novel`` (detection does not score a repeat) and is neither accepted nor ranked."""
+        """Each candidate's score; one that repeats a unit its document already holds (which
+        detection does not score) or repeats itself (``normalize.repeats_itself``: a run-away
+        list, a word piece over and over) is not ``novel`` and is neither accepted nor
+        ranked."""
         own = list(self.context_weights(drawn.emb, drawn.regions))
         scores, contexts, vectors, ranks = self._score_rows(drawn.docs, drawn.rows, drawn.emb, own)
         texts = drawn.texts or [""] * len(drawn.rows)
@@ -175,7 +177,11 @@ class DirectionMark(Mark):
         for i, ((g, _), text, r) in enumerate(
             zip(drawn.rows, texts, drawn.regions.tolist(), strict=True)
         ):
-            novel = not text or sentence_key(text) not in drawn.docs[g].seen
+            doc = drawn.docs[g]
+            novel = not text or (
+                sentence_key(text) not in doc.seen
+                and not repeats_itself(text, getattr(doc, "last_sentence", ""))
+            )
             score = float(scores[i])
             valid = score >= self.threshold
             reason = None if valid and novel else ("score" if not valid else "repeat")

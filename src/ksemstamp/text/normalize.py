@@ -92,6 +92,33 @@ def sentence_key(sentence: str) -> str:
     return _SPACE.sub(" ", sentence).strip().lower()
 
 
+_PIECE_RUN = re.compile(r"([^\W\d_]{2,}?)\1{2,}")
+_LETTERS = re.compile(r"[^\W\d_]+")
+
+
+def repeats_itself(unit: str, before: str = "") -> bool:
+    """Whether a candidate unit reads as degenerate, the way a small LM's text runs away: a
+    word piece three or more times in a row ("LabLabLab"), a word 3-gram twice, one word of
+    five or more letters three times ("Lions, Frogs, Frogs, Lions, Lions"), or a question that
+    opens with the same two words as the unit ``before`` it, itself a question ("What's the
+    impact? What's the message?"). Generation does not keep such a candidate for its score
+    (``marks.direction``); detection scores every unit as it is."""
+    if _PIECE_RUN.search(unit):
+        return True
+    words = [w.lower() for w in _LETTERS.findall(unit)]
+    grams = list(zip(words, words[1:], words[2:], strict=False))
+    if len(set(grams)) < len(grams):
+        return True
+    counts: dict[str, int] = {}
+    for word in words:
+        if len(word) >= 5:
+            counts[word] = counts.get(word, 0) + 1
+            if counts[word] >= 3:
+                return True
+    asks = unit.rstrip().endswith("?") and before.rstrip().endswith("?")
+    return asks and words[:2] == [w.lower() for w in _LETTERS.findall(before)][:2]
+
+
 def tampered(counts: dict[str, int]) -> bool:
     """Whether normalisation ``counts`` show characters that make a text look the same but read
     differently (invisible characters or look-alike letters): a sign it was altered on purpose."""
