@@ -111,16 +111,21 @@ def test_per_document_streams_are_reproducible(sequential):
 
 
 @pytest.mark.e2e
-def test_near_greedy_sentence_matches_the_batched_engine(lm):
-    # With (almost) no randomness both engines must cut the same first sentence.
+@pytest.mark.parametrize("limit", [64, 4])
+def test_near_greedy_sentence_matches_the_batched_engine(lm, limit):
+    # With (almost) no randomness both engines must cut the same first sentence (limit 4: a
+    # row truncated before its sentence ends, an empty candidate either way).
     model, tokenizer = lm
-    cfg = SamplingSettings(temperature=1e-4)
+    cfg = SamplingSettings(temperature=1e-4, max_sentence_tokens=limit)
     none = lambda g, t: [(False, None)] * len(t)  # noqa: E731
     batched = BatchedEngine(model, tokenizer, get_splitter(), cfg)
     sequential = SequentialEngine(model, tokenizer, get_splitter(), cfg)
-    want = draw(batched, [PROMPT], [1], none, None, [CONTEXT])[0].candidates[0]
-    got = draw(sequential, [PROMPT], [1], none, None, [CONTEXT])[0].candidates[0]
+    want_round = draw(batched, [PROMPT], [1], none, None, [CONTEXT])[0]
+    got_round = draw(sequential, [PROMPT], [1], none, None, [CONTEXT])[0]
+    want, got = want_round.candidates[0], got_round.candidates[0]
     assert got.text == want.text and got.separator == want.separator
+    # "Decoded tokens" means one thing for both: every token the LM produced for the row.
+    assert got_round.decoded_tokens == want_round.decoded_tokens
 
 
 @pytest.mark.e2e
