@@ -42,7 +42,7 @@ def test_every_command_is_one_function_in_one_registry():
 
 @pytest.mark.parametrize("kind", list(MARK_KINDS))
 def test_every_setting_is_a_flag_of_its_group(kind, capsys):
-    shown = _help(["detect", "--mark.kind", kind], capsys)
+    shown = _help(["generate", "--mark.kind", kind], capsys)
     for name, cls in {**GROUPS, "mark": MARK_KINDS[kind]}.items():
         for f in dataclasses.fields(cls):
             assert re.search(rf"--{name}\.{f.name}[ \n]", shown), f"--{name}.{f.name}"
@@ -439,3 +439,22 @@ def test_the_documented_command_lines_are_read_as_written():
                 pytest.fail(f"{path.relative_to(ROOT)}: ksemstamp {' '.join(argv)}: {err}")
             seen.append(argv[0])
     assert {"generate", "detect", "calibrate", "evaluate", "pairs", "agreement"} <= set(seen)
+
+
+@pytest.mark.parametrize("command", ["detect", "calibrate"])
+def test_a_command_that_never_generates_lists_only_what_it_reads(command, capsys):
+    shown = _help([command], capsys)
+    assert "--sampling." not in shown and "--search." not in shown and "--engine." not in shown
+    assert "--help_all" in shown and "--mark.kind" in shown and "--detection.alpha" in shown
+    with pytest.raises(SystemExit) as exit_:
+        _parse([command, "--help_all"])
+    assert exit_.value.code == 0
+    everything = capsys.readouterr().out
+    assert "--sampling.seed" in everything and "--search.steer" in everything
+    assert len(everything.splitlines()) > 1.5 * len(shown.splitlines())
+    # Taken all the same: a settings file or a flag shared with generate is no error.
+    invocation = _parse(
+        [command, "--sampling.seed", "3", *(["--text", "x"] if command == "detect" else [])]
+    )
+    assert invocation.kwargs["settings"].sampling.seed == 3
+    assert "--sampling.seed" in _help(["generate"], capsys)

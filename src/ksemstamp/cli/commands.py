@@ -28,6 +28,7 @@ from ..settings.watermark import WatermarkSettings
 from ..text.corpora import news_prompt
 from ..text.textcheck import printable
 from .console import ARGV, command_line, format_detection, print_err
+from .parser import reads_no_generation
 from .processors import run_records
 
 SERVED = ("vllm", "openai")
@@ -115,6 +116,7 @@ def _single_process(parallel: DeviceSettings, output: str | None, name: str) -> 
         )
 
 
+@reads_no_generation
 def detect(
     settings: WatermarkSettings,
     text: str | None = None,
@@ -260,6 +262,7 @@ def _shown_path(path: Path) -> str:
     return str(path)
 
 
+@reads_no_generation
 def calibrate(
     settings: WatermarkSettings,
     calibration: CalibrationSettings | None = None,

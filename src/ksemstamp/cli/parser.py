@@ -20,6 +20,7 @@ that message reaches a terminal without the key is ``console``'s.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import re
@@ -69,11 +70,31 @@ NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infini
 # ---------------------------------------------------------------------- the parser
 
 
-def build_parser(fn: Callable, prog: str, kind: str | None = None) -> ArgumentParser:
+GENERATION_GROUPS = ("search", "sampling", "engine")
+"""The settings only generation reads: a command that does not generate takes them (a shared
+settings file holds them) but its ``--help`` leaves them to ``--help_all``."""
+
+
+def reads_no_generation(fn: Callable) -> Callable:
+    """Mark command ``fn`` as one that never generates (see ``GENERATION_GROUPS``)."""
+    fn.hidden_groups = GENERATION_GROUPS  # type: ignore[attr-defined]
+    return fn
+
+
+def build_parser(
+    fn: Callable, prog: str, kind: str | None = None, full: bool = False
+) -> ArgumentParser:
     """The jsonargparse parser of command ``fn`` (with a mark of ``kind``; ``None``: the
-    default kind)."""
+    default kind); ``full``: its help lists every option, those the command does not read
+    too."""
     doc = docstring_parser.parse_from_object(fn)
     description = "\n\n".join(d for d in (doc.short_description, doc.long_description) if d)
+    hidden = () if full else getattr(fn, "hidden_groups", ())
+    if hidden:
+        description += (
+            f"\n\nThe {', '.join(hidden)} settings, read only where text is generated, are "
+            "taken but not listed here: --help_all lists every option."
+        )
     parser = ArgumentParser(
         prog=prog,
         description=description or None,
@@ -98,6 +119,11 @@ def build_parser(fn: Callable, prog: str, kind: str | None = None) -> ArgumentPa
     groups: dict[str, Any] = {}
     for option in options_of(fn, kind):
         head = option.dest.split(".")[0] if "." in option.dest else ""
+        if head in hidden:
+            given = {"required": True} if option.required else {"default": option.default}
+            hint = optional_text if option.hint == (str | None) else option.hint
+            parser.add_argument(option.flag, type=hint, help=argparse.SUPPRESS, **given)
+            continue
         if head and head not in groups:
             groups[head] = parser.add_argument_group(group_heading(head, _group_title(fn, head)))
         target = groups.get(head, parser)
@@ -188,6 +214,9 @@ def parse(fn: Callable, argv: Sequence[str], prog: str) -> Invocation:
             elif not token.startswith("--") and n:
                 check_aliases(token, f"the value of {rest[n - 1]}")
         rest = _normalise(rest, {o.flag: o for o in options.values()})
+        if "--help_all" in rest:
+            build_parser(fn, prog, kind, full=True).print_help()
+            raise SystemExit(0)
         parser = build_parser(fn, prog, kind)
         config = [a for layer in files for a in ("--config", yaml.safe_dump(layer))]
         namespace = parser.parse_args(config + rest)
