@@ -356,6 +356,17 @@ def test_a_candidate_that_repeats_itself_is_never_kept_for_its_score(hash_encode
     result = wm.generate(["A prompt sentence."])[0]
     assert result.sentences[0].text != runaway
     assert result.sentences[0].text == max(pool[:2], key=lambda t: scores[1 + pool.index(t)])
+    # search.skip_repeating false: only repeats of earlier units are skipped.
+    from ksemstamp.marks.base import Drawn
+    from ksemstamp.settings import SearchSettings
+
+    for skip, novel in ((False, True), (True, False)):
+        mark = build_mark(scheme, SearchSettings(skip_repeating=skip))
+        fields = {"completing": False, "state": mark.new_state(), "seen": set(), "previous": 0}
+        doc = type("Doc", (), {**fields, "drawn": 0, "last_sentence": ""})()
+        emb = scheme.embed([runaway])
+        drawn = Drawn([doc], [(0, 0)], emb, torch.tensor([0]), torch.tensor([True]), [runaway])
+        assert mark.judge(drawn)[0][1].novel is novel
 
 
 def test_cli_report_shows_scores_and_the_exact_z(hash_encoder):

@@ -86,6 +86,7 @@ class DirectionMark(Mark):
         self.threshold = math.inf if search.threshold is None else float(search.threshold)
         self.prune: PruneRule | None = prune_rule(search)
         self.selection = search.selection
+        self.skip_repeating = search.skip_repeating
         self.steering = steering if steering is not None and steering.strength > 0 else None
         self.strength = search.steer
 
@@ -180,7 +181,9 @@ class DirectionMark(Mark):
             doc = drawn.docs[g]
             novel = not text or (
                 sentence_key(text) not in doc.seen
-                and not repeats_itself(text, getattr(doc, "last_sentence", ""))
+                and not (
+                    self.skip_repeating and repeats_itself(text, getattr(doc, "last_sentence", ""))
+                )
             )
             score = float(scores[i])
             valid = score >= self.threshold

@@ -161,6 +161,11 @@ class SearchSettings:
     selection has better ones to choose from. ``0``: candidates are sampled as the LM alone
     would. Detection does not depend on it. Costs perplexity as it grows (0.5 and the
     alternatives measured: docs/evaluation/steering.md)."""
+    skip_repeating: bool = True
+    """Direction mark: a candidate that repeats itself (a word piece over and over, a word
+    3-gram twice, one long word three times, a question opening as the question before it:
+    ``text.normalize.repeats_itself``) is not kept for its score, as a repeat of an earlier unit
+    is not. ``false``: only repeats of earlier units are (docs/evaluation/quality.md)."""
     sentence_time_budget: float | None = None
     """Seconds after which the search for one sentence falls back as at ``max_candidates``,
     checked between rounds (a sentence can overrun it by one round). ``None``: no limit (the
