@@ -96,7 +96,7 @@ RESULTS := results-calibration results-calibration-hard results-calibration-regi
 	results-calibration-kernel results-calibration-sentences results-calibration-keys \
 	results-calibration-gpu
 LONG_RESULTS := results-evaluation results-strength results-robust results-clauses results-curve \
-	results-steering results-benchmarks results-training
+	results-steering results-quality results-benchmarks results-training
 .PHONY: $(RESULTS) $(LONG_RESULTS)
 
 results: $(RESULTS)
@@ -238,11 +238,13 @@ results-curve: setup
 	$(LAB) curve --names c032k12,c128k32,c032k12t10 --plain plain12 --output docs/evaluation/curve
 
 # The steering study (docs/evaluation/steering.md), beside the curve's plain12 and c032k12. Its s*
-# rows steered every vocabulary entry, as the code did at 8bd0ea0: they are not remade here.
+# rows steered every vocabulary entry, as the code did at 8bd0ea0: they are not remade here. Its
+# w* and d24 rows steered every word entry and kept self-repeating candidates (STEER_BEFORE).
+STEER_BEFORE := --sampling.steer_plausible 0 --search.skip_repeating false
 results-steering: setup
-	$(CURVE) w050 && $(CURVE) w050 --run.attack rewrite
-	$(CURVE) w075 --search.steer 0.75
-	$(CURVE) w050c24 --search.max_candidates 24 --search.candidate_batch 24 --search.prune_keep 8
+	$(CURVE) w050 $(STEER_BEFORE) && $(CURVE) w050 $(STEER_BEFORE) --run.attack rewrite
+	$(CURVE) w075 $(STEER_BEFORE) --search.steer 0.75
+	$(CURVE) w050c24 $(STEER_BEFORE) --search.max_candidates 24 --search.candidate_batch 24 --search.prune_keep 8
 	for name in w050 w075 w050c24; do mkdir -p docs/evaluation/steering/$$name && \
 		cp runs/lab/check-$$name/summary.json docs/evaluation/steering/$$name/ || exit 1; done
 	for name in s025 s050 s100; do mkdir -p runs/lab/check-$$name && \
@@ -253,13 +255,24 @@ results-steering: setup
 	$(LAB) curve --names c032k12,s025,s050,s100,w050,w075,w050c24,c128k32 --plain plain12 \
 		--by steer --output docs/evaluation/steering
 	$(LAB) check --run.name plain24 --run.prompts 24 --run.plain true
-	$(LAB) check --run.name d24 --run.prompts 24 && \
-		$(LAB) check --run.name d24 --run.prompts 24 --run.attack rewrite && \
-		$(LAB) check --run.name d24 --run.prompts 24 --run.attack recursive && \
-		$(LAB) check --run.name d24 --run.prompts 24 --run.stage edits
+	$(LAB) check --run.name d24 --run.prompts 24 $(STEER_BEFORE) && \
+		$(LAB) check --run.name d24 --run.prompts 24 $(STEER_BEFORE) --run.attack rewrite && \
+		$(LAB) check --run.name d24 --run.prompts 24 $(STEER_BEFORE) --run.attack recursive && \
+		$(LAB) check --run.name d24 --run.prompts 24 $(STEER_BEFORE) --run.stage edits
 	$(LAB) curve --names d24 --plain plain24 --output docs/evaluation/steering/d24
 	for name in d24 plain24; do mkdir -p docs/evaluation/steering/$$name && \
 		cp runs/lab/check-$$name/summary.json docs/evaluation/steering/$$name/ || exit 1; done
+
+# Strength without distortion (docs/evaluation/quality.md): plain sampling and the default on 48
+# val prompts, the plausible-steering design without the repetition rule on the first 16.
+results-quality: setup
+	$(LAB) check --run.name plain48 --run.prompts 48 --run.plain true
+	$(LAB) check --run.name q050 --run.prompts 48
+	$(LAB) check --run.name p050 --run.prompts 16 --search.skip_repeating false
+	$(LAB) quality --names q050,p050 --plain plain48 --generator true \
+		--output docs/evaluation/quality
+	for name in plain48 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
+		cp runs/lab/check-$$name/summary.json docs/evaluation/quality/$$name/ || exit 1; done
 	$(LAB) leakage --names plain24,c032k12,w050,w075 \
 		--output docs/evaluation/steering/leakage
 
