@@ -16,8 +16,8 @@ the prompts both hold:
   2-grams over all of them (means);
 - degeneration (``degeneration``), counted for plain and marked texts alike: runs of a repeated
   word piece ("LabLabLab", "the the the"), a unit said twice, three or more questions in a row
-  that open alike ("What's the impact? What's the message? What's the award?"), and words of
-  letters glued together ("pastComm", "LaborLabLabil").
+  that open alike ("What's the impact? What's the message? What's the award?"), and words
+  glued from words the text uses apart ("pastComm", "ChinaPet").
 
 The rule a design is held to (docs/evaluation/quality.md): ratio at most 1.05 with the interval's
 upper end at most 1.20, and no more degenerate texts than plain sampling.
@@ -42,10 +42,11 @@ PIECE_RUN = re.compile(r"([A-Za-z]{2,}?)\1{2,}")
 """A word piece three or more times in a row, glued ("LabLabLab") ..."""
 WORD_RUN = re.compile(r"\b(\w+)(?:\W+\1\b){2,}", re.I)
 """... or as words ("the the the", "very, very, very")."""
-GLUED = re.compile(r"\b[A-Za-z]*[a-z]{2}[A-Z][a-z]+[A-Za-z]*\b")
-"""Letters glued into a non-word: two lower-case letters then a capitalised piece inside one
-word ("pastComm", "GoReaders" is not caught, "LaborLabLabil" is by ``PIECE_RUN`` or this).
-Brand names of that shape ("YouTube") count too, for plain texts alike."""
+CAMEL = re.compile(r"\b[A-Za-z]*[a-z][A-Z][A-Za-z]*\b")
+PIECES = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+"""Letters glued into a non-word: a word whose capitalised pieces are each a word the text
+uses on its own ("pastComm" beside "past" and "Comm", "ChinaPet" beside "China" and "Pet");
+a brand name ("MailOnline", "YouTube") is not, unless the text uses its pieces apart."""
 UNIT = re.compile(r"[^.!?;:\n]+[.!?;:]?")
 
 
@@ -74,8 +75,19 @@ def degeneration(text: str) -> dict[str, int]:
         "piece_runs": len(PIECE_RUN.findall(text)) + len(WORD_RUN.findall(text)),
         "repeated_units": repeated,
         "question_runs": runs,
-        "glued": len(GLUED.findall(text)),
+        "glued": len(glued(text)),
     }
+
+
+def glued(text: str) -> list[str]:
+    """The words of ``text`` glued from words it uses on their own (``CAMEL``, ``PIECES``)."""
+    alone = {w.lower() for w in re.findall(r"[A-Za-z]+", text)}
+    out = []
+    for word in CAMEL.findall(text):
+        pieces = [p.lower() for p in PIECES.findall(word)]
+        if len(pieces) >= 2 and all(len(p) >= 2 and p in alone for p in pieces):
+            out.append(word)
+    return out
 
 
 def _opening(sentence: str) -> tuple[str, ...]:

@@ -277,3 +277,17 @@ def test_a_candidate_that_repeats_itself_is_told_apart(unit, before, degenerate)
     from ksemstamp.text.normalize import repeats_itself
 
     assert repeats_itself(unit, before) is degenerate
+
+
+def test_a_list_that_goes_on_is_told_apart_by_what_the_text_said_before():
+    from ksemstamp.text.normalize import repeats_itself
+
+    history = {"china oil and natural gas, china pet thermal energy,"}
+    assert repeats_itself("China Pet Thermal Energy, South", "", history)
+    assert not repeats_itself("China Pet Thermal Energy, South", "", ())
+    # Lists of few words, and a long word again right after the unit before.
+    assert repeats_itself("Frogs, Frogs, Lions, Lions,")
+    assert repeats_itself("the Lions and the Frogs of Lions,", "Kings and Lions,")
+    # Common short phrases said before are no list: "in the last year".
+    assert not repeats_itself("In the last year,", "", {"in the last year, prices rose"})
+    assert not repeats_itself("Sentence number 5 is here.", "", {"sentence number 1 is here."})

@@ -182,7 +182,8 @@ class DirectionMark(Mark):
             novel = not text or (
                 sentence_key(text) not in doc.seen
                 and not (
-                    self.skip_repeating and repeats_itself(text, getattr(doc, "last_sentence", ""))
+                    self.skip_repeating
+                    and repeats_itself(text, getattr(doc, "last_sentence", ""), doc.seen)
                 )
             )
             score = float(scores[i])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .textcheck import readable
@@ -93,30 +94,52 @@ def sentence_key(sentence: str) -> str:
 
 
 _PIECE_RUN = re.compile(r"([^\W\d_]{2,}?)\1{2,}")
-_LETTERS = re.compile(r"[^\W\d_]+")
+_WORDS = re.compile(r"[^\W_]+")
 
 
-def repeats_itself(unit: str, before: str = "") -> bool:
-    """Whether a candidate unit reads as degenerate, the way a small LM's text runs away: a
-    word piece three or more times in a row ("LabLabLab"), a word 3-gram twice, one word of
-    five or more letters three times ("Lions, Frogs, Frogs, Lions, Lions"), or a question that
-    opens with the same two words as the unit ``before`` it, itself a question ("What's the
-    impact? What's the message?"). Generation does not keep such a candidate for its score
-    (``marks.direction``); detection scores every unit as it is."""
+def repeats_itself(unit: str, before: str = "", history: Iterable[str] = ()) -> bool:
+    """Whether a candidate unit reads as degenerate, the way a small LM's text runs away
+    (``before``: the unit before it; ``history``: the text's units so far, as
+    ``sentence_key`` gives them):
+
+    - a word piece three or more times in a row ("LabLabLab");
+    - four or more words of which at most half differ ("Frogs, Frogs, Lions, Lions,");
+    - a word 3-gram twice in the unit, or at least two 3-grams with a word of five or more
+      letters, half of the unit's 3-grams or more, said earlier in the text (a list that goes
+      on: "China Pet Thermal Energy," again);
+    - one word of five or more letters three times in the unit, or twice in it and once in the
+      unit before;
+    - a question that opens with the same two words as the unit before it, itself a question
+      ("What's the impact? What's the message?").
+
+    Generation does not keep such a candidate for its score (``marks.direction``); detection
+    scores every unit as it is."""
     if _PIECE_RUN.search(unit):
         return True
-    words = [w.lower() for w in _LETTERS.findall(unit)]
+    words = [w.lower() for w in _WORDS.findall(unit)]
+    if len(words) >= 4 and len(set(words)) * 2 <= len(words):
+        return True
     grams = list(zip(words, words[1:], words[2:], strict=False))
     if len(set(grams)) < len(grams):
         return True
-    counts: dict[str, int] = {}
-    for word in words:
-        if len(word) >= 5:
-            counts[word] = counts.get(word, 0) + 1
-            if counts[word] >= 3:
-                return True
+    if len(grams) >= 2:
+        said: set[tuple[str, ...]] = set()
+        for earlier in history:
+            said.update(_grams(_WORDS.findall(earlier.lower())))
+        again = sum(g in said and max(map(len, g)) >= 5 for g in grams)
+        if again >= 2 and again * 2 >= len(grams):
+            return True
+    previous = [w.lower() for w in _WORDS.findall(before)]
+    for word in set(words):
+        mine = words.count(word)
+        if len(word) >= 5 and (mine >= 3 or (mine == 2 and word in previous)):
+            return True
     asks = unit.rstrip().endswith("?") and before.rstrip().endswith("?")
-    return asks and words[:2] == [w.lower() for w in _LETTERS.findall(before)][:2]
+    return asks and words[:2] == previous[:2]
+
+
+def _grams(words: list[str]) -> set[tuple[str, ...]]:
+    return set(zip(words, words[1:], words[2:], strict=False))
 
 
 def tampered(counts: dict[str, int]) -> bool:
