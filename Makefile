@@ -264,11 +264,13 @@ results-steering: setup
 		cp runs/lab/check-$$name/summary.json docs/evaluation/steering/$$name/ || exit 1; done
 
 # Strength without distortion (docs/evaluation/quality.md): plain sampling and the default on 48
-# val prompts, the plausible-steering design without the repetition rule on the first 16.
+# val prompts; steering among plausible tokens without the repetition rule (the study stopped it
+# after its first 16 texts, key 0's prompts).
 results-quality: setup
 	$(LAB) check --run.name plain48 --run.prompts 48 --run.plain true
 	$(LAB) check --run.name q050 --run.prompts 48
-	$(LAB) check --run.name p050 --run.prompts 16 --search.skip_repeating false
+	$(LAB) check --run.name p050 --run.prompts 48 --search.skip_repeating false --run.stage generate
+	$(LAB) check --run.name p050 --run.prompts 48 --search.skip_repeating false --run.stage detect
 	$(LAB) quality --names q050,p050 --plain plain48 --generator true \
 		--output docs/evaluation/quality
 	for name in plain48 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
