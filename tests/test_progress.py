@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import sys
 
-from ksemstamp.progress import bar
+from ksemstamp.plots import progress_bar as bar
 
 
 def test_without_a_terminal_each_state_is_one_line(monkeypatch):

@@ -100,7 +100,7 @@ def test_the_curve_is_a_table_a_file_and_a_plot(tmp_path, monkeypatch):
 
 
 def test_the_lab_runs_through_the_packages_command_line(capsys):
-    assert set(COMMANDS) == {"check", "compare", "curve", "leakage"}
+    assert set(COMMANDS) == {"check", "compare", "curve", "leakage", "quality"}
     assert CHECK_DEFAULTS.exists()
     assert run(["--help"]) == 0
     assert "candidate curve" in capsys.readouterr().out

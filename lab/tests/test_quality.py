@@ -13,14 +13,15 @@ from lab.quality import degeneration
 @pytest.mark.parametrize(
     ("text", "kinds"),
     [
-        ("Labels: government labor LaborLabLabLabil GoReaders.com.", {"piece_runs", "glued"}),
+        ("Labels: government labor LaborLabLabLabil GoReaders.com.", {"piece_runs"}),
         ("It was the the the best of times.", {"piece_runs"}),
         ("What's the impact? What's the message? What's the award? We wait.", {"question_runs"}),
         (
             "The court will rule on Monday. Then it rests. The court will rule on Monday.",
             {"repeated_units"},
         ),
-        ("Labels: national pastComm seventeen.", {"glued"}),
+        ("Labels: national past Comm Labels: national pastComm seventeen.", {"glued"}),
+        ("MailOnline and TechCorp said so on YouTube.", set()),
     ],
 )
 def test_each_kind_of_degeneration_is_counted(text, kinds):

@@ -29,7 +29,7 @@ from .io import (
     same_file,
 )
 from .jsonl import InputRecord, read_jsonl, read_jsonl_objects
-from .progress import bar as progress_bar
+from .plots import progress_bar
 from .settings.devices import DeviceSettings
 from .settings.identity import shown
 from .settings.watermark import WatermarkSettings

@@ -40,7 +40,7 @@ from .generation.engine import Candidate, Engine, RoundRequest
 from .generation.prompts import CONTINUE, chat_prefix, plan_prompt, prompt_budget
 from .generation.rounds import PRIOR_WEIGHT, ROW_COST, acceptance, round_size
 from .marks import Drawn, Mark, build_mark
-from .progress import bar as progress_bar
+from .plots import progress_bar
 from .results import (
     NO_REGION,
     GenerationProgress,

@@ -10,7 +10,7 @@ import torch
 
 from ..assets import cache_dir, encoder_fingerprint
 from ..io import atomic_target
-from ..progress import bar as progress_bar
+from ..plots import progress_bar
 from ..scheme.core import WatermarkScheme
 from ..scheme.encoding import embed, encoder_device
 from ..text.reading import READING_VERSION

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..jsonl import read_jsonl
-from ..progress import bar as progress_bar
+from ..plots import progress_bar
 from ..scheme.core import WatermarkScheme
 from ..settings.calibration import ALPHAS, CalibrationSettings  # noqa: F401  (re-exported: their former home)
 from ..text.corpora import SOURCE_LABELS, human_texts

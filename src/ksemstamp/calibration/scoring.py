@@ -18,7 +18,7 @@ import numpy as np
 
 from ..detection.plans import ScoringPlan
 from ..detector import Detector
-from ..progress import bar as progress_bar
+from ..plots import progress_bar
 from ..scheme.core import WatermarkScheme
 from .embeddings import with_cached_encoder
 

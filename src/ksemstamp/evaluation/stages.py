@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import ResumableWriter, write_jsonl_atomic
-from ..progress import bar as progress_bar
+from ..plots import progress_bar
 from ..settings.evaluation import EvalSettings, keep_fixed_settings
 from .prompt_set import build_prompts
 

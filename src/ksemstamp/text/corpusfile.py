@@ -110,7 +110,7 @@ def corpus_sentences(
 ) -> DomainSentences:
     """Sentences of at least ``min_words`` words of a corpus file's ``split``, grouped by
     document, at most ``max_sentences`` in all."""
-    from ..progress import bar as progress_bar
+    from ..plots import progress_bar
     from .splitter import get_splitter
 
     splitter = get_splitter()

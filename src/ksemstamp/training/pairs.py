@@ -117,7 +117,7 @@ def build_pairs(
     """Append pairs to ``output`` until it holds ``num``; returns the number written now.
     Sources come from ``split`` of ``corpus`` (a corpus file) or of the news corpus."""
     from ..assets import load_encoder
-    from ..progress import bar as progress_bar
+    from ..plots import progress_bar
     from .wordnet import WordNetParaphraser
 
     if not 0.0 <= lm_share <= 1.0:
