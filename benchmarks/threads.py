@@ -8,11 +8,12 @@ child process that loads the default watermarker, generates one warm-up text, th
 ``threads.prompts`` held-out news prompts of ``threads.max_new_tokens`` tokens (seed 0). The
 other job is a second child that multiplies float32 matrices on every core with torch's
 defaults until it is stopped, as any other torch job on a shared machine does. ``default``
-is OpenMP's own wait policy (threads spin a while before they sleep: what a run got before
-``ksemstamp`` set one), ``passive`` what importing ``ksemstamp`` now sets; ``1 thread`` is
-``--model.threads 1``. The policy decides how threads wait, not what they compute: the cells
-of one thread count must write the same texts (``same texts``; one thread sums floats in
-another order, and its texts may differ).
+is OpenMP's own wait policy (threads spin a while before they sleep: what ``ksemstamp`` keeps
+on an idle machine), ``passive`` what importing ``ksemstamp`` sets when the load average shows
+another job (threads sleep at once); ``1 thread`` is ``--model.threads 1``. The policy
+decides how threads wait, not what they compute: the cells of one thread count must write the
+same texts (``same texts``; one thread sums floats in another order, and its texts may
+differ).
 """
 
 from __future__ import annotations
@@ -146,15 +147,12 @@ def _row(section: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def threads_targets(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """Beside another job the default stays within 3x of alone; alone, sleeping threads cost
-    at most 15%."""
+    """Beside another job, a run with the policy ``ksemstamp`` picks there (passive) stays
+    within 3x of the default alone."""
     beside = _row(section, "beside, passive")["vs_default_alone"]
-    alone = _row(section, "alone, passive")["vs_default_alone"]
     return [
-        {"target": "beside another job: <= 3x the default alone", "value": beside,
+        {"target": "beside another job: <= 3x the default alone", "measured": beside,
          "met": beside <= 3.0},
-        {"target": "alone: passive waiting <= 1.15x the default", "value": alone,
-         "met": alone <= 1.15},
     ]  # fmt: skip
 
 

@@ -122,15 +122,23 @@ def test_a_busy_machine_is_said_once_in_one_line(monkeypatch, caplog):
     assert [r.getMessage() for r in caplog.records].count(busy_note(2.0, 2, 2)) == 1
 
 
-def test_importing_ksemstamp_first_makes_openmp_threads_wait_passively():
+def test_on_a_busy_machine_importing_ksemstamp_first_makes_openmp_threads_sleep():
     import os
     import subprocess
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    code = "import ksemstamp, os; print(os.environ['OMP_WAIT_POLICY'])"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == "PASSIVE"
-    env["OMP_WAIT_POLICY"] = "ACTIVE"  # an explicit setting wins
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == "ACTIVE"
+    code = (
+        "import os, sys; os.getloadavg = lambda: (float(sys.argv[1]), 0.0, 0.0); "
+        "os.cpu_count = lambda: 2; import ksemstamp; "
+        "print(os.environ.get('OMP_WAIT_POLICY', 'unset'))"
+    )
+
+    def policy(load: str, **extra: str) -> str:
+        run = [sys.executable, "-c", code, load]
+        done = subprocess.run(run, env={**env, **extra}, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    assert policy("1.9") == "PASSIVE"  # another job keeps a core of two busy
+    assert policy("0.2") == "unset"  # alone: OpenMP's own policy, the faster one there
+    assert policy("1.9", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"  # an explicit setting wins

@@ -26,11 +26,22 @@ import importlib
 import os
 from typing import Any
 
-# OpenMP threads that spin while they wait for work hold their cores: on a machine another job
-# is using they wait on each other, and a run takes 2 to 20 times as long (measured:
-# benchmarks/results/threads.md). Threads that sleep instead cost little alone. Read when torch
-# loads, so only where ksemstamp is imported first; an explicit setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+def _busy() -> bool:
+    """Whether other work keeps half the machine's cores or more busy (the load average)."""
+    try:
+        return os.getloadavg()[0] >= max(1, (os.cpu_count() or 1) / 2) - 0.1
+    except (AttributeError, OSError):
+        return False
+
+
+# OpenMP threads spin a while when they wait for work, holding their cores: beside another job
+# they wait on each other and a generation took 4.7x its time alone, threads that sleep instead
+# 2.1x; alone, sleeping costs 1.4x (benchmarks/results/threads.md). So on a busy machine the
+# threads sleep. Read when torch loads: only where ksemstamp is imported first; an explicit
+# OMP_WAIT_POLICY wins. The policy changes how threads wait, never what they compute.
+if "OMP_WAIT_POLICY" not in os.environ and _busy():
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 _EXPORTS = {
     "WatermarkSettings": "settings",
