@@ -262,21 +262,22 @@ results-steering: setup
 	$(LAB) curve --names d24 --plain plain24 --output docs/evaluation/steering/d24
 	for name in d24 plain24; do mkdir -p docs/evaluation/steering/$$name && \
 		cp runs/lab/check-$$name/summary.json docs/evaluation/steering/$$name/ || exit 1; done
-
-# Strength without distortion (docs/evaluation/quality.md): plain sampling and the default on 48
-# val prompts; steering among plausible tokens without the repetition rule (the study stopped it
-# after its first 16 texts, key 0's prompts).
-results-quality: setup
-	$(LAB) check --run.name plain48 --run.prompts 48 --run.plain true
-	$(LAB) check --run.name q050 --run.prompts 48
-	$(LAB) check --run.name p050 --run.prompts 48 --search.skip_repeating false --run.stage generate
-	$(LAB) check --run.name p050 --run.prompts 48 --search.skip_repeating false --run.stage detect
-	$(LAB) quality --names q050,p050 --plain plain48 --generator true \
-		--output docs/evaluation/quality
-	for name in plain48 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
-		cp runs/lab/check-$$name/summary.json docs/evaluation/quality/$$name/ || exit 1; done
 	$(LAB) leakage --names plain24,c032k12,w050,w075 \
 		--output docs/evaluation/steering/leakage
+
+# Strength without distortion (docs/evaluation/quality.md): plain sampling, the default (c032) and
+# the steered option (q050) on 48 val prompts; steering among plausible tokens without the
+# repetition rule (p050: the study stopped it after its first 16 texts, key 0's prompts).
+results-quality: setup
+	$(LAB) check --run.name plain48 --run.prompts 48 --run.plain true
+	$(LAB) check --run.name c032 --run.prompts 48 --search.steer 0
+	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 --run.stage generate
+	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 --run.stage detect
+	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false --run.stage generate
+	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false --run.stage detect
+	$(LAB) quality --names c032,q050,p050 --plain plain48 --output docs/evaluation/quality
+	for name in plain48 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
+		cp runs/lab/check-$$name/summary.json docs/evaluation/quality/$$name/ || exit 1; done
 
 # Long: the benchmark of record (about 20 minutes), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup

@@ -153,14 +153,16 @@ class SearchSettings:
     margin_patience: Annotated[int, Range(0, 10_000)] | None = 20
     """Region mark: candidates after which a candidate in a valid region is accepted without
     the margin; ``None`` keeps the margin to ``max_candidates`` (the paper's rule)."""
-    steer: Annotated[float, Range(0, MAX_STEER)] = 0.5
+    steer: Annotated[float, Range(0, MAX_STEER)] = 0.0
     """Direction mark: while candidates are sampled, every word token's logit gains this many
     standard deviations of its meaning's projection on the key's direction for the context
     being written toward (the previous unit's, then, from the first pruning check, each row's
-    own text so far: ``generation.steering``), so that candidates start nearer the key and
-    selection has better ones to choose from. ``0``: candidates are sampled as the LM alone
-    would. Detection does not depend on it. Costs perplexity as it grows (0.5 and the
-    alternatives measured: docs/evaluation/steering.md)."""
+    own text so far: ``generation.steering``), among the entries the LM finds plausible at each
+    step (``sampling.steer_plausible``), so that candidates start nearer the key. ``0`` (the
+    default): candidates are sampled as the LM alone would. Detection does not depend on it.
+    More of the mark outlasts a paraphrase, at a price in perplexity: 0.5
+    (``configs/ksemstamp-steered.yaml``) read 1.10 times as perplexing as plain sampling
+    (docs/evaluation/quality.md)."""
     skip_repeating: bool = True
     """Direction mark: a candidate that repeats itself (a word piece over and over, a word
     3-gram twice, one long word three times, a question opening as the question before it:
