@@ -275,7 +275,8 @@ results-quality: setup
 	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 --run.stage detect
 	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false --run.stage generate
 	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false --run.stage detect
-	$(LAB) quality --names c032,q050,p050 --plain plain48 --output docs/evaluation/quality
+	$(LAB) quality --quality.names c032,q050,p050 --quality.plain plain48 \
+		--quality.output docs/evaluation/quality
 	for name in plain48 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
 		cp runs/lab/check-$$name/summary.json docs/evaluation/quality/$$name/ || exit 1; done
 

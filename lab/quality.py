@@ -1,6 +1,7 @@
 """The quality of a design's texts against plain sampling of the same prompts.
 
-    python -m lab quality --names p050,c032 --plain plain48 --output docs/evaluation/quality
+    python -m lab quality --quality.names c032,q050 --quality.plain plain48 \
+        --quality.output docs/evaluation/quality
 
 reads ``runs/lab/check-NAME/`` of every check named and of the plain one (``--run.plain``), and
 writes ``quality.md``, ``quality.json`` and ``quality.png`` to ``--output``. Per design, over
@@ -9,7 +10,7 @@ the prompts both hold:
 - the evaluation oracle's perplexity (Gemma-3-270M, ``summary.json``) as a geometric-mean ratio
   to the plain twin's, with a 95% bootstrap interval, and the share of texts above twice their
   twin's;
-- the same under the generator itself (``--generator true``: SmolLM2 in fp32 reads every text
+- the same under the generator itself (``--quality.generator true``: SmolLM2 in fp32 reads every text
   again): how far a design moves the texts from what the LM would say, the distortion a
   semantic mark promises to keep small (not an independent judge: plain sampling is its own);
 - repetition: each text's share of word 3-grams that repeat an earlier one, its distinct word
