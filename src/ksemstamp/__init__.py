@@ -28,9 +28,14 @@ from typing import Any
 
 
 def _busy() -> bool:
-    """Whether other work keeps half the machine's cores or more busy (the load average)."""
+    """Whether other work keeps half the cores this process may use or more busy (the load
+    average; the cores counted as ``builders.usable_cores`` counts them)."""
     try:
-        return os.getloadavg()[0] >= max(1, (os.cpu_count() or 1) / 2) - 0.1
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    try:
+        return os.getloadavg()[0] >= max(1, cores / 2) - 0.1
     except (AttributeError, OSError):
         return False
 
