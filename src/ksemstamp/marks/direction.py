@@ -37,7 +37,7 @@ from ..results import DetectionResult, Judgement, rank_of, too_short
 from ..scheme.core import soft_context_weights
 from ..scheme.keyed import keyed_directions
 from ..settings.groups import SearchSettings
-from ..text.normalize import repeats_itself, sentence_key
+from ..text.normalize import repeats_itself, said_grams, sentence_key
 from .base import Drawn, Mark, SentenceState, Verdict, plan_result
 from .direction_stats import (
     DirectionBatch,
@@ -174,6 +174,8 @@ class DirectionMark(Mark):
         own = list(self.context_weights(drawn.emb, drawn.regions))
         scores, contexts, vectors, ranks = self._score_rows(drawn.docs, drawn.rows, drawn.emb, own)
         texts = drawn.texts or [""] * len(drawn.rows)
+        # Each document's earlier 3-grams once per round, not once per candidate.
+        said = {g: said_grams(drawn.docs[g].seen) for g in {g for g, _ in drawn.rows}}
         out = []
         for i, ((g, _), text, r) in enumerate(
             zip(drawn.rows, texts, drawn.regions.tolist(), strict=True)
@@ -183,7 +185,7 @@ class DirectionMark(Mark):
                 sentence_key(text) not in doc.seen
                 and not (
                     self.skip_repeating
-                    and repeats_itself(text, getattr(doc, "last_sentence", ""), doc.seen)
+                    and repeats_itself(text, getattr(doc, "last_sentence", ""), said=said[g])
                 )
             )
             score = float(scores[i])

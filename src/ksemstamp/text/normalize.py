@@ -97,7 +97,12 @@ _PIECE_RUN = re.compile(r"([^\W\d_]{2,}?)\1{2,}")
 _WORDS = re.compile(r"[^\W_]+")
 
 
-def repeats_itself(unit: str, before: str = "", history: Iterable[str] = ()) -> bool:
+def repeats_itself(
+    unit: str,
+    before: str = "",
+    history: Iterable[str] = (),
+    said: set[tuple[str, ...]] | None = None,
+) -> bool:
     """Whether a candidate unit reads as degenerate, the way a small LM's text runs away
     (``before``: the unit before it; ``history``: the text's units so far, as
     ``sentence_key`` gives them):
@@ -112,8 +117,9 @@ def repeats_itself(unit: str, before: str = "", history: Iterable[str] = ()) -> 
     - a question that opens with the same two words as the unit before it, itself a question
       ("What's the impact? What's the message?").
 
-    Generation does not keep such a candidate for its score (``marks.direction``); detection
-    scores every unit as it is."""
+    ``said``: ``said_grams(history)``, when the caller judges many candidates against one
+    history. Generation does not keep such a candidate for its score (``marks.direction``);
+    detection scores every unit as it is."""
     if _PIECE_RUN.search(unit):
         return True
     words = [w.lower() for w in _WORDS.findall(unit)]
@@ -123,9 +129,7 @@ def repeats_itself(unit: str, before: str = "", history: Iterable[str] = ()) -> 
     if len(set(grams)) < len(grams):
         return True
     if len(grams) >= 2:
-        said: set[tuple[str, ...]] = set()
-        for earlier in history:
-            said.update(_grams(_WORDS.findall(earlier.lower())))
+        said = said_grams(history) if said is None else said
         again = sum(g in said and max(map(len, g)) >= 5 for g in grams)
         if again >= 2 and again * 2 >= len(grams):
             return True
@@ -136,6 +140,14 @@ def repeats_itself(unit: str, before: str = "", history: Iterable[str] = ()) -> 
             return True
     asks = unit.rstrip().endswith("?") and before.rstrip().endswith("?")
     return asks and words[:2] == previous[:2]
+
+
+def said_grams(history: Iterable[str]) -> set[tuple[str, ...]]:
+    """The word 3-grams of the units ``history`` (``repeats_itself``'s ``said``)."""
+    said: set[tuple[str, ...]] = set()
+    for earlier in history:
+        said.update(_grams(_WORDS.findall(earlier.lower())))
+    return said
 
 
 def _grams(words: list[str]) -> set[tuple[str, ...]]:
