@@ -89,25 +89,38 @@ function drawChart(container, nul, statistic) {
     root.appendChild(bar);
   });
   const ox = L + (nul.observed + 0.5) * step;
-  root.appendChild(svg("line", { x1: ox, y1: T - 18, x2: ox, y2: T + height, stroke: "#c0392b",
-    "stroke-width": 2, "stroke-dasharray": "4 2" }));
-  const anchor = nul.observed > n * 0.6 ? "end" : "start";
-  root.appendChild(svg("text", { x: ox + (anchor === "end" ? -4 : 4), y: T - 8, "font-size": 11,
-    fill: "#c0392b", "text-anchor": anchor }, `observed ${nul.observed}`));
+  drawObserved(root, ox, T, height, nul.observed > n * 0.6, `observed ${nul.observed}`);
   const ticks = new Set([0, n, nul.observed, Math.round(nul.expected)]);
   for (const s of ticks) {
     root.appendChild(svg("text", { x: L + (s + 0.5) * step, y: T + height + 13, "font-size": 10,
       fill: "#5b6572", "text-anchor": "middle" }, String(s)));
   }
-  root.appendChild(svg("text", { x: L + width / 2, y: H - 3, "font-size": 10, fill: "#5b6572",
-    "text-anchor": "middle" }, "valid sentences, if the key had been random"));
-  root.appendChild(svg("text", { x: 4, y: T + height / 2, "font-size": 10, fill: "#5b6572",
-    transform: `rotate(-90 10 ${T + height / 2})`, "text-anchor": "middle" }, "chance"));
+  drawTitles(root, { x: L + width / 2, y: H - 3 }, T + height / 2,
+    "valid sentences, if the key had been random", "chance");
   container.appendChild(root);
   const caption = el("p", { class: "caption" },
     `Shaded: P(valid count ≥ ${nul.observed}) = ${fmtP(nul.tail)} under the exact test` +
     (statistic === "exact" ? " (the p-value)." : " (the calibrated p-value; the decision uses the paper's)."));
   container.appendChild(caption);
+}
+
+// The observed statistic: a dashed red line at x = ox over the plot, labelled above it (to its
+// left when it stands in the right part of the plot).
+function drawObserved(root, ox, T, height, right, label) {
+  root.appendChild(svg("line", { x1: ox, y1: T - 18, x2: ox, y2: T + height, stroke: "#c0392b",
+    "stroke-width": 2, "stroke-dasharray": "4 2" }));
+  const anchor = right ? "end" : "start";
+  root.appendChild(svg("text", { x: ox + (anchor === "end" ? -4 : 4), y: T - 8, "font-size": 11,
+    fill: "#c0392b", "text-anchor": anchor }, label));
+}
+
+// The axes' titles: the x title centred at ``at``, the y title turned along the left edge at
+// height ``middle``.
+function drawTitles(root, at, middle, xTitle, yTitle) {
+  root.appendChild(svg("text", { x: at.x, y: at.y, "font-size": 10, fill: "#5b6572",
+    "text-anchor": "middle" }, xTitle));
+  root.appendChild(svg("text", { x: 4, y: middle, "font-size": 10, fill: "#5b6572",
+    transform: `rotate(-90 10 ${middle})`, "text-anchor": "middle" }, yTitle));
 }
 
 function drawNormal(container, nul) {
@@ -135,19 +148,13 @@ function drawNormal(container, nul) {
   root.appendChild(svg("polyline", { points: curve.join(" "), fill: "none", stroke: "#8a949f",
     "stroke-width": 1.5, class: "body" }));
   const ox = x(Math.min(Math.max(nul.z, lo), hi));
-  root.appendChild(svg("line", { x1: ox, y1: T - 18, x2: ox, y2: T + height, stroke: "#c0392b",
-    "stroke-width": 2, "stroke-dasharray": "4 2" }));
-  const anchor = ox > L + width * 0.6 ? "end" : "start";
-  root.appendChild(svg("text", { x: ox + (anchor === "end" ? -4 : 4), y: T - 8, "font-size": 11,
-    fill: "#c0392b", "text-anchor": anchor }, `observed z = ${fmtNum(nul.z)}`));
+  drawObserved(root, ox, T, height, ox > L + width * 0.6, `observed z = ${fmtNum(nul.z)}`);
   for (let z = Math.ceil(lo); z <= hi; z += 2) {
     root.appendChild(svg("text", { x: x(z), y: T + height + 13, "font-size": 10,
       fill: "#5b6572", "text-anchor": "middle" }, String(z)));
   }
-  root.appendChild(svg("text", { x: L + width / 2, y: H - 3, "font-size": 10, fill: "#5b6572",
-    "text-anchor": "middle" }, "z, if the key had been random"));
-  root.appendChild(svg("text", { x: 4, y: T + height / 2, "font-size": 10, fill: "#5b6572",
-    transform: `rotate(-90 10 ${T + height / 2})`, "text-anchor": "middle" }, "density"));
+  drawTitles(root, { x: L + width / 2, y: H - 3 }, T + height / 2,
+    "z, if the key had been random", "density");
   container.appendChild(root);
   container.appendChild(el("p", { class: "caption" },
     `Shaded: P(z ≥ ${fmtNum(nul.z)}) = ${fmtP(nul.tail)} under the exact test (the p-value).`));
@@ -196,25 +203,30 @@ function renderDetection(target, view) {
 }
 
 // ---------------------------------------------------------------- detect
-$("detect-form").addEventListener("submit", async (event) => {
-  event.preventDefault();
-  const button = $("detect-button"), status = $("detect-status");
+// One scoring form (``detect`` or ``batch``): its button off while ``request()`` runs, its
+// status "scoring …", then ``render`` of the answer into NAME-result, or the error in its status.
+async function score(name, request, render) {
+  const button = $(`${name}-button`), status = $(`${name}-status`);
   button.disabled = true;
   setStatus(status, "scoring …");
   try {
-    const view = await api("/api/detect", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ text: $("detect-text").value, prompt: $("detect-prompt").value || null }),
-    });
-    renderDetection($("detect-result"), view);
+    render($(`${name}-result`), await request());
     setStatus(status, "");
   } catch (err) {
-    $("detect-result").replaceChildren();
+    $(`${name}-result`).replaceChildren();
     setStatus(status, err.message, true);
   } finally {
     button.disabled = false;
   }
+}
+
+$("detect-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  await score("detect", () => api("/api/detect", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ text: $("detect-text").value, prompt: $("detect-prompt").value || null }),
+  }), renderDetection);
 });
 
 // ---------------------------------------------------------------- generate
@@ -354,21 +366,11 @@ function renderBatch(target, out) {
 
 $("batch-form").addEventListener("submit", async (event) => {
   event.preventDefault();
-  const file = $("batch-file").files[0], status = $("batch-status"), button = $("batch-button");
-  if (!file) { setStatus(status, "choose a .txt or .jsonl file first", true); return; }
-  button.disabled = true;
-  setStatus(status, "scoring …");
+  const file = $("batch-file").files[0];
+  if (!file) { setStatus($("batch-status"), "choose a .txt or .jsonl file first", true); return; }
   const form = new FormData();
   form.append("file", file);
-  try {
-    renderBatch($("batch-result"), await api("/api/batch", { method: "POST", body: form }));
-    setStatus(status, "");
-  } catch (err) {
-    $("batch-result").replaceChildren();
-    setStatus(status, err.message, true);
-  } finally {
-    button.disabled = false;
-  }
+  await score("batch", () => api("/api/batch", { method: "POST", body: form }), renderBatch);
 });
 
 // ---------------------------------------------------------------- start
