@@ -192,6 +192,37 @@ def test_cutter_counts_every_token_it_was_given():
     assert row.decoded == 5 == cuts[-1].num_tokens
 
 
+def test_engines_of_one_model_share_one_vllm_and_a_closed_one_is_built_anew(monkeypatch):
+    """Watermarkers of several keys (the evaluation's, the lab's) each build an engine: one
+    engine core for them all, not one left polling per key."""
+    import sys
+    import types
+
+    from ksemstamp.generation import vllm_engine
+    from ksemstamp.settings.engines import EngineSettings
+
+    made = []
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            made.append(kwargs)
+            self.llm_engine = types.SimpleNamespace(
+                engine_core=types.SimpleNamespace(shutdown=lambda: made.append("shutdown"))
+            )
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
+    monkeypatch.setattr(vllm_engine, "BUILT", {})
+    eng = EngineSettings()
+    first = vllm_engine.build_llm("model-dir", eng, "cpu", 0)
+    assert vllm_engine.build_llm("model-dir", EngineSettings(), "cpu", 0) is first
+    assert len(made) == 1 and made[0]["enable_prefix_caching"]
+    other = vllm_engine.build_llm("model-dir", EngineSettings(chunk_tokens=8), "cpu", 0)
+    assert other is not first and len(made) == 2
+    vllm_engine.close_llm(first)
+    assert made[-1] == "shutdown"
+    assert vllm_engine.build_llm("model-dir", eng, "cpu", 0) is not first
+
+
 # ---------------------------------------------------------------------- the server's client
 
 

@@ -63,7 +63,11 @@ class VllmStreamer:
 
 
 def close_llm(llm: Any) -> None:
-    """Stop the engine core process of a ``vllm.LLM``."""
+    """Stop the engine core process of a ``vllm.LLM`` (one ``build_llm`` made is built anew
+    when asked for again)."""
+    for made, built in list(BUILT.items()):
+        if built is llm:
+            del BUILT[made]
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     shutdown = getattr(core, "shutdown", None)
     if callable(shutdown):
@@ -94,8 +98,23 @@ class VllmEngine(StreamEngine):
         )
 
 
+BUILT: dict[str, Any] = {}
+"""The ``vllm.LLM``s this process built, by what they were built from: every engine of the same
+model and engine settings shares one (the evaluation and the lab build a watermarker per key,
+and each engine core left behind keeps its worker polling a core)."""
+
+
 def build_llm(path: str, eng: Any, device: str, seed: int | None) -> Any:
-    """A ``vllm.LLM`` serving ``path`` with prefix caching (``eng``: ``EngineSettings``)."""
+    """A ``vllm.LLM`` serving ``path`` with prefix caching (``eng``: ``EngineSettings``), the
+    one built before from the same arguments if there is one (``BUILT``). Sharing changes no
+    text: every request carries its own seed."""
+    made = repr((path, eng, str(device), seed))
+    if made not in BUILT:
+        BUILT[made] = _new_llm(path, eng, device, seed)
+    return BUILT[made]
+
+
+def _new_llm(path: str, eng: Any, device: str, seed: int | None) -> Any:
     gpu = str(device).startswith("cuda")
     if not gpu:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(eng.kv_cache_gib))
