@@ -149,24 +149,49 @@ def test_lab_commands_run_from_the_repository_root():
 
 
 RULE = re.compile(
-    r"^May import: ksemstamp core modules(?: and (?P<allowed>[\w, ]+?))?; never (?P<never>.+)\.$"
+    r"^May import: ksemstamp core modules(?: and (?P<allowed>[\w, ]+?))?;"
+    r"(?: names by path: (?P<named>[\w, ]+?);)? never (?P<never>.+)\.$"
 )
 
 
-def import_rules(package: Path) -> dict[str, tuple[set[str], set[str]]]:
-    """Subpackage -> (the subpackages it may import, the modules it never imports), from the
-    second line of its ``__init__`` docstring: ``May import: ksemstamp core modules[ and
-    a, b]; never x, y or z.`` Any subpackage not named there is forbidden too."""
+def _names(listed: str | None) -> set[str]:
+    return {n.strip() for n in re.split(r",| or ", listed or "") if n.strip()}
+
+
+def import_rules(package: Path) -> dict[str, tuple[set[str], set[str], set[str]]]:
+    """Subpackage -> (the subpackages it may import, the modules it never imports, the
+    subpackages whose objects it may name by path), from the second line of its ``__init__``
+    docstring: ``May import: ksemstamp core modules[ and a, b];[ names by path: c, d;] never x,
+    y or z.`` Any subpackage not named there is forbidden too."""
     rules = {}
     for init in sorted(package.glob("*/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text()), clean=False) or ""
         lines = doc.splitlines()
         match = RULE.match(lines[1]) if len(lines) > 1 else None
         assert match, f"{init}: the docstring's second line must be the import rule, got {lines}"
-        allowed = {n.strip() for n in (match["allowed"] or "").split(",") if n.strip()}
-        never = {n.strip() for n in re.split(r",| or ", match["never"]) if n.strip()}
-        rules[init.parent.name] = (allowed, never)
+        rules[init.parent.name] = (
+            _names(match["allowed"]),
+            _names(match["never"]),
+            _names(match["named"]),
+        )
     return rules
+
+
+PATH_NAME = re.compile(r"^(ksemstamp(?:\.\w+)+):(\w+)$")
+"""An object named by path (``"ksemstamp.generation.batched:BatchedEngine"``): how a registry
+names a class it must not import (it lies in a layer above the registry, or needs a package
+that is not installed everywhere)."""
+
+
+def named_by_path(package: Path) -> dict[str, set[str]]:
+    """Module -> the ``"module:object"`` paths its string constants name."""
+    found: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        name = _module_name(path, package.parent)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and PATH_NAME.match(str(node.value)):
+                found.setdefault(name, set()).add(node.value)
+    return found
 
 
 def test_every_subpackage_declares_what_it_may_import():
@@ -174,8 +199,8 @@ def test_every_subpackage_declares_what_it_may_import():
     rules = import_rules(package)
     subpackages = {p.parent.name for p in package.glob("*/__init__.py")}
     assert set(rules) == subpackages and {"marks", "serve", "training"} <= subpackages
-    for allowed, never in rules.values():
-        named = allowed | never
+    for allowed, never, by_path in rules.values():
+        named = allowed | never | by_path
         # Every name in a rule is a module or subpackage that exists.
         assert all((package / f"{n}.py").exists() or n in subpackages for n in named), named
 
@@ -190,7 +215,7 @@ def test_subpackages_keep_to_their_import_rules():
         if len(parts) < 2 or parts[1] not in rules:
             continue
         own = parts[1]
-        allowed, never = rules[own]
+        allowed, never, _ = rules[own]
         for target in targets:
             top = target.split(".")[1] if target.count(".") else ""
             if not top or top == own:
@@ -198,6 +223,29 @@ def test_subpackages_keep_to_their_import_rules():
             is_subpackage = top in rules
             if top in never or (is_subpackage and top not in allowed):
                 broken.append(f"{name} imports {target}")
+    assert broken == []
+
+
+def test_objects_named_by_path_exist_and_keep_to_the_rules():
+    """A registry's ``"module:object"`` strings are dependencies an import graph does not see:
+    each names an object that exists, in a subpackage its own package's rule lists under
+    ``names by path`` (the package's top-level modules may name any)."""
+    import importlib
+
+    package = ROOT / "src" / "ksemstamp"
+    rules = import_rules(package)
+    found = named_by_path(package)
+    assert "ksemstamp.generation.batched:BatchedEngine" in found["ksemstamp.settings.groups"]
+    broken = []
+    for name, paths in sorted(found.items()):
+        own = name.split(".")[1] if name.count(".") > 1 else ""
+        for path in sorted(paths):
+            module, _, attribute = path.partition(":")
+            if not hasattr(importlib.import_module(module), attribute):
+                broken.append(f"{name} names {path}, which does not exist")
+            top = module.split(".")[1]
+            if own in rules and top != own and top not in rules[own][2]:
+                broken.append(f"{name} names {path}: not in {own}'s rule")
     assert broken == []
 
 
@@ -210,7 +258,13 @@ def test_the_rule_check_catches_a_broken_rule(tmp_path):
     (package / "sub" / "__init__.py").write_text(
         '"""A part.\nMay import: ksemstamp core modules and other; never cli or config.\n"""\n'
     )
-    assert import_rules(package) == {"sub": ({"other"}, {"cli", "config"})}
+    assert import_rules(package) == {"sub": ({"other"}, {"cli", "config"}, set())}
+    (package / "sub" / "__init__.py").write_text(
+        '"""A part.\nMay import: ksemstamp core modules; names by path: up, top; never cli.\n"""\n'
+    )
+    assert import_rules(package) == {"sub": (set(), {"cli"}, {"up", "top"})}
+    (package / "sub" / "reg.py").write_text('WHERE = {"x": "ksemstamp.up.mod:Thing"}\n')
+    assert named_by_path(package) == {"pkg.sub.reg": {"ksemstamp.up.mod:Thing"}}
 
 
 def test_the_design_doc_maps_every_module():

@@ -1,5 +1,5 @@
 """Every setting of the project, each a field of a small typed group, documented once.
-May import: ksemstamp core modules and text; never cli, builders, watermarker, detector or marks.
+May import: ksemstamp core modules and text; names by path: evaluation, generation, marks; never cli, builders, watermarker, detector or marks.
 
 * ``watermark``: ``WatermarkSettings``; ``groups``: its groups (``model``, ``partition``,
   ``search``, ``sampling``, ``detection``, ``limits``), the default centroid files, the engines;
