@@ -43,14 +43,16 @@ def test_every_command_is_one_function_in_one_registry():
 @pytest.mark.parametrize("kind", list(MARK_KINDS))
 def test_every_setting_is_a_flag_of_its_group(kind, capsys):
     shown = _help(["generate", "--mark.kind", kind], capsys)
-    for name, cls in {**GROUPS, "mark": MARK_KINDS[kind]}.items():
+    mine = {"mark": MARK_KINDS[kind], "search": MARK_KINDS[kind].search}
+    for name, cls in {**GROUPS, **mine}.items():
         for f in dataclasses.fields(cls):
             assert re.search(rf"--{name}\.{f.name}[ \n]", shown), f"--{name}.{f.name}"
     other = next(k for k in MARK_KINDS if k != kind)
-    own = {f.name for f in dataclasses.fields(MARK_KINDS[kind])}
-    for f in dataclasses.fields(MARK_KINDS[other]):
-        if f.name not in own:
-            assert f"--mark.{f.name} " not in shown  # only the mark in force has its fields
+    for name, cls in {"mark": MARK_KINDS[other], "search": MARK_KINDS[other].search}.items():
+        own = {f.name for f in dataclasses.fields(mine[name])}
+        for f in dataclasses.fields(cls):
+            if f.name not in own:  # only the mark in force has its fields
+                assert f"--{name}.{f.name} " not in shown, f"--{name}.{f.name}"
 
 
 def test_every_command_shows_its_own_options_and_groups(capsys):
@@ -187,7 +189,8 @@ def _integer_options():
                     args = typing.get_args(option.hint) or (option.hint,)
                     if int in args:
                         head = [name, sub] if sub else [name]
-                        mark = ["--mark.kind", kind] if option.dest.startswith("mark.") else []
+                        own = option.dest.startswith(("mark.", "search."))
+                        mark = ["--mark.kind", kind] if own else []
                         rest = [t for f, v in given if f != option.flag for t in (f, v)]
                         seen[(name, sub, option.dest)] = ([*head, *mark, *rest], option.flag)
     return sorted(seen.values())
@@ -339,6 +342,14 @@ def test_a_command_s_signature_is_its_options():
         (["detect", "--text", "A. B.", SECRET], "1 value"),
         (["keygen", "--key", SECRET], "--key"),
         (["generate", "--prompt", "A.", "--keyy", SECRET, "--gama", "0.5"], "--keyy"),
+        (
+            ["generate", "--prompt", "A.", "--search.margin", SECRET],
+            "--search.margin (a setting of the region mark: --mark.kind region)",
+        ),
+        (
+            ["generate", "--mark.kind", "region", "--search.steer", SECRET],
+            "--search.steer (a setting of the direction mark: --mark.kind direction)",
+        ),
     ],
 )
 def test_a_mistyped_flag_is_named_but_no_value_is_echoed(argv, shown, capsys):

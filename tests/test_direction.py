@@ -358,10 +358,10 @@ def test_a_candidate_that_repeats_itself_is_never_kept_for_its_score(hash_encode
     assert result.sentences[0].text == max(pool[:2], key=lambda t: scores[1 + pool.index(t)])
     # search.skip_repeating false: only repeats of earlier units are skipped.
     from ksemstamp.marks.base import Drawn
-    from ksemstamp.settings import SearchSettings
+    from ksemstamp.settings import DirectionSearch
 
     for skip, novel in ((False, True), (True, False)):
-        mark = build_mark(scheme, SearchSettings(skip_repeating=skip))
+        mark = build_mark(scheme, DirectionSearch(skip_repeating=skip))
         fields = {"completing": False, "state": mark.new_state(), "seen": set(), "previous": 0}
         doc = type("Doc", (), {**fields, "drawn": 0, "last_sentence": ""})()
         emb = scheme.embed([runaway])

@@ -24,6 +24,8 @@ from ksemstamp.scheme.core import WatermarkScheme
 from ksemstamp.scheme.keyed import keyed_directions
 from ksemstamp.scheme.partition import LSHPartition
 from ksemstamp.settings import (
+    DirectionSearch,
+    RegionSearch,
     RegionSettings,
     SamplingSettings,
     SearchSettings,
@@ -149,7 +151,7 @@ class OneDirectionSettings:
     kind: Literal["one-direction"] = field(default="one-direction", init=False)
     mark: ClassVar[Any] = OneDirection
     keyed: ClassVar[bool] = True
-    effort: ClassVar[tuple[str, ...]] = ()
+    search: ClassVar[type] = SearchSettings
     options: ClassVar[tuple[str, ...]] = ()
     statistics: ClassVar[tuple[str, ...]] = ("exact",)
     scores_first: ClassVar[bool] = True
@@ -260,7 +262,7 @@ def test_a_mark_s_settings_are_checked_when_registered():
     @dataclasses.dataclass(frozen=True)
     class Half:  # a kind, and only some of what a mark's settings must say
         kind: str = dataclasses.field(default="half", init=False)
-        mark = effort = options = statistics = keyed = identity = None
+        mark = search = options = statistics = keyed = identity = None
 
     with pytest.raises(TypeError) as refused:
         register_mark(Half)
@@ -367,14 +369,14 @@ def test_the_scheme_s_settings_name_its_mark(hash_encoder):
     from ksemstamp.settings import DirectionSettings
 
     scheme = _scheme(hash_encoder)
-    patient = build_mark(scheme, SearchSettings(novelty_patience=3))
+    patient = build_mark(scheme, RegionSearch(novelty_patience=3))
     assert isinstance(patient, RegionMark) and patient.novelty_patience == 3
     assert isinstance(Watermarker(scheme, ScriptedEngine([])).mark, RegionMark)
     with pytest.raises(ValueError, match="novelty_patience"):
-        SearchSettings(novelty_patience=-1)
+        RegionSearch(novelty_patience=-1)
     hard = DirectionSettings(context_temperature=0.0)  # an LSH partition has no centroids
     direction = WatermarkScheme(hash_encoder, LSHPartition(32, bits=3), "k", get_splitter(), hard)
-    mark = build_mark(direction, SearchSettings(threshold=0.5))
+    mark = build_mark(direction, DirectionSearch(threshold=0.5))
     assert isinstance(mark, DirectionMark) and mark.rejects_candidates
     assert not build_mark(direction).rejects_candidates
     region, state = mark.start(mark.new_state())

@@ -56,7 +56,10 @@ RETIRED = {
 }
 """Settings that older results record and that no longer exist, and what took their place."""
 KNOWN = {
-    "watermark": field_names(WatermarkSettings).union(*map(field_names, MARK_KINDS.values())),
+    "watermark": field_names(WatermarkSettings).union(
+        *map(field_names, MARK_KINDS.values()),
+        *(field_names(kind.search) for kind in MARK_KINDS.values()),
+    ),
     "evaluation": field_names(EvalSettings) | set(RETIRED),
 }
 

@@ -20,13 +20,16 @@ from ksemstamp.settings import (
     GROUPS,
     MARK_KINDS,
     DetectionSettings,
+    DirectionSearch,
     DirectionSettings,
+    RegionSearch,
     RegionSettings,
     SearchSettings,
     SettingsError,
     WatermarkSettings,
 )
 from ksemstamp.settings.files import command_line_layers, load_watermark_settings, merge
+from ksemstamp.settings.search import own_fields
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 LAB_CONFIGS = Path(__file__).parents[1] / "lab" / "configs"
@@ -39,9 +42,17 @@ def _default(place: str):
     if "." not in place:
         return WatermarkSettings.__dataclass_fields__[place].default
     group, name = place.split(".")
-    classes = list(MARK_KINDS.values()) if group == "mark" else [GROUPS[group]]
-    cls = next(c for c in classes if name in c.__dataclass_fields__)
+    cls = next(c for c in _classes(group) if name in c.__dataclass_fields__)
     return cls.__dataclass_fields__[name].default
+
+
+def _classes(group: str) -> list[type]:
+    """The classes a group can be: every kind's for ``mark`` and ``search``."""
+    if group == "mark":
+        return list(MARK_KINDS.values())
+    if group == "search":
+        return [c.search for c in MARK_KINDS.values()]
+    return [GROUPS[group]]
 
 
 # ---------------------------------------------------------------------- one source
@@ -77,7 +88,13 @@ NOT_SETTINGS = {
 before a text, the sentence that seeds it)."""
 CORE = ("watermarker", "detector", "scheme", "partition", "marks", "generation", "detection")
 """The modules of the classes the builders make from the settings."""
-SETTINGS_CLASSES = {*GROUPS.values(), *MARK_KINDS.values(), WatermarkSettings}
+SETTINGS_CLASSES = {
+    *GROUPS.values(),
+    *MARK_KINDS.values(),
+    *(c.search for c in MARK_KINDS.values()),
+    SearchSettings,
+    WatermarkSettings,
+}
 
 
 def _core_classes():
@@ -92,7 +109,7 @@ def _core_classes():
 
 def _setting_names() -> set[str]:
     names = set(OWN)
-    for cls in [*GROUPS.values(), *MARK_KINDS.values()]:
+    for cls in [*GROUPS.values(), *MARK_KINDS.values(), *_classes("search")]:
         names |= {f.name for f in dataclasses.fields(cls) if f.init}
     return names
 
@@ -133,8 +150,7 @@ def test_no_public_constructor_default_differs_from_the_settings():
 
 
 def _group_fields(group: str) -> set[str]:
-    classes = list(MARK_KINDS.values()) if group == "mark" else [GROUPS[group]]
-    return {f.name for c in classes for f in dataclasses.fields(c)}
+    return {f.name for c in _classes(group) for f in dataclasses.fields(c)}
 
 
 def test_the_rule_catches_a_default_of_its_own(monkeypatch):
@@ -158,8 +174,10 @@ def test_every_setting_is_in_the_default_file_with_its_default():
     region mark's fields are in ``lab/configs/ksemstamp-region.yaml``, the other kind's file)."""
     data = yaml.safe_load((CONFIGS / "ksemstamp.yaml").read_text())
     assert data == WatermarkSettings().to_dict()
-    region = yaml.safe_load((LAB_CONFIGS / "ksemstamp-region.yaml").read_text())["mark"]
-    assert region == dataclasses.asdict(RegionSettings())
+    region = yaml.safe_load((LAB_CONFIGS / "ksemstamp-region.yaml").read_text())
+    assert region["mark"] == dataclasses.asdict(RegionSettings())
+    own = {n: RegionSearch.__dataclass_fields__[n].default for n in own_fields(RegionSearch)}
+    assert own == {k: v for k, v in region["search"].items() if k in own}
     # ... and every field of every group is one of them.
     for name, cls in GROUPS.items():
         if name != "mark":
@@ -216,20 +234,31 @@ def test_a_mark_has_only_its_own_fields():
 
 def test_identity_and_effort_are_apart_and_another_mark_s_effort_is_refused():
     # What a detector must share with the generator is the mark's; how hard generation tries
-    # is search's, and a search setting only another kind reads is refused when given.
+    # is search's: the shared fields and, in the mark's own search class, the knobs only that
+    # mark reads. A search setting only another kind reads is refused when given.
     assert {f.name for f in dataclasses.fields(DirectionSettings)} == {
         "kind", "context", "context_temperature", "remove_components", "units", "clause_words"
     }  # fmt: skip
-    assert {"threshold", "selection", "margin", "novelty_patience"} <= set(
-        SearchSettings.__dataclass_fields__
-    )
+    assert DirectionSettings.search is DirectionSearch and RegionSettings.search is RegionSearch
+    assert {"threshold", "selection", "steer", "prune_tokens"} <= set(own_fields(DirectionSearch))
+    assert set(own_fields(RegionSearch)) == {"margin", "novelty_patience", "margin_patience"}
+    assert not {"threshold", "margin"} & set(SearchSettings.__dataclass_fields__)
+    assert type(WatermarkSettings().search) is DirectionSearch
     assert "scan" in DetectionSettings.__dataclass_fields__
     with pytest.raises(SettingsError, match="search.margin is read by the region mark only"):
         WatermarkSettings.from_dict({"search": {"margin": 0.02}})
     with pytest.raises(SettingsError, match="search.threshold is read by the direction mark only"):
         WatermarkSettings.from_dict({"mark": {"kind": "region"}, "search": {"threshold": 1.0}})
-    # their defaults are harmless, so files layered over the default file keep working
-    assert WatermarkSettings.from_dict({"mark": {"kind": "region"}}).search.threshold is None
+    # their defaults are harmless, so files layered over another kind's keep working
+    region = WatermarkSettings.from_dict(
+        {"mark": {"kind": "region"}, "search": {"threshold": None, "max_candidates": 9}}
+    )
+    assert region.search == RegionSearch(max_candidates=9)
+    # search settings of another kind become the mark's own, shared fields kept
+    built = WatermarkSettings(mark=RegionSettings(), search=DirectionSearch(max_candidates=5))
+    assert built.search == RegionSearch(max_candidates=5)
+    with pytest.raises(SettingsError, match="search.steer is read by the direction mark only"):
+        WatermarkSettings(mark=RegionSettings(), search=DirectionSearch(steer=0.5))
 
 
 def test_the_key_is_never_in_a_dict_or_repr():

@@ -8,7 +8,7 @@ from test_direction import _scheme
 
 from ksemstamp.generation.steering import Steering, token_vectors, word_tokens
 from ksemstamp.marks import build_mark
-from ksemstamp.settings import SearchSettings
+from ksemstamp.settings import DirectionSearch
 
 PIECES = [" council", " met", ".", " ", "\n", " budget", "42", " Monday", ",", " water"]
 
@@ -83,7 +83,7 @@ def test_token_vectors_are_key_free_cached_and_blank_for_whitespace(hash_encoder
 def test_the_direction_mark_steers_a_round_toward_each_document_s_context(hash_encoder):
     scheme = _scheme(hash_encoder)
     steering, _, _ = _steering(regions=scheme.num_regions, dim=32)
-    mark = build_mark(scheme, SearchSettings(steer=0.5), steering)
+    mark = build_mark(scheme, DirectionSearch(steer=0.5), steering)
     state = mark.new_state()
     weights = torch.zeros(scheme.num_regions, dtype=torch.float64)
     weights[1] = 1.0
@@ -93,7 +93,7 @@ def test_the_direction_mark_steers_a_round_toward_each_document_s_context(hash_e
     bias = mark.round_bias([steered, completing])
     assert torch.allclose(bias[0], steering.bias(weights[None].float())[0])
     assert bias[1].abs().max() == 0  # completing the prompt's sentence: not steered
-    assert build_mark(scheme, SearchSettings()).round_bias([steered]) is None
+    assert build_mark(scheme, DirectionSearch()).round_bias([steered]) is None
 
 
 def test_the_sentence_loop_hands_each_round_the_mark_s_bias(hash_encoder):
@@ -102,7 +102,7 @@ def test_the_sentence_loop_hands_each_round_the_mark_s_bias(hash_encoder):
 
     scheme = _scheme(hash_encoder)
     steering, _, _ = _steering(regions=scheme.num_regions, dim=32)
-    search = SearchSettings(max_candidates=4, candidate_batch=4, prune_tokens=None, steer=0.5)
+    search = DirectionSearch(max_candidates=4, candidate_batch=4, prune_tokens=None, steer=0.5)
     mark = build_mark(scheme, search, steering)
     pool = _pool(8)
     engine = ScriptedEngine([pool[:4], pool[4:]])

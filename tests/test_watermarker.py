@@ -9,7 +9,14 @@ from ksemstamp.generation.engine import Finished, Step
 from ksemstamp.marks import build_mark
 from ksemstamp.scheme.core import WatermarkScheme
 from ksemstamp.scheme.partition import LSHPartition
-from ksemstamp.settings import LimitSettings, RegionSettings, SamplingSettings, SearchSettings
+from ksemstamp.settings import (
+    DirectionSearch,
+    LimitSettings,
+    RegionSearch,
+    RegionSettings,
+    SamplingSettings,
+    SearchSettings,
+)
 from ksemstamp.text.splitter import get_splitter
 from ksemstamp.watermarker import Watermarker, summarize
 
@@ -74,7 +81,11 @@ class _ScriptedRound:
 PAPER_RULE = RegionSettings()
 PAPER_SEARCH = {"novelty_patience": 0, "margin_patience": None}
 """Algorithm 1's acceptance rule, the loop tests' default."""
-SEARCH = {f.name for f in dataclasses.fields(SearchSettings)}
+SEARCH = {f.name for c in (DirectionSearch, RegionSearch) for f in dataclasses.fields(c)}
+
+
+def fields_of(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
 
 
 def _table(scheme):
@@ -102,22 +113,24 @@ def _watermarker(scheme, engine, chat=False, mark=None, max_sentences=None, tabl
             "prune_margin": prune.margin,
         }
     paper = PAPER_SEARCH if scheme.settings.kind == "region" else {}
+    search_class = type(scheme.settings).search
     search = {
         "max_candidates": 100,
         **paper,
         **pruning,
         **{k: given[k] for k in SEARCH & set(given)},
     }
+    search = search_class(**{k: v for k, v in search.items() if k in fields_of(search_class)})
     sampling = SamplingSettings(**{k: given[k] for k in ("max_new_tokens", "seed") if k in given})
     chars = {"max_text_chars": given["max_prompt_chars"]} if "max_prompt_chars" in given else {}
     if mark is None:
-        mark = build_mark(scheme, SearchSettings(**search))
+        mark = build_mark(scheme, search)
     if table is not None:
         mark.table = mark.host_table = table
     return Watermarker(
         scheme,
         engine,
-        SearchSettings(**search),
+        search,
         sampling,
         LimitSettings(**chars),
         chat=chat,

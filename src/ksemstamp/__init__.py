@@ -55,6 +55,8 @@ _EXPORTS = {
     "DirectionSettings": "settings",
     "RegionSettings": "settings",
     "SearchSettings": "settings",
+    "DirectionSearch": "settings",
+    "RegionSearch": "settings",
     "SamplingSettings": "settings",
     "DetectionSettings": "settings",
     "LimitSettings": "settings",

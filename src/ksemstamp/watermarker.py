@@ -77,7 +77,8 @@ class Watermarker:
         search: how a unit's candidates are drawn: ``max_candidates`` (``N_max``),
             ``candidate_batch``, ``adaptive_batch`` (size rounds from the expected acceptance,
             else always ``candidate_batch``), ``sentence_time_budget``, and what the mark reads
-            of it (``MarkSettings.effort``). ``None``: the defaults.
+            of it (its kind's ``search`` class: ``DirectionSearch``, ``RegionSearch``).
+            ``None``: the defaults.
         sampling: ``max_new_tokens`` (stop a document once its continuation has this many
             tokens and ends a sentence: a clause kept past the budget inside a sentence is
             followed by more, while fewer than ``max_sentence_tokens`` tokens over) and ``seed`` (the same seed, prompt and settings give the same text;

@@ -48,8 +48,9 @@ def call(fn: Callable, argv: Sequence[str], prog: str) -> int:
         try:
             invocation = parse(fn, argv, prog)
         except CommandLineError as err:
-            known = sorted({o.flag for o in options_of(fn)} | {"--config", "--print_config"})
-            message = hide_secrets(one_line(err), argv, known)
+            flags = {o.flag for o in options_of(fn, command_line_kind(argv))}
+            known = sorted(flags | {"--config", "--print_config"})
+            message = hide_secrets(one_line(err), argv, known, other_kinds_flags(fn, known))
             print_err(f"{prog}: error: {message}")
             raise SystemExit(2) from None
         if invocation.print_config:
@@ -150,11 +151,41 @@ def command_line(argv: Sequence[str]) -> str:
     return "ksemstamp " + shlex.join(shown)
 
 
-def hide_secrets(message: str, argv: Sequence[str], known: Sequence[str] = ()) -> str:
+def command_line_kind(argv: Sequence[str]) -> str | None:
+    """The kind of mark a command line asks for (its files and ``--mark.kind``); ``None``
+    where its files cannot be read."""
+    from ..settings.files import command_line_layers
+
+    try:
+        return command_line_layers(list(argv), True)[1]
+    except Exception:  # a file that cannot be read: the error already says so
+        return None
+
+
+def other_kinds_flags(fn: Callable, known: Sequence[str]) -> dict[str, str]:
+    """The flags of ``fn`` that only a mark of another kind has (``--mark.gamma``,
+    ``--search.margin`` under the direction mark), and that kind."""
+    from ..settings.groups import MARK_KINDS
+
+    found: dict[str, str] = {}
+    for kind in MARK_KINDS:
+        for option in options_of(fn, kind):
+            if option.flag not in known:
+                found.setdefault(option.flag, kind)
+    return found
+
+
+def hide_secrets(
+    message: str,
+    argv: Sequence[str],
+    known: Sequence[str] = (),
+    elsewhere: dict[str, str] | None = None,
+) -> str:
     """``message`` without any value that may be the key.
 
     Arguments the parser did not know are named by their flags only, each with the closest
-    flag of ``known``: the value after a mistyped ``--kye`` is most likely the key. The value of
+    flag of ``known`` (or, for a flag of another kind of mark, ``elsewhere``: flag to kind, that
+    kind): the value after a mistyped ``--kye`` is most likely the key. The value of
     ``--key`` and ``$KSEMSTAMP_KEY`` are blanked wherever else they appear (a key given under
     another flag by mistake is quoted in that flag's message).
     """
@@ -164,7 +195,7 @@ def hide_secrets(message: str, argv: Sequence[str], known: Sequence[str] = ()) -
 
     head, found, listed = message.partition(UNRECOGNIZED)
     if found:
-        message = head + UNRECOGNIZED + " " + _unrecognized(listed.strip(), argv, known)
+        message = head + UNRECOGNIZED + " " + _unrecognized(listed.strip(), argv, known, elsewhere)
     secrets = {os.environ.get(KEY_ENV) or ""}
     for i, token in enumerate(argv):
         if token == "--key" and i + 1 < len(argv):
@@ -177,7 +208,9 @@ def hide_secrets(message: str, argv: Sequence[str], known: Sequence[str] = ()) -
     return message
 
 
-def _unrecognized(listed: str, argv: Sequence[str], known: Sequence[str]) -> str:
+def _unrecognized(
+    listed: str, argv: Sequence[str], known: Sequence[str], elsewhere: dict[str, str] | None
+) -> str:
     """The unknown arguments ``listed`` (space-separated, in command-line order): their flags
     with a suggestion each, and how many values went with them, none shown."""
     import difflib
@@ -197,8 +230,12 @@ def _unrecognized(listed: str, argv: Sequence[str], known: Sequence[str]) -> str
             values += 1
             continue
         values += bool(eq)
+        kind = (elsewhere or {}).get(name)
         close = difflib.get_close_matches(name, list(known), n=1)
-        parts.append(name + (f" (did you mean {close[0]}?)" if close else ""))
+        if kind:
+            parts.append(f"{name} (a setting of the {kind} mark: --mark.kind {kind})")
+        else:
+            parts.append(name + (f" (did you mean {close[0]}?)" if close else ""))
     if values:
         parts.append(f"{values} value{'s' if values > 1 else ''}")
     return ", ".join(parts) + "; values are not shown, as one may be the key"

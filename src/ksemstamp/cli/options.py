@@ -75,9 +75,13 @@ class Option:
 
 
 def _docs(obj: Any) -> dict[str, str]:
-    """Parameter and attribute docs of a function or a dataclass, by name."""
-    parsed = docstring_parser.parse_from_object(obj)
-    return {p.arg_name: " ".join((p.description or "").split()) for p in parsed.params}
+    """Parameter and attribute docs of a function or a dataclass, by name (a class's own
+    first, then what it inherits: ``DirectionSearch``'s shared fields are ``SearchSettings``')."""
+    out: dict[str, str] = {}
+    for source in reversed(obj.__mro__[:-1]) if inspect.isclass(obj) else [obj]:
+        parsed = docstring_parser.parse_from_object(source)
+        out |= {p.arg_name: " ".join((p.description or "").split()) for p in parsed.params}
+    return out
 
 
 def entry_help(cls: type) -> str:
@@ -125,7 +129,7 @@ def _default(f: dataclasses.Field) -> Any:
 def watermark_options(kind: str | None = None) -> list[Option]:
     """The options of ``WatermarkSettings`` with a mark of ``kind`` (``None``: the default
     kind): one per field of each group
-    (``--model.lm``), ``--mark.kind`` and the kind's own fields, ``--key``, ``--allow_weak_key``,
+    (``--model.lm``), ``--mark.kind`` and the kind's own fields (of ``mark`` and ``search``), ``--key``, ``--allow_weak_key``,
     ``--chat``."""
     kind = kind or default_kind()
     out = []
@@ -133,6 +137,8 @@ def watermark_options(kind: str | None = None) -> list[Option]:
         if name == "mark":
             out.append(Option("mark.kind", typing.Literal[tuple(MARK_KINDS)], kind, _KIND_HELP))
             group = MARK_KINDS[kind]
+        elif name == "search":
+            group = MARK_KINDS[kind].search
         out += group_options(group, f"{name}.")
     docs = _docs(WatermarkSettings)
     hints = typing.get_type_hints(WatermarkSettings)

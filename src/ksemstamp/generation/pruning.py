@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..settings.groups import SearchSettings
+from ..settings.groups import DirectionSearch
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,9 @@ class PruneRule:
             finished candidate's score minus this; ``None`` never stops a row this way.
     """
 
-    every: int = SearchSettings.prune_tokens
-    top: int = SearchSettings.prune_keep
-    margin: float | None = SearchSettings.prune_margin
+    every: int = DirectionSearch.prune_tokens
+    top: int = DirectionSearch.prune_keep
+    margin: float | None = DirectionSearch.prune_margin
 
     def __post_init__(self) -> None:
         if self.every < 1:
@@ -50,7 +50,7 @@ class PruneRule:
             raise ValueError(f"prune_margin must be >= 0 or null, got {self.margin}")
 
 
-def prune_rule(search: SearchSettings) -> PruneRule | None:
+def prune_rule(search: DirectionSearch) -> PruneRule | None:
     """The rule of ``search.prune_tokens``, ``prune_keep`` and ``prune_margin``; ``None`` when
     ``prune_tokens`` is ``None`` (every candidate finishes)."""
     if search.prune_tokens is None:

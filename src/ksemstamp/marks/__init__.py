@@ -40,7 +40,7 @@ def build_mark(
     key: str | None = None,
 ) -> Mark:
     """The mark of ``scheme``'s settings (``scheme.settings``) under its key (``key``: another
-    key), with the generation effort ``search`` (``SearchSettings``) and ``steering`` for a
+    key), with the generation effort ``search`` (the kind's ``search`` class) and ``steering`` for a
     mark that generates."""
     cls = mark_class(scheme.settings)
     return cls(scheme, scheme.settings, scheme.key if key is None else key, search, steering)

@@ -81,7 +81,8 @@ class Drawn(NamedTuple):
 class Mark(ABC):
     """A watermark rule (see the module docstring), made from its settings, the scheme it
     scores with and the key (``None`` for a mark whose table is public). ``search``: the
-    generation effort settings (``SearchSettings``) a mark made for generation reads;
+    generation effort settings a mark made for generation reads (its settings' ``search``
+    class; search settings of another kind become it, ``settings.marks.search_of``);
     ``steering``: a logit bias toward the key (``generation.steering``), for a mark that
     steers."""
 
@@ -99,11 +100,11 @@ class Mark(ABC):
         search: Any = None,
         steering: Any = None,
     ) -> None:
-        from ..settings.groups import SearchSettings
+        from ..settings.marks import search_of
 
         self.scheme = scheme
         self.settings = settings
-        self.configure(key, search or SearchSettings(), steering)
+        self.configure(key, search_of(settings, search), steering)
 
     @abstractmethod
     def configure(self, key: str | None, search: Any, steering: Any) -> None:

@@ -36,7 +36,7 @@ from ..generation.steering import Steering, token_vectors, word_tokens
 from ..results import DetectionResult, Judgement, rank_of, too_short
 from ..scheme.core import soft_context_weights
 from ..scheme.keyed import keyed_directions
-from ..settings.groups import SearchSettings
+from ..settings.groups import DirectionSearch
 from ..text.normalize import repeats_itself, said_grams, sentence_key
 from .base import Drawn, Mark, SentenceState, Verdict, plan_result
 from .direction_stats import (
@@ -65,7 +65,7 @@ class DirectionMark(Mark):
     kind = "direction"
     rejections = ("score", "repeat")
 
-    def configure(self, key: str | None, search: SearchSettings, steering: Steering | None) -> None:
+    def configure(self, key: str | None, search: DirectionSearch, steering: Steering | None) -> None:
         """The key's directions, the scored components, and the generation effort's rules."""
         scheme, settings = self.scheme, self.settings
         if search.selection not in SELECTIONS:

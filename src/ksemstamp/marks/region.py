@@ -47,7 +47,7 @@ from ..detection.stats import (
 )
 from ..results import DetectionResult, Judgement, too_short
 from ..scheme.keyed import num_valid, valid_table
-from ..settings.groups import SearchSettings
+from ..settings.groups import RegionSearch
 from .base import Drawn, Mark, Verdict, plan_result
 from .region_view import describe_region, region_view, simulate_watermarked
 
@@ -100,7 +100,7 @@ class RegionMark(Mark):
     kind = "region"
     rejections = ("region", "margin", "repeat")
 
-    def configure(self, key: str | None, search: SearchSettings, steering: Any) -> None:
+    def configure(self, key: str | None, search: RegionSearch, steering: Any) -> None:
         """The key's valid table and the generation effort's patience (no steering)."""
         scheme, settings = self.scheme, self.settings
         self.gamma = float(settings.gamma)

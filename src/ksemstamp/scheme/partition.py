@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..settings.groups import PartitionSettings, SearchSettings
+from ..settings.groups import PartitionSettings, RegionSearch
 
 
 def kmeans_regions(emb: Tensor, centroids: Tensor, margin: float) -> tuple[Tensor, Tensor]:
@@ -64,9 +64,9 @@ def lsh_regions(emb: Tensor, normals: Tensor, margin: float) -> tuple[Tensor, Te
 
 class KMeansPartition(nn.Module):
     """k-SemStamp partition: ``K`` centroids kept as a buffer (saved and restored with state);
-    ``margin`` is the region mark's (``SearchSettings.margin``)."""
+    ``margin`` is the region mark's (``RegionSearch.margin``)."""
 
-    def __init__(self, centroids: Tensor, margin: float = SearchSettings.margin) -> None:
+    def __init__(self, centroids: Tensor, margin: float = RegionSearch.margin) -> None:
         super().__init__()
         if centroids.ndim != 2 or centroids.shape[0] < 2:
             raise ValueError(f"centroids must be (K >= 2, D), got {tuple(centroids.shape)}")
@@ -93,7 +93,7 @@ class LSHPartition(nn.Module):
         self,
         dim: int,
         bits: int = PartitionSettings.lsh_bits,
-        margin: float = SearchSettings.margin,
+        margin: float = RegionSearch.margin,
         seed: int = PartitionSettings.lsh_seed,
     ) -> None:
         super().__init__()

@@ -3,7 +3,8 @@ May import: ksemstamp core modules and text; names by path: evaluation, generati
 
 * ``watermark``: ``WatermarkSettings``; ``groups``: its groups (``model``, ``partition``,
   ``search``, ``sampling``, ``detection``, ``limits``), the default centroid files, the engines;
-  ``marks``: the ``mark`` group, one class per kind, and the registry of kinds;
+  ``marks``: the ``mark`` group, one class per kind, each kind's ``search`` class, and the
+  registry of kinds; ``search``: the ``search`` fields every kind shares;
 * ``files``: settings files, read and layered; ``checks``: the checks every group runs;
 * ``devices``: ``--parallel.*``, how an input file is spread over devices;
 * ``calibration``, ``evaluation``, ``training``: the groups of those commands.
@@ -21,11 +22,13 @@ from .groups import (
     PAPER_CENTROIDS,
     REPO_ROOT,
     DetectionSettings,
+    DirectionSearch,
     DirectionSettings,
     LimitSettings,
     MarkSettings,
     ModelSettings,
     PartitionSettings,
+    RegionSearch,
     RegionSettings,
     SamplingSettings,
     SearchSettings,
@@ -43,11 +46,13 @@ __all__ = [
     "PAPER_CENTROIDS",
     "REPO_ROOT",
     "DetectionSettings",
+    "DirectionSearch",
     "DirectionSettings",
     "LimitSettings",
     "MarkSettings",
     "ModelSettings",
     "PartitionSettings",
+    "RegionSearch",
     "RegionSettings",
     "SamplingSettings",
     "SearchSettings",

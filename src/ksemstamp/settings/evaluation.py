@@ -275,13 +275,17 @@ class EvalSettings:
             # The overrides reach algorithms of every kind of mark: each takes its own fields.
             own = {f.name for f in dataclasses.fields(settings.mark)}
             overrides["mark"] = {k: v for k, v in mark.items() if k in own}
-        for group, names in (("search", "effort"), ("detection", "options")):
-            given = overrides.get(group)
-            if isinstance(given, dict):
-                # ... and of the search and detection settings, those their mark reads.
-                others = {n for cls in MARK_KINDS.values() for n in getattr(cls, names)}
-                others -= set(getattr(type(settings.mark), names))
-                overrides[group] = {k: v for k, v in given.items() if k not in others}
+        given = overrides.get("detection")
+        if isinstance(given, dict):
+            # ... and of the search and detection settings, those their mark reads.
+            others = {n for cls in MARK_KINDS.values() for n in cls.options}
+            others -= set(type(settings.mark).options)
+            overrides["detection"] = {k: v for k, v in given.items() if k not in others}
+        given = overrides.get("search")
+        if isinstance(given, dict):
+            mine = {f.name for f in dataclasses.fields(type(settings.mark).search)}
+            theirs = {f.name for c in MARK_KINDS.values() for f in dataclasses.fields(c.search)}
+            overrides["search"] = {k: v for k, v in given.items() if k in mine or k not in theirs}
         settings = settings.updated(overrides).updated(fixed)
         if self.num_keys > 1 and algorithm != "kgw":
             settings = dataclasses.replace(settings, key=key_for(settings.key, key_index))

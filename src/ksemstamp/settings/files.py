@@ -15,8 +15,10 @@ from typing import Any
 
 import yaml
 
+from .checks import SettingsError
 from .groups import MARK_KINDS
-from .marks import load_mark_plugins
+from .marks import load_mark_plugins, search_owners
+from .search import own_values
 from .watermark import WatermarkSettings, merge
 
 MAX_FILE_BYTES = 1 << 20
@@ -202,4 +204,18 @@ def command_line_layers(
             {k: v for k, v in layer.items() if k != "mark"} if n < start else layer
             for n, layer in enumerate(layers)
         ]
+        layers = [_own_search(layer, kind) for layer in layers]
     return layers, kind, rest
+
+
+def _own_search(layer: dict, kind: str) -> dict:
+    """``layer`` with only the ``search`` fields a ``kind`` mark has: another kind's at their
+    default are dropped (``configs/ksemstamp.yaml`` under ``--mark.kind region``), one given
+    another value is a ``SettingsError`` naming the mark that reads it."""
+    search = layer.get("search")
+    if not isinstance(search, dict):
+        return layer
+    kept, problems = own_values(MARK_KINDS[kind].search, search, kind, search_owners())
+    if problems:
+        raise SettingsError("invalid settings", problems)
+    return {**layer, "search": kept}

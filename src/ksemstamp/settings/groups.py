@@ -2,8 +2,8 @@
 
 ``model`` (generator, encoder, device), ``partition`` (the regions), ``mark`` (what the key asks
 of a sentence: ``DirectionSettings``, the default, or ``RegionSettings``, the paper's, chosen by
-``kind``, each with only its own fields), ``search`` (how a sentence's candidates are drawn and
-pruned), ``sampling``, ``detection`` and ``limits``. Paper values are the defaults where the
+``kind``, each with only its own fields), ``search`` (how a sentence's candidates are drawn:
+``search.SearchSettings`` extended by each kind of mark), ``sampling``, ``detection`` and ``limits``. Paper values are the defaults where the
 paper gives one and this project has not measured better (docs/design.md, "What the studies
 found")."""
 
@@ -17,13 +17,18 @@ from ..assets import DEFAULT_ENCODER, DEFAULT_LM
 from .checks import SEED, Range, check
 from .marks import (  # noqa: F401  (the groups of settings, all from here)
     MARK_KINDS,
+    MAX_STEER,
     SCAN_TESTS,
     TYPICAL_UNIT_Z,
+    DirectionSearch,
     DirectionSettings,
     MarkSettings,
+    RegionSearch,
     RegionSettings,
+    Selection,
     register_mark,
 )
+from .search import SearchSettings  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 """The checkout's root (relative settings paths are tried against it); not used to find data."""
@@ -39,7 +44,6 @@ PAPER_CENTROIDS = PACKAGE_DATA / "centroids-all-minilm-l6-v2-k8.pt"
 LmDtype = Literal["auto", "fp32", "bf16", "int8"]
 EncoderDtype = Literal["fp32", "fp16", "bf16"]
 PartitionKind = Literal["kmeans", "lsh"]
-Selection = Literal["text", "sentence"]
 
 
 @dataclass(frozen=True)
@@ -101,91 +105,6 @@ class PartitionSettings:
 
     def __post_init__(self) -> None:
         check(self, [])
-
-
-MAX_STEER = 10.0
-"""The largest ``search.steer``: ten standard deviations already leave the LM little say."""
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """How the candidates of a sentence are drawn, and pruned."""
-
-    max_candidates: Annotated[int, Range(1, 10_000)] = 32
-    """Candidates per sentence before giving up on the rule: the region mark then keeps the
-    last one drawn (paper: 100), the direction mark the best-scoring one (of those that pruning
-    lets finish; a pruned candidate does not count against the budget)."""
-    candidate_batch: Annotated[int, Range(1, 4096)] = 32
-    """Most candidate rows per document in one batched decode (a round's cost per row:
-    ``generation.rounds.ROW_COST``)."""
-    adaptive_batch: bool = True
-    """Size each round from the expected acceptance of the current valid set (region mark);
-    ``false``: always ``candidate_batch`` rows."""
-    prune_tokens: Annotated[int, Range(1, 4096)] | None = 8
-    """Direction mark without a threshold: every this many tokens of a round, the candidates
-    still running are scored on their text so far, and ``prune_keep`` and ``prune_margin`` stop
-    the unpromising ones (``generation.pruning``; docs/studies/prune.md). ``None``: every candidate
-    finishes."""
-    prune_keep: Annotated[int, Range(1, 10_000)] = 12
-    """Candidates that go on after the first pruning check (those already finished count)."""
-    prune_margin: float | None = 0.3
-    """At every pruning check, a running candidate whose partial score is below the best
-    finished candidate's score minus this stops; ``None`` never stops one this way."""
-    threshold: float | None = None
-    """Direction mark: accept the first candidate scoring at least this; after
-    ``max_candidates`` draws keep the best-scoring one. ``None``: always the best of
-    ``max_candidates`` (a unit's candidates are then drawn in one batched round, and
-    ``prune_*`` apply)."""
-    selection: Selection = "text"
-    """Direction mark: which candidate a unit keeps. ``text``: the one that raises the whole
-    text's z most, its score less what it repeats of the units kept before it
-    (``marks.direction_stats.text_gains``); ``sentence``: the best-scoring one. Ranked by its
-    own score, a candidate that restates an earlier high-scoring unit wins often, and the units
-    of a text then move together under the key: they count like far fewer independent ones and
-    the text's z stays low."""
-    margin: float = 0.035
-    """Region mark: a candidate is accepted only at least this far from its region's border
-    (k-SemStamp paper: 0.035; SemStamp paper: 0.02). Detection applies no margin."""
-    novelty_patience: Annotated[int, Range(0, 10_000)] = 10
-    """Region mark: candidates after which a valid but already-used region transition is
-    accepted; 0 is the paper's rule. A repeated transition adds no evidence for the exact
-    test."""
-    margin_patience: Annotated[int, Range(0, 10_000)] | None = 20
-    """Region mark: candidates after which a candidate in a valid region is accepted without
-    the margin; ``None`` keeps the margin to ``max_candidates`` (the paper's rule)."""
-    steer: Annotated[float, Range(0, MAX_STEER)] = 0.0
-    """Direction mark: while candidates are sampled, every word token's logit gains this many
-    standard deviations of its meaning's projection on the key's direction for the context
-    being written toward (the previous unit's, then, from the first pruning check, each row's
-    own text so far: ``generation.steering``), among the entries the LM finds plausible at each
-    step (``sampling.steer_plausible``), so that candidates start nearer the key. ``0`` (the
-    default): candidates are sampled as the LM alone would. Detection does not depend on it.
-    More of the mark outlasts a paraphrase, at a price in perplexity: 0.5
-    (``configs/ksemstamp-steered.yaml``) read 1.10 times as perplexing as plain sampling
-    (docs/evaluation/quality.md)."""
-    skip_repeating: bool = True
-    """Direction mark: a candidate that repeats itself (a word piece over and over, a word
-    3-gram twice, one long word three times, a question opening as the question before it:
-    ``text.normalize.repeats_itself``) is not kept for its score, as a repeat of an earlier unit
-    is not. ``false``: only repeats of earlier units are (docs/evaluation/quality.md)."""
-    sentence_time_budget: float | None = None
-    """Seconds after which the search for one sentence falls back as at ``max_candidates``,
-    checked between rounds (a sentence can overrun it by one round). ``None``: no limit (the
-    paper's rule). With a budget, the text depends on the machine's speed, not only the seed."""
-    prompt_batch: Annotated[int, Range(1, 4096)] = 4
-    """Prompts generated together in one batch."""
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.margin < 0:
-            problems.append(f"margin must be >= 0, got {self.margin}")
-        if self.prune_margin is not None and self.prune_margin < 0:
-            problems.append(f"prune_margin must be >= 0 or null, got {self.prune_margin}")
-        if self.sentence_time_budget is not None and self.sentence_time_budget <= 0:
-            problems.append(
-                f"sentence_time_budget must be > 0 or null, got {self.sentence_time_budget}"
-            )
-        check(self, problems)
 
 
 ENGINES: dict[str, Any] = {

@@ -1,8 +1,8 @@
 """The ``mark`` group of the settings: one settings class per kind of mark, and the one registry
 of kinds (``MARK_KINDS``, ``register_mark``). Each class names its ``Mark`` and says what only it
-reads of the other groups; the groups themselves are ``groups``' (whose ``SearchSettings`` and
-``DetectionSettings`` the methods here read: typed ``Any`` so that this module imports none of
-them)."""
+reads of the other groups, and its ``search`` group (``DirectionSearch``, ``RegionSearch``: the
+shared ``search.SearchSettings`` and its own knobs); the other groups are ``groups``' (whose
+``DetectionSettings`` the methods here read: typed ``Any`` so that this module imports none)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from statistics import NormalDist
 from typing import Annotated, Any, ClassVar, Literal
 
 from .checks import Range, check
+from .search import SearchSettings, search_for
 
 ValidMode = Literal["keyed", "paper"]
 Context = Literal["own", "previous"]
+Selection = Literal["text", "sentence"]
 
 TYPICAL_UNIT_Z = 1.5
 """The direction mark's typical z over the square root of a clean text's scored units, measured
@@ -24,6 +26,81 @@ SCAN_TESTS = ("text", "span", "mixture", "weighted")
 """The tests ``detection.scan`` combines into one p-value, in the order it computes them
 (``detection.scan``; ``weighted`` where the null has weights): the combined p is at most
 ``len(SCAN_TESTS)`` times the smallest."""
+
+
+MAX_STEER = 10.0
+"""The largest ``search.steer``: ten standard deviations already leave the LM little say."""
+
+
+@dataclass(frozen=True)
+class DirectionSearch(SearchSettings):
+    """The ``search`` group under the direction mark: the shared fields, then how it prunes,
+    selects and steers."""
+
+    prune_tokens: Annotated[int, Range(1, 4096)] | None = 8
+    """Without a threshold: every this many tokens of a round, the candidates still running
+    are scored on their text so far, and ``prune_keep`` and ``prune_margin`` stop the
+    unpromising ones (``generation.pruning``; docs/studies/prune.md). ``None``: every candidate
+    finishes."""
+    prune_keep: Annotated[int, Range(1, 10_000)] = 12
+    """Candidates that go on after the first pruning check (those already finished count)."""
+    prune_margin: float | None = 0.3
+    """At every pruning check, a running candidate whose partial score is below the best
+    finished candidate's score minus this stops; ``None`` never stops one this way."""
+    threshold: float | None = None
+    """Accept the first candidate scoring at least this; after ``max_candidates`` draws keep
+    the best-scoring one. ``None``: always the best of ``max_candidates`` (a unit's candidates
+    are then drawn in one batched round, and ``prune_*`` apply)."""
+    selection: Selection = "text"
+    """Which candidate a unit keeps. ``text``: the one that raises the whole text's z most, its
+    score less what it repeats of the units kept before it
+    (``marks.direction_stats.text_gains``); ``sentence``: the best-scoring one. Ranked by its
+    own score, a candidate that restates an earlier high-scoring unit wins often, and the units
+    of a text then move together under the key: they count like far fewer independent ones and
+    the text's z stays low."""
+    steer: Annotated[float, Range(0, MAX_STEER)] = 0.0
+    """While candidates are sampled, every word token's logit gains this many standard
+    deviations of its meaning's projection on the key's direction for the context being
+    written toward (the previous unit's, then, from the first pruning check, each row's own
+    text so far: ``generation.steering``), among the entries the LM finds plausible at each
+    step (``sampling.steer_plausible``), so that candidates start nearer the key. ``0`` (the
+    default): candidates are sampled as the LM alone would. Detection does not depend on it.
+    More of the mark outlasts a paraphrase, at a price in perplexity: 0.5
+    (``configs/ksemstamp-steered.yaml``) read 1.10 times as perplexing as plain sampling
+    (docs/evaluation/quality.md)."""
+    skip_repeating: bool = True
+    """A candidate that repeats itself (a word piece over and over, a word 3-gram twice, one
+    long word three times, a question opening as the question before it:
+    ``text.normalize.repeats_itself``) is not kept for its score, as a repeat of an earlier unit
+    is not. ``false``: only repeats of earlier units are (docs/evaluation/quality.md)."""
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.prune_margin is not None and self.prune_margin < 0:
+            out.append(f"prune_margin must be >= 0 or null, got {self.prune_margin}")
+        return out
+
+
+@dataclass(frozen=True)
+class RegionSearch(SearchSettings):
+    """The ``search`` group under the region mark: the shared fields, then its margin and
+    patience."""
+
+    margin: float = 0.035
+    """A candidate is accepted only at least this far from its region's border (k-SemStamp
+    paper: 0.035; SemStamp paper: 0.02). Detection applies no margin."""
+    novelty_patience: Annotated[int, Range(0, 10_000)] = 10
+    """Candidates after which a valid but already-used region transition is accepted; 0 is the
+    paper's rule. A repeated transition adds no evidence for the exact test."""
+    margin_patience: Annotated[int, Range(0, 10_000)] | None = 20
+    """Candidates after which a candidate in a valid region is accepted without the margin;
+    ``None`` keeps the margin to ``max_candidates`` (the paper's rule)."""
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.margin < 0:
+            out.append(f"margin must be >= 0, got {self.margin}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -39,15 +116,8 @@ class DirectionSettings:
     """The ``Mark`` class these settings make (``marks.build_mark``)."""
     keyed: ClassVar[bool] = True
     """The key draws the mark (its fingerprint names it in records)."""
-    effort: ClassVar[tuple[str, ...]] = (
-        "threshold",
-        "selection",
-        "prune_tokens",
-        "prune_keep",
-        "prune_margin",
-        "steer",
-    )
-    """The ``search`` settings only this mark reads."""
+    search: ClassVar[type] = DirectionSearch
+    """Its ``search`` group: the shared fields and the knobs only this mark reads."""
     options: ClassVar[tuple[str, ...]] = ("scan",)
     """The ``detection`` settings only this mark reads."""
     statistics: ClassVar[tuple[str, ...]] = ("exact",)
@@ -127,8 +197,8 @@ class RegionSettings:
     kind: Literal["region"] = field(default="region", init=False)
     mark: ClassVar[str] = "ksemstamp.marks.region:RegionMark"
     """The ``Mark`` class these settings make (``marks.build_mark``)."""
-    effort: ClassVar[tuple[str, ...]] = ("margin", "novelty_patience", "margin_patience")
-    """The ``search`` settings only this mark reads."""
+    search: ClassVar[type] = RegionSearch
+    """Its ``search`` group: the shared fields and the knobs only this mark reads."""
     options: ClassVar[tuple[str, ...]] = ()
     """The ``detection`` settings only this mark reads."""
     statistics: ClassVar[tuple[str, ...]] = ("exact", "paper")
@@ -194,8 +264,9 @@ MARK_KINDS: dict[str, type] = {
     "region": RegionSettings,
 }
 """The kinds of mark, by the name ``mark.kind`` gives them; the first is the default. The one
-registry of marks: each settings class names its ``Mark`` (``mark``), the ``search`` and
-``detection`` settings only it reads (``effort``, ``options``), the statistics its detector
+registry of marks: each settings class names its ``Mark`` (``mark``), its ``search`` group (a
+``SearchSettings`` with the knobs only it reads), the ``detection`` settings only it reads
+(``options``), the statistics its detector
 offers (``statistics``), whether the key draws it
 (``keyed``), the margin its partition reports (``partition_margin``), what it needs of a
 centroid file (``domain_needs``), the units it scores (``splitting``, ``scores_first``) and
@@ -206,7 +277,7 @@ generator (``identity``)."""
 
 MARK_NEEDS = (
     "mark",
-    "effort",
+    "search",
     "options",
     "statistics",
     "keyed",
@@ -248,5 +319,19 @@ def register_mark(settings: type) -> type:
     missing = [name for name in MARK_NEEDS if not hasattr(settings, name)]
     if missing:
         raise TypeError(f"{settings.__name__} has no {', '.join(map(repr, missing))}")
+    search = settings.search
+    if not (isinstance(search, type) and issubclass(search, SearchSettings)):
+        raise TypeError(f"{settings.__name__}.search must be a SearchSettings class, not {search!r}")
     MARK_KINDS[kind] = settings
     return settings
+
+
+def search_of(mark: Any, search: Any = None) -> Any:
+    """``search`` (any kind's ``SearchSettings``, or ``None`` for the defaults) as the search
+    group of ``mark`` (its settings): see ``search.search_for``."""
+    return search_for(type(mark).search, search, mark.kind, search_owners())
+
+
+def search_owners() -> dict[str, type]:
+    """Every registered kind's ``search`` class, by kind."""
+    return {k: c.search for k, c in MARK_KINDS.items()}

@@ -24,7 +24,8 @@ from typing import Any
 from . import groups
 from .checks import SettingsError, build_group
 from .engines import EngineSettings
-from .marks import default_kind, load_mark_plugins
+from .marks import default_kind, load_mark_plugins, search_of, search_owners
+from .search import own_values
 
 
 def merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
@@ -50,13 +51,14 @@ GROUPS: dict[str, type] = {
     "model": groups.ModelSettings,
     "partition": groups.PartitionSettings,
     "mark": groups.DirectionSettings,
-    "search": groups.SearchSettings,
+    "search": groups.DirectionSearch,
     "sampling": groups.SamplingSettings,
     "detection": groups.DetectionSettings,
     "limits": groups.LimitSettings,
     "engine": EngineSettings,
 }
-"""The groups of ``WatermarkSettings`` by name (``mark``: its default kind)."""
+"""The groups of ``WatermarkSettings`` by name (``mark`` and ``search``: the default kind's; a
+mark's settings class names its ``search`` class)."""
 
 
 MOVED = {
@@ -82,7 +84,9 @@ class WatermarkSettings:
     model: groups.ModelSettings = field(default_factory=groups.ModelSettings)
     partition: groups.PartitionSettings = field(default_factory=groups.PartitionSettings)
     mark: groups.MarkSettings = field(default_factory=groups.DirectionSettings)
-    search: groups.SearchSettings = field(default_factory=groups.SearchSettings)
+    search: groups.SearchSettings = field(default_factory=groups.DirectionSearch)
+    """How hard generation tries: the mark's own ``search`` class (``DirectionSearch``,
+    ``RegionSearch``); search settings of another kind become it (their shared fields kept)."""
     sampling: groups.SamplingSettings = field(default_factory=groups.SamplingSettings)
     detection: groups.DetectionSettings = field(default_factory=groups.DetectionSettings)
     limits: groups.LimitSettings = field(default_factory=groups.LimitSettings)
@@ -112,29 +116,28 @@ class WatermarkSettings:
                 f"detection.statistic {self.detection.statistic!r} is not a statistic of the "
                 f"{self.mark.kind} mark; it offers {list(offered)}"
             )
-        problems += self._settings_of_other_marks()
+        try:
+            object.__setattr__(self, "search", search_of(self.mark, self.search))
+        except SettingsError as err:
+            problems += err.problems
+        problems += self._detection_of_other_marks()
         if problems:
             raise SettingsError("invalid settings", problems)
 
-    def _settings_of_other_marks(self) -> list[str]:
-        """A ``search`` or ``detection`` setting that only another kind of mark reads
-        (``MarkSettings.effort``, ``options``), given a value other than its default."""
-        mine = type(self.mark)
+    def _detection_of_other_marks(self) -> list[str]:
+        """A ``detection`` setting that only another kind of mark reads
+        (``MarkSettings.options``), given a value other than its default."""
+        mine = type(self.mark).options
         problems = []
-        for group, names in (("search", "effort"), ("detection", "options")):
-            others = {n for cls in groups.MARK_KINDS.values() for n in getattr(cls, names)} - set(
-                getattr(mine, names)
-            )
-            values, defaults = getattr(self, group), GROUPS[group]()
-            for name in sorted(others):
-                if getattr(values, name) != getattr(defaults, name):
-                    kinds = [
-                        k for k, cls in groups.MARK_KINDS.items() if name in getattr(cls, names)
-                    ]
-                    problems.append(
-                        f"{group}.{name} is read by the {' and '.join(kinds)} mark only, not "
-                        f"the {self.mark.kind} mark"
-                    )
+        others = {n for cls in groups.MARK_KINDS.values() for n in cls.options} - set(mine)
+        defaults = GROUPS["detection"]()
+        for name in sorted(others):
+            if getattr(self.detection, name) != getattr(defaults, name):
+                kinds = [k for k, cls in groups.MARK_KINDS.items() if name in cls.options]
+                problems.append(
+                    f"detection.{name} is read by the {' and '.join(kinds)} mark only, not "
+                    f"the {self.mark.kind} mark"
+                )
         return problems
 
     # ------------------------------------------------------------------ dicts
@@ -153,6 +156,7 @@ class WatermarkSettings:
         known = [f.name for f in dataclasses.fields(cls)]
         problems = [f"{k} is not a setting; known: {known}" for k in data if k not in known]
         values = {k: v for k, v in data.items() if k in known and k not in GROUPS}
+        kind = default_kind()
         for name, group in GROUPS.items():
             given = data.get(name) or {}
             if not isinstance(given, dict):
@@ -169,6 +173,12 @@ class WatermarkSettings:
                     )
                     continue
                 group = groups.MARK_KINDS[kind]
+            if name == "search":
+                if kind not in groups.MARK_KINDS:
+                    continue  # its fields depend on the kind, already refused
+                group = groups.MARK_KINDS[kind].search
+                given, refused = own_values(group, given, kind, search_owners())
+                problems += refused
             owner = f"the {kind} mark" if name == "mark" else name
             fields = {f.name for f in dataclasses.fields(group)}
             for moved in [k for k in given if f"{name}.{k}" in MOVED and k not in fields]:

@@ -40,7 +40,7 @@ from ..jsonl import read_jsonl_objects
 from ..plots import pyplot_for, save_figure
 from ..scheme.centroids import DEFAULT_REGIONS
 from ..settings.checks import Range
-from ..settings.groups import SearchSettings
+from ..settings.groups import RegionSearch
 
 if TYPE_CHECKING:
     import torch
@@ -53,7 +53,7 @@ def agreement_report(
     text_emb: torch.Tensor,
     para_emb: torch.Tensor,
     centroids: torch.Tensor,
-    margin: float = SearchSettings.margin,
+    margin: float = RegionSearch.margin,
     batch_size: int = 32,
     top_share: float = 0.7,
 ) -> dict[str, float]:
@@ -98,7 +98,7 @@ def evaluate(
     fit_sentences: int = 20000,
     k: int = DEFAULT_REGIONS,
     seeds: Sequence[int] = (0,),
-    margin: float = SearchSettings.margin,
+    margin: float = RegionSearch.margin,
     batch_size: int = 32,
     top_share: float = 0.7,
 ) -> dict:
