@@ -11,6 +11,12 @@ news prompts, one prompt a call, in turn prompt by prompt:
 * ``default_hf``: the default mark through the Hugging Face engine, and ``plain_hf``, plain
   ``generate`` of the same model (the HF engine's own floor), in the same process.
 
+``--vllm.server true`` runs the served variants instead, against a ``vllm serve`` of the same
+model the benchmark starts (``vllm_server``; nothing else runs in this process meanwhile):
+``plain_server``, one completions request of ``max_new_tokens`` tokens (the floor, the engine's
+own request path with one row), and ``default_server``, the default mark through
+``sampling.engine openai``. Writes ``results/vllm-server.json`` and ``.md``.
+
 Every figure is per output token (the output re-tokenised the same way for every variant):
 ``over_plain_vllm_per_output_token`` is the per-prompt ratio of seconds per output token to
 plain vLLM's on the same prompt (median and p90), ``decoded_per_output_token`` the tokens the
@@ -59,16 +65,19 @@ class VllmBenchSettings:
     """Run the 128-candidate profile too (the longest variant)."""
     hf: bool = True
     """Run the Hugging Face engine's default and plain ``generate`` too."""
+    server: bool = False
+    """Run the served variants instead (``plain_server``, ``default_server``)."""
 
     def __post_init__(self) -> None:
         refuse(self, at_least(self, 1, "prompts", "max_new_tokens", "prompt_words"))
 
 
-def _config(path: Path, settings: VllmBenchSettings, engine: str) -> Any:
+def _config(path: Path, settings: VllmBenchSettings, engine: str, **eng: Any) -> Any:
     layer = {
         **BENCH_KEY_LAYER,
         "sampling": {"max_new_tokens": settings.max_new_tokens, "seed": 0, "engine": engine},
         "search": {"prompt_batch": 1},
+        "engine": eng,
     }
     return load_watermark_settings([path], layer)
 
@@ -78,14 +87,39 @@ def vllm(vllm: VllmBenchSettings | None = None, run: RunSettings | None = None) 
     settings = vllm or VllmBenchSettings()
     run = run or RunSettings()
     apply_threads(run)
-    report = new_report("vllm", {"vllm": settings, "run": run})
-    section = run_vllm(
+    name = "vllm-server" if settings.server else "vllm"
+    report = new_report(name, {"vllm": settings, "run": run})
+    section = (run_server if settings.server else run_vllm)(
         settings,
-        lambda s: write_report({**report, "vllm": s}, run.output_dir, "vllm", render, False),
+        lambda s: write_report({**report, "vllm": s}, run.output_dir, name, render, False),
     )
     report["vllm"] = section
-    print(write_report(report, run.output_dir, "vllm", render, True))
+    print(write_report(report, run.output_dir, name, render, True))
     return 0
+
+
+def run_server(settings: VllmBenchSettings, on_prompt: Any = None) -> dict[str, Any]:
+    """The served variants on every prompt, against a server this run starts."""
+    from ksemstamp.generation.stream import Extension, served_path
+
+    from .vllm_server import vllm_server
+
+    folder = served_path(_config(DEFAULT_CONFIG, settings, "openai").model.lm)
+    with vllm_server(folder) as url:
+        default = _config(DEFAULT_CONFIG, settings, "openai", base_url=url)
+        scheme = build_scheme(default)
+        wm = build_watermarker(default, scheme)
+        engine = wm.engine
+        eos = {i: -100.0 for i in engine.suppress}
+
+        def plain_server(prompt: str, seed: int) -> tuple[str, int]:
+            ids = engine.tokenizer(prompt)["input_ids"]
+            job = Extension(ids, settings.max_new_tokens, seed, eos or None)
+            out = engine.streamer.extend([job])[0]
+            return engine.tokenizer.decode(out, skip_special_tokens=True), len(out)
+
+        runners = {"plain_server": plain_server, "default_server": _mark_runner(wm)}
+        return _timed(settings, runners, wm, build_detector(default, scheme), on_prompt)
 
 
 def run_vllm(settings: VllmBenchSettings, on_prompt: Any = None) -> dict[str, Any]:
@@ -150,13 +184,21 @@ def run_vllm(settings: VllmBenchSettings, on_prompt: Any = None) -> dict[str, An
         runners["plain_hf"] = plain_hf
     for name, wm in marks.items():
         runners[name] = _mark_runner(wm)
+    detector = build_detector(default, scheme)
+    return _timed(settings, runners, marks["default_vllm"], detector, on_prompt)
+
+
+def _timed(
+    settings: VllmBenchSettings, runners: dict[str, Any], mark: Any, detector: Any, on_prompt: Any
+) -> dict[str, Any]:
+    """Every runner on every prompt in turn, after an untimed warm-up (each plain engine once,
+    ``mark`` once); each text detected (untimed) and re-tokenised the same way."""
+    tokenizer = mark.engine.tokenizer
     prompts = news_prompts(settings.prompts, settings.prompt_words)
-    # Untimed warm-up: each plain engine once, and the mark once (its steering table built).
-    for name in ("plain_vllm", "plain_hf"):
+    for name in FLOORS:
         if name in runners:
             runners[name](prompts[0], 1)
-    marks["default_vllm"].generate([prompts[0]], watermark=True)
-    detector = build_detector(default, scheme)
+    mark.generate([prompts[0]], watermark=True)
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in runners}
     for index, prompt in enumerate(prompts):
         for name, fn in runners.items():
@@ -183,6 +225,10 @@ def run_vllm(settings: VllmBenchSettings, on_prompt: Any = None) -> dict[str, An
     return summarize(rows)
 
 
+FLOORS = ("plain_vllm", "plain_hf", "plain_server")
+"""The plain variants: every variant's time per output token over each one's that ran."""
+
+
 def _mark_runner(wm: Any) -> Any:
     def run(prompt: str, seed: int) -> tuple[str, int]:
         result = wm.generate([prompt])[0]
@@ -201,7 +247,8 @@ def summarize(rows: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     def per_token(r: dict[str, float]) -> float:
         return r["seconds"] / max(r["tokens"], 1)
 
-    out: dict[str, Any] = {"prompts_completed": len(rows["plain_vllm"]), "variants": {}}
+    first = next(iter(rows.values()))
+    out: dict[str, Any] = {"prompts_completed": len(first), "variants": {}}
     for name, runs in rows.items():
         tokens = sum(r["tokens"] for r in runs)
         entry = {
@@ -213,7 +260,7 @@ def summarize(rows: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
             / max(len(runs), 1),
             "median_z": quantile([r["z"] for r in runs if r["z"] is not None], 0.5),
         }
-        for floor in ("plain_vllm", "plain_hf"):
+        for floor in FLOORS:
             if floor in rows and len(rows[floor]) == len(runs):
                 ratios = [
                     per_token(r) / per_token(f) for r, f in zip(runs, rows[floor], strict=True)
@@ -231,13 +278,17 @@ def render(report: dict[str, Any]) -> str:
     lines = header_markdown(report, "vLLM benchmark")
     section = report.get("vllm", {})
     lines += [
-        "| variant | prompts | s per output token | over plain vLLM (median, p90) | "
+        "| variant | prompts | s per output token | over plain vLLM or server (median, p90) | "
         "over plain HF generate (median) | decoded per output token | detected at p <= 1% "
         "(median z) |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, v in section.get("variants", {}).items():
-        vs = v.get("over_plain_vllm_per_output_token") or {}
+        vs = (
+            v.get("over_plain_vllm_per_output_token")
+            or v.get("over_plain_server_per_output_token")
+            or {}
+        )
         hf = v.get("over_plain_hf_per_output_token") or {}
         lines.append(
             f"| {name} | {v['prompts']} | {v['seconds'] / max(v['output_tokens'], 1):.3f} | "
