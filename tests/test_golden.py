@@ -99,6 +99,34 @@ def _assert_same(
         assert actual == expected, f"{where}: {actual!r} != {expected!r}"
 
 
+def golden_text(value) -> str:
+    """``value`` as a fixture file: each entry of a top-level list (or value of a top-level
+    mapping) compact on a line of its own, so a re-record's diff shows which entries moved."""
+
+    def compact(v) -> str:
+        return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+    if not isinstance(value, dict):
+        return compact(value) + "\n"
+    parts = []
+    for key in sorted(value):
+        inner = value[key]
+        if isinstance(inner, list):
+            body = ",\n".join(compact(v) for v in inner)
+            parts.append(f"{json.dumps(key)}: [\n{body}\n]")
+        else:
+            parts.append(f"{json.dumps(key)}: {compact(inner)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def test_a_fixture_file_reads_back_as_what_was_recorded():
+    value = {"b": [{"x": 1.5, "y": [1, 2]}, {"x": None}], "a": {"k": "v"}, "c": []}
+    assert json.loads(golden_text(value)) == value
+    lines = golden_text(value).splitlines()
+    assert '{"x":1.5,"y":[1,2]},' in lines and '{"x":null}' in lines
+    assert json.loads(golden_text([1, 2])) == [1, 2]
+
+
 def _check(name: str, actual, rel: float = 1e-9, abs_: float = 1e-12) -> None:
     """``actual`` equals the fixture ``name.json`` or one of its recorded variants
     (``name.VARIANT.json``, see ``VARIANT``)."""
@@ -106,7 +134,7 @@ def _check(name: str, actual, rel: float = 1e-9, abs_: float = 1e-12) -> None:
     path = GOLDEN / (f"{name}.json" if not VARIANT else f"{name}.{VARIANT}.json")
     if RECORD:
         GOLDEN.mkdir(exist_ok=True)
-        path.write_text(json.dumps(actual, indent=1, sort_keys=True) + "\n")
+        path.write_text(golden_text(actual))
     recorded = [GOLDEN / f"{name}.json", *sorted(GOLDEN.glob(f"{name}.*.json"))]
     misses = []
     for fixture in recorded:
