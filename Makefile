@@ -96,7 +96,7 @@ RESULTS := results-calibration results-calibration-hard results-calibration-regi
 	results-calibration-kernel results-calibration-sentences results-calibration-keys \
 	results-calibration-gpu
 LONG_RESULTS := results-evaluation results-strength results-robust results-clauses results-curve \
-	results-steering results-quality results-benchmarks results-training
+	results-steering results-quality results-engines results-benchmarks results-training
 .PHONY: $(RESULTS) $(LONG_RESULTS)
 
 results: $(RESULTS)
@@ -279,6 +279,18 @@ results-quality: setup
 		--quality.output docs/evaluation/quality
 	for name in plain48 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
 		cp runs/lab/check-$$name/summary.json docs/evaluation/quality/$$name/ || exit 1; done
+
+# Long: the default through vLLM against the Hugging Face engine (about 40 minutes; needs
+# plain48 of results-quality and make setup-vllm), docs/evaluation/engines.
+results-engines: setup setup-vllm
+	$(LAB) check --run.name h012 --run.prompts 12
+	KSEMSTAMP_ALLOW_WEAK_KEY=1 $(VLLM_PY) -m lab check --run.name v012 --run.prompts 12 \
+		--sampling.engine vllm --run.stage generate
+	$(LAB) check --run.name v012 --run.prompts 12 --sampling.engine vllm
+	$(LAB) quality --quality.names h012,v012 --quality.plain plain48 \
+		--quality.output docs/evaluation/engines
+	for name in h012 v012; do mkdir -p docs/evaluation/engines/$$name && \
+		cp runs/lab/check-$$name/summary.json docs/evaluation/engines/$$name/ || exit 1; done
 
 # Long: the benchmark of record (about 20 minutes), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup
