@@ -88,7 +88,7 @@ def vllm(vllm: VllmBenchSettings | None = None, run: RunSettings | None = None) 
     run = run or RunSettings()
     apply_threads(run)
     name = "vllm-server" if settings.server else "vllm"
-    report = new_report(name, {"vllm": settings, "run": run})
+    report = new_report("vllm", {"vllm": settings, "run": run})
     section = (run_server if settings.server else run_vllm)(
         settings,
         lambda s: write_report({**report, "vllm": s}, run.output_dir, name, render, False),
