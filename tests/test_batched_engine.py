@@ -169,3 +169,32 @@ def test_a_pruner_stops_rows_at_its_checks(engine):
     pruned = sum(c.num_tokens for c in cands if c.pruned)
     assert result.pruned == sum(c.pruned for c in cands) >= 1
     assert result.wasted_tokens >= pruned
+
+
+def test_a_candidates_fluency_is_the_lms_mean_logprob_of_its_tokens(engine):
+    """Each candidate carries the LM's own mean log-probability per token of its unit (raw
+    logits, temperature 1): the same number a forward pass over prefix and unit gives."""
+    from ksemstamp.generation.batched import token_logprobs
+
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([4, 0, 49])
+    want = logits.log_softmax(-1)[torch.arange(3), ids]
+    assert torch.allclose(token_logprobs(logits, ids), want, atol=1e-6)
+
+    gen = torch.Generator().manual_seed(4)
+    last = [get_splitter().split(PROMPT)[-1]]
+    result = draw(engine, [PROMPT], [4], lambda g, t: [(False, None)] * len(t), gen, last)[0]
+    tok, model = engine.tokenizer, engine.model
+    prefix = tok(PROMPT)["input_ids"]
+    checked = 0
+    for cand in result.candidates:
+        unit = tok(cand.separator + cand.text, add_special_tokens=False)["input_ids"]
+        if len(unit) != cand.num_tokens:  # sampled as other pieces: not comparable this way
+            continue
+        with torch.inference_mode():
+            out = model(torch.tensor([prefix + unit], device=engine.device)).logits[0].float()
+        steps = out[len(prefix) - 1 : -1].log_softmax(-1)
+        mean = steps[torch.arange(len(unit)), torch.tensor(unit, device=steps.device)].mean()
+        assert cand.fluency == pytest.approx(float(mean), abs=2e-3)
+        checked += 1
+    assert checked >= 2

@@ -7,6 +7,7 @@ No model and no vLLM: these run with the fast tests (``tests/test_vllm.py`` runs
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +22,7 @@ from ksemstamp.generation.openai_engine import Client, OpenAIStreamer, ServerErr
 from ksemstamp.generation.stream import (
     MAX_BIAS,
     Extension,
+    Sampled,
     StreamEngine,
     extension_seed,
     sparse_bias,
@@ -69,9 +71,10 @@ SCRIPTS = [
 class ScriptedStreamer:
     """Row tokens by script (see ``SCRIPTS``); logs every job it got."""
 
-    def __init__(self) -> None:
+    def __init__(self, logprobs: bool = False) -> None:
         self.jobs: list[Extension] = []
         self.returned = 0
+        self.logprobs = logprobs
 
     def extend(self, jobs):
         self.jobs += jobs
@@ -85,16 +88,19 @@ class ScriptedStreamer:
             full = script + tail
             out = full[len(row) : len(row) + job.max_tokens]
             self.returned += len(out)
-            outs.append(out)
+            # A token's log-probability: minus a tenth of its id (a number to average).
+            outs.append(Sampled(out, [-t / 10 for t in out]) if self.logprobs else out)
         return outs
 
     def close(self) -> None:
         pass
 
 
-def _engine(chunk: int = 4, bias_entries: int = 3, max_unit: int = 12) -> StreamEngine:
+def _engine(
+    chunk: int = 4, bias_entries: int = 3, max_unit: int = 12, logprobs: bool = False
+) -> StreamEngine:
     return StreamEngine(
-        ScriptedStreamer(),
+        ScriptedStreamer(logprobs),
         WordTokenizer(),
         get_splitter("sentences"),
         len(PIECES),
@@ -170,6 +176,31 @@ def test_steering_reaches_the_streamer_as_its_largest_entries_and_eos_stays_supp
     assert sparse_bias(None, 10) is None
 
 
+@pytest.mark.parametrize("logprobs", [True, False])
+def test_a_candidates_fluency_is_its_units_mean_logprob_where_the_streamer_gives_them(logprobs):
+    engine = _engine(logprobs=logprobs)
+    gens = [torch.Generator().manual_seed(s) for s in (1, 2)]
+    request = RoundRequest.of(["Once upon a time.", "Long ago."], [3, 2], gens)
+    results = draw_round(engine, request, lambda p, t: [(False, None)] * len(t))
+    for c in (c for r in results for c in r.candidates):
+        ids = _ids(c.text)  # the unit's own tokens: not the one that showed its end
+        if logprobs:
+            assert c.fluency == pytest.approx(sum(-t / 10 for t in ids) / len(ids))
+        else:
+            assert math.isnan(c.fluency)  # bare ids: unknown, never made up
+
+
+def test_vllm_outputs_give_the_sampled_tokens_logprobs():
+    from types import SimpleNamespace as NS
+
+    from ksemstamp.generation.vllm_engine import sampled
+
+    steps = [{7: NS(logprob=-0.25)}, {3: NS(logprob=-2.0), 9: NS(logprob=-0.1)}]
+    assert sampled(NS(token_ids=[7, 3], logprobs=steps)) == ([7, 3], [-0.25, -2.0])
+    assert sampled(NS(token_ids=(7, 3), logprobs=None)) == ([7, 3], None)
+    assert sampled(NS(token_ids=[7, 4], logprobs=steps)) == ([7, 4], None)  # not the sampled id
+
+
 def test_extension_seeds_differ_by_row_and_length():
     seeds = {extension_seed(s, n) for s in range(50) for n in range(0, 64, 8)}
     assert len(seeds) == 50 * 8
@@ -190,6 +221,17 @@ def test_cutter_counts_every_token_it_was_given():
     cuts = [short.push(row, t, "") for t in _ids("A dog ran away home")]
     assert cuts[-1] is not None and cuts[-1].truncated and cuts[-1].text == ""
     assert row.decoded == 5 == cuts[-1].num_tokens
+    assert math.isnan(cuts[-1].fluency)  # no log-probability was given
+
+
+def test_cutter_averages_the_units_own_tokens_logprobs():
+    cutter = UnitCutter(WordTokenizer(), get_splitter("sentences"), len(PIECES), 12)
+    row = RowCut()
+    ids = _ids("A dog ran away home. Then")
+    logprobs = [-1.0, -2.0, -3.0, -1.0, -2.0, -3.0, -50.0]
+    cuts = [cutter.push(row, t, "", logprob=lp) for t, lp in zip(ids, logprobs, strict=True)]
+    # six tokens of the unit; " Then" showed its end and belongs to the next one
+    assert cuts[-1].fluency == pytest.approx(-2.0)
 
 
 def test_engines_of_one_model_share_one_vllm_and_a_closed_one_is_built_anew(monkeypatch):
@@ -262,6 +304,8 @@ class _Fake(BaseHTTPRequestHandler):
             choice = {"text": " Then it slept"[: 5 * len(ids)]}
         else:
             choice = {"text": "", "token_ids": ids}
+            if body.get("logprobs") == 0:
+                choice["logprobs"] = {"token_logprobs": [-0.5, -1.0, -1.5][: len(ids)]}
         self._send(200, json.dumps({"choices": [choice]}).encode())
 
 
@@ -290,13 +334,17 @@ def test_client_sends_token_ids_seed_and_sparse_bias(fake_server):
     assert client.model == "served-lm"  # the server's first model
     streamer = OpenAIStreamer(client, SamplingSettings(top_k=0))
     jobs = [Extension([0, 0, 1], 2, 11, {5: 2.0, EOS: -100.0}), Extension([0, 2], 3, 12)]
-    assert streamer.extend(jobs) == [[13, 14], [13, 14, 15]]
+    got = streamer.extend(jobs)
+    assert [s.ids for s in got] == [[13, 14], [13, 14, 15]]
+    # each sampled token's own log-probability, asked for with logprobs=0
+    assert [s.logprobs for s in got] == [[-0.5, -1.0], [-0.5, -1.0, -1.5]]
     # The requests go out concurrently: found by their prompts.
     first = next(b for b in _Fake.bodies if b["prompt"] == [0, 0, 1])
     second = next(b for b in _Fake.bodies if b["prompt"] == [0, 2])
     assert first["seed"] == 11 and first["max_tokens"] == 2
     assert first["logit_bias"] == {"5": 2.0, str(EOS): -100.0}
     assert first["top_k"] == -1 and first["temperature"] == 0.7 and first["n"] == 1
+    assert first["logprobs"] == 0
     assert second["seed"] == 12 and "logit_bias" not in second
     streamer.close()
 
@@ -305,12 +353,12 @@ def test_client_tokenises_a_text_only_answer(fake_server):
     _Fake.mode = "text"
     client = _client(fake_server, model="m")
     # the fake tokenizer: one filler id per word of " Then it slept"
-    assert client.tokens({"max_tokens": 3, "prompt": [0]}) == [0, 0, 0]
+    assert client.tokens({"max_tokens": 3, "prompt": [0]}) == ([0, 0, 0], None)
 
 
 def test_client_retries_a_busy_server(fake_server):
     _Fake.mode = "flaky"
-    assert _client(fake_server, retries=2, model="m").tokens({"max_tokens": 1}) == [13]
+    assert _client(fake_server, retries=2, model="m").tokens({"max_tokens": 1}).ids == [13]
     assert _Fake.failures == 2
 
 

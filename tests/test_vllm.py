@@ -88,6 +88,37 @@ def test_text_made_through_a_server_is_detected(server, detector):
     assert found.p_value <= 0.01, (found.z_score, result.text)
 
 
+def test_both_streamers_give_the_lms_raw_logprob_of_each_sampled_token(llm, server):
+    """A candidate's fluency averages these: the LM's own log-probability of each token (raw
+    logits, temperature 1), as the Hugging Face model gives it in fp32 (vLLM runs bf16)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ksemstamp.generation.openai_engine import Client, OpenAIStreamer
+    from ksemstamp.generation.stream import Extension, lm_facts, served_path
+    from ksemstamp.generation.vllm_engine import VllmStreamer
+
+    settings = _settings()
+    path = served_path(settings.model.lm)
+    tokenizer = lm_facts(path)[0]
+    ids = tokenizer(PROMPT)["input_ids"]
+    job = Extension(ids, 12, 5)
+    client = Client(server, None, None, 120.0, 0, 1, tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    for streamer in (
+        VllmStreamer(llm, settings.sampling),
+        OpenAIStreamer(client, settings.sampling),
+    ):
+        (got,) = streamer.extend([job])
+        assert len(got.ids) == 12 and got.logprobs is not None and len(got.logprobs) == 12
+        with torch.inference_mode():
+            logits = model(torch.tensor([ids + got.ids])).logits[0, len(ids) - 1 : -1]
+        want = logits.log_softmax(-1)[torch.arange(12), torch.tensor(got.ids)]
+        # raw, not tempered: at temperature 0.7 they would sit ~40% further from 0
+        gap = (torch.tensor(got.logprobs) - want).abs().mean()
+        assert gap < 0.15, (got.logprobs, want.tolist())
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, str(ROOT / "watermark.py"), "generate", *args]
 

@@ -84,6 +84,14 @@ class BatchedEngine(hf.LMEngine):
         return torch.isin(ids, torch.tensor(self.eos_ids, device=ids.device))
 
 
+def token_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
+    """``(R,)`` the LM's own log-probability of each row's token ``ids`` under its raw ``(R, V)``
+    ``logits`` (temperature 1, before the sampling settings and steering): what a candidate's
+    fluency averages."""
+    picked = logits.gather(1, ids[:, None])[:, 0].float()
+    return picked - logits.float().logsumexp(dim=-1)
+
+
 @dataclass
 class _LiveRows:
     """The rows a round holds, by position in the batch: their group, their index in it, and
@@ -170,24 +178,28 @@ class _BatchedRound:
         next_ids = engine.next_tokens(
             self.logits, self.seen, None if per_group else request.generator, segments, self.bias
         )
+        logprobs = token_logprobs(self.logits, next_ids)
         self.seen[torch.arange(len(rows), device=engine.device), next_ids] = True
         self.next_ids, self.logits = next_ids, None
-        return Step(self._finish(next_ids), self.step)
+        return Step(self._finish(next_ids, logprobs), self.step)
 
-    def _finish(self, next_ids: Tensor) -> list[Finished]:
-        """Give every live row its new token, or finish it (``cutter.UnitCutter.push``)."""
+    def _finish(self, next_ids: Tensor, logprobs: Tensor) -> list[Finished]:
+        """Give every live row its new token and its log-probability, or finish it
+        (``cutter.UnitCutter.push``)."""
         engine, live, request = self.engine, self.rows, self.request
         eos_rows = engine.is_eos(next_ids).tolist()
         finished = []
-        for r, tok in enumerate(next_ids.tolist()):
+        for r, (tok, lp) in enumerate(zip(next_ids.tolist(), logprobs.tolist(), strict=True)):
             g = live.group[r]
             cut = engine.cutter.push(
-                live.cuts[r], tok, request.last_units[g], request.heads[g], eos_rows[r]
+                live.cuts[r], tok, request.last_units[g], request.heads[g], eos_rows[r], lp
             )
             if cut is not None:
                 place = live.place(r)
                 finished.append(
-                    Finished(place, cut.text, cut.num_tokens, cut.truncated, cut.separator)
+                    Finished(
+                        place, cut.text, cut.num_tokens, cut.truncated, cut.separator, cut.fluency
+                    )
                 )
         return finished
 

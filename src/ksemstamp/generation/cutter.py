@@ -15,6 +15,7 @@ row's own short continuation, never the whole document.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,23 +42,33 @@ class RowCut:
 
     ``decoded`` is the one definition of a row's decoded tokens, which every engine reports:
     every token sampled for the row, the token that showed its end (or the LM's end of text)
-    included, and tokens an engine sampled past that end (a chunk) too."""
+    included, and tokens an engine sampled past that end (a chunk) too. ``logprob`` sums the
+    LM's own log-probability of each of ``tokens`` (``nan`` once an engine gave one token
+    without it)."""
 
     tokens: list[int] = field(default_factory=list)
     punct: bool = False
     broke: bool = False
     decoded: int = 0
+    logprob: float = 0.0
 
 
 @dataclass(frozen=True)
 class Cut:
-    """A finished row: its unit (``""``: it can never be one), its tokens, and whether no unit
-    ended within ``max_unit_tokens`` (``truncated``)."""
+    """A finished row: its unit (``""``: it can never be one), its tokens, whether no unit
+    ended within ``max_unit_tokens`` (``truncated``), and its ``fluency``: the mean of the LM's
+    log-probability of its tokens (``nan`` where the engine did not give them)."""
 
     text: str
     num_tokens: int
     truncated: bool
     separator: str
+    fluency: float = math.nan
+
+
+def mean_logprob(total: float, tokens: int) -> float:
+    """``total`` log-probability per token (``nan`` for no token)."""
+    return total / tokens if tokens else math.nan
 
 
 class UnitCutter:
@@ -98,14 +109,21 @@ class UnitCutter:
         return (starts or row.broke) and (row.punct or eos or newline)
 
     def push(
-        self, row: RowCut, token: int, last_unit: str, head: str = "", eos: bool = False
+        self,
+        row: RowCut,
+        token: int,
+        last_unit: str,
+        head: str = "",
+        eos: bool = False,
+        logprob: float = math.nan,
     ) -> Cut | None:
         """Give ``row`` its next ``token``; the finished candidate when the row is done (the
         token that showed the end is not part of it), else ``None``.
 
         ``last_unit``: the prefix's last unit (a row that would merge into it at detection is an
         empty candidate); ``head``: the start of an unfinished sentence the row completes;
-        ``eos``: the LM ended its text with this token.
+        ``eos``: the LM ended its text with this token; ``logprob``: the LM's log-probability
+        of ``token`` (at temperature 1, before any processing), where the engine has it.
         """
         row.decoded += 1
         text, truncated = None, False
@@ -114,13 +132,15 @@ class UnitCutter:
             text = self.unit(last_unit, seen, eos, head)
         if text is None and not eos:
             row.tokens.append(token)
+            row.logprob += logprob
             row.punct = row.punct or self.has_terminal[token]
             row.broke = self.has_newline[token]
             if len(row.tokens) < self.max_unit_tokens:
                 return None
             text, truncated = "", True
         raw = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
-        return Cut(text or "", len(row.tokens), truncated, separator(raw))
+        fluency = mean_logprob(row.logprob, len(row.tokens))
+        return Cut(text or "", len(row.tokens), truncated, separator(raw), fluency)
 
     def unit(self, last_unit: str, tokens: list[int], final: bool, head: str = "") -> str | None:
         """The row's unit if it is complete (or ``final``), ``""`` if it can never be one,

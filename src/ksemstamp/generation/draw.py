@@ -72,7 +72,9 @@ def _judge_finished(step: Step, judge: Judge, outcome: Outcome) -> None:
     for f, (ok, info) in zip(step.finished, verdicts, strict=True):
         g, i = f.place
         accepted = bool(ok) and bool(f.text)
-        outcome[g][i] = Candidate(f.text, f.num_tokens, accepted, info, f.truncated, f.separator)
+        outcome[g][i] = Candidate(
+            f.text, f.num_tokens, accepted, info, f.truncated, f.separator, fluency=f.fluency
+        )
 
 
 def _running(round_: Round, outcome: Outcome, resolved: list[bool]) -> list[Place]:

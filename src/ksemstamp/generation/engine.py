@@ -25,6 +25,7 @@ Rows are named by their *place* ``(group, index in group)``. Row ``i`` of a grou
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -58,6 +59,8 @@ class Candidate:
     """Whitespace the model put before the unit (a space, or its newlines)."""
     pruned: bool = False
     """Stopped unfinished by a ``Pruner`` (empty text, never accepted)."""
+    fluency: float = math.nan
+    """The mean of the LM's log-probability of its tokens (``Finished.fluency``)."""
 
 
 @dataclass
@@ -185,6 +188,9 @@ class Finished:
     truncated: bool = False
     """No unit ended within ``max_unit_tokens`` tokens."""
     separator: str = " "
+    fluency: float = math.nan
+    """The mean of the LM's log-probability of its tokens (``cutter.Cut``; ``nan``: the engine
+    does not give it)."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .engine import EngineUnavailable
-from .stream import Extension, StreamEngine, api_sampling, lm_facts, served_path
+from .stream import Extension, Sampled, StreamEngine, api_sampling, lm_facts, served_path
 
 SHOWN = 300
 """Characters of a server's answer an error message quotes."""
@@ -58,13 +58,14 @@ class OpenAIStreamer:
             "max_tokens": job.max_tokens,
             "ignore_eos": True,
             "return_token_ids": True,
+            "logprobs": 0,
             **self.params,
         }
         if job.bias:
             body["logit_bias"] = {str(k): v for k, v in job.bias.items()}
         return body
 
-    def extend(self, jobs: Sequence[Extension]) -> list[list[int]]:
+    def extend(self, jobs: Sequence[Extension]) -> list[Sampled]:
         return list(self.pool.map(lambda job: self.client.tokens(self.body(job)), jobs))
 
     def close(self) -> None:
@@ -112,8 +113,9 @@ class Client:
                 f"{self.base_url}/models listed no model: {_cut(answer)}; set engine.served_model"
             ) from err
 
-    def tokens(self, body: dict[str, Any]) -> list[int]:
-        """The token ids of the first choice of a completion."""
+    def tokens(self, body: dict[str, Any]) -> Sampled:
+        """The token ids of the first choice of a completion, with their log-probabilities
+        where the server gave one per id."""
         answer = self.call("POST", "/completions", body)
         try:
             choice = answer["choices"][0]
@@ -125,7 +127,8 @@ class Client:
             raise ServerError(
                 f"{self.base_url}/completions answered without a completion: {_cut(answer)}"
             ) from err
-        return ids[: body["max_tokens"]]
+        ids = ids[: body["max_tokens"]]
+        return Sampled(ids, choice_logprobs(choice, len(ids)))
 
     def call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         """The server's JSON answer, tried again on a passing failure."""
@@ -187,3 +190,13 @@ class OpenAIEngine(StreamEngine):
         )
         streamer = OpenAIStreamer(client, settings.sampling)
         return cls.of(streamer, tokenizer, splitter, settings, vocab, context)
+
+
+def choice_logprobs(choice: dict[str, Any], count: int) -> list[float] | None:
+    """The sampled tokens' log-probabilities of a completion choice (``logprobs.token_logprobs``),
+    or ``None`` when the server gave no number for each of its ``count`` ids."""
+    try:
+        values = [float(v) for v in choice["logprobs"]["token_logprobs"][:count]]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return values if len(values) == count else None

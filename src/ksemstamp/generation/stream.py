@@ -3,7 +3,9 @@ server), with everything else of a round above it.
 
 A ``TokenStreamer`` does one thing: for each ``Extension`` (a row's token ids so far, prompt
 included, an integer seed, a sparse logit bias and a token budget) it samples ``max_tokens``
-more tokens and returns their ids. It keeps no state between calls that the caller relies on
+more tokens and returns their ids, with the LM's own log-probability of each where the backend
+gives it (``Sampled``; vLLM and an OpenAI server are asked for ``logprobs: 0``): a candidate's
+fluency averages them. It keeps no state between calls that the caller relies on
 (a backend's prefix cache makes the repeated prompt cheap).
 
 ``StreamEngine`` turns a streamer into an ``engine.Engine``: its rounds advance the running rows
@@ -26,9 +28,10 @@ steering gives up in evidence against the Hugging Face engine's dense bias.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -53,13 +56,23 @@ class Extension:
     bias: dict[int, float] | None = None
 
 
+class Sampled(NamedTuple):
+    """An extension's new token ids and, where the backend gives them, the LM's own
+    log-probability of each (temperature 1, before the sampling settings): a candidate's
+    fluency (``cutter.Cut``)."""
+
+    ids: list[int]
+    logprobs: list[float] | None = None
+
+
 @runtime_checkable
 class TokenStreamer(Protocol):
     """Samples tokens for many rows at once (see the module docstring)."""
 
-    def extend(self, jobs: Sequence[Extension]) -> list[list[int]]:
-        """The new token ids of each job, in order: ``max_tokens`` each (fewer only where the
-        backend's context is full)."""
+    def extend(self, jobs: Sequence[Extension]) -> list[Sampled | list[int]]:
+        """The new tokens of each job, in order: ``max_tokens`` each (fewer only where the
+        backend's context is full), as ``Sampled`` or as bare token ids (their fluency then
+        unknown)."""
         ...
 
     def close(self) -> None:
@@ -261,20 +274,26 @@ class StreamRound:
         seed = extension_seed(row.seed, len(row.cut.tokens))
         return Extension(self.ids[g] + row.cut.tokens, max(1, budget), seed, row.bias)
 
-    def _feed(self, row: _Row, new: list[int]) -> Finished | None:
-        """Push a row's new tokens through the cutter; the row as a candidate once it is done
-        (tokens past its end count as decoded)."""
+    def _feed(self, row: _Row, new: Sampled | list[int]) -> Finished | None:
+        """Push a row's new tokens (and their log-probabilities, where given) through the
+        cutter; the row as a candidate once it is done (tokens past its end count as
+        decoded)."""
         g = row.place[0]
         r = self.request
-        if not new:  # the backend could sample nothing more (its context is full)
+        ids, logprobs = new if isinstance(new, Sampled) else (new, None)
+        if not ids:  # the backend could sample nothing more (its context is full)
             row.done = True
             return Finished(row.place, "", len(row.cut.tokens), True)
-        for k, token in enumerate(new):
-            cut = self.engine.cutter.push(row.cut, token, r.last_units[g], r.heads[g])
+        if logprobs is None or len(logprobs) != len(ids):
+            logprobs = [math.nan] * len(ids)
+        for k, (token, lp) in enumerate(zip(ids, logprobs, strict=True)):
+            cut = self.engine.cutter.push(row.cut, token, r.last_units[g], r.heads[g], logprob=lp)
             if cut is not None:
-                row.cut.decoded += len(new) - k - 1
+                row.cut.decoded += len(ids) - k - 1
                 row.done = True
-                return Finished(row.place, cut.text, cut.num_tokens, cut.truncated, cut.separator)
+                return Finished(
+                    row.place, cut.text, cut.num_tokens, cut.truncated, cut.separator, cut.fluency
+                )
         return None
 
     def _of(self, places: Sequence[Place]) -> list[_Row]:

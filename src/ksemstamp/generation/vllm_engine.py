@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .engine import EngineUnavailable
-from .stream import Extension, StreamEngine, api_sampling, lm_facts, served_path
+from .stream import Extension, Sampled, StreamEngine, api_sampling, lm_facts, served_path
 
 CPU_BLOCK = 32
 """KV-cache block size on a CPU when ``engine.block_size`` is unset (its docstring says why)."""
@@ -37,7 +37,7 @@ class VllmStreamer:
         self.llm = llm
         self.params = api_sampling(sampling)
 
-    def extend(self, jobs: Sequence[Extension]) -> list[list[int]]:
+    def extend(self, jobs: Sequence[Extension]) -> list[Sampled]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -49,13 +49,14 @@ class VllmStreamer:
                 logit_bias=job.bias,
                 ignore_eos=True,
                 detokenize=False,
+                logprobs=0,
                 **self.params,
             )
             for job in jobs
         ]
         prompts = [TokensPrompt(prompt_token_ids=job.ids) for job in jobs]
         outs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [list(out.outputs[0].token_ids) for out in outs]
+        return [sampled(out.outputs[0]) for out in outs]
 
     def close(self) -> None:
         """Shut vLLM's engine core down (vLLM also does when the process exits)."""
@@ -147,3 +148,16 @@ def _new_llm(path: str, eng: Any, device: str, seed: int | None) -> Any:
     if gpu:
         kwargs["gpu_memory_utilization"] = eng.gpu_memory_utilization
     return LLM(**kwargs)
+
+
+def sampled(output: Any) -> Sampled:
+    """The token ids of a vLLM completion and the log-probability of each (``logprobs=0``:
+    the sampled token's own, from the raw logits; ``None`` where vLLM gave none)."""
+    ids = [int(i) for i in output.token_ids]
+    steps = getattr(output, "logprobs", None)
+    if not steps or len(steps) != len(ids):
+        return Sampled(ids)
+    try:
+        return Sampled(ids, [float(step[i].logprob) for step, i in zip(steps, ids, strict=True)])
+    except (KeyError, TypeError, AttributeError):
+        return Sampled(ids)
