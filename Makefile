@@ -265,28 +265,33 @@ results-steering: setup
 	$(LAB) leakage --names plain24,c032k12,w050,w075 \
 		--output docs/evaluation/steering/leakage
 
-# Strength without distortion (docs/evaluation/quality.md): plain sampling, the default (c032) and
-# the steered option (q050) on 48 val prompts; steering among plausible tokens without the
-# repetition rule (p050: the study stopped it after its first 16 texts, key 0's prompts).
+# Strength without distortion (docs/evaluation/quality.md): plain sampling, the default (f075), the
+# default before it (c032: every candidate ranked) and the steered option (q050) on 48 val prompts;
+# the more fluent half only (f050); steering among plausible tokens without the repetition rule
+# (p050: the study stopped it after its first 16 texts, key 0's prompts).
+ALL := --search.fluent_share 1
 results-quality: setup
 	$(LAB) check --run.name plain48 --run.prompts 48 --run.plain true
-	$(LAB) check --run.name c032 --run.prompts 48 --search.steer 0
-	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 --run.stage generate
-	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 --run.stage detect
-	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false --run.stage generate
-	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false --run.stage detect
-	$(LAB) quality --quality.names c032,q050,p050 --quality.plain plain48 \
+	$(LAB) check --run.name f075 --run.prompts 48
+	$(LAB) check --run.name f050 --run.prompts 48 --search.fluent_share 0.5 --run.stage generate
+	$(LAB) check --run.name f050 --run.prompts 48 --search.fluent_share 0.5 --run.stage detect
+	$(LAB) check --run.name c032 --run.prompts 48 --search.steer 0 $(ALL)
+	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 $(ALL) --run.stage generate
+	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 $(ALL) --run.stage detect
+	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false $(ALL) --run.stage generate
+	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false $(ALL) --run.stage detect
+	$(LAB) quality --quality.names f075,f050,c032,q050,p050 --quality.plain plain48 \
 		--quality.output docs/evaluation/quality
-	for name in plain48 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
+	for name in plain48 f075 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
 		cp runs/lab/check-$$name/summary.json docs/evaluation/quality/$$name/ || exit 1; done
 
 # Long: the default through vLLM against the Hugging Face engine (about 40 minutes; needs
 # plain48 of results-quality and make setup-vllm), docs/evaluation/engines.
 results-engines: setup setup-vllm
-	$(LAB) check --run.name h012 --run.prompts 12
+	$(LAB) check --run.name h012 --run.prompts 12 $(ALL)
 	KSEMSTAMP_ALLOW_WEAK_KEY=1 $(VLLM_PY) -m lab check --run.name v012 --run.prompts 12 \
-		--sampling.engine vllm --run.stage generate
-	$(LAB) check --run.name v012 --run.prompts 12 --sampling.engine vllm
+		--sampling.engine vllm $(ALL) --run.stage generate
+	$(LAB) check --run.name v012 --run.prompts 12 --sampling.engine vllm $(ALL)
 	$(LAB) quality --quality.names h012,v012 --quality.plain plain48 \
 		--quality.output docs/evaluation/engines
 	for name in h012 v012; do mkdir -p docs/evaluation/engines/$$name && \

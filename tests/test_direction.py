@@ -369,6 +369,41 @@ def test_a_candidate_that_repeats_itself_is_never_kept_for_its_score(hash_encode
         assert mark.judge(drawn)[0][1].novel is novel
 
 
+def test_a_unit_is_kept_from_the_more_fluent_candidates(hash_encoder):
+    # The best-scoring candidate is the least fluent: with fluent_share 0.5 the best-scoring of
+    # the three most fluent is kept; with 1, the best-scoring of all six.
+    scheme = _scheme(hash_encoder)
+    prompt = "A prompt sentence."
+    previous = int(scheme.regions([prompt])[0][0])
+    pool = _pool(6)
+    scores = _scored(scheme, previous, pool)
+    order = [int(i) for i in np.argsort(scores)[::-1]]  # best-scoring first
+    fluency = dict(zip(order, [-4.0, -3.5, -1.0, -3.0, -2.0, -1.5], strict=True))
+    fluent = sorted(range(6), key=lambda i: -fluency[i])[:3]
+    kept = {}
+    for share in (0.5, 1.0):
+        sampler = ScriptedEngine([[(pool[i], fluency[i]) for i in range(6)]])
+        wm = _watermarker(
+            scheme, sampler, max_candidates=6, candidate_batch=32, max_new_tokens=5,
+            threshold=None, selection="sentence", fluent_share=share,
+        )  # fmt: skip
+        kept[share] = wm.generate([prompt])[0].sentences[0].text
+    assert kept[1.0] == pool[order[0]]
+    assert kept[0.5] == pool[max(fluent, key=lambda i: scores[i])] != kept[1.0]
+
+
+def test_fluent_candidates_keep_a_share_rounded_up_or_all_when_fluency_is_unknown():
+    from ksemstamp.generation.engine import Candidate
+    from ksemstamp.marks.direction import fluent_candidates
+
+    cands = [Candidate(f"c{i}", 3, False, fluency=f) for i, f in enumerate([-2, -1, -3, -0.5, -4])]
+    assert [c.text for c in fluent_candidates(cands, 0.5)] == ["c0", "c1", "c3"]  # 3 of 5, in order
+    assert [c.text for c in fluent_candidates(cands, 0.01)] == ["c3"]  # at least one
+    assert fluent_candidates(cands, 1.0) == cands
+    cands[2] = Candidate("c2", 3, False)  # an engine that gives no log-probabilities
+    assert fluent_candidates(cands, 0.5) == cands
+
+
 def test_cli_report_shows_scores_and_the_exact_z(hash_encoder):
     from ksemstamp.cli.console import format_detection
     from ksemstamp.detector import DetectionResult

@@ -240,15 +240,17 @@ def test_calibration_is_unchanged(scheme, generations, tmp_path):
 def default_cfg():
     # The default mark, with the settings that shape outputs named where a test needs them
     # small; the rest are the defaults (context, temperature, components, scan, pruning).
-    # Unsteered: these texts were recorded on two CPU families before steering became the
-    # default, and a steered text would be one CPU family's only (steering's arithmetic is
-    # pinned by tests/test_steering.py, its effect by test_e2e's steered generation).
+    # Unsteered, and every candidate ranked (``fluent_share: 1``): these texts were recorded on
+    # two CPU families before either changed the default, and a re-recorded text would be one
+    # CPU family's only. Steering's arithmetic is pinned by tests/test_steering.py; the fluency
+    # rule by test_direction (which candidates it keeps) and test_batched_engine (each
+    # candidate's log-probability against a forward pass).
     return WatermarkSettings.from_dict(
         {
             "key": KEY,
             "model": {"lm_dtype": "fp32"},
             "sampling": {"max_new_tokens": 40, "seed": 7},
-            "search": {"steer": 0.0},
+            "search": {"steer": 0.0, "fluent_share": 1.0},
         }
     )
 

@@ -357,6 +357,8 @@ def test_an_unusable_temperature_is_refused_where_it_is_read(temperature):
         ("--search.steer", "-1e-3", "search.steer (--search.steer) must be >= 0, got -0.001"),
         ("--search.steer", "12", "search.steer (--search.steer) must be <= 10.0, got 12.0"),
         ("--sampling.steer_plausible", "1.5", "steer_plausible) must be <= 1, got 1.5"),
+        ("--search.fluent_share", "1.5", "fluent_share) must be <= 1, got 1.5"),
+        ("--search.fluent_share", "0", "fluent_share) must be in (0, 1], got 0.0"),
     ],
 )
 def test_a_negative_or_out_of_range_number_reaches_its_setting_s_check(flag, value, said, capsys):

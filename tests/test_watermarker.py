@@ -24,7 +24,8 @@ from ksemstamp.watermarker import Watermarker, summarize
 class ScriptedEngine:
     """An ``Engine`` that draws from a fixed script: each group of a round takes the next list
     of texts, one per row (every row finishes at the first ``advance``, 5 tokens long); a row
-    past the script's texts finishes empty. Records each round's rows and request."""
+    past the script's texts finishes empty. A ``(text, fluency)`` pair gives the row its mean
+    log-probability per token. Records each round's rows and request."""
 
     tokenizer = None
     context_length = None
@@ -61,7 +62,8 @@ class _ScriptedRound:
         finished = []
         for g, i in self.live:
             text = self.texts[g][i] if i < len(self.texts[g]) else ""
-            finished.append(Finished((g, i), text, 5))
+            text, fluency = text if isinstance(text, tuple) else (text, float("nan"))
+            finished.append(Finished((g, i), text, 5, fluency=fluency))
         return Step(finished, None)
 
     def partial_texts(self, rows):

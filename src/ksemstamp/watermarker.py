@@ -213,6 +213,7 @@ class Watermarker:
                     self.max_candidates,
                     partial(self._timed_out, doc),
                     self.mark.rejects_candidates,
+                    self.mark.pick,
                 )
                 if chosen is not None:
                     self._keep(doc, *chosen)

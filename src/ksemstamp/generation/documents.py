@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..results import NO_REGION, GenerationResult, Judgement, SentenceRecord, rank_of
+from ..results import NO_REGION, GenerationResult, Judgement, SentenceRecord
 from ..text.normalize import sentence_key
 from ..text.splitter import PunktSplitter, continuation_sentences
 from .engine import Candidate, GroupResult
@@ -48,7 +48,9 @@ class Document:
     pruned: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     """Candidates the mark turned down for the current unit, by reason (``Mark.rejections``)."""
-    best: Candidate | None = None  # best-ranked usable candidate so far (a scoring mark)
+    scored: list[Candidate] = field(default_factory=list)
+    """The usable candidates a scoring mark scored for the current unit (``Mark.pick`` keeps
+    one of them past the budget)."""
     done: bool = False
     open_sentence: str = ""
     """While the prompt's unfinished last sentence is being completed: that sentence."""
@@ -115,7 +117,7 @@ class Document:
         rates: Callable[[int, dict[int, list[float]]], list[float]] | None,
         rejects_candidates: bool,
     ) -> None:
-        """Count a round's candidates: drawn, pruned, the best-scoring so far, and (``rates``:
+        """Count a round's candidates: drawn, pruned, the scored ones, and (``rates``:
         the running ``[accepted, drawn]`` counts after a previous region; ``None`` for plain
         or completing draws) acceptance and why the mark rejected each (unless it only ranks:
         ``rejects_candidates`` false)."""
@@ -127,10 +129,9 @@ class Document:
             if cand.info is None or rates is None:
                 continue
             verdict: Judgement = cand.info
-            # A repeat is no candidate for the best: detection would not score it.
-            scored = cand.text and verdict.novel and not math.isnan(verdict.score)
-            if scored and (self.best is None or rank_of(verdict) > rank_of(self.best.info)):
-                self.best = cand
+            # A repeat is no candidate to keep: detection would not score it.
+            if cand.text and verdict.novel and not math.isnan(verdict.score):
+                self.scored.append(cand)
             counts = rates(self.previous, self.stats)
             counts[0] += cand.accepted
             counts[1] += 1
@@ -143,12 +144,13 @@ class Document:
         max_candidates: int,
         timed_out: Callable[[], bool],
         rejects_candidates: bool,
+        pick: Callable[[list[Candidate]], Candidate],
     ) -> tuple[Candidate, bool] | None:
         """The sentence to keep after a round and whether it is a fallback, or ``None`` (draw
         again, or give up once the budget holds only empty candidates). Past the budget of
-        ``max_candidates`` (or once ``timed_out()``), the best-scoring candidate is kept (a
-        fallback when the mark ``rejects_candidates`` candidates, else its rule), or the last usable one
-        drawn (a fallback)."""
+        ``max_candidates`` (or once ``timed_out()``), the one ``pick`` chooses of the scored
+        candidates is kept (``Mark.pick``: a fallback when the mark ``rejects_candidates``,
+        else its rule), or the last usable one drawn (a fallback)."""
         if res.accepted_index is not None:
             return res.candidates[res.accepted_index], False
         out_of_time = timed_out()
@@ -163,8 +165,8 @@ class Document:
                 "ended it where the sentence splitter cuts the whole text)"
             )
             return None
-        if self.best is not None:
-            return self.best, rejects_candidates
+        if self.scored:
+            return pick(self.scored), rejects_candidates
         usable = [c for c in res.candidates if c.text]
         if usable:
             return usable[-1], True
@@ -217,7 +219,7 @@ class Document:
         self._reset_counts()
         self.pruned = 0
         self.sentence_started, self.timed_out = now, False
-        self.best = None
+        self.scored = []
 
     def completion(self, splitter: PunktSplitter, sentence: str) -> str | None:
         """The completion in ``sentence`` (the prompt's open sentence, completed), or ``None``

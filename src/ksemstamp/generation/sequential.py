@@ -1,7 +1,9 @@
 """The sequential engine: one candidate per ``model.generate`` call, as the reference code.
 
 ``SequentialEngine`` is an ``engine.Engine`` like ``batched.BatchedEngine`` and yields the same
-kind of candidates (cut by the same splitter rule); only the cost differs. It is selected with
+kind of candidates (cut by the same splitter rule), without their fluency (``generate``
+samples without the LM's log-probabilities here, so ``search.fluent_share`` ranks every
+candidate); otherwise only the cost differs. It is selected with
 ``sampling.engine: sequential`` and exists to be measured against (``python -m benchmarks
 generation``).
 """

@@ -6,9 +6,9 @@ material (built from the key when the mark is made), and everything that depends
 * **generation** (the sentence loop, ``watermarker``): ``new_state`` makes a document's own
   state (what the mark remembers of the units kept so far), ``seed`` and ``start`` set it from
   the prompt's last sentence or the keyed start value, ``prior`` sizes rounds, ``judge`` gives
-  each finished candidate its ``Judgement`` (accepted or not, and why), ``keep`` updates the
-  state with the unit kept, and ``pruner`` and ``round_bias`` (optional) stop running rows
-  early and steer them;
+  each finished candidate its ``Judgement`` (accepted or not, and why), ``pick`` chooses the
+  unit kept when none was accepted, ``commit`` updates the state with the unit kept, and
+  ``pruner`` and ``round_bias`` (optional) stop running rows early and steer them;
 * **detection** (``Detector``): ``annotate`` adds what the mark scores to each text's key-free
   ``ScoringPlan``, ``evidence`` keeps the key-free part of its statistic, ``p_values`` applies
   keys to it (the detector's own key, or many keys at once in calibration: one
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 import numpy as np
 from torch import Tensor
 
-from ..results import DetectionResult, Judgement
+from ..results import DetectionResult, Judgement, rank_of
 
 if TYPE_CHECKING:
     from ..detection.plans import ScoringPlan
-    from ..generation.engine import Pruner
+    from ..generation.engine import Candidate, Pruner
     from ..scheme.core import WatermarkScheme
 
 PLAN_FIELDS = (
@@ -160,6 +160,11 @@ class Mark(ABC):
     @abstractmethod
     def judge(self, drawn: Drawn) -> list[Verdict]:
         """One verdict per candidate of ``drawn``."""
+
+    def pick(self, candidates: list[Candidate]) -> Candidate:
+        """The one of a unit's scored ``candidates`` (each with its ``Judgement`` as ``info``) to
+        keep when none was accepted: the first best-ranked (``results.rank_of``)."""
+        return max(candidates, key=lambda c: rank_of(c.info))
 
     def commit(self, state: Any, previous: int, kept: Judgement, scored: bool) -> Any:
         """The state after a unit was kept after region ``previous`` (``scored``: detection will

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from ..detection.stats import normal_sf
 from ..generation.cutter import vocabulary_pieces
-from ..generation.engine import Pruner, PruneVerdict
+from ..generation.engine import Candidate, Pruner, PruneVerdict
 from ..generation.pruning import PruneRule, prune_rule, rows_to_keep
 from ..generation.steering import Steering, token_vectors, word_tokens
 from ..results import DetectionResult, Judgement, rank_of, too_short
@@ -56,6 +56,19 @@ if TYPE_CHECKING:
     from ..detection.plans import ScoringPlan
 
 SELECTIONS = ("text", "sentence")
+
+
+def fluent_candidates(candidates: list[Candidate], share: float) -> list[Candidate]:
+    """The ``share`` of ``candidates`` with the highest ``fluency`` (rounded up, at least one),
+    in their order; all of them when ``share`` is 1 or some candidate has no fluency."""
+    fluency = [c.fluency for c in candidates]
+    if share >= 1 or any(math.isnan(f) for f in fluency):
+        return list(candidates)
+    count = max(1, math.ceil(share * len(candidates)))
+    top = sorted(range(len(candidates)), key=lambda i: -fluency[i])[:count]
+    return [candidates[i] for i in sorted(top)]
+
+
 DIAGNOSTIC = "exact_randomised"
 
 
@@ -65,7 +78,9 @@ class DirectionMark(Mark):
     kind = "direction"
     rejections = ("score", "repeat")
 
-    def configure(self, key: str | None, search: DirectionSearch, steering: Steering | None) -> None:
+    def configure(
+        self, key: str | None, search: DirectionSearch, steering: Steering | None
+    ) -> None:
         """The key's directions, the scored components, and the generation effort's rules."""
         scheme, settings = self.scheme, self.settings
         if search.selection not in SELECTIONS:
@@ -87,6 +102,7 @@ class DirectionMark(Mark):
         self.prune: PruneRule | None = prune_rule(search)
         self.selection = search.selection
         self.skip_repeating = search.skip_repeating
+        self.fluent_share = float(search.fluent_share)
         self.steering = steering if steering is not None and steering.strength > 0 else None
         self.strength = search.steer
 
@@ -215,6 +231,11 @@ class DirectionMark(Mark):
             evidence = [(docs[g].state.evidence, docs[g].state.score) for g, _ in rows]
             ranks = text_gains(scores, contexts, vectors, evidence)
         return scores, contexts, vectors, ranks
+
+    def pick(self, candidates: list[Candidate]) -> Candidate:
+        """The best-ranked of the ``fluent_share`` most fluent ``candidates`` (mean log-probability
+        per token; every candidate where one has none: ``fluent_candidates``)."""
+        return super().pick(fluent_candidates(candidates, self.fluent_share))
 
     def commit(self, state: DirectionState, previous: int, kept: Judgement, scored: bool):
         data = kept.data
