@@ -283,7 +283,8 @@ results-quality: setup
 	$(LAB) quality --quality.names f075,f050,c032,q050,p050 --quality.plain plain48 \
 		--quality.output docs/evaluation/quality
 	for name in plain48 f075 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
-		cp runs/lab/check-$$name/summary.json docs/evaluation/quality/$$name/ || exit 1; done
+		$(PY) -m json.tool --compact runs/lab/check-$$name/summary.json \
+			docs/evaluation/quality/$$name/summary.json || exit 1; done
 
 # Long: the default through vLLM against the Hugging Face engine (about 40 minutes; needs
 # plain48 of results-quality and make setup-vllm), docs/evaluation/engines.
