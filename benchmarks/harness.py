@@ -302,7 +302,8 @@ def write_report(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     saved = {k: v for k, v in report.items() if k != "started"}
-    (out / f"{name}.json").write_text(json.dumps(saved, indent=2) + "\n")
+    # Compact: the Markdown beside it is the one to read; the JSON is for programs.
+    (out / f"{name}.json").write_text(json.dumps(saved, separators=(",", ":")) + "\n")
     text = render(report)
     (out / f"{name}.md").write_text(text)
     return text
