@@ -249,12 +249,16 @@ def _scored(scheme, previous: int, texts: list[str]) -> list[float]:
     )
 
 
-def test_accepts_the_first_candidate_reaching_the_threshold(hash_encoder):
+def _scored_pool(hash_encoder, size: int) -> tuple[WatermarkScheme, str, list[str], list[float]]:
+    """A scheme, a prompt, ``size`` candidate sentences and their scores after the prompt."""
     scheme = _scheme(hash_encoder)
     prompt = "A prompt sentence."
-    previous = int(scheme.regions([prompt])[0][0])
-    pool = _pool(80)
-    scores = _scored(scheme, previous, pool)
+    pool = _pool(size)
+    return scheme, prompt, pool, _scored(scheme, int(scheme.regions([prompt])[0][0]), pool)
+
+
+def test_accepts_the_first_candidate_reaching_the_threshold(hash_encoder):
+    scheme, prompt, pool, scores = _scored_pool(hash_encoder, 80)
     low = [t for t, s in zip(pool, scores, strict=True) if s < 0.5][:3]
     high = next(t for t, s in zip(pool, scores, strict=True) if s >= 1.0)
     sampler = ScriptedEngine([[low[0], high, low[1]]])
@@ -278,11 +282,7 @@ def test_accepts_the_first_candidate_reaching_the_threshold(hash_encoder):
 def test_keeps_the_best_candidate_after_max_candidates(hash_encoder):
     # No candidate reaches the threshold: after max_candidates draws, over two rounds, the
     # best-scoring one is kept, even though it came in the first round.
-    scheme = _scheme(hash_encoder)
-    prompt = "A prompt sentence."
-    previous = int(scheme.regions([prompt])[0][0])
-    pool = _pool(12)
-    scores = _scored(scheme, previous, pool)
+    scheme, prompt, pool, scores = _scored_pool(hash_encoder, 12)
     order = np.argsort(scores)
     best = pool[int(order[-1])]
     rest = [pool[int(i)] for i in order[:3]]
@@ -304,11 +304,7 @@ def test_keeps_the_best_candidate_after_max_candidates(hash_encoder):
 def test_best_of_max_candidates_without_threshold_is_no_fallback(hash_encoder):
     # threshold=None: every sentence is the best of its max_candidates draws, drawn in one
     # round; nothing was turned down by a rule, so nothing is counted as rejected or fallback.
-    scheme = _scheme(hash_encoder)
-    prompt = "A prompt sentence."
-    previous = int(scheme.regions([prompt])[0][0])
-    pool = _pool(6)
-    scores = _scored(scheme, previous, pool)
+    scheme, prompt, pool, scores = _scored_pool(hash_encoder, 6)
     sampler = ScriptedEngine([pool])
     wm = _watermarker(
         scheme, sampler, max_candidates=6, candidate_batch=32, max_new_tokens=5, threshold=None
@@ -372,11 +368,7 @@ def test_a_candidate_that_repeats_itself_is_never_kept_for_its_score(hash_encode
 def test_a_unit_is_kept_from_the_more_fluent_candidates(hash_encoder):
     # The best-scoring candidate is the least fluent: with fluent_share 0.5 the best-scoring of
     # the three most fluent is kept; with 1, the best-scoring of all six.
-    scheme = _scheme(hash_encoder)
-    prompt = "A prompt sentence."
-    previous = int(scheme.regions([prompt])[0][0])
-    pool = _pool(6)
-    scores = _scored(scheme, previous, pool)
+    scheme, prompt, pool, scores = _scored_pool(hash_encoder, 6)
     order = [int(i) for i in np.argsort(scores)[::-1]]  # best-scoring first
     fluency = dict(zip(order, [-4.0, -3.5, -1.0, -3.0, -2.0, -1.5], strict=True))
     fluent = sorted(range(6), key=lambda i: -fluency[i])[:3]
@@ -459,11 +451,7 @@ def test_cli_report_shows_scores_and_the_exact_z(hash_encoder):
 
 
 def test_a_time_budget_keeps_the_best_candidate_so_far(hash_encoder, ten_second_clock):
-    scheme = _scheme(hash_encoder)
-    prompt = "A prompt sentence."
-    previous = int(scheme.regions([prompt])[0][0])
-    pool = _pool(12)
-    scores = _scored(scheme, previous, pool)
+    scheme, prompt, pool, scores = _scored_pool(hash_encoder, 12)
     order = np.argsort(scores)
     best, worse = pool[int(order[-1])], pool[int(order[0])]
     sampler = ScriptedEngine([[best, worse]] * 10)
