@@ -6,7 +6,9 @@ run with the Python of ``.venv-vllm`` (vLLM installed beside the project: ``make
 news prompts, one prompt a call, in turn prompt by prompt:
 
 * ``plain_vllm``: ``vllm.LLM.generate`` of ``max_new_tokens`` tokens, ``n = 1`` (the floor);
-* ``default_vllm``: the default mark (``configs/ksemstamp.yaml``) with ``sampling.engine vllm``;
+* ``default_vllm``: the default mark (``configs/ksemstamp.yaml``) with ``sampling.engine vllm``
+  (rows kept running across pruning checks), and ``default_vllm_chunked``, the same with every
+  chunk of a row a new request (``engine.keep_rows: false``);
 * ``candidates128_vllm``: the 128-candidate profile (``configs/ksemstamp-gpu.yaml``) through vLLM;
 * ``default_hf``: the default mark through the Hugging Face engine, and ``plain_hf``, plain
   ``generate`` of the same model (the HF engine's own floor), in the same process.
@@ -65,6 +67,8 @@ class VllmBenchSettings:
     """Run the 128-candidate profile too (the longest variant)."""
     hf: bool = True
     """Run the Hugging Face engine's default and plain ``generate`` too."""
+    chunked: bool = True
+    """Run the default with each chunk a new request too (``engine.keep_rows: false``)."""
     server: bool = False
     """Run the served variants instead (``plain_server``, ``default_server``)."""
 
@@ -135,6 +139,9 @@ def run_vllm(settings: VllmBenchSettings, on_prompt: Any = None) -> dict[str, An
     llm = build_llm(served_path(default.model.lm), default.engine, "cpu", 0)
     scheme = build_scheme(default)
     marks = {"default_vllm": build_watermarker(default, scheme, llm)}
+    if settings.chunked:
+        chunked = _config(DEFAULT_CONFIG, settings, "vllm", keep_rows=False)
+        marks["default_vllm_chunked"] = build_watermarker(chunked, scheme, llm)
     if settings.candidates128:
         gpu = _config(GPU_CONFIG, settings, "vllm")
         marks["candidates128_vllm"] = build_watermarker(gpu, build_scheme(gpu), llm)

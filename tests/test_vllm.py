@@ -58,10 +58,11 @@ def detector():
     return build_detector(_settings())
 
 
-@pytest.mark.parametrize("steer", [0.5, 0.0])
-def test_text_made_through_vllm_is_detected(llm, detector, steer):
-    watermarker = build_watermarker(_settings(steer), lm=llm)
+@pytest.mark.parametrize(("steer", "keep_rows"), [(0.5, True), (0.0, True), (0.0, False)])
+def test_text_made_through_vllm_is_detected(llm, detector, steer, keep_rows):
+    watermarker = build_watermarker(_settings(steer, keep_rows=keep_rows), lm=llm)
     result = watermarker.generate([PROMPT])[0]
+    assert llm.llm_engine.get_num_unfinished_requests() == 0  # no row left running
     assert result.num_tokens >= TOKENS and result.decoded_tokens >= result.num_tokens
     found = detector.detect(result.text, PROMPT)
     assert found.p_value <= 0.01, (found.z_score, result.text)
@@ -117,6 +118,33 @@ def test_both_streamers_give_the_lms_raw_logprob_of_each_sampled_token(llm, serv
         # raw, not tempered: at temperature 0.7 they would sit ~40% further from 0
         gap = (torch.tensor(got.logprobs) - want).abs().mean()
         assert gap < 0.15, (got.logprobs, want.tolist())
+
+
+def test_a_running_vllm_request_gives_what_one_call_gives_and_stops_when_told(llm):
+    from ksemstamp.generation.stream import Extension, lm_facts, served_path
+    from ksemstamp.generation.vllm_engine import VllmStreamer
+
+    settings = _settings()
+    ids = lm_facts(served_path(settings.model.lm))[0](PROMPT)["input_ids"]
+    streamer = VllmStreamer(llm, settings.sampling)
+    job = Extension(ids, 12, 5)
+    (want,) = streamer.extend([job])
+    streamer.start("live-test", job)
+    got, logprobs, finished = [], [], False
+    while not finished:
+        for delta in streamer.pull():
+            assert delta.key == "live-test"
+            got += delta.new.ids
+            logprobs += delta.new.logprobs
+            finished = delta.finished
+    assert got == want.ids
+    assert logprobs == pytest.approx(want.logprobs, abs=1e-3)
+    streamer.start("live-stop", Extension(ids, 40, 6))
+    streamer.pull()
+    streamer.stop(["live-stop"])
+    assert llm.llm_engine.get_num_unfinished_requests() == 0
+    with pytest.raises(RuntimeError, match="nothing running|no request"):
+        streamer.pull()
 
 
 def _cli(*args: str) -> list[str]:

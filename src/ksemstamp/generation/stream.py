@@ -8,7 +8,9 @@ gives it (``Sampled``; vLLM and an OpenAI server are asked for ``logprobs: 0``):
 fluency averages them. It keeps no state between calls that the caller relies on
 (a backend's prefix cache makes the repeated prompt cheap).
 
-``StreamEngine`` turns a streamer into an ``engine.Engine``: its rounds advance the running rows
+``StreamEngine`` turns a streamer into an ``engine.Engine`` (``live.LiveEngine``, over a
+streamer that can keep requests running, makes each row one request for its whole unit instead).
+Its rounds advance the running rows
 in chunks (to the caller's next pruning check, or ``chunk_tokens`` at a time), cut each row's new
 tokens with the shared ``cutter.UnitCutter`` (tokens sampled past a unit's end in the same chunk
 count as decoded, not as text). Rows are not stopped at a possible end inside a chunk: on 2 CPU
@@ -157,6 +159,8 @@ class StreamEngine:
         bias_entries: entries of a steering bias passed on (the largest ones).
         suppress: token ids never sampled (the LM's end of text).
         pieces: the vocabulary decoded entry by entry, when the caller has it already.
+        keep_rows: a ``live.LiveEngine`` over a streamer that can keep requests running keeps
+            each row running across pruning checks (the others ignore it).
     """
 
     model = None
@@ -173,6 +177,7 @@ class StreamEngine:
     bias_entries: int = 1024
     suppress: Sequence[int] = ()
     pieces: list[str] | None = None
+    keep_rows: bool = True
 
     def __post_init__(self) -> None:
         if self.chunk_tokens < 1:
@@ -208,6 +213,7 @@ class StreamEngine:
             settings.engine.chunk_tokens,
             settings.engine.bias_entries,
             eos_ids(tokenizer),
+            keep_rows=settings.engine.keep_rows,
         )
 
     def prefix_ids(self, prefixes: Sequence[str]) -> list[list[int]]:

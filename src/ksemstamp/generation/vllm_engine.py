@@ -1,9 +1,11 @@
 """``sampling.engine: vllm``: candidates sampled by vLLM in this process.
 
-``VllmStreamer`` is a ``stream.TokenStreamer`` over ``vllm.LLM``: every extension is one
-request (its own seed, its sparse ``logit_bias``, the sampling settings) with its token ids as
-the prompt, so prefix caching serves the shared prompt and a row's
-earlier tokens; all of a call's requests run as one batch. ``VllmEngine.from_settings`` serves
+``VllmStreamer`` is a ``live.LiveStreamer`` over ``vllm.LLM``: every row is one request (its
+own seed, its sparse ``logit_bias``, the sampling settings) with its token ids as the prompt, so
+prefix caching serves the shared prompt. By default a row's request runs in vLLM's engine
+across pruning checks (``start``, ``pull``: one step of the engine, ``stop``); with
+``engine.keep_rows: false`` every chunk is a request of its own (``extend``, all of a call's
+requests one batch), which re-reads the row from its last whole cached block. ``VllmEngine.from_settings`` serves
 ``model.lm``: a Hub id or folder as vLLM loads it, an offline alias as its converted folder.
 
 vLLM is not a dependency of the project: it is installed beside it (``make setup-vllm``). On a
@@ -19,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .engine import EngineUnavailable
-from .stream import Extension, Sampled, StreamEngine, api_sampling, lm_facts, served_path
+from .live import Delta, LiveEngine
+from .stream import Extension, Sampled, api_sampling, lm_facts, served_path
 
 CPU_BLOCK = 32
 """KV-cache block size on a CPU when ``engine.block_size`` is unset (its docstring says why)."""
@@ -36,27 +39,64 @@ class VllmStreamer:
     def __init__(self, llm: Any, sampling: Any) -> None:
         self.llm = llm
         self.params = api_sampling(sampling)
+        self._running: set[str] = set()
+
+    def _params(self, job: Extension, delta: bool = False) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        kind = RequestOutputKind.DELTA if delta else RequestOutputKind.FINAL_ONLY
+        return SamplingParams(
+            n=1,
+            seed=job.seed,
+            max_tokens=job.max_tokens,
+            logit_bias=job.bias,
+            ignore_eos=True,
+            detokenize=False,
+            logprobs=0,
+            output_kind=kind,
+            **self.params,
+        )
 
     def extend(self, jobs: Sequence[Extension]) -> list[Sampled]:
-        from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        params = [
-            SamplingParams(
-                n=1,
-                seed=job.seed,
-                max_tokens=job.max_tokens,
-                logit_bias=job.bias,
-                ignore_eos=True,
-                detokenize=False,
-                logprobs=0,
-                **self.params,
-            )
-            for job in jobs
-        ]
+        if self._running:
+            raise RuntimeError("extend while rows of a live round are running")
         prompts = [TokensPrompt(prompt_token_ids=job.ids) for job in jobs]
+        params = [self._params(job) for job in jobs]
         outs = self.llm.generate(prompts, params, use_tqdm=False)
         return [sampled(out.outputs[0]) for out in outs]
+
+    def start(self, key: str, job: Extension) -> None:
+        """Start ``job`` as a request of vLLM's engine that runs until stopped or done."""
+        from vllm.inputs import TokensPrompt
+
+        self.llm.llm_engine.add_request(
+            key, TokensPrompt(prompt_token_ids=job.ids), self._params(job, delta=True)
+        )
+        self._running.add(key)
+
+    def pull(self) -> list[Delta]:
+        """One step of vLLM's engine: the tokens each running request gained."""
+        if not self._running:
+            raise RuntimeError("pull with no request running")
+        deltas = []
+        for out in self.llm.llm_engine.step():
+            key = out.request_id
+            if key not in self._running or not out.outputs:
+                continue
+            if out.finished:
+                self._running.discard(key)
+            deltas.append(Delta(key, sampled(out.outputs[0]), out.finished))
+        return deltas
+
+    def stop(self, keys: Sequence[str]) -> None:
+        """Abort the requests ``keys`` in vLLM's engine."""
+        keys = [k for k in keys if k in self._running]
+        if keys:
+            self._running.difference_update(keys)
+            self.llm.llm_engine.abort_request(keys)
 
     def close(self) -> None:
         """Shut vLLM's engine core down (vLLM also does when the process exits)."""
@@ -75,8 +115,8 @@ def close_llm(llm: Any) -> None:
         shutdown()
 
 
-class VllmEngine(StreamEngine):
-    """A ``StreamEngine`` over vLLM in this process (``sampling.engine: vllm``)."""
+class VllmEngine(LiveEngine):
+    """A ``live.LiveEngine`` over vLLM in this process (``sampling.engine: vllm``)."""
 
     @classmethod
     def from_settings(cls, settings: Any, splitter: Any, lm: Any = None) -> VllmEngine:
