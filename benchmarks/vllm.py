@@ -16,8 +16,9 @@ news prompts, one prompt a call, in turn prompt by prompt:
 ``--vllm.server true`` runs the served variants instead, against a ``vllm serve`` of the same
 model the benchmark starts (``vllm_server``; nothing else runs in this process meanwhile):
 ``plain_server``, one completions request of ``max_new_tokens`` tokens (the floor, the engine's
-own request path with one row), and ``default_server``, the default mark through
-``sampling.engine openai``. Writes ``results/vllm-server.json`` and ``.md``.
+own request path with one row), ``default_server``, the default mark through
+``sampling.engine openai`` (each row one streamed request), and ``default_server_chunked``, the
+same with a request per chunk. Writes ``results/vllm-server.json`` and ``.md``.
 
 Every figure is per output token (the output re-tokenised the same way for every variant):
 ``over_plain_vllm_per_output_token`` is the per-prompt ratio of seconds per output token to
@@ -68,7 +69,8 @@ class VllmBenchSettings:
     hf: bool = True
     """Run the Hugging Face engine's default and plain ``generate`` too."""
     chunked: bool = True
-    """Run the default with each chunk a new request too (``engine.keep_rows: false``)."""
+    """Run the default with each chunk a new request too (``engine.keep_rows: false``), in
+    process or through the server."""
     server: bool = False
     """Run the served variants instead (``plain_server``, ``default_server``)."""
 
@@ -119,10 +121,13 @@ def run_server(settings: VllmBenchSettings, on_prompt: Any = None) -> dict[str, 
         def plain_server(prompt: str, seed: int) -> tuple[str, int]:
             ids = engine.tokenizer(prompt)["input_ids"]
             job = Extension(ids, settings.max_new_tokens, seed, eos or None)
-            out = engine.streamer.extend([job])[0]
+            out = engine.streamer.extend([job])[0].ids
             return engine.tokenizer.decode(out, skip_special_tokens=True), len(out)
 
         runners = {"plain_server": plain_server, "default_server": _mark_runner(wm)}
+        if settings.chunked:
+            chunked = _config(DEFAULT_CONFIG, settings, "openai", base_url=url, keep_rows=False)
+            runners["default_server_chunked"] = _mark_runner(build_watermarker(chunked, scheme))
         return _timed(settings, runners, wm, build_detector(default, scheme), on_prompt)
 
 

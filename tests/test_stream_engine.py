@@ -300,6 +300,8 @@ class _Fake(BaseHTTPRequestHandler):
         if mode == "slow":
             time.sleep(1.5)
         ids = [13, 14, 15][: body["max_tokens"]]
+        if body.get("stream"):
+            return self._stream(ids, mode)
         if mode == "text":
             choice = {"text": " Then it slept"[: 5 * len(ids)]}
         else:
@@ -307,6 +309,27 @@ class _Fake(BaseHTTPRequestHandler):
             if body.get("logprobs") == 0:
                 choice["logprobs"] = {"token_logprobs": [-0.5, -1.0, -1.5][: len(ids)]}
         self._send(200, json.dumps({"choices": [choice]}).encode())
+
+    def _stream(self, ids: list[int], mode: str) -> None:
+        """Server-sent events, one token each (``slow``: 0.3 s apart), then ``[DONE]``."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for k, token in enumerate(ids):
+            if mode == "slow" and k:
+                time.sleep(0.3)
+            last = k == len(ids) - 1
+            choice = {"text": PIECES[token], "finish_reason": "length" if last else None}
+            if mode != "noids":
+                choice["token_ids"] = [token]
+                choice["logprobs"] = {"token_logprobs": [-0.5 * (k + 1)]}
+            try:
+                self.wfile.write(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n")
+                self.wfile.flush()
+            except OSError:  # the client closed the stream
+                type(self).bodies.append({"closed_after": k})
+                return
+        self.wfile.write(b"data: [DONE]\n\n")
 
 
 class _Server(ThreadingHTTPServer):
@@ -378,6 +401,51 @@ def test_client_gives_up_on_a_slow_or_absent_server(fake_server):
         _client(fake_server, timeout=0.3, model="m").tokens({"max_tokens": 1})
     with pytest.raises(ServerError, match="is the server running"):
         _client("http://127.0.0.1:9/v1", model="m").tokens({"max_tokens": 1})
+
+
+def _pulled(streamer, key: str) -> list:
+    got = []
+    while True:
+        deltas = [d for d in streamer.pull() if d.key == key]
+        got += deltas
+        if any(d.finished for d in deltas):
+            return got
+
+
+def test_a_streamed_row_gives_its_tokens_as_they_come(fake_server):
+    streamer = OpenAIStreamer(_client(fake_server), SamplingSettings())
+    streamer.start("a", Extension([0, 1], 3, 11, {5: 2.0}))
+    got = _pulled(streamer, "a")
+    assert [i for d in got for i in d.new.ids] == [13, 14, 15]
+    assert [x for d in got for x in d.new.logprobs] == [-0.5, -1.0, -1.5]
+    body = _Fake.bodies[-1]
+    assert body["stream"] is True and body["seed"] == 11 and body["logit_bias"] == {"5": 2.0}
+    with pytest.raises(RuntimeError, match="no request running"):
+        streamer.pull()  # a finished stream is not running any more
+    streamer.close()
+
+
+def test_a_stopped_stream_is_closed_and_gives_nothing_more(fake_server):
+    _Fake.mode = "slow"
+    streamer = OpenAIStreamer(_client(fake_server), SamplingSettings())
+    streamer.start("a", Extension([0], 3, 1))
+    first = streamer.pull()
+    assert [d.key for d in first] == ["a"] and not first[0].finished
+    streamer.stop(["a"])
+    streamer.start("b", Extension([0], 2, 2))
+    assert {d.key for d in _pulled(streamer, "b")} == {"b"}  # nothing more of "a"
+    time.sleep(0.5)
+    assert {"closed_after": 1} in _Fake.bodies or {"closed_after": 2} in _Fake.bodies, _Fake.bodies
+    streamer.close()
+
+
+def test_a_server_that_streams_no_token_ids_is_named(fake_server):
+    _Fake.mode = "noids"
+    streamer = OpenAIStreamer(_client(fake_server), SamplingSettings())
+    streamer.start("a", Extension([0], 2, 1))
+    with pytest.raises(ServerError, match="streamed no token ids.*keep_rows false"):
+        streamer.pull()
+    streamer.close()
 
 
 @pytest.mark.e2e

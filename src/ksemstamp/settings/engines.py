@@ -25,9 +25,10 @@ class EngineSettings:
     """Tokens a row advances by in one call when no pruning check is due (tokens sampled past
     a unit's end within the call count as decoded; with ``keep_rows`` a row stops at its end)."""
     keep_rows: bool = True
-    """``vllm``: a row's request stays running across pruning checks and stops at the token
-    that shows its unit's end (vLLM's step API); false: each chunk is a new request, which
-    re-reads the row from its last whole cached block (``openai`` always works so)."""
+    """A row's request stays running across pruning checks and stops at the token that shows
+    its unit's end (``vllm``: vLLM's step API; ``openai``: a streamed request, closed when the
+    row stops); false: each chunk is a new request, which re-reads the row from its last whole
+    cached block (and, for a server, is one more round trip)."""
     bias_entries: Annotated[int, Range(0, 1_000_000)] = 1024
     """Steering: the largest entries of a row's logit bias passed on as a sparse
     ``logit_bias`` (0: no steering through this engine). The entries left out are the tokens
