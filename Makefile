@@ -273,6 +273,8 @@ ALL := --search.fluent_share 1
 results-quality: setup
 	$(LAB) check --run.name plain48 --run.prompts 48 --run.plain true
 	$(LAB) check --run.name f075 --run.prompts 48
+	$(LAB) check --run.name f075 --run.prompts 48 --run.attack recursive
+	$(LAB) check --run.name f075 --run.prompts 48 --run.stage edits
 	$(LAB) check --run.name f050 --run.prompts 48 --search.fluent_share 0.5 --run.stage generate
 	$(LAB) check --run.name f050 --run.prompts 48 --search.fluent_share 0.5 --run.stage detect
 	$(LAB) check --run.name f090 --run.prompts 48 --search.fluent_share 0.9 --run.stage generate
