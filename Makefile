@@ -266,7 +266,8 @@ results-steering: setup
 		--output docs/evaluation/steering/leakage
 
 # Strength without distortion (docs/evaluation/quality.md): plain sampling, the default (f075), the
-# default before it (c032: every candidate ranked) and the steered option (q050) on 48 val prompts;
+# same steered among plausible tokens (s075), the default before it (c032: every candidate ranked)
+# and the steered option (q050) on 48 val prompts;
 # the more fluent half and 90% (f050, f090); steering among plausible tokens without the
 # repetition rule (p050: the study stopped it after its first 16 texts, key 0's prompts).
 ALL := --search.fluent_share 1
@@ -279,14 +280,15 @@ results-quality: setup
 	$(LAB) check --run.name f050 --run.prompts 48 --search.fluent_share 0.5 --run.stage detect
 	$(LAB) check --run.name f090 --run.prompts 48 --search.fluent_share 0.9 --run.stage generate
 	$(LAB) check --run.name f090 --run.prompts 48 --search.fluent_share 0.9 --run.stage detect
+	$(LAB) check --run.name s075 --run.prompts 48 --search.steer 0.5
 	$(LAB) check --run.name c032 --run.prompts 48 --search.steer 0 $(ALL)
 	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 $(ALL) --run.stage generate
 	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 $(ALL) --run.stage detect
 	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false $(ALL) --run.stage generate
 	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false $(ALL) --run.stage detect
-	$(LAB) quality --quality.names f075,f090,f050,c032,q050,p050 --quality.plain plain48 \
+	$(LAB) quality --quality.names f075,s075,f090,f050,c032,q050,p050 --quality.plain plain48 \
 		--quality.output docs/evaluation/quality
-	for name in plain48 f075 f090 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
+	for name in plain48 f075 s075 f090 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
 		$(PY) -m json.tool --compact runs/lab/check-$$name/summary.json \
 			docs/evaluation/quality/$$name/summary.json || exit 1; done
 
