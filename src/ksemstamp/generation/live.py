@@ -11,8 +11,9 @@ at the token that shows its unit's end, not at a chunk's.
 The backend may run ahead of the caller (vLLM's engine core is its own process): tokens past the
 point the caller asked for (the next pruning check) wait in the row's buffer and are fed to the
 cutter on the next ``advance``, so a pruner sees each row at exactly its check, as with every
-other engine. Tokens that were sampled but never used (past a unit's end, or of a row stopped
-meanwhile) count as the row's decoded tokens, as a chunk's do.
+other engine. Tokens that were sampled but never used (past a unit's end, or waiting in a
+stopped row's buffer) count as the row's decoded tokens, as a chunk's do; what a backend still
+sends for a request after it was stopped is dropped unseen, so not counted.
 
 Randomness: a row's request is seeded from the row's seed and its length when it starts
 (``stream.extension_seed``), so its text depends on its document's seed and the settings, not
