@@ -60,7 +60,8 @@ class EngineSettings:
     """``openai``: tries after a failed request (a refused connection, a 5xx, a timeout),
     waiting 1, 2, 4 ... seconds between them."""
     concurrency: Annotated[int, Range(1, 1024)] = 32
-    """``openai``: requests in flight at once (one request per row)."""
+    """``openai`` with ``keep_rows: false``: requests in flight at once (one per row); with
+    ``keep_rows`` every running row holds its own stream (32 for the default)."""
 
     def __post_init__(self) -> None:
         problems = []
