@@ -4,8 +4,8 @@
 ``{engine.base_url}/completions``: the prompt as token ids, ``n = 1``, its own ``seed``,
 ``max_tokens``, the sampling settings and the steering bias as a sparse ``logit_bias`` (the
 ``engine.bias_entries`` largest entries). ``vllm serve`` takes all of them and returns the
-sampled ids (``return_token_ids``); a server that returns text only has it tokenised here. Up to ``engine.concurrency`` requests are in
-flight at once; a refused connection, a timeout, a 429 or a 5xx is tried again
+sampled ids (``return_token_ids``); a server that returns text only has it tokenised here. Up to
+``engine.concurrency`` such requests are in flight at once; a refused connection, a timeout, a 429 or a 5xx is tried again
 ``engine.retries`` times with a growing pause, and then stops the run with one line naming the
 server (``ServerError``): what was written before stays, and a resumed run goes on from there.
 

@@ -10,12 +10,12 @@ fluency averages them. It keeps no state between calls that the caller relies on
 
 ``StreamEngine`` turns a streamer into an ``engine.Engine`` (``live.LiveEngine``, over a
 streamer that can keep requests running, makes each row one request for its whole unit instead).
-Its rounds advance the running rows
-in chunks (to the caller's next pruning check, or ``chunk_tokens`` at a time), cut each row's new
-tokens with the shared ``cutter.UnitCutter`` (tokens sampled past a unit's end in the same chunk
-count as decoded, not as text). Rows are not stopped at a possible end inside a chunk: on 2 CPU
-cores, stopping at punctuation and continuing the row made 2.2x the calls and took 1.35x the
-time for 2% fewer decoded tokens (one prompt, 80 tokens). Judging, ordered acceptance, pruning and steering stay with
+Its rounds advance the running rows in chunks (to the caller's next pruning check, or
+``chunk_tokens`` at a time), cut each row's new tokens with the shared ``cutter.UnitCutter``
+(tokens sampled past a unit's end in the same chunk count as decoded, not as text). Rows are not
+stopped at a possible end inside a chunk: on 2 CPU cores, stopping at punctuation and continuing
+the row made 2.2x the calls and took 1.35x the time for 2% fewer decoded tokens (one prompt, 80
+tokens). Judging, ordered acceptance, pruning and steering stay with
 ``draw.draw_round`` and the mark, exactly as for the Hugging Face engines.
 
 Randomness: each row draws one integer seed from its document's generator when the round opens;

@@ -5,8 +5,9 @@ own seed, its sparse ``logit_bias``, the sampling settings) with its token ids a
 prefix caching serves the shared prompt. By default a row's request runs in vLLM's engine
 across pruning checks (``start``, ``pull``: one step of the engine, ``stop``); with
 ``engine.keep_rows: false`` every chunk is a request of its own (``extend``, all of a call's
-requests one batch), which re-reads the row from its last whole cached block. ``VllmEngine.from_settings`` serves
-``model.lm``: a Hub id or folder as vLLM loads it, an offline alias as its converted folder.
+requests one batch), which re-reads the row from its last whole cached block.
+``VllmEngine.from_settings`` serves ``model.lm``: a Hub id or folder as vLLM loads it, an offline
+alias as its converted folder.
 
 vLLM is not a dependency of the project: it is installed beside it (``make setup-vllm``). On a
 CPU, ``engine.kv_cache_gib`` sets ``VLLM_CPU_KVCACHE_SPACE`` unless it is set already. A script
