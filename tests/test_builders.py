@@ -62,9 +62,12 @@ def test_a_loaded_lm_is_used_as_it_is_and_a_name_is_loaded(monkeypatch, hash_enc
     ("per_step", "plausible", "warned"),
     [(False, 0.1, True), (True, 0.1, False), (False, 0.0, False)],
 )
-def test_a_served_engine_that_cannot_steer_per_step_says_so(
+def test_a_served_engine_that_cannot_steer_among_plausible_entries_does_not_steer(
     monkeypatch, hash_encoder, caplog, per_step, plausible, warned
 ):
+    """Steering among the entries plausible at each step needs the logits of every step; an
+    engine taking one bias per request is not steered then (said in one line), unless every
+    entry is to be steered (``steer_plausible 0``)."""
     from ksemstamp.marks.direction import DirectionMark
 
     served = type("_Served", (_Engine,), {"steers_per_step": per_step})
@@ -75,10 +78,12 @@ def test_a_served_engine_that_cannot_steer_per_step_says_so(
             "partition": {"kind": "lsh"},
             "mark": {"kind": "direction", "context_temperature": 0.0},
             "sampling": {"steer_plausible": plausible},
+            "search": {"steer": 0.5},
             "key": "builders-test-key",
         }
     )
     with caplog.at_level("WARNING", logger="ksemstamp"):
-        build_watermarker(settings, lm=("model", "tokenizer"), encoder=hash_encoder)
+        wm = build_watermarker(settings, lm=("model", "tokenizer"), encoder=hash_encoder)
     said = [r.getMessage() for r in caplog.records if "steer_plausible" in r.getMessage()]
     assert len(said) == int(warned)
+    assert (getattr(wm.mark, "steering", None) is None) == warned

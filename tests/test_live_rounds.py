@@ -14,7 +14,14 @@ from ksemstamp.generation.engine import Pruner, PruneVerdict, RoundRequest
 from ksemstamp.generation.live import Delta, LiveEngine, LiveRound, LiveStreamer
 from ksemstamp.generation.stream import Sampled, StreamEngine, StreamRound
 from ksemstamp.text.splitter import get_splitter
-from tests.test_stream_engine import EOS, PIECES, ScriptedStreamer, WordTokenizer, _ids
+from tests.test_stream_engine import (
+    EOS,
+    PIECES,
+    DenseBias,
+    ScriptedStreamer,
+    WordTokenizer,
+    _ids,
+)
 
 
 class LiveScripted(ScriptedStreamer):
@@ -121,7 +128,7 @@ def test_steering_a_row_anew_restarts_it_from_its_tokens_with_the_new_bias():
     def decide(tokens, rows, texts, finished):
         bias = torch.zeros(len(rows), len(PIECES))
         bias[:, 9] = 2.0
-        return PruneVerdict([True] * len(rows), bias)
+        return PruneVerdict([True] * len(rows), DenseBias(bias))
 
     draw_round(_engine(streamer), _request(), _reject_all, Pruner(2, decide))
     restarted = [job for _, job in streamer.started if job.bias and 9 in job.bias]

@@ -6,11 +6,13 @@ import pytest
 import torch
 from test_direction import _scheme
 
-from ksemstamp.generation.steering import Steering, token_vectors, word_tokens
+from ksemstamp.generation import steering as steering_module
+from ksemstamp.generation.steering import Steering, TokenTable, token_table, word_tokens
 from ksemstamp.marks import build_mark
 from ksemstamp.settings import DirectionSearch
 
 PIECES = [" council", " met", ".", " ", "\n", " budget", "42", " Monday", ",", " water"]
+WORDS = [i for i, p in enumerate(PIECES) if any(c.isalpha() for c in p)]
 
 
 class PieceTokenizer:
@@ -27,16 +29,18 @@ def _steering(strength=0.5, vocab=12, dim=6, regions=3, seed=0):
     gen = torch.Generator().manual_seed(seed)
     vectors = torch.nn.functional.normalize(torch.randn(vocab, dim, generator=gen), dim=-1)
     vectors[3] = 0.0  # an entry with no vector (whitespace)
+    vectors = vectors.half().float()  # as a table holds them
     directions = torch.randn(regions, dim, generator=gen)
     words = torch.ones(vocab, dtype=torch.bool)
     words[2] = False  # a mark
-    return Steering(vectors, directions, strength, words), vectors, directions
+    steering = Steering(TokenTable.fixed(vectors), directions, strength, words)
+    return steering, vectors, directions
 
 
 def test_the_bias_is_the_standardised_projection_on_the_context_s_direction():
     steering, vectors, directions = _steering(strength=0.5)
     weights = torch.tensor([[0.0, 1.0, 0.0], [0.2, 0.3, 0.5]])
-    bias = steering.bias(weights)
+    bias = steering.bias(weights).dense()
     assert bias.shape == (2, 12) and bias.dtype == torch.float32
     active = steering.active
     assert active.tolist() == [i not in (2, 3) for i in range(12)]
@@ -52,10 +56,42 @@ def test_the_bias_is_the_standardised_projection_on_the_context_s_direction():
         )
 
 
+def test_the_bias_among_plausible_entries_is_the_dense_one_there_and_zero_elsewhere():
+    steering, _, _ = _steering(strength=0.7)
+    bias = steering.bias(torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
+    inside = torch.zeros(2, 12, dtype=torch.bool)
+    inside[0, [0, 5]] = True
+    inside[1, [7]] = True
+    among = bias.among(inside)
+    asked = inside.any(dim=0)
+    torch.testing.assert_close(among[:, asked], bias.dense()[:, asked])
+    assert among[:, ~asked].abs().max() == 0
+    # Rows picked, repeated and replaced keep their own weights.
+    picked = bias.rows([1, 1, 0])
+    torch.testing.assert_close(picked.dense(), bias.dense()[[1, 1, 0]])
+    put = bias.put([0], bias.rows([1]))
+    torch.testing.assert_close(put.dense(), bias.dense()[[1, 1]])
+
+
+def test_the_standardisation_comes_from_an_even_sample_of_the_vocabulary(monkeypatch):
+    """A large vocabulary is standardised by a sample of its entries: close to the whole
+    vocabulary's mean and spread, with no need to embed it."""
+    monkeypatch.setattr(steering_module, "SAMPLE", 500)
+    gen = torch.Generator().manual_seed(1)
+    vectors = torch.nn.functional.normalize(torch.randn(5000, 8, generator=gen), dim=-1)
+    directions = torch.randn(4, 8, generator=gen)
+    steering = Steering(TokenTable.fixed(vectors), directions, 1.0)
+    w = torch.tensor([[0.5, 0.5, 0.0, 0.0]])
+    bias = steering.bias(w).dense()[0]
+    assert abs(bias.mean().item()) < 0.1 and bias.std().item() == pytest.approx(1.0, abs=0.1)
+    raw = vectors.half().float() @ (w[0] @ directions)
+    assert torch.corrcoef(torch.stack([bias, raw]))[0, 1] > 0.9999  # the same order
+
+
 def test_no_context_or_no_strength_gives_no_bias():
     steering, _, _ = _steering(strength=0.5)
-    assert steering.bias(torch.zeros(1, 3)).abs().max() == 0
-    assert _steering(strength=0.0)[0].bias(torch.eye(3)).abs().max() == 0
+    assert steering.bias(torch.zeros(1, 3)).dense().abs().max() == 0
+    assert _steering(strength=0.0)[0].bias(torch.eye(3)).dense().abs().max() == 0
     with pytest.raises(ValueError, match="strength"):
         _steering(strength=-1.0)
 
@@ -65,19 +101,77 @@ def test_word_tokens_are_the_entries_with_a_letter():
     assert flags == [True, True, False, False, False, True, False, True, False, True, False, False]
 
 
-def test_token_vectors_are_key_free_cached_and_blank_for_whitespace(hash_encoder, tmp_path):
+def _counting(scheme, monkeypatch):
+    """``scheme.embed`` counting the texts it is given (the probes included)."""
+    seen: list[str] = []
+    embed = scheme.embed
+    monkeypatch.setattr(scheme, "embed", lambda texts: seen.extend(texts) or embed(texts))
+    return seen
+
+
+def test_token_vectors_are_embedded_when_first_asked_and_cached_key_free(
+    hash_encoder, tmp_path, monkeypatch
+):
     scheme = _scheme(hash_encoder, key="one")
     mark = build_mark(scheme)
-    table = token_vectors(PieceTokenizer(), 12, scheme, mark, tmp_path)
-    assert table.shape == (12, 32)
-    blank = [i for i, p in enumerate(PIECES + ["", ""]) if not p.strip()]
-    assert table[blank].abs().max() == 0 and table[0].abs().max() > 0
+    seen = _counting(scheme, monkeypatch)
+    table = token_table(PieceTokenizer(), 12, scheme, mark, tmp_path)
+    assert not table.known.any() and len(seen) == 3  # the probes only
+    assert table.ensure(torch.tensor([0, 5, 0])).tolist() == [0, 5]
+    assert table.known.nonzero().squeeze(-1).tolist() == [0, 5]
+    assert table.ensure(torch.tensor([5])).tolist() == []  # known: not embedded again
+    assert torch.equal(table.vectors[0], mark.vectors(scheme.embed([" council"]))[0].half())
+    table.save()
     assert len(list(tmp_path.glob("*.pt"))) == 1
-    # The same vocabulary and encoder under another key: the same table, read from the cache.
+    # The same vocabulary and encoder under another key: the vectors come from the cache.
     other = _scheme(hash_encoder, key="two")
-    again = token_vectors(PieceTokenizer(), 12, other, build_mark(other), tmp_path)
-    assert torch.equal(again, table) and len(list(tmp_path.glob("*.pt"))) == 1
-    assert torch.allclose(table[0], mark.vectors(scheme.embed([" council"]))[0].half().float())
+    seen_other = _counting(other, monkeypatch)
+    again = token_table(PieceTokenizer(), 12, other, build_mark(other), tmp_path)
+    assert again.known.nonzero().squeeze(-1).tolist() == [0, 5] and len(seen_other) == 3
+    assert torch.equal(again.vectors, table.vectors)
+
+
+def test_steering_embeds_only_its_sample_and_the_entries_asked(hash_encoder, monkeypatch):
+    monkeypatch.setattr(steering_module, "SAMPLE", 2)
+    scheme = _scheme(hash_encoder, key="one")
+    mark = build_mark(scheme)
+    table = token_table(PieceTokenizer(), 12, scheme, mark, None)
+    words = word_tokens(PieceTokenizer(), 12)
+    steering = Steering(table, mark.directions, 0.5, words)
+    assert table.known.nonzero().squeeze(-1).tolist() == [0, 9]  # the ends of the words
+    inside = torch.zeros(1, 12, dtype=torch.bool)
+    inside[0, [2, 7]] = True  # a mark (never embedded) and a word
+    steering.bias(torch.ones(1, scheme.num_regions)).among(inside)
+    assert table.known.nonzero().squeeze(-1).tolist() == [0, 7, 9]
+
+
+def test_an_entry_s_vector_does_not_depend_on_the_entries_embedded_with_it(default_scheme):
+    """Batches of one token length and at least ``MIN_BATCH`` rows: the same bits for an
+    entry embedded alone, with a few others or with many, so a cold cache and a warm one
+    steer alike."""
+    mark = build_mark(default_scheme)
+    pieces = [" council", " met", " budget", " Monday", " water", " planet", "ing", " the"]
+    pieces += [f" word{i}" for i in range(70)]
+    whole = token_table(None, len(pieces), default_scheme, mark, None, pieces)
+    whole.ensure(torch.arange(len(pieces)))
+    for ids in ([0], [3, 1], list(range(0, 78, 5))):
+        part = token_table(None, len(pieces), default_scheme, mark, None, pieces)
+        part.ensure(torch.tensor(ids))
+        assert torch.equal(part.vectors[ids], whole.vectors[ids]), ids
+
+
+def test_the_cache_grows_across_runs_and_merges_what_another_process_wrote(hash_encoder, tmp_path):
+    scheme = _scheme(hash_encoder, key="one")
+    mark = build_mark(scheme)
+    first = token_table(PieceTokenizer(), 12, scheme, mark, tmp_path)
+    second = token_table(PieceTokenizer(), 12, scheme, mark, tmp_path)  # another process
+    first.ensure(torch.tensor([0]))
+    second.ensure(torch.tensor([5]))
+    first.save()
+    second.save()  # reads the first's entry before writing
+    assert second.known.nonzero().squeeze(-1).tolist() == [0, 5]
+    third = token_table(PieceTokenizer(), 12, scheme, mark, tmp_path)
+    assert third.known.nonzero().squeeze(-1).tolist() == [0, 5]
 
 
 def test_the_direction_mark_steers_a_round_toward_each_document_s_context(hash_encoder):
@@ -90,8 +184,8 @@ def test_the_direction_mark_steers_a_round_toward_each_document_s_context(hash_e
     steered = type("Doc", (), {"completing": False, "state": state})()
     state.weights = weights
     completing = type("Doc", (), {"completing": True, "state": state})()
-    bias = mark.round_bias([steered, completing])
-    assert torch.allclose(bias[0], steering.bias(weights[None].float())[0])
+    bias = mark.round_bias([steered, completing]).dense()
+    assert torch.allclose(bias[0], steering.bias(weights[None].float()).dense()[0])
     assert bias[1].abs().max() == 0  # completing the prompt's sentence: not steered
     assert build_mark(scheme, DirectionSearch()).round_bias([steered]) is None
 
@@ -114,12 +208,13 @@ def test_the_sentence_loop_hands_each_round_the_mark_s_bias(hash_encoder):
     # Each round is steered toward the context the document's last unit handed on: the
     # prompt's sentence for the first, the kept unit's for the second.
     prompt_weights = mark.context_weights(scheme.embed(["A prompt sentence."]))[0]
-    first = engine.calls[0]["bias"]
+    first = engine.calls[0]["bias"].dense()
     assert first.shape == (1, steering.vocab)
-    assert torch.allclose(first[0], steering.bias(prompt_weights[None].float())[0], atol=1e-6)
+    want = steering.bias(prompt_weights[None].float()).dense()[0]
+    assert torch.allclose(first[0], want, atol=1e-6)
     kept = mark.context_weights(scheme.embed([result.sentences[0].text]))[0]
-    second = engine.calls[1]["bias"][0]
-    assert torch.allclose(second, steering.bias(kept[None].float())[0], atol=1e-6)
+    second = engine.calls[1]["bias"].dense()[0]
+    assert torch.allclose(second, steering.bias(kept[None].float()).dense()[0], atol=1e-6)
 
 
 def _damage(path, how):
@@ -130,34 +225,46 @@ def _damage(path, how):
     elif how == "random":
         path.write_bytes(bytes(range(256)) * 8)
     elif how == "shape":
-        torch.save({"table": torch.zeros(10, 32).half(), "sha256": "x"}, path)
+        saved = torch.load(path, weights_only=True)
+        torch.save({**saved, "vectors": saved["vectors"][:, :10]}, path)
+    elif how == "outside":
+        saved = torch.load(path, weights_only=True)
+        torch.save({**saved, "ids": saved["ids"] + 100}, path)
     elif how == "bare tensor":
         torch.save(torch.zeros(12, 32).half(), path)
     elif how in ("nan", "tampered"):
         saved = torch.load(path, weights_only=True)
-        table = saved["table"].clone()
-        table[0, 0] = float("nan") if how == "nan" else table[0, 0] + 1
-        torch.save({"table": table, "sha256": saved["sha256"]}, path)
+        vectors = saved["vectors"].clone()
+        vectors[0, 0] = float("nan") if how == "nan" else vectors[0, 0] + 1
+        torch.save({**saved, "vectors": vectors}, path)
 
 
 @pytest.mark.parametrize(
-    "how", ["truncated", "empty", "random", "shape", "bare tensor", "nan", "tampered"]
+    "how", ["truncated", "empty", "random", "shape", "outside", "bare tensor", "nan", "tampered"]
 )
-def test_a_damaged_cached_table_is_rebuilt_with_one_warning(hash_encoder, tmp_path, caplog, how):
+def test_a_damaged_cached_table_is_built_again_with_one_warning(
+    hash_encoder, tmp_path, caplog, how
+):
     scheme = _scheme(hash_encoder, key="one")
     mark = build_mark(scheme)
-    table = token_vectors(PieceTokenizer(), 12, scheme, mark, tmp_path)
+    table = token_table(PieceTokenizer(), 12, scheme, mark, tmp_path)
+    table.ensure(torch.tensor(WORDS))
+    table.save()
     (path,) = tmp_path.glob("*.pt")
     _damage(path, how)
     with caplog.at_level("WARNING", logger="ksemstamp.generation.steering"):
-        again = token_vectors(PieceTokenizer(), 12, scheme, mark, tmp_path)
-    assert torch.equal(again, table)
+        again = token_table(PieceTokenizer(), 12, scheme, mark, tmp_path)
+    assert not again.known.any()
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warned) == 1 and str(path) in warned[0] and "rebuilding it" in warned[0]
+    assert len(warned) == 1 and str(path) in warned[0] and "building it again" in warned[0]
+    again.ensure(torch.tensor(WORDS))
+    assert torch.equal(again.vectors, table.vectors)
     caplog.clear()
+    again.save()  # the damaged file replaced
     with caplog.at_level("WARNING", logger="ksemstamp.generation.steering"):
-        token_vectors(PieceTokenizer(), 12, scheme, mark, tmp_path)  # rebuilt: read quietly
+        third = token_table(PieceTokenizer(), 12, scheme, mark, tmp_path)
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    assert third.known.nonzero().squeeze(-1).tolist() == WORDS
 
 
 def test_an_unwritable_cache_warns_once_and_the_table_is_used_from_memory(
@@ -170,20 +277,22 @@ def test_an_unwritable_cache_warns_once_and_the_table_is_used_from_memory(
         raise PermissionError(13, "Operation not permitted")
 
     monkeypatch.setattr(torch, "save", refuse)
+    table = token_table(PieceTokenizer(), 12, scheme, mark, tmp_path / "ro")
     with caplog.at_level("WARNING", logger="ksemstamp.generation.steering"):
-        first = token_vectors(PieceTokenizer(), 12, scheme, mark, tmp_path / "ro")
-        second = token_vectors(PieceTokenizer(), 12, scheme, mark, tmp_path / "ro")
+        for ids in ([0], [5]):
+            table.ensure(torch.tensor(ids))
+            table.save()
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warned) == 1 and "cannot write the steering table" in warned[0]
-    assert torch.equal(first, second) and first.shape == (12, 32)
+    assert table.known.nonzero().squeeze(-1).tolist() == [0, 5]
 
 
-def test_the_table_is_built_on_one_thread_whatever_the_process_runs_with(
-    hash_encoder, tmp_path, monkeypatch
+def test_token_vectors_are_embedded_on_one_thread_whatever_the_process_runs_with(
+    hash_encoder, monkeypatch
 ):
-    """Float sums split over threads round differently, so a table built with other threads
-    can differ by an fp16 step: the table is always built on one thread, so every machine
-    steers alike, and the process's threads are restored."""
+    """Float sums split over threads round differently, so vectors embedded with other
+    threads can differ by an fp16 step: they are always embedded on one thread, so every
+    machine steers alike, and the process's threads are restored."""
     scheme = _scheme(hash_encoder, key="one")
     mark = build_mark(scheme)
     seen = []
@@ -194,11 +303,12 @@ def test_the_table_is_built_on_one_thread_whatever_the_process_runs_with(
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        token_vectors(PieceTokenizer(), 12, scheme, mark, tmp_path)
+        table = token_table(PieceTokenizer(), 12, scheme, mark, None)
+        table.ensure(torch.tensor(WORDS))
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
-    assert seen[0] == 2 and set(seen[1:]) == {1}  # the probes, then the table's batches
+    assert seen[0] == 2 and set(seen[1:]) == {1}  # the probes, then the entries' batches
 
 
 def _tempered(logits, temperature):

@@ -163,12 +163,29 @@ def test_pruning_checks_see_rows_at_the_check_and_ordered_acceptance_holds():
     assert results[0].accepted_index == 0  # the first row is accepted: rows after it stop
 
 
+class DenseBias:
+    """Given ``(R, V)`` biases behaving as a ``steering.SteerBias`` does for an engine."""
+
+    def __init__(self, values: torch.Tensor) -> None:
+        self.values = values
+        self.shape = tuple(values.shape)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def rows(self, index) -> DenseBias:
+        return DenseBias(self.values[list(index)])
+
+    def dense(self) -> torch.Tensor:
+        return self.values
+
+
 def test_steering_reaches_the_streamer_as_its_largest_entries_and_eos_stays_suppressed():
     bias = torch.zeros(2, len(PIECES))
     bias[0, [2, 5, 9, 11]] = torch.tensor([0.5, 3.0, 1.0, 200.0])
     gens = [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)]
     engine = _engine(bias_entries=3)
-    request = RoundRequest.of(["Once.", "Twice."], [1, 1], gens, bias=bias)
+    request = RoundRequest.of(["Once.", "Twice."], [1, 1], gens, bias=DenseBias(bias))
     draw_round(engine, request, _accept_all)
     first = engine.streamer.jobs[0].bias
     assert first == {11: MAX_BIAS, 5: 3.0, 9: 1.0, EOS: -MAX_BIAS}

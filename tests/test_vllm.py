@@ -32,10 +32,15 @@ TOKENS = 120
 
 
 def _settings(steer: float = 0.5, kind: str = "vllm", **engine) -> WatermarkSettings:
+    """``steer`` > 0: every entry steered through the sparse bias (``steer_plausible 0``: a
+    served engine cannot steer among each step's plausible entries, and is not steered then)."""
+    sampling = {"engine": kind, "seed": 11, "max_new_tokens": TOKENS}
+    if steer > 0:
+        sampling["steer_plausible"] = 0.0
     return WatermarkSettings.from_dict(
         {
             "key": "test-suite-key",
-            "sampling": {"engine": kind, "seed": 11, "max_new_tokens": TOKENS},
+            "sampling": sampling,
             "search": {"steer": steer},
             "engine": engine,
         }
@@ -61,6 +66,7 @@ def detector():
 @pytest.mark.parametrize(("steer", "keep_rows"), [(0.5, True), (0.0, True), (0.0, False)])
 def test_text_made_through_vllm_is_detected(llm, detector, steer, keep_rows):
     watermarker = build_watermarker(_settings(steer, keep_rows=keep_rows), lm=llm)
+    assert (watermarker.mark.steering is not None) == (steer > 0)
     result = watermarker.generate([PROMPT])[0]
     assert llm.llm_engine.get_num_unfinished_requests() == 0  # no row left running
     assert result.num_tokens >= TOKENS and result.decoded_tokens >= result.num_tokens

@@ -226,23 +226,25 @@ def build_watermarker(
     from .assets import cache_dir
     from .marks import build_mark
 
-    # One mark for the whole loop; one that steers (search.steer) builds its bias for this
-    # generator's vocabulary now, once (cached per vocabulary, encoder and processing).
+    # One mark for the whole loop; one that steers (search.steer) sets up its bias for this
+    # generator's vocabulary now (token vectors embedded as they are first needed, cached per
+    # vocabulary, encoder and processing).
     mark = build_mark(scheme, settings.search)
     pieces = getattr(engine, "pieces", None)  # the vocabulary, decoded once per run
-    mark.steer(engine.tokenizer, engine.vocab_size, cache_dir() / "steering", pieces)
-    steers = getattr(mark, "steering", None) is not None
     if (
-        steers
+        getattr(settings.search, "steer", 0) > 0
         and settings.sampling.steer_plausible > 0
         and not getattr(engine, "steers_per_step", True)
     ):
         logger.warning(
-            "the %s engine takes one logit bias per request: steering reaches every entry "
-            "there, not only the plausible ones (sampling.steer_plausible), and costs more "
-            "perplexity; --search.steer 0 samples as the LM alone would",
+            "the %s engine takes one logit bias per request, so it cannot steer among the "
+            "entries plausible at each step (sampling.steer_plausible): not steered (the "
+            "mark selects alone); --sampling.steer_plausible 0 steers every entry through a "
+            "sparse bias, at more perplexity",
             settings.sampling.engine,
         )
+    else:
+        mark.steer(engine.tokenizer, engine.vocab_size, cache_dir() / "steering", pieces)
     return Watermarker(
         scheme,
         engine,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,6 +29,7 @@ from .cutter import RowCut, UnitCutter
 from .decoding import sample_rows, warp_logits
 from .engine import Finished, Place, RoundRequest, Step
 from .kvcache import CopiedCacheDecoder, PrefixStore, SharedPrefixDecoder, shared_prefix_attention
+from .steering import SteerBias
 
 
 class BatchedEngine(hf.LMEngine):
@@ -61,10 +63,11 @@ class BatchedEngine(hf.LMEngine):
         seen: Tensor,
         generator: torch.Generator | None,
         segments: Sequence[tuple[int, int, torch.Generator | None]] = (),
-        bias: Tensor | None = None,
+        bias: Any = None,
     ) -> Tensor:
         """Sample one token per row from ``(R, V)`` logits; ``seen`` marks tokens to penalise,
-        ``bias`` (``(R, V)``, optional) steers them (``decoding.steer_logits``).
+        ``bias`` (a ``SteerBias`` or ``(R, V)``, optional) steers them
+        (``decoding.steer_logits``).
 
         ``segments`` optionally gives ``(start, stop, generator)`` row ranges that draw from
         their own generators (one per document, so a document's text does not depend on the
@@ -159,7 +162,7 @@ class _BatchedRound:
             seen[g, state.ids] = True
         self.seen = seen[index]
         bias = request.bias
-        self.bias = None if bias is None else bias.float().to(device)[index]
+        self.bias = None if bias is None else bias.rows(index)
         self.next_ids: Tensor | None = None
         self.step = 0  # tokens each running row holds after the last step
 
@@ -218,14 +221,12 @@ class _BatchedRound:
         return len(self.rows.cuts[self._positions([row])[0]].tokens)
 
     @torch.inference_mode()
-    def steer(self, rows: Sequence[Place], bias: Tensor) -> None:
-        steered = bias.float().to(self.engine.device)
-        if steered.shape != (len(rows), self.engine.vocab_size):
-            raise ValueError(f"a bias of shape {tuple(steered.shape)} for {len(rows)} rows")
+    def steer(self, rows: Sequence[Place], bias: SteerBias) -> None:
+        if bias.shape != (len(rows), self.engine.vocab_size):
+            raise ValueError(f"a bias of shape {tuple(bias.shape)} for {len(rows)} rows")
         if self.bias is None:
-            self.bias = torch.zeros(len(self.rows), steered.shape[1], device=self.engine.device)
-        self.bias = self.bias.clone()
-        self.bias[torch.tensor(self._positions(rows), device=self.engine.device)] = steered
+            self.bias = SteerBias.none(bias.steering, len(self.rows))
+        self.bias = self.bias.put(self._positions(rows), bias)
 
     @torch.inference_mode()
     def retain(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
@@ -240,7 +241,7 @@ class _BatchedRound:
             keep_t = torch.tensor(keep, device=self.engine.device)
             self.decoder.keep(keep_t)
             self.seen, self.next_ids = self.seen[keep_t], self.next_ids[keep_t]
-            self.bias = None if self.bias is None else self.bias[keep_t]
+            self.bias = None if self.bias is None else self.bias.rows(keep)
         self.rows.keep(keep)
         return stopped
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -17,11 +18,11 @@ def warp_logits(
     seen: Tensor,
     config: SamplingSettings,
     suppress: Sequence[int] = (),
-    bias: Tensor | None = None,
+    bias: Any = None,
 ) -> Tensor:
     """Next-token logits ``(R, V)`` after the decoding settings, in transformers' order:
     repetition penalty on the ``seen`` tokens (``(R, V)`` bool), suppressed tokens, the logit
-    ``bias`` of steering (``(R, V)``, optional: ``steer_logits`` with
+    ``bias`` of steering (``(R, V)`` or a ``SteerBias``, optional: ``steer_logits`` with
     ``config.steer_plausible``), temperature, top-k, top-p. Equal to transformers' processors
     (tests check every branch); written out because the sampler keeps a seen-token mask per row
     instead of the full token history.
@@ -53,9 +54,10 @@ def warp_logits(
     return logits
 
 
-def steer_logits(logits: Tensor, bias: Tensor, plausible: float, temperature: float) -> Tensor:
-    """``logits`` ``(R, V)`` (float32, before the temperature) steered by ``bias`` ``(R, V)``
-    among the plausible entries only, as a new tensor.
+def steer_logits(logits: Tensor, bias: Any, plausible: float, temperature: float) -> Tensor:
+    """``logits`` ``(R, V)`` (float32, before the temperature) steered by ``bias`` (``(R, V)``,
+    or a ``steering.SteerBias``, asked only for the entries plausible now) among the plausible
+    entries only, as a new tensor.
 
     An entry is plausible at this step when, sampled at ``temperature``, it is at least
     ``plausible`` times as probable as the most likely entry (min-p's rule). The bias moves
@@ -66,10 +68,12 @@ def steer_logits(logits: Tensor, bias: Tensor, plausible: float, temperature: fl
     such token derails the rest of a unit). ``plausible`` 0: the bias is added everywhere.
     """
     if plausible <= 0:
-        return logits + bias
+        dense = bias if isinstance(bias, Tensor) else bias.dense()
+        return logits + dense.to(logits.device)
     tempered = logits / temperature
     top = tempered.max(dim=-1, keepdim=True).values
     inside = tempered >= top + math.log(plausible)
+    bias = bias.to(logits.device) if isinstance(bias, Tensor) else bias.among(inside)
     steered = torch.where(inside, bias, torch.zeros_like(bias))
     ninf = torch.tensor(float("-inf"), device=logits.device)
     before = torch.where(inside, tempered, ninf).logsumexp(dim=-1, keepdim=True)

@@ -28,9 +28,12 @@ import importlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from .steering import SteerBias
 
 
 class EngineUnavailable(ConnectionError):
@@ -81,10 +84,10 @@ class GroupResult:
 @dataclass(frozen=True)
 class PruneVerdict:
     """A pruner's answer: one flag per running row (keep decoding it) and, optionally, the
-    ``(rows, V)`` logit bias each running row decodes with from now on (``steering``)."""
+    ``(rows, V)`` logit bias each running row decodes with from now on (a ``SteerBias``)."""
 
     go_on: list[bool]
-    bias: torch.Tensor | None = None
+    bias: SteerBias | None = None
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,9 @@ class RoundRequest:
         heads: the start of an unfinished sentence ending each prefix (with the whitespace
             before it), or ``""``: rows then complete the head's sentence and the candidate is
             the whole sentence, head included.
-        bias: a ``(groups, V)`` logit bias every row of group ``g`` adds to its logits before
-            the sampling settings (``steering``), or ``None``.
+        bias: the ``(groups, V)`` logit biases every row of group ``g`` adds to its logits
+            before the sampling settings (a ``steering.SteerBias``: its values are made for
+            the entries asked, ``among`` those plausible at a step, or ``dense``), or ``None``.
     """
 
     prefixes: list[str]
@@ -133,7 +137,7 @@ class RoundRequest:
     generator: torch.Generator | Sequence[torch.Generator] | None
     last_units: list[str]
     heads: list[str]
-    bias: torch.Tensor | None = None
+    bias: SteerBias | None = None
 
     @classmethod
     def of(
@@ -143,11 +147,11 @@ class RoundRequest:
         generator: torch.Generator | Sequence[torch.Generator] | None = None,
         last_units: Sequence[str] | None = None,
         heads: Sequence[str] | None = None,
-        bias: torch.Tensor | None = None,
+        bias: SteerBias | None = None,
     ) -> RoundRequest:
         """The request, or ``ValueError`` naming what does not fit (last units and heads:
         empty ones when none are given)."""
-        if bias is not None and (bias.ndim != 2 or len(bias) != len(prefixes)):
+        if bias is not None and len(bias) != len(prefixes):
             raise ValueError("need one row of logit bias per prefix")
         if isinstance(generator, Sequence) and len(generator) != len(prefixes):
             raise ValueError("need one generator per prefix")
@@ -230,8 +234,8 @@ class Round(Protocol):
         """Tokens live ``row`` holds so far."""
         ...
 
-    def steer(self, rows: Sequence[Place], bias: torch.Tensor) -> None:
-        """Live ``rows`` decode with the ``(len(rows), V)`` logit bias from now on."""
+    def steer(self, rows: Sequence[Place], bias: SteerBias) -> None:
+        """Live ``rows`` decode with the ``(len(rows), V)`` logit biases from now on."""
         ...
 
     def retain(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:

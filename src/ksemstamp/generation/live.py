@@ -26,12 +26,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
-
-from torch import Tensor
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from .engine import Finished, Place, RoundRequest, Step
 from .stream import Extension, Sampled, StreamEngine, StreamRound, _Row, extension_seed
+
+if TYPE_CHECKING:
+    from .steering import SteerBias
 
 
 class Delta(NamedTuple):
@@ -190,7 +191,7 @@ class LiveRound(StreamRound):
         if keys:
             self.streamer.stop(keys)
 
-    def steer(self, rows: Sequence[Place], bias: Tensor) -> None:
+    def steer(self, rows: Sequence[Place], bias: SteerBias) -> None:
         before = {r.place: r.bias for r in self._of(rows)}
         super().steer(rows, bias)
         changed = [r.place for r in self._of(rows) if r.bias != before[r.place]]

@@ -11,6 +11,7 @@ generation``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -43,17 +44,21 @@ class _WholeTextSentenceStop:
 
 
 class _AddBias:
-    """A logits processor steering the scores by a fixed ``(V,)`` bias among the plausible
+    """A logits processor steering the scores by a fixed bias (``(V,)``, or one row of a
+    ``SteerBias``) among the plausible
     entries (``decoding.steer_logits``); transformers runs it after the repetition penalty and
     before the temperature, where the batched engine steers too."""
 
-    def __init__(self, bias: Tensor, plausible: float, temperature: float) -> None:
+    def __init__(self, bias: Any, plausible: float, temperature: float) -> None:
         self.bias = bias
         self.plausible = plausible
         self.temperature = temperature
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        bias = self.bias.to(scores.device, torch.float32).expand_as(scores)
+        if isinstance(self.bias, Tensor):
+            bias = self.bias.to(scores.device, torch.float32).expand_as(scores)
+        else:  # a SteerBias of one row
+            bias = self.bias.rows([0] * len(scores))
         steered = steer_logits(scores.float(), bias, self.plausible, self.temperature)
         return steered.to(scores.dtype)
 
@@ -103,11 +108,11 @@ class SequentialEngine(hf.LMEngine):
         generator: torch.Generator | None,
         start: list[int],
         limit: int,
-        bias: Tensor | None = None,
+        bias: Any = None,
     ) -> list[int]:
         """``start`` extended by one ``generate`` call over the prefix and ``start``, until the
         whole text holds a further sentence or ``limit`` tokens (the reference's stop rule);
-        ``bias``: a ``(V,)`` logit bias (``steering``)."""
+        ``bias``: a ``(V,)`` logit bias or one row of a ``SteerBias`` (``steering``)."""
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         enc = self.tokenizer(prefix, return_tensors="pt")
@@ -161,8 +166,8 @@ class _SequentialRound:
         self._live: list[Place] = [(g, i) for g, n in enumerate(request.rows) for i in range(n)]
         self.tokens: dict[Place, list[int]] = {place: [] for place in self._live}
         bias = request.bias
-        self.bias: dict[Place, Tensor | None] = {
-            (g, i): None if bias is None else bias[g] for g, i in self._live
+        self.bias: dict[Place, Any] = {
+            (g, i): None if bias is None else bias.rows([g]) for g, i in self._live
         }
 
     @property
@@ -197,11 +202,11 @@ class _SequentialRound:
     def tokens_of(self, row: Place) -> int:
         return len(self.tokens[row])
 
-    def steer(self, rows: Sequence[Place], bias: Tensor) -> None:
+    def steer(self, rows: Sequence[Place], bias: Any) -> None:
         if bias.shape != (len(rows), self.engine.vocab_size):
             raise ValueError(f"a bias of shape {tuple(bias.shape)} for {len(rows)} rows")
-        for place, row in zip(rows, bias, strict=True):
-            self.bias[place] = row
+        for i, place in enumerate(rows):
+            self.bias[place] = bias.rows([i])
 
     def retain(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
         wanted = set(rows)

@@ -1,36 +1,52 @@
 """Steering candidates toward the key: a logit bias from the meaning of each token.
 
 Selection keeps the best of a round's candidates; steering moves the candidates themselves.
-Every vocabulary entry of the generator is read by the watermark's encoder as a text of its
-own (``" council"``) and processed as a sentence is scored (the domain mean removed, the
-principal components projected out, unit length: ``WatermarkScheme.vectors``); the table of
-these token vectors is key-free, computed once per generator vocabulary, encoder and centroid
-file, and cached (``token_vectors``). At run time the key's directions turn it into a
-``(V, K)`` table of each token's projection on each region's direction, standardised per
-region (``Steering``). While a candidate is sampled, every token's logit gains ``strength``
-times its standardised projection on the direction of the context being steered toward (a
-row of weights over the regions, as ``WatermarkScheme.context_weights`` gives), so a sentence
-starts nearer the direction it will be scored on and selection does the rest.
+A vocabulary entry of the generator is read by the watermark's encoder as a text of its own
+(``" council"``) and processed as a sentence is scored (the domain mean removed, the principal
+components projected out, unit length: the mark's ``vectors``). The key's directions turn
+these token vectors into each entry's projection on each region's direction, standardised per
+blend of regions (``Steering``). While a candidate is sampled, an entry the LM finds plausible
+at that step gains ``strength`` times its standardised projection on the direction of the
+context being steered toward (a row of weights over the regions, as the mark's
+``context_weights`` gives), so a sentence starts nearer the direction it will be scored on and
+selection does the rest.
 
-The detector does not know about it: a text written without the key is scored exactly as
-before, so the null and the calibration do not change. What steering costs is perplexity: the
-bias is added before the temperature, and its size is in standard deviations of the tokens'
-projections.
+The token vectors are key-free and built lazily (``TokenTable``): an entry is embedded the
+first time it is plausible at some step (a few thousand entries over a first text, seconds),
+never the whole vocabulary unless steering is asked of every entry (``sampling.steer_plausible
+0``, or an engine that takes one bias per request). The standardisation comes from a fixed
+sample of ``SAMPLE`` entries spread over the vocabulary, so a generator with 262k entries
+starts in seconds, not minutes. Vectors are cached on disk per generator vocabulary, encoder
+and processing, and written as they grow. An entry's vector is the same bit for bit whenever
+it is embedded, alone or with others: entries go through the encoder on one thread in batches
+of equal token length and at least ``MIN_BATCH`` rows (a batch of fewer rows takes another
+matrix kernel here, which rounds differently), so a run with a cold cache writes what a run
+with a warm one writes.
+
+The detector does not know about any of this: a text written without the key is scored exactly
+as before, so the null and the calibration do not change. What steering costs is perplexity:
+the bias is added before the temperature, and its size is in standard deviations of the
+tokens' projections.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
-import os
 import time
+import weakref
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .cutter import vocabulary_pieces
+from ..text.normalize import normalize_text
+from ..text.reading import reading_form
+from .steering_cache import read_rows, write_rows
 
 logger = logging.getLogger(__name__)
 
@@ -40,141 +56,186 @@ PROBES = (
     "council",
 )
 """Texts whose processed vectors identify an encoder and its processing in the cache key."""
-BATCH = 512
-"""Vocabulary entries embedded in one encoder pass."""
+SAMPLE = 4096
+"""Vocabulary entries (spread evenly over the steered ones) whose projections standardise the
+bias: the sample's mean and covariance over the regions."""
+MAX_BATCH = 64
+"""Entries embedded in one encoder pass."""
+MIN_BATCH = 8
+"""Rows of the smallest encoder pass (a shorter batch is filled up with copies of its first
+entry, so that every entry is computed by the same kernels)."""
+SAVE_SECONDS = 30.0
+"""Seconds between writes of a growing cache (and once more when the process ends)."""
 PROGRESS_SECONDS = 10.0
-"""Seconds between the progress lines of a table being built (also without a terminal)."""
-CACHE_FORMAT = "table+sha256, one thread"
+"""Seconds between the progress lines of many entries being embedded."""
+CACHE_FORMAT = "lazy rows+sha256, equal-length batches of >= 8, one thread"
 """What a cached table is: a file of another format (an earlier one) has another name."""
-
-
-def token_vectors(
-    tokenizer: Any,
-    vocab: int,
-    scheme: Any,
-    mark: Any,
-    cache: Path | None = None,
-    pieces: list[str] | None = None,
-) -> Tensor:
-    """``(vocab, D)`` float32 processed vectors (``mark.vectors``) of the generator's
-    vocabulary entries (on the scheme's device), read from ``cache`` (a folder) when it holds
-    them, else embedded with ``scheme`` (about a minute for 49k entries on 2 CPU cores) and
-    stored there.
-
-    An entry that decodes to nothing but whitespace, or past the tokenizer's vocabulary (a
-    padded output head), gets a zero vector: it is never steered for or against. A cached file
-    that does not load, or does not hold a finite ``(vocab, D)`` fp16 table matching the
-    checksum written with it, is rebuilt with one warning; a cache that cannot be written is
-    warned about once and the table used from memory. The table is built on one thread, so it
-    is the same bit for bit whatever threads the process runs with."""
-    pieces = pieces if pieces is not None else vocabulary_pieces(tokenizer, vocab)
-    probes = mark.vectors(scheme.embed(list(PROBES))).float().cpu()
-    path = None
-    if cache is not None:
-        path = Path(cache) / f"{_cache_key(pieces, probes)}.pt"
-        table = read_table(path, vocab, probes.shape[1])
-        if table is not None:
-            # Read on the CPU, then moved: any device the scheme is on, as a tensor made there.
-            return table.to(scheme.device).float()
-    table = _embed_entries(pieces, scheme, mark)
-    if path is not None:
-        write_table(path, table)
-    return table.to(scheme.device).float()
-
-
-def _embed_entries(pieces: list[str], scheme: Any, mark: Any) -> Tensor:
-    """The fp16 table of ``pieces``' processed vectors, on the CPU, built on one thread, with
-    progress lines (a terminal gets a bar as well)."""
-    from tqdm.auto import tqdm
-
-    vocab = len(pieces)
-    logger.info(
-        "embedding the generator's %d vocabulary entries once (cached for later runs)", vocab
-    )
-    rows = []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    start = last = time.perf_counter()
-    try:
-        batches = range(0, vocab, BATCH)
-        bar = tqdm(batches, desc="token vectors", unit="batch", leave=False, disable=None)
-        for n, first in enumerate(bar):
-            chunk = pieces[first : first + BATCH]
-            texts = [p if p.strip() else "." for p in chunk]
-            vectors = mark.vectors(scheme.embed(texts)).float().cpu()
-            blank = torch.tensor([not p.strip() for p in chunk])
-            rows.append(vectors.masked_fill(blank[:, None], 0.0))
-            now = time.perf_counter()
-            if now - last >= PROGRESS_SECONDS and n + 1 < len(batches):
-                last = now
-                done = min(first + BATCH, vocab)
-                rate = done / (now - start)
-                logger.info(
-                    "token vectors: %d of %d entries (%.0f%%), %.0f/s, about %.0f s left",
-                    done, vocab, 100 * done / vocab, rate, (vocab - done) / rate,
-                )  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
-    # Rounded as the cache stores it, so that the first run steers as every later one.
-    return torch.cat(rows).half()
-
-
-def read_table(path: Path, vocab: int, dim: int) -> Tensor | None:
-    """The fp16 ``(vocab, dim)`` table cached at ``path``, or ``None`` when there is none, or
-    when it does not load or does not match (then one warning says it is rebuilt)."""
-    if not path.exists():
-        return None
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-        table = saved.get("table") if isinstance(saved, dict) else None
-        digest = saved.get("sha256") if isinstance(saved, dict) else None
-        problem = None
-        if not isinstance(table, Tensor) or table.dtype != torch.float16:
-            problem = "not an fp16 table"
-        elif tuple(table.shape) != (vocab, dim):
-            problem = f"shape {tuple(table.shape)}, not ({vocab}, {dim})"
-        elif not bool(torch.isfinite(table).all()):
-            problem = "values that are not finite"
-        elif digest != _digest(table):
-            problem = "a checksum that does not match its values"
-    except Exception as err:  # truncated, empty, random bytes, another layout
-        problem = f"unreadable ({type(err).__name__})"
-    if problem is None:
-        return table
-    logger.warning("steering table %s is damaged (%s): rebuilding it", path, problem)
-    return None
-
-
-def write_table(path: Path, table: Tensor) -> None:
-    """Store ``table`` (fp16) at ``path`` with its checksum, atomically; a cache that cannot be
-    written is warned about (once per folder) and skipped."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        torch.save({"table": table.cpu(), "sha256": _digest(table)}, tmp)
-        tmp.replace(path)
-    except OSError as err:
-        if str(path.parent) not in _UNWRITABLE:
-            _UNWRITABLE.add(str(path.parent))
-            logger.warning(
-                "cannot write the steering table to %s (%s): it is used from memory and "
-                "built again next run (KSEMSTAMP_CACHE moves the cache)",
-                path.parent, err.strerror or err,
-            )  # fmt: skip
-
-
-_UNWRITABLE: set[str] = set()
-
-
-def _digest(table: Tensor) -> str:
-    return hashlib.sha256(table.contiguous().cpu().numpy().tobytes()).hexdigest()
 
 
 def word_tokens(tokenizer: Any, vocab: int, pieces: list[str] | None = None) -> Tensor:
     """``(vocab,)`` whether each vocabulary entry decodes to something with a letter (what
     ``Steering`` biases); ``pieces``: the vocabulary decoded already."""
+    from .cutter import vocabulary_pieces
+
     pieces = pieces if pieces is not None else vocabulary_pieces(tokenizer, vocab)
     return torch.tensor([any(c.isalpha() for c in p) for p in pieces], dtype=torch.bool)
+
+
+class TokenTable:
+    """The key-free token vectors of a generator's vocabulary, embedded as they are needed.
+
+    Args:
+        pieces: every entry decoded alone.
+        dim: the vectors' width.
+        embed: texts to their ``(N, dim)`` processed vectors (the mark's ``vectors`` of the
+            scheme's embeddings); ``None`` for a table given whole (``fixed``).
+        lengths: texts to their encoder token counts (entries of one count share a batch).
+        cache: the file the vectors are kept in across runs, or ``None``.
+    """
+
+    def __init__(
+        self,
+        pieces: Sequence[str],
+        dim: int,
+        embed: Callable[[list[str]], Tensor] | None = None,
+        lengths: Callable[[list[str]], list[int]] | None = None,
+        cache: Path | None = None,
+    ) -> None:
+        self.pieces = list(pieces)
+        self.vectors = torch.zeros(len(self.pieces), dim, dtype=torch.float16)
+        self.known = torch.zeros(len(self.pieces), dtype=torch.bool)
+        self.embed = embed
+        self.lengths = lengths or (lambda texts: [len(t) for t in texts])
+        self.cache = cache
+        self.unsaved = 0
+        self.saved_at = time.monotonic()
+        self.listeners: list[Callable[[Tensor], None]] = []
+        if cache is not None:
+            ids, vectors = read_rows(cache, len(self.pieces), dim)
+            self.vectors[ids] = vectors
+            self.known[ids] = True
+            _UNSAVED.add(self)
+
+    @classmethod
+    def fixed(cls, vectors: Tensor) -> TokenTable:
+        """A table of the given ``(V, D)`` vectors, every entry known (a zero row: no vector)."""
+        table = cls([""] * len(vectors), vectors.shape[1])
+        table.vectors = vectors.detach().half().cpu()
+        table.known[:] = True
+        return table
+
+    def __len__(self) -> int:
+        return len(self.pieces)
+
+    def ensure(self, ids: Tensor) -> Tensor:
+        """Embed the entries of ``ids`` not known yet; returns the ids embedded now (CPU)."""
+        ids = ids.cpu()
+        missing = ids[~self.known[ids]].unique()
+        if len(missing) == 0:
+            return missing
+        if self.embed is None:
+            raise RuntimeError("a fixed token table cannot embed new entries")
+        self.vectors[missing] = self._embed_canonically(missing.tolist())
+        self.known[missing] = True
+        self.unsaved += len(missing)
+        if self.cache is not None and time.monotonic() - self.saved_at >= SAVE_SECONDS:
+            self.save()
+        for listener in self.listeners:
+            listener(missing)
+        return missing
+
+    def _embed_canonically(self, ids: list[int]) -> Tensor:
+        """fp16 vectors of entries ``ids``, each computed as it would be in any other company
+        (see the module docstring), on one thread, with progress lines for long work."""
+        from tqdm.auto import tqdm
+
+        assert self.embed is not None
+        texts = [self.pieces[i] for i in ids]
+        groups: dict[int, list[int]] = defaultdict(list)
+        for pos, n in enumerate(self.lengths(texts)):
+            groups[n].append(pos)
+        batches = [
+            members[a : a + MAX_BATCH]
+            for _, members in sorted(groups.items())
+            for a in range(0, len(members), MAX_BATCH)
+        ]
+        out = torch.zeros(len(ids), self.vectors.shape[1], dtype=torch.float16)
+        long = len(ids) > 20 * MAX_BATCH
+        if long:
+            logger.info("embedding %d vocabulary entries for steering (cached)", len(ids))
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        start = last = time.perf_counter()
+        try:
+            bar = tqdm(batches, desc="token vectors", unit="batch", leave=False, disable=not long)
+            done = 0
+            for batch in bar:
+                chunk = [texts[p] for p in batch]
+                chunk += [chunk[0]] * (MIN_BATCH - len(chunk))
+                vectors = self.embed(chunk).float().cpu()[: len(batch)]
+                out[torch.tensor(batch)] = vectors.half()
+                done += len(batch)
+                now = time.perf_counter()
+                if long and now - last >= PROGRESS_SECONDS and done < len(ids):
+                    last, rate = now, done / (now - start)
+                    logger.info(
+                        "token vectors: %d of %d entries (%.0f%%), %.0f/s, about %.0f s left",
+                        done, len(ids), 100 * done / len(ids), rate, (len(ids) - done) / rate,
+                    )  # fmt: skip
+        finally:
+            torch.set_num_threads(threads)
+        return out
+
+    def save(self) -> None:
+        """Write the known vectors to the cache (merged with what another process wrote there
+        meanwhile), when anything is new."""
+        if self.cache is None or self.unsaved == 0:
+            return
+        ids, vectors = read_rows(self.cache, len(self), self.vectors.shape[1], quiet=True)
+        theirs = ~self.known[ids]
+        if theirs.any():
+            new = ids[theirs]
+            self.vectors[new] = vectors[theirs]
+            self.known[new] = True
+            for listener in self.listeners:
+                listener(new)
+        mine = self.known.nonzero().squeeze(-1)
+        write_rows(self.cache, mine, self.vectors[mine])
+        self.unsaved, self.saved_at = 0, time.monotonic()
+
+
+_UNSAVED: weakref.WeakSet[TokenTable] = weakref.WeakSet()
+"""Cached tables still alive, saved once more when the process ends."""
+
+
+@atexit.register
+def _save_at_exit() -> None:
+    for table in list(_UNSAVED):
+        table.save()
+
+
+def token_table(
+    tokenizer: Any, vocab: int, scheme: Any, mark: Any, cache: Path | None, pieces: Any = None
+) -> TokenTable:
+    """The lazily built ``TokenTable`` of a generator's ``vocab`` entries as ``mark`` processes
+    ``scheme``'s embeddings, cached in the folder ``cache`` (``None``: in memory only)."""
+    from .cutter import vocabulary_pieces
+
+    pieces = pieces if pieces is not None else vocabulary_pieces(tokenizer, vocab)
+    probes = mark.vectors(scheme.embed(list(PROBES))).float().cpu()
+    path = None if cache is None else Path(cache) / f"{_cache_key(pieces, probes)}.pt"
+    encoder_tokenizer = getattr(scheme.encoder, "tokenizer", None)
+
+    def lengths(texts: list[str]) -> list[int]:
+        read = [reading_form(normalize_text(t).text) for t in texts]
+        if encoder_tokenizer is None:
+            return [len(t) for t in read]
+        return [len(ids) for ids in encoder_tokenizer(read)["input_ids"]]
+
+    def embed(texts: list[str]) -> Tensor:
+        return mark.vectors(scheme.embed(texts))
+
+    return TokenTable(pieces, probes.shape[1], embed, lengths, path)
 
 
 def _cache_key(pieces: list[str], probes: Tensor) -> str:
@@ -191,43 +252,118 @@ class Steering:
     """The key's logit bias (see the module docstring).
 
     Args:
-        vectors: ``(V, D)`` token vectors (``token_vectors``).
-        directions: ``(K, D)`` the key's directions.
+        table: the token vectors (``token_table``, or ``TokenTable.fixed``).
+        directions: ``(K, D)`` the key's directions (their device is where biases are made).
         strength: the bias, in standard deviations of the tokens' projections (0: none).
-        words: ``(V,)`` the entries to steer (``word_tokens``); ``None``: every entry with a
-            vector.
+        words: ``(V,)`` the entries to steer (``word_tokens``); ``None``: every entry.
     """
 
     def __init__(
         self,
-        vectors: Tensor,
+        table: TokenTable,
         directions: Tensor,
         strength: float,
         words: Tensor | None = None,
     ) -> None:
         if strength < 0:
             raise ValueError(f"steering strength must be >= 0, got {strength}")
-        projections = vectors.float() @ directions.float().to(vectors.device).T  # (V, K)
-        self.table = projections.T.contiguous()  # (K, V): a row of weights picks a blend
+        self.tokens = table
+        self.directions = directions.float()
+        self.device = self.directions.device
         self.strength = float(strength)
-        active = vectors.abs().sum(dim=-1) > 0
-        if words is not None:
-            active = active & words.to(active.device)
-        self.active = active
+        vocab = len(table)
+        words = torch.ones(vocab, dtype=torch.bool) if words is None else words.cpu()
+        self.words = words.to(self.device)
+        # Steered: words with a vector (an entry not embedded yet counts as one until it is).
+        self.active = self.words.clone()
+        self.table = torch.zeros(len(self.directions), vocab, device=self.device)  # (K, V)
+        table.listeners.append(self._project)
+        self._project(table.known.nonzero().squeeze(-1))
+        steered = self.active.nonzero().squeeze(-1).cpu()
+        picks = torch.linspace(0, len(steered) - 1, min(SAMPLE, len(steered))).round().long()
+        sample = steered[picks.unique()] if len(steered) else steered
+        table.ensure(sample)
+        sample = sample[self.active[sample.to(self.device)].cpu()]  # blank ones left out
+        projections = self.table[:, sample.to(self.device)].T.double()  # (n, K)
+        self.mean = projections.mean(dim=0)
+        centered = projections - self.mean
+        self.covariance = centered.T @ centered / max(len(projections) - 1, 1)
+
+    def _project(self, ids: Tensor) -> None:
+        """Columns ``ids`` of the projection table, from their new token vectors."""
+        if len(ids) == 0:
+            return
+        vectors = self.tokens.vectors[ids].float().to(self.device)
+        at = ids.to(self.device)
+        self.table[:, at] = self.directions @ vectors.T
+        self.active[at] = self.words[at] & (vectors.abs().sum(dim=-1) > 0)
 
     @property
     def vocab(self) -> int:
         return int(self.table.shape[1])
 
-    def bias(self, weights: Tensor) -> Tensor:
-        """``(R, V)`` float32 logit biases toward ``(R, K)`` context weights (a zero row of
-        weights gives a zero bias): each row's projections standardised over the steered
-        entries (``words``: those that hold a letter), times ``strength``; the others (marks,
-        digits, whitespace, special tokens) are not biased, so steering leaves where units end
-        and how they are punctuated to the LM."""
-        raw = (weights.float().to(self.table.device) @ self.table)[:, self.active]
-        spread = raw.std(dim=-1, keepdim=True)
-        scaled = (raw - raw.mean(dim=-1, keepdim=True)) / spread.clamp_min(1e-12)
-        out = torch.zeros(len(weights), self.vocab, device=self.table.device)
-        out[:, self.active] = scaled.masked_fill(spread == 0, 0.0) * self.strength
+    def bias(self, weights: Tensor) -> SteerBias:
+        """The logit biases toward ``(R, K)`` context weights (a zero row gives none)."""
+        return SteerBias(self, weights.float().to(self.device))
+
+    def values(self, weights: Tensor, ids: Tensor) -> Tensor:
+        """``(R, len(ids))`` biases of entries ``ids`` (embedded now where not known yet): each
+        row's projections standardised by the sample's mean and spread for that row's blend,
+        times ``strength``; entries that are not steered get 0."""
+        ids = ids.to(self.device)
+        self.tokens.ensure(ids[self.words[ids]])  # marks and whitespace are never embedded
+        w = weights.double()
+        mean = w @ self.mean
+        spread = ((w @ self.covariance) * w).sum(dim=-1).clamp_min(0).sqrt()
+        raw = weights @ self.table[:, ids]
+        scaled = (raw - mean[:, None].float()) / spread[:, None].float().clamp_min(1e-12)
+        scaled = scaled.masked_fill((spread == 0)[:, None], 0.0) * self.strength
+        return scaled.masked_fill(~self.active[ids][None], 0.0)
+
+
+class SteerBias:
+    """``(R, V)`` logit biases of a ``Steering``, made where they are needed: ``among`` the
+    entries plausible at a step (embedding what is new), or ``dense`` over every entry."""
+
+    def __init__(self, steering: Steering, weights: Tensor) -> None:
+        self.steering = steering
+        self.weights = weights
+
+    def __len__(self) -> int:
+        return len(self.weights)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.weights), self.steering.vocab)
+
+    def rows(self, index: Tensor | Sequence[int]) -> SteerBias:
+        """The biases of rows ``index`` (repeats allowed)."""
+        index = torch.as_tensor(index, dtype=torch.long, device=self.weights.device)
+        return SteerBias(self.steering, self.weights[index])
+
+    def put(self, index: Sequence[int], other: SteerBias) -> SteerBias:
+        """These biases with rows ``index`` replaced by ``other``'s."""
+        weights = self.weights.clone()
+        weights[torch.as_tensor(index, dtype=torch.long, device=weights.device)] = other.weights
+        return SteerBias(self.steering, weights)
+
+    @staticmethod
+    def none(steering: Steering, rows: int) -> SteerBias:
+        """``rows`` rows of no bias."""
+        return SteerBias(
+            steering, torch.zeros(rows, len(steering.directions), device=steering.device)
+        )
+
+    def among(self, inside: Tensor) -> Tensor:
+        """``(R, V)`` float32 biases on ``inside``'s device, filled at the entries ``inside``
+        ``(R, V)`` marks in any row (0 elsewhere)."""
+        ids = inside.any(dim=0).nonzero().squeeze(-1)
+        out = torch.zeros(inside.shape, device=inside.device)
+        if len(ids):
+            out[:, ids] = self.steering.values(self.weights, ids).to(inside.device)
         return out
+
+    def dense(self) -> Tensor:
+        """``(R, V)`` float32 biases of every entry (the whole vocabulary embedded once)."""
+        every = torch.arange(self.steering.vocab, device=self.steering.device)
+        return self.steering.values(self.weights, every)

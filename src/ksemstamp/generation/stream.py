@@ -33,13 +33,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
 from .cutter import RowCut, UnitCutter
 from .engine import Finished, Place, RoundRequest, Step
+
+if TYPE_CHECKING:
+    from .steering import SteerBias
 
 MAX_BIAS = 100.0
 """The largest logit bias an OpenAI-compatible API takes (either sign)."""
@@ -242,7 +245,7 @@ class StreamRound:
         for g, n in enumerate(request.rows):
             gen = request.generator_of(g)
             seeds = torch.randint(0, SEED_SPACE, (n,), generator=gen).tolist()
-            bias = None if request.bias is None else request.bias[g]
+            bias = None if request.bias is None else request.bias.rows([g]).dense()[0]
             sparse = sparse_bias(bias, engine.bias_entries, engine.suppress)
             self.rows += [_Row((g, i), s, bias=sparse) for i, s in enumerate(seeds)]
 
@@ -316,11 +319,11 @@ class StreamRound:
     def tokens_of(self, row: Place) -> int:
         return len(self._of([row])[0].cut.tokens)
 
-    def steer(self, rows: Sequence[Place], bias: Tensor) -> None:
+    def steer(self, rows: Sequence[Place], bias: SteerBias) -> None:
         if bias.shape != (len(rows), self.engine.vocab_size):
             raise ValueError(f"a bias of shape {tuple(bias.shape)} for {len(rows)} rows")
         engine = self.engine
-        for row, dense in zip(self._of(rows), bias, strict=True):
+        for row, dense in zip(self._of(rows), bias.dense(), strict=True):
             row.bias = sparse_bias(dense, engine.bias_entries, engine.suppress)
 
     def retain(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:

@@ -32,7 +32,7 @@ from ..detection.stats import normal_sf
 from ..generation.cutter import vocabulary_pieces
 from ..generation.engine import Candidate, Pruner, PruneVerdict
 from ..generation.pruning import PruneRule, prune_rule, rows_to_keep
-from ..generation.steering import Steering, token_vectors, word_tokens
+from ..generation.steering import Steering, token_table, word_tokens
 from ..results import DetectionResult, Judgement, rank_of, too_short
 from ..scheme.core import soft_context_weights
 from ..scheme.keyed import keyed_directions
@@ -112,9 +112,9 @@ class DirectionMark(Mark):
         if self.strength <= 0:
             return
         pieces = pieces if pieces is not None else vocabulary_pieces(tokenizer, vocab)
-        vectors = token_vectors(tokenizer, vocab, self.scheme, self, cache, pieces)
+        table = token_table(tokenizer, vocab, self.scheme, self, cache, pieces)
         words = word_tokens(tokenizer, vocab, pieces)
-        self.steering = Steering(vectors, self.directions, self.strength, words)
+        self.steering = Steering(table, self.directions, self.strength, words)
 
     # ------------------------------------------------------------------ the key
     def material(self, key: str | None) -> np.ndarray:
