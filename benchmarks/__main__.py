@@ -11,6 +11,7 @@ from .bench import bench
 from .detection import detection
 from .generation import generation
 from .precision import precision
+from .steering import steering
 from .threads import threads
 from .throughput import throughput
 from .training import training
@@ -25,6 +26,7 @@ COMMANDS = {
     "throughput": throughput,
     "precision": precision,
     "threads": threads,
+    "steering": steering,
     "vllm": vllm,
 }
 """Every benchmark, by name."""

@@ -131,6 +131,7 @@ def test_bench_takes_every_part_and_its_defaults(capsys):
         (["precision", "--run.threads", "0"], "run.threads (--run.threads) must be >= 1"),
         (["generation", "--generation.prompts", "0"], "generation.prompts"),
         (["threads", "--threads.prompts", "0"], "threads.prompts (--threads.prompts) must be >= 1"),
+        (["steering", "--steering.entries", "0"], "steering.entries (--steering.entries) must be"),
         (["detection", "--detect-texts", "3"], "unrecognized arguments: --detect-texts"),
     ],
 )
@@ -165,6 +166,7 @@ def test_every_benchmark_is_a_command_and_nothing_else_runs_one():
         "precision",
         "threads",
         "vllm",
+        "steering",
     }
     for name, fn in COMMANDS.items():
         assert fn.__module__ == f"benchmarks.{name}" and fn.__doc__
@@ -428,3 +430,27 @@ def test_the_threads_benchmark_compares_every_cell_with_the_default_alone(monkey
     assert [t["met"] for t in bench_threads.threads_targets(slower)] == [False]
     table = "\n".join(bench_threads.threads_markdown(section))
     assert "| beside, default | default | auto | 15.000 | 15.00x | yes |" in table
+
+
+def test_the_steering_benchmark_times_each_vocabulary_s_set_up(monkeypatch, tmp_path, encoder):
+    """One row per vocabulary, with the set-up's steps and the rate of later entries; the
+    target is met or not by the measured seconds."""
+    from benchmarks import steering as bench_steering
+
+    class Words:
+        def __len__(self) -> int:
+            return 300
+
+        def batch_decode(self, rows):
+            return [f" w{i}" if i % 3 else "," for (i,) in rows]
+
+    monkeypatch.setattr(bench_steering, "_vocabularies", lambda: [("tiny", Words(), 300)])
+    monkeypatch.setattr(bench_steering.steering_module, "SAMPLE", 50)
+    assert run(["steering", "--steering.entries", "20", "--run.output_dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "steering.json").read_text())
+    (row,) = report["steering"]["rows"]
+    assert row["entries"] == 300 and row["word_entries"] == 200
+    assert row["ready_seconds"] >= row["setup_seconds"] > 0 and row["entries_per_second"] > 0
+    (target,) = report["targets"]
+    assert target["met"] == (row["ready_seconds"] < 60)
+    assert "| tiny | 300 | 200 |" in (tmp_path / "steering.md").read_text()
