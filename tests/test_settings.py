@@ -258,7 +258,7 @@ def test_identity_and_effort_are_apart_and_another_mark_s_effort_is_refused():
     built = WatermarkSettings(mark=RegionSettings(), search=DirectionSearch(max_candidates=5))
     assert built.search == RegionSearch(max_candidates=5)
     with pytest.raises(SettingsError, match="search.steer is read by the direction mark only"):
-        WatermarkSettings(mark=RegionSettings(), search=DirectionSearch(steer=0.5))
+        WatermarkSettings(mark=RegionSettings(), search=DirectionSearch(steer=0.25))
 
 
 def test_the_key_is_never_in_a_dict_or_repr():

@@ -58,16 +58,16 @@ class DirectionSearch(SearchSettings):
     own score, a candidate that restates an earlier high-scoring unit wins often, and the units
     of a text then move together under the key: they count like far fewer independent ones and
     the text's z stays low."""
-    steer: Annotated[float, Range(0, MAX_STEER)] = 0.0
+    steer: Annotated[float, Range(0, MAX_STEER)] = 0.5
     """While candidates are sampled, every word token's logit gains this many standard
     deviations of its meaning's projection on the key's direction for the context being
     written toward (the previous unit's, then, from the first pruning check, each row's own
     text so far: ``generation.steering``), among the entries the LM finds plausible at each
-    step (``sampling.steer_plausible``), so that candidates start nearer the key. ``0`` (the
-    default): candidates are sampled as the LM alone would. Detection does not depend on it.
-    More of the mark outlasts a paraphrase, at a price in perplexity: 0.5
-    (``configs/ksemstamp-steered.yaml``) read 1.10 times as perplexing as plain sampling
-    (docs/evaluation/quality.md)."""
+    step (``sampling.steer_plausible``), so that candidates start nearer the key and more of
+    the mark outlasts a paraphrase (docs/evaluation/quality.md). ``0``: candidates are sampled
+    as the LM alone would (``configs/ksemstamp-unsteered.yaml``). Detection does not depend on
+    it. An engine that takes one bias per request (``vllm``, ``openai``) is not steered
+    unless ``sampling.steer_plausible`` is 0."""
     fluent_share: Annotated[float, Range(0, 1)] = 0.75
     """A unit is kept from the most fluent of its scored candidates only: this share of them
     (rounded up, at least one), ranked by their mean log-probability per token under the LM
