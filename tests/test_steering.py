@@ -370,6 +370,30 @@ def test_both_hugging_face_engines_steer_the_same_distribution():
         torch.testing.assert_close(batched[r : r + 1], (steered / 0.7).softmax(-1))
 
 
+def test_both_hugging_face_engines_steer_alike_with_the_mark_s_bias():
+    """The mark's ``SteerBias`` asked for each step's plausible entries: one row of it in the
+    sequential engine's processor gives the batched engine's distribution for that row."""
+    from ksemstamp.generation.decoding import warp_logits
+    from ksemstamp.generation.sequential import _AddBias
+    from ksemstamp.settings import SamplingSettings
+
+    steering, _, _ = _steering(strength=2.0, vocab=50)
+    config = SamplingSettings(temperature=0.7, repetition_penalty=1.3, steer_plausible=0.05)
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, 50, generator=gen) * 3
+    bias = steering.bias(torch.rand(3, 3, generator=gen))
+    seen = torch.zeros(3, 50, dtype=torch.bool)
+    batched = warp_logits(logits, seen, config, (), bias).softmax(-1)
+    unsteered = warp_logits(logits, seen, config).softmax(-1)
+    assert not torch.allclose(batched, unsteered)  # the bias moved something
+    penalised = warp_logits(logits, seen, SamplingSettings(temperature=1.0, repetition_penalty=1.3))
+    for r in range(3):
+        steered = _AddBias(bias.rows([r]), config.steer_plausible, config.temperature)(
+            None, penalised[r : r + 1]
+        )
+        torch.testing.assert_close(batched[r : r + 1], (steered / 0.7).softmax(-1))
+
+
 @pytest.mark.parametrize(
     ("unit", "before", "degenerate"),
     [

@@ -45,9 +45,9 @@ class _WholeTextSentenceStop:
 
 class _AddBias:
     """A logits processor steering the scores by a fixed bias (``(V,)``, or one row of a
-    ``SteerBias``) among the plausible
-    entries (``decoding.steer_logits``); transformers runs it after the repetition penalty and
-    before the temperature, where the batched engine steers too."""
+    ``SteerBias``) among the plausible entries (``decoding.steer_logits``); transformers runs
+    it after the repetition penalty and before the temperature, where the batched engine
+    steers too."""
 
     def __init__(self, bias: Any, plausible: float, temperature: float) -> None:
         self.bias = bias
