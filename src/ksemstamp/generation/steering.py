@@ -46,6 +46,7 @@ from torch import Tensor
 
 from ..text.normalize import normalize_text
 from ..text.reading import reading_form
+from .cutter import vocabulary_pieces
 from .steering_cache import read_rows, write_rows
 
 logger = logging.getLogger(__name__)
@@ -75,8 +76,6 @@ CACHE_FORMAT = "lazy rows+sha256, equal-length batches of >= 8, one thread"
 def word_tokens(tokenizer: Any, vocab: int, pieces: list[str] | None = None) -> Tensor:
     """``(vocab,)`` whether each vocabulary entry decodes to something with a letter (what
     ``Steering`` biases); ``pieces``: the vocabulary decoded already."""
-    from .cutter import vocabulary_pieces
-
     pieces = pieces if pieces is not None else vocabulary_pieces(tokenizer, vocab)
     return torch.tensor([any(c.isalpha() for c in p) for p in pieces], dtype=torch.bool)
 
@@ -135,14 +134,18 @@ class TokenTable:
             return missing
         if self.embed is None:
             raise RuntimeError("a fixed token table cannot embed new entries")
-        self.vectors[missing] = self._embed_canonically(missing.tolist())
-        self.known[missing] = True
+        self._learn(missing, self._embed_canonically(missing.tolist()))
         self.unsaved += len(missing)
         if self.cache is not None and time.monotonic() - self.saved_at >= SAVE_SECONDS:
             self.save()
-        for listener in self.listeners:
-            listener(missing)
         return missing
+
+    def _learn(self, ids: Tensor, vectors: Tensor) -> None:
+        """Entries ``ids`` known from now on, with their fp16 ``vectors`` (listeners told)."""
+        self.vectors[ids] = vectors
+        self.known[ids] = True
+        for listener in self.listeners:
+            listener(ids)
 
     def _embed_canonically(self, ids: list[int]) -> Tensor:
         """fp16 vectors of entries ``ids``, each computed as it would be in any other company
@@ -194,11 +197,7 @@ class TokenTable:
         ids, vectors = read_rows(self.cache, len(self), self.vectors.shape[1], quiet=True)
         theirs = ~self.known[ids]
         if theirs.any():
-            new = ids[theirs]
-            self.vectors[new] = vectors[theirs]
-            self.known[new] = True
-            for listener in self.listeners:
-                listener(new)
+            self._learn(ids[theirs], vectors[theirs])
         mine = self.known.nonzero().squeeze(-1)
         write_rows(self.cache, mine, self.vectors[mine])
         self.unsaved, self.saved_at = 0, time.monotonic()
@@ -219,8 +218,6 @@ def token_table(
 ) -> TokenTable:
     """The lazily built ``TokenTable`` of a generator's ``vocab`` entries as ``mark`` processes
     ``scheme``'s embeddings, cached in the folder ``cache`` (``None``: in memory only)."""
-    from .cutter import vocabulary_pieces
-
     pieces = pieces if pieces is not None else vocabulary_pieces(tokenizer, vocab)
     probes = mark.vectors(scheme.embed(list(PROBES))).float().cpu()
     path = None if cache is None else Path(cache) / f"{_cache_key(pieces, probes)}.pt"
