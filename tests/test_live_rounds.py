@@ -12,7 +12,7 @@ import torch
 from ksemstamp.generation.draw import draw_round
 from ksemstamp.generation.engine import Pruner, PruneVerdict, RoundRequest
 from ksemstamp.generation.live import Delta, LiveEngine, LiveRound, LiveStreamer
-from ksemstamp.generation.stream import Sampled, StreamEngine, StreamRound
+from ksemstamp.generation.stream import MAX_BIAS, Sampled, StreamEngine, StreamRound
 from ksemstamp.text.splitter import get_splitter
 from tests.test_stream_engine import (
     EOS,
@@ -144,4 +144,27 @@ def test_a_request_the_backend_ends_early_is_an_empty_candidate_not_a_hang():
     engine = _engine(streamer, context=4 + 3)  # the prompt is 4 filler tokens
     results = draw_round(engine, RoundRequest.of(["Once upon a time."], [2]), _reject_all)
     assert [c.text for c in results[0].candidates] == ["", ""]
+    assert not streamer.queues
+
+
+@pytest.mark.parametrize("same", [False, True])
+def test_a_row_steered_at_every_step_restarts_only_when_its_bias_changes(same):
+    streamer = LiveScripted(ahead=4)
+    engine = _engine(streamer)
+    engine.steers_per_step = True
+    start = torch.zeros(2, len(PIECES))
+    start[:, 9] = 1.0
+
+    def decide(tokens, rows, texts, finished):
+        bias = start[[p[0] for p in rows]].clone()
+        if not same:
+            bias[:, 9] = 2.0
+        return PruneVerdict([True] * len(rows), DenseBias(bias))
+
+    draw_round(engine, _request(DenseBias(start)), _reject_all, Pruner(2, decide))
+    restarted = [job for _, job in streamer.started if job.steer.values[0, 9] == 2.0]
+    assert bool(restarted) != same
+    assert len(streamer.started) == (5 if same else 5 + len(restarted))
+    for job in restarted:  # from the row's tokens so far, the sparse bias only suppresses
+        assert len([t for t in job.ids if t != 0]) == 2 and job.bias == {EOS: -MAX_BIAS}
     assert not streamer.queues

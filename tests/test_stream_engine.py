@@ -168,6 +168,7 @@ class DenseBias:
 
     def __init__(self, values: torch.Tensor) -> None:
         self.values = values
+        self.weights = values  # what tells two biases apart
         self.shape = tuple(values.shape)
 
     def __len__(self) -> int:
@@ -191,6 +192,26 @@ def test_steering_reaches_the_streamer_as_its_largest_entries_and_eos_stays_supp
     assert first == {11: MAX_BIAS, 5: 3.0, 9: 1.0, EOS: -MAX_BIAS}
     assert engine.streamer.jobs[1].bias == {EOS: -MAX_BIAS}
     assert sparse_bias(None, 10) is None
+
+
+def test_a_streamer_that_steers_at_every_step_gets_each_rows_own_bias_not_a_sparse_one():
+    bias = torch.zeros(2, len(PIECES))
+    bias[0, 5], bias[1, 9] = 3.0, 1.0
+    gens = [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)]
+    engine = _engine(bias_entries=3)
+    engine.steers_per_step = True
+    request = RoundRequest.of(["Once.", "Twice."], [2, 1], gens, bias=DenseBias(bias))
+    draw_round(engine, request, _accept_all)
+    jobs = engine.streamer.jobs
+    assert all(job.bias == {EOS: -MAX_BIAS} for job in jobs)  # suppression only
+    assert {job.steer.shape for job in jobs} == {(1, len(PIECES))}
+    # The first call extends every row in order: document 0's two rows, then document 1's.
+    for job, g in zip(jobs[:3], [0, 0, 1], strict=True):
+        assert torch.equal(job.steer.values[0], bias[g])
+    unsteered = _engine()
+    unsteered.steers_per_step = True
+    draw_round(unsteered, RoundRequest.of(["Once."], [1], gens[:1]), _accept_all)
+    assert unsteered.streamer.jobs[0].steer is None
 
 
 @pytest.mark.parametrize("logprobs", [True, False])

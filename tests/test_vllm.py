@@ -31,12 +31,15 @@ PROMPT = (
 TOKENS = 120
 
 
-def _settings(steer: float = 0.5, kind: str = "vllm", **engine) -> WatermarkSettings:
-    """``steer`` > 0: every entry steered through the sparse bias (``steer_plausible 0``: a
-    served engine cannot steer among each step's plausible entries, and is not steered then)."""
+def _settings(
+    steer: float = 0.5, kind: str = "vllm", plausible: float = 0.0, **engine
+) -> WatermarkSettings:
+    """``steer`` > 0 with ``plausible`` 0: every entry steered through the sparse bias; with
+    ``plausible`` > 0 (the default settings' way): among each step's plausible entries, inside
+    vLLM's sampler (``generation.vllm_steer``), which a server cannot do."""
     sampling = {"engine": kind, "seed": 11, "max_new_tokens": TOKENS}
     if steer > 0:
-        sampling["steer_plausible"] = 0.0
+        sampling["steer_plausible"] = plausible
     return WatermarkSettings.from_dict(
         {
             "key": "test-suite-key",
@@ -49,11 +52,13 @@ def _settings(steer: float = 0.5, kind: str = "vllm", **engine) -> WatermarkSett
 
 @pytest.fixture(scope="module")
 def llm():
+    """One engine for the in-process tests, built to steer among plausible entries (the other
+    requests pass it by)."""
     from ksemstamp.generation.stream import served_path
     from ksemstamp.generation.vllm_engine import build_llm, close_llm
 
     settings = _settings()
-    engine = build_llm(served_path(settings.model.lm), settings.engine, "cpu", 0)
+    engine = build_llm(served_path(settings.model.lm), settings.engine, "cpu", 0, steer=True)
     yield engine
     close_llm(engine)
 
@@ -63,17 +68,79 @@ def detector():
     return build_detector(_settings())
 
 
-@pytest.mark.parametrize(("steer", "keep_rows"), [(0.5, True), (0.0, True), (0.0, False)])
-def test_text_made_through_vllm_is_detected(llm, detector, steer, keep_rows):
-    watermarker = build_watermarker(_settings(steer, keep_rows=keep_rows), lm=llm)
+@pytest.mark.parametrize(
+    ("steer", "plausible", "keep_rows"),
+    [(0.5, 0.1, True), (0.5, 0.1, False), (0.5, 0.0, True), (0.0, 0.0, True), (0.0, 0.0, False)],
+)
+def test_text_made_through_vllm_is_detected(llm, detector, steer, plausible, keep_rows):
+    from ksemstamp.generation import vllm_steer
+
+    settings = _settings(steer, plausible=plausible, keep_rows=keep_rows)
+    watermarker = build_watermarker(settings, lm=llm)
     assert (watermarker.mark.steering is not None) == (steer > 0)
+    assert watermarker.engine.steers_per_step == (plausible > 0)
+    applied = vllm_steer.APPLIED[0]
     result = watermarker.generate([PROMPT])[0]
+    # Rows steered at every step inside vLLM's sampler, and only where asked.
+    assert (vllm_steer.APPLIED[0] - applied >= result.num_tokens) == (plausible > 0)
+    assert not vllm_steer.STEERED  # every finished or stopped request's handle released
     assert llm.llm_engine.get_num_unfinished_requests() == 0  # no row left running
     assert result.num_tokens >= TOKENS and result.decoded_tokens >= result.num_tokens
     found = detector.detect(result.text, PROMPT)
     assert found.p_value <= 0.01, (found.z_score, result.text)
     plain = watermarker.generate([PROMPT], watermark=False)[0]
     assert detector.detect(plain.text, PROMPT).p_value > 0.01 or plain.text != result.text
+
+
+def test_vllm_steers_the_rows_it_is_given_among_their_plausible_entries():
+    """``vllm_steer.PlausibleSteer`` on a batch of three rows, two steered: each steered row as
+    ``decoding.steer_logits`` steers it, the other untouched, moves followed, an unknown handle
+    an error."""
+    import torch
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
+
+    from ksemstamp.generation.decoding import steer_logits
+    from ksemstamp.generation.steering import SteerBias
+    from ksemstamp.generation.vllm_steer import HANDLE, PlausibleSteer, Steered, register, release
+
+    class Table:  # a Steering: each entry's value is its row of a fixed table times the weights
+        vocab = 50
+        directions = torch.zeros(4, 8)
+        device = torch.device("cpu")
+        table = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+
+        def values(self, weights, ids):
+            return weights @ self.table[:, ids]
+
+    table = Table()
+    weights = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    handles = [register(Steered(SteerBias(table, weights[i : i + 1]), 0.1, 0.7)) for i in (0, 1)]
+
+    def params(handle):
+        return SamplingParams(extra_args=None if handle is None else {HANDLE: handle})
+
+    steer = PlausibleSteer(None, torch.device("cpu"), False)
+    added = [
+        (0, params(handles[0]), None, []),
+        (1, params(None), None, []),
+        (2, params(handles[1]), None, []),
+    ]
+    steer.update_state(BatchUpdate(3, [], added, []))
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(2)) * 0.5  # many plausible
+    got = steer.apply(logits.clone())
+    for row, w in ((0, 0), (2, 1)):
+        want = steer_logits(logits[row : row + 1], SteerBias(table, weights[w : w + 1]), 0.1, 0.7)
+        assert torch.allclose(got[row], want[0]) and not torch.equal(got[row], logits[row])
+    assert torch.equal(got[1], logits[1])
+    steer.update_state(BatchUpdate(3, [], [], [(0, 1, MoveDirectionality.SWAP)]))
+    moved = steer.apply(logits.clone())
+    want = steer_logits(logits[1:2], SteerBias(table, weights[:1]), 0.1, 0.7)
+    assert torch.equal(moved[0], logits[0]) and torch.allclose(moved[1], want[0])
+    release(handles[0])
+    with pytest.raises(RuntimeError, match="engine core in this process"):
+        steer.apply(logits.clone())
+    release(handles[1])
 
 
 @pytest.fixture(scope="module")

@@ -237,10 +237,11 @@ def build_watermarker(
         and not getattr(engine, "steers_per_step", True)
     ):
         logger.warning(
-            "the %s engine takes one logit bias per request, so it cannot steer among the "
-            "entries plausible at each step (sampling.steer_plausible): not steered (the "
-            "mark selects alone); --sampling.steer_plausible 0 steers every entry through a "
-            "sparse bias, at more perplexity",
+            "the %s engine takes one logit bias per request (vLLM steers at each step only in "
+            "this process with one worker), so it cannot steer among the entries plausible at "
+            "each step (sampling.steer_plausible): not steered (the mark selects alone); "
+            "--sampling.steer_plausible 0 steers every entry through a sparse bias, at more "
+            "perplexity",
             settings.sampling.engine,
         )
     else:

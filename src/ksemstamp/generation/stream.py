@@ -22,10 +22,13 @@ Randomness: each row draws one integer seed from its document's generator when t
 each extension of the row is seeded from that seed and the row's length, so a row's text
 depends on its document's seed and the settings, not on the other rows of the batch.
 
-Steering reaches a streamer as a sparse ``logit_bias`` (what vLLM's ``SamplingParams`` and the
-OpenAI API take): the ``bias_entries`` largest entries of the row's dense bias. The entries
-left out lose at most their own bias (the largest left-out value bounds it), which is what
-steering gives up in evidence against the Hugging Face engine's dense bias.
+Steering reaches a streamer in one of two ways. One that steers at every step (vLLM in this
+process: ``vllm_steer``; the engine's ``steers_per_step``) gets each row's ``SteerBias`` and
+applies it among the step's plausible entries, as the Hugging Face engines do. Any other gets a
+sparse ``logit_bias`` (what vLLM's ``SamplingParams`` and the OpenAI API take): the
+``bias_entries`` largest entries of the row's dense bias, added at every step to every entry
+(``sampling.steer_plausible`` 0). The entries left out lose at most their own bias (the largest
+left-out value bounds it), which is what steering gives up in evidence against the dense bias.
 """
 
 from __future__ import annotations
@@ -53,12 +56,15 @@ SEED_SPACE = 2**31 - 1
 @dataclass(frozen=True)
 class Extension:
     """One row to extend: its token ids so far (prompt then row), how many tokens at most, the
-    seed of this extension, and a sparse logit bias (token id -> bias) or ``None``."""
+    seed of this extension, a sparse logit bias (token id -> bias) or ``None``, and, for a
+    streamer that steers at every step (``StreamEngine.steers_per_step``), the row's one-row
+    ``steering.SteerBias`` to apply among each step's plausible entries."""
 
     ids: list[int]
     max_tokens: int
     seed: int
     bias: dict[int, float] | None = None
+    steer: SteerBias | None = None
 
 
 class Sampled(NamedTuple):
@@ -144,6 +150,7 @@ class _Row:
     seed: int
     cut: RowCut = field(default_factory=RowCut)
     bias: dict[int, float] | None = None
+    steer: SteerBias | None = None
     done: bool = False
 
 
@@ -168,7 +175,9 @@ class StreamEngine:
 
     model = None
     steers_per_step = False
-    """A steering bias reaches the server once per request, not step by step."""
+    """A steering bias reaches the backend once per request as a sparse bias, not step by step;
+    an engine whose streamer steers at every step (vLLM in this process) sets it: rows then
+    carry their ``SteerBias`` (``Extension.steer``)."""
 
     streamer: TokenStreamer
     tokenizer: Any
@@ -245,9 +254,17 @@ class StreamRound:
         for g, n in enumerate(request.rows):
             gen = request.generator_of(g)
             seeds = torch.randint(0, SEED_SPACE, (n,), generator=gen).tolist()
-            bias = None if request.bias is None else request.bias.rows([g]).dense()[0]
-            sparse = sparse_bias(bias, engine.bias_entries, engine.suppress)
-            self.rows += [_Row((g, i), s, bias=sparse) for i, s in enumerate(seeds)]
+            sparse, steer = self._biases(None if request.bias is None else request.bias.rows([g]))
+            self.rows += [_Row((g, i), s, bias=sparse, steer=steer) for i, s in enumerate(seeds)]
+
+    def _biases(self, bias: SteerBias | None) -> tuple[dict[int, float] | None, SteerBias | None]:
+        """A one-row bias as what a row carries: ``(sparse logit bias, SteerBias or None)``.
+        The sparse bias always holds the suppressed entries; it holds the steering's largest
+        entries too unless the streamer steers at every step (it gets the ``SteerBias``)."""
+        engine = self.engine
+        if bias is None or engine.steers_per_step:
+            return sparse_bias(None, 0, engine.suppress), bias
+        return sparse_bias(bias.dense()[0], engine.bias_entries, engine.suppress), None
 
     @property
     def live(self) -> list[Place]:
@@ -281,7 +298,7 @@ class StreamRound:
     def _job(self, row: _Row, budget: int) -> Extension:
         g = row.place[0]
         seed = extension_seed(row.seed, len(row.cut.tokens))
-        return Extension(self.ids[g] + row.cut.tokens, max(1, budget), seed, row.bias)
+        return Extension(self.ids[g] + row.cut.tokens, max(1, budget), seed, row.bias, row.steer)
 
     def _feed(self, row: _Row, new: Sampled | list[int]) -> Finished | None:
         """Push a row's new tokens (and their log-probabilities, where given) through the
@@ -322,9 +339,8 @@ class StreamRound:
     def steer(self, rows: Sequence[Place], bias: SteerBias) -> None:
         if bias.shape != (len(rows), self.engine.vocab_size):
             raise ValueError(f"a bias of shape {tuple(bias.shape)} for {len(rows)} rows")
-        engine = self.engine
-        for row, dense in zip(self._of(rows), bias.dense(), strict=True):
-            row.bias = sparse_bias(dense, engine.bias_entries, engine.suppress)
+        for i, row in enumerate(self._of(rows)):
+            row.bias, row.steer = self._biases(bias.rows([i]))
 
     def retain(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
         wanted = set(rows)

@@ -17,6 +17,7 @@ core as a spawned process.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +28,9 @@ from .stream import Extension, Sampled, api_sampling, lm_facts, served_path
 
 CPU_BLOCK = 32
 """KV-cache block size on a CPU when ``engine.block_size`` is unset (its docstring says why)."""
+STEERS: dict[int, Any] = {}
+"""The LLMs ``build_llm`` made to steer among plausible entries, by ``id``."""
+_KEYS = itertools.count()
 
 
 class VllmStreamer:
@@ -40,12 +44,30 @@ class VllmStreamer:
     def __init__(self, llm: Any, sampling: Any) -> None:
         self.llm = llm
         self.params = api_sampling(sampling)
+        self.plausible = sampling.steer_plausible
+        self.temperature = sampling.temperature
         self._running: set[str] = set()
+        self._handles: dict[str, str] = {}  # request key -> its steering handle
 
-    def _params(self, job: Extension, delta: bool = False) -> Any:
+    @property
+    def steers(self) -> bool:
+        """Whether the LLM steers rows among each step's plausible entries (``build_llm``
+        with ``steer``: the sampler in this process, ``vllm_steer.PlausibleSteer`` in it)."""
+        return STEERS.get(id(self.llm)) is self.llm
+
+    def _params(self, job: Extension, key: str, delta: bool = False) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        extra = None
+        if job.steer is not None:
+            if not self.steers:
+                raise RuntimeError("a row to steer at every step, on an LLM that cannot")
+            from .vllm_steer import HANDLE, Steered, register
+
+            handle = register(Steered(job.steer, self.plausible, self.temperature))
+            self._handles[key] = handle
+            extra = {HANDLE: handle}
         kind = RequestOutputKind.DELTA if delta else RequestOutputKind.FINAL_ONLY
         return SamplingParams(
             n=1,
@@ -56,17 +78,31 @@ class VllmStreamer:
             detokenize=False,
             logprobs=0,
             output_kind=kind,
+            extra_args=extra,
             **self.params,
         )
+
+    def _release(self, keys: Sequence[str]) -> None:
+        """Forget the steering of requests ``keys`` (finished or stopped)."""
+        from .vllm_steer import release
+
+        for key in keys:
+            handle = self._handles.pop(key, None)
+            if handle is not None:
+                release(handle)
 
     def extend(self, jobs: Sequence[Extension]) -> list[Sampled]:
         from vllm.inputs import TokensPrompt
 
         if self._running:
             raise RuntimeError("extend while rows of a live round are running")
+        keys = [f"extend-{next(_KEYS)}" for _ in jobs]
         prompts = [TokensPrompt(prompt_token_ids=job.ids) for job in jobs]
-        params = [self._params(job) for job in jobs]
-        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        params = [self._params(job, key) for job, key in zip(jobs, keys, strict=True)]
+        try:
+            outs = self.llm.generate(prompts, params, use_tqdm=False)
+        finally:
+            self._release(keys)
         return [sampled(out.outputs[0]) for out in outs]
 
     def start(self, key: str, job: Extension) -> None:
@@ -74,7 +110,7 @@ class VllmStreamer:
         from vllm.inputs import TokensPrompt
 
         self.llm.llm_engine.add_request(
-            key, TokensPrompt(prompt_token_ids=job.ids), self._params(job, delta=True)
+            key, TokensPrompt(prompt_token_ids=job.ids), self._params(job, key, delta=True)
         )
         self._running.add(key)
 
@@ -89,6 +125,7 @@ class VllmStreamer:
                 continue
             if out.finished:
                 self._running.discard(key)
+                self._release([key])
             deltas.append(Delta(key, sampled(out.outputs[0]), out.finished))
         return deltas
 
@@ -98,6 +135,7 @@ class VllmStreamer:
         if keys:
             self._running.difference_update(keys)
             self.llm.llm_engine.abort_request(keys)
+            self._release(keys)
 
     def close(self) -> None:
         """Shut vLLM's engine core down (vLLM also does when the process exits)."""
@@ -110,6 +148,7 @@ def close_llm(llm: Any) -> None:
     for made, built in list(BUILT.items()):
         if built is llm:
             del BUILT[made]
+    STEERS.pop(id(llm), None)
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     shutdown = getattr(core, "shutdown", None)
     if callable(shutdown):
@@ -128,16 +167,28 @@ class VllmEngine(LiveEngine):
         built = lm if lm is not None and not isinstance(lm, (str, tuple)) else None
         path = served_path(lm if isinstance(lm, str) else settings.model.lm)
         tokenizer, vocab, context = lm_facts(path)
+        per_step = steers_per_step(settings)
         llm = built or build_llm(
-            path, settings.engine, settings.model.device, settings.sampling.seed
+            path, settings.engine, settings.model.device, settings.sampling.seed, steer=per_step
         )
         served = getattr(getattr(llm, "llm_engine", None), "model_config", None)
         longest = getattr(served, "max_model_len", None)
         if isinstance(longest, int):
             context = min(context or longest, longest)
-        return cls.of(
-            VllmStreamer(llm, settings.sampling), tokenizer, splitter, settings, vocab, context
-        )
+        streamer = VllmStreamer(llm, settings.sampling)
+        engine = cls.of(streamer, tokenizer, splitter, settings, vocab, context)
+        engine.steers_per_step = per_step and streamer.steers
+        return engine
+
+
+def steers_per_step(settings: Any) -> bool:
+    """Whether ``settings`` steer among each step's plausible entries, and vLLM can here: one
+    worker (``engine.tensor_parallel_size`` 1), so that the sampler runs in this process."""
+    return (
+        getattr(settings.search, "steer", 0) > 0
+        and settings.sampling.steer_plausible > 0
+        and settings.engine.tensor_parallel_size == 1
+    )
 
 
 BUILT: dict[str, Any] = {}
@@ -146,17 +197,40 @@ model and engine settings shares one (the evaluation and the lab build a waterma
 and each engine core left behind keeps its worker polling a core)."""
 
 
-def build_llm(path: str, eng: Any, device: str, seed: int | None) -> Any:
+def build_llm(path: str, eng: Any, device: str, seed: int | None, steer: bool = False) -> Any:
     """A ``vllm.LLM`` serving ``path`` with prefix caching (``eng``: ``EngineSettings``), the
     one built before from the same arguments if there is one (``BUILT``). Sharing changes no
-    text: every request carries its own seed."""
-    made = repr((path, eng, str(device), seed))
+    text: every request carries its own seed. ``steer``: an LLM that can steer rows among each
+    step's plausible entries (``vllm_steer``): its engine core runs in this process (vLLM's
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) with ``vllm_steer.PlausibleSteer`` installed."""
+    made = repr((path, eng, str(device), seed, steer))
     if made not in BUILT:
-        BUILT[made] = _new_llm(path, eng, device, seed)
+        if not steer:
+            BUILT[made] = _new_llm(path, eng, device, seed)
+        else:
+            from .vllm_steer import PlausibleSteer
+
+            before = os.environ.get(IN_PROCESS)
+            os.environ[IN_PROCESS] = "0"
+            try:
+                llm = _new_llm(path, eng, device, seed, [PlausibleSteer])
+            finally:
+                if before is None:
+                    os.environ.pop(IN_PROCESS)
+                else:
+                    os.environ[IN_PROCESS] = before
+            STEERS[id(llm)] = llm
+            BUILT[made] = llm
     return BUILT[made]
 
 
-def _new_llm(path: str, eng: Any, device: str, seed: int | None) -> Any:
+IN_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
+"""vLLM's switch: ``0`` runs its engine core in this process."""
+
+
+def _new_llm(
+    path: str, eng: Any, device: str, seed: int | None, processors: list[Any] | None = None
+) -> Any:
     gpu = str(device).startswith("cuda")
     if not gpu:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(eng.kv_cache_gib))
@@ -188,6 +262,8 @@ def _new_llm(path: str, eng: Any, device: str, seed: int | None) -> Any:
         kwargs["block_size"] = block
     if gpu:
         kwargs["gpu_memory_utilization"] = eng.gpu_memory_utilization
+    if processors:
+        kwargs["logits_processors"] = processors
     return LLM(**kwargs)
 
 

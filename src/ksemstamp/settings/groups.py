@@ -160,9 +160,10 @@ class SamplingSettings:
     """Where a logit bias steers the candidates (``search.steer``): only among the entries at
     least this times as probable as the most likely one at that step (sampled at
     ``temperature``), which keep the probability they had together; every other entry keeps its
-    own (``generation.decoding.steer_logits``). 0: the bias is added to every entry. Served
-    engines (``vllm``, ``openai``) take a static bias and cannot apply it per step: there the
-    bias goes to every entry whatever this says."""
+    own (``generation.decoding.steer_logits``). 0: the bias is added to every entry. vLLM in
+    this process applies it inside its sampler (``generation.vllm_steer``); an engine that
+    takes one bias per request (``openai``, vLLM over several GPUs) cannot, and is then not
+    steered unless this is 0."""
     max_new_tokens: Annotated[int, Range(1, 100_000)] = 200
     """Stop a continuation once it has this many tokens (paper: about 200) and ends a
     sentence: with clause units, the sentence the budget falls in is finished, by more clauses

@@ -66,8 +66,9 @@ class DirectionSearch(SearchSettings):
     step (``sampling.steer_plausible``), so that candidates start nearer the key and more of
     the mark outlasts a paraphrase (docs/evaluation/quality.md). ``0``: candidates are sampled
     as the LM alone would (``configs/ksemstamp-unsteered.yaml``). Detection does not depend on
-    it. An engine that takes one bias per request (``vllm``, ``openai``) is not steered
-    unless ``sampling.steer_plausible`` is 0."""
+    it. vLLM in this process steers inside its sampler (``generation.vllm_steer``); an
+    engine that takes one bias per request (``openai``, vLLM over several GPUs) is not
+    steered unless ``sampling.steer_plausible`` is 0."""
     fluent_share: Annotated[float, Range(0, 1)] = 0.75
     """A unit is kept from the most fluent of its scored candidates only: this share of them
     (rounded up, at least one), ranked by their mean log-probability per token under the LM
