@@ -7,8 +7,10 @@ news prompts, one prompt a call, in turn prompt by prompt:
 
 * ``plain_vllm``: ``vllm.LLM.generate`` of ``max_new_tokens`` tokens, ``n = 1`` (the floor);
 * ``default_vllm``: the default mark (``configs/ksemstamp.yaml``) with ``sampling.engine vllm``
-  (rows kept running across pruning checks), and ``default_vllm_chunked``, the same with every
-  chunk of a row a new request (``engine.keep_rows: false``);
+  (rows kept running across pruning checks, steered among each step's plausible entries inside
+  vLLM's sampler: the engine core then runs in this process, for the floor too), and
+  ``default_vllm_chunked``, the same with every chunk of a row a new request
+  (``engine.keep_rows: false``);
 * ``candidates128_vllm``: the 128-candidate profile (``configs/ksemstamp-gpu.yaml``) through vLLM;
 * ``default_hf``: the default mark through the Hugging Face engine, and ``plain_hf``, plain
   ``generate`` of the same model (the HF engine's own floor), in the same process.
@@ -138,10 +140,11 @@ def run_vllm(settings: VllmBenchSettings, on_prompt: Any = None) -> dict[str, An
 
     from ksemstamp.assets import load_lm
     from ksemstamp.generation.stream import api_sampling, served_path
-    from ksemstamp.generation.vllm_engine import build_llm
+    from ksemstamp.generation.vllm_engine import build_llm, steers_per_step
 
     default = _config(DEFAULT_CONFIG, settings, "vllm")
-    llm = build_llm(served_path(default.model.lm), default.engine, "cpu", 0)
+    path = served_path(default.model.lm)
+    llm = build_llm(path, default.engine, "cpu", 0, steer=steers_per_step(default))
     scheme = build_scheme(default)
     marks = {"default_vllm": build_watermarker(default, scheme, llm)}
     if settings.chunked:
