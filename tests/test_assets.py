@@ -57,19 +57,42 @@ def test_one_conversion_serves_every_checkout_holding_the_same_file(tmp_path, fa
     assert third != first and len(fake_conversion) == 4
 
 
-def test_a_conversion_by_an_earlier_transformers_is_replaced_not_kept(
+def test_another_transformers_conversion_is_kept_while_used_and_goes_once_stale(
     tmp_path, fake_conversion, monkeypatch
 ):
+    """Two environments on one cache (the project's, vLLM's older transformers) each keep
+    their conversion; one unused for ``STALE_DAYS`` goes when another is made."""
+    import os
+    import time
+
     import transformers
 
-    from ksemstamp.assets import cache_dir, convert_gguf
+    from ksemstamp.assets import STALE_DAYS, cache_dir, convert_gguf
 
     gguf = _gguf(tmp_path / "model.gguf")
-    monkeypatch.setattr(transformers, "__version__", "0.0.1")
-    old = convert_gguf(gguf)
-    monkeypatch.setattr(transformers, "__version__", "0.0.2")
-    new = convert_gguf(gguf)
-    assert new != old and [p.name for p in (cache_dir() / "converted").iterdir()] == [new.name]
+
+    def made(version: str):
+        monkeypatch.setattr(transformers, "__version__", version)
+        return convert_gguf(gguf)
+
+    old, new = made("0.0.1"), made("0.0.2")
+    assert made("0.0.1") == old and len(fake_conversion) == 4  # both kept, neither made again
+    assert sorted(p.name for p in (cache_dir() / "converted").iterdir()) == [old.name, new.name]
+    long_ago = time.time() - (STALE_DAYS + 1) * 86400
+    os.utime(old, (long_ago, long_ago))
+    newest = made("0.0.3")  # the stale one goes, the one in use stays
+    assert sorted(p.name for p in (cache_dir() / "converted").iterdir()) == [new.name, newest.name]
+
+
+def test_a_damaged_conversion_is_made_again_not_returned(tmp_path, fake_conversion):
+    from ksemstamp.assets import convert_gguf
+
+    gguf = _gguf(tmp_path / "model.gguf")
+    first = convert_gguf(gguf)
+    (first / "config.json").unlink()  # a clean-up cut short left the tokenizer's files only
+    (first / "tokenizer.json").write_text("{}")
+    again = convert_gguf(gguf)
+    assert again == first and (again / "config.json").exists() and len(fake_conversion) == 4
 
 
 def test_a_file_is_hashed_once_while_it_stays_as_it_is(tmp_path, monkeypatch):

@@ -193,6 +193,58 @@ def test_both_streamers_give_the_lms_raw_logprob_of_each_sampled_token(llm, serv
         assert gap < 0.15, (got.logprobs, want.tolist())
 
 
+def test_each_running_vllm_request_is_steered_by_its_own_bias_as_others_come_and_go(llm):
+    """In the real engine, three requests steered toward three different tokens (a bias of 40
+    on one token each, every entry plausible): each writes its own token, before and after
+    another request is stopped and a new one joins (vLLM moves rows within its batch)."""
+    import torch
+
+    from ksemstamp.generation import vllm_steer
+    from ksemstamp.generation.steering import SteerBias
+    from ksemstamp.generation.stream import Extension, lm_facts, served_path
+    from ksemstamp.generation.vllm_engine import VllmStreamer
+
+    settings = _settings(plausible=1e-30)  # every entry plausible: the bias alone decides
+    tokenizer, width, _ = lm_facts(served_path(settings.model.lm))
+    ids = tokenizer(PROMPT)["input_ids"]
+    targets = [
+        tokenizer(w, add_special_tokens=False)["input_ids"][0]
+        for w in (" red", " sea", " owl", " map")
+    ]
+
+    class OneToken:  # a Steering whose k-th weight lifts target k's logit by 40
+        vocab = int(width)
+
+        def values(self, weights, entries):
+            table = torch.zeros(len(targets), self.vocab)
+            table[torch.arange(len(targets)), torch.tensor(targets)] = 40.0
+            return weights.float() @ table[:, entries.cpu()]
+
+    table = OneToken()
+    streamer = VllmStreamer(llm, settings.sampling)
+
+    def steered(k: int) -> SteerBias:
+        return SteerBias(table, torch.eye(len(targets))[k : k + 1])
+
+    for k in range(3):
+        streamer.start(f"steer-{k}", Extension(ids, 8, k, steer=steered(k)))
+    got: dict[str, list[int]] = {f"steer-{k}": [] for k in range(4)}
+    for delta in streamer.pull():
+        got[delta.key] += delta.new.ids
+    streamer.stop(["steer-0"])
+    streamer.start("steer-3", Extension(ids, 8, 3, steer=steered(3)))
+    running = {"steer-1", "steer-2", "steer-3"}
+    while running:
+        for delta in streamer.pull():
+            got[delta.key] += delta.new.ids
+            if delta.finished:
+                running.discard(delta.key)
+    for k in range(4):
+        tokens = got[f"steer-{k}"]
+        assert tokens and set(tokens) == {targets[k]}, (k, tokens)
+    assert not vllm_steer.STEERED and llm.llm_engine.get_num_unfinished_requests() == 0
+
+
 def test_a_running_vllm_request_gives_what_one_call_gives_and_stops_when_told(llm):
     from ksemstamp.generation.stream import Extension, lm_facts, served_path
     from ksemstamp.generation.vllm_engine import VllmStreamer

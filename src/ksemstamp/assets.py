@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import shutil
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,6 +166,7 @@ def convert_gguf(gguf_file: Path) -> Path:
     name, same = _converted_name(gguf_file)
     target = cache_dir() / "converted" / name
     if (target / "config.json").exists():
+        _used(target)
         return target
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -183,15 +185,39 @@ def convert_gguf(gguf_file: Path) -> Path:
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() and not (target / "config.json").exists():
+        # A damaged entry (a clean-up or copy cut short): ours replaces it.
+        shutil.rmtree(target, ignore_errors=True)
     try:
         tmp.rename(target)
     except OSError:  # another process won the race; its copy is as good as ours
         shutil.rmtree(tmp, ignore_errors=True)
-    # One copy of a file's conversion: those an earlier transformers version made go.
+    _used(target)
+    # Conversions by other transformers versions go once unused for STALE_DAYS: two virtual
+    # environments on one cache (the project's and vLLM's, which pins an older transformers)
+    # each keep theirs instead of deleting the other's, perhaps while it is being read.
+    stale = time.time() - STALE_DAYS * 86400
     for old in target.parent.glob(f"{same}*"):
-        if old != target and ".tmp" not in old.name:  # never another process's conversion
+        if old != target and ".tmp" not in old.name and _last_used(old) < stale:
             shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+STALE_DAYS = 30
+"""Days a conversion by another transformers version is kept after its last use."""
+
+
+def _used(folder: Path) -> None:
+    """Mark a conversion as used now (its folder's modification time)."""
+    with contextlib.suppress(OSError):  # a read-only cache is still a cache
+        os.utime(folder)
+
+
+def _last_used(folder: Path) -> float:
+    try:
+        return folder.stat().st_mtime
+    except OSError:
+        return time.time()
 
 
 def resolve_lm_path(spec: str) -> str:
