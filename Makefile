@@ -301,17 +301,23 @@ results-quality: setup
 		$(PY) -m json.tool --compact runs/lab/check-$$name/summary.json \
 			docs/evaluation/quality/$$name/summary.json || exit 1; done
 
-# Long: the default through vLLM against the Hugging Face engine (about 40 minutes; needs
-# plain48 of results-quality and make setup-vllm), docs/evaluation/engines.
+# Long: the default through vLLM against the Hugging Face engine (about an hour; needs plain48
+# and d075 of results-quality and make setup-vllm), docs/evaluation/engines.
 results-engines: setup setup-vllm
 	$(LAB) check --run.name h012 --run.prompts 12 $(UNSTEERED) $(ALL)
 	KSEMSTAMP_ALLOW_WEAK_KEY=1 $(VLLM_PY) -m lab check --run.name v012 --run.prompts 12 \
 		--sampling.engine vllm $(UNSTEERED) $(ALL) --run.stage generate
 	$(LAB) check --run.name v012 --run.prompts 12 --sampling.engine vllm $(UNSTEERED) $(ALL)
-	$(LAB) quality --quality.names h012,v012 --quality.plain plain48 \
+	KSEMSTAMP_ALLOW_WEAK_KEY=1 $(VLLM_PY) -m lab check --run.name w012 --run.prompts 12 \
+		--sampling.engine vllm --run.stage generate
+	$(LAB) check --run.name w012 --run.prompts 12 --sampling.engine vllm
+	$(LAB) subset --subset.source d075 --subset.name d012 --subset.prompts 12
+	$(LAB) check --run.name d012 --run.prompts 12 --run.stage detect
+	$(LAB) quality --quality.names h012,v012,d012,w012 --quality.plain plain48 \
 		--quality.output docs/evaluation/engines
-	for name in h012 v012; do mkdir -p docs/evaluation/engines/$$name && \
-		cp runs/lab/check-$$name/summary.json docs/evaluation/engines/$$name/ || exit 1; done
+	for name in h012 v012 d012 w012; do mkdir -p docs/evaluation/engines/$$name && \
+		$(PY) -m json.tool --compact runs/lab/check-$$name/summary.json \
+			docs/evaluation/engines/$$name/summary.json || exit 1; done
 
 # Long: the benchmark of record (about 20 minutes), benchmarks/results/latest.{json,md}.
 results-benchmarks: setup

@@ -11,6 +11,7 @@ from .check import check
 from .curve import compare, curve
 from .leakage import leakage
 from .quality import quality
+from .subset import subset
 
 COMMANDS = {
     "check": check,
@@ -18,6 +19,7 @@ COMMANDS = {
     "curve": curve,
     "leakage": leakage,
     "quality": quality,
+    "subset": subset,
 }
 CHECK_DEFAULTS = Path(__file__).with_name("check.yaml")
 """The check's settings under the command line's (``--config`` files and flags win)."""

@@ -100,7 +100,7 @@ def test_the_curve_is_a_table_a_file_and_a_plot(tmp_path, monkeypatch):
 
 
 def test_the_lab_runs_through_the_packages_command_line(capsys):
-    assert set(COMMANDS) == {"check", "compare", "curve", "leakage", "quality"}
+    assert set(COMMANDS) == {"check", "compare", "curve", "leakage", "quality", "subset"}
     assert CHECK_DEFAULTS.exists()
     assert run(["--help"]) == 0
     assert "candidate curve" in capsys.readouterr().out
@@ -120,3 +120,22 @@ def test_perplexity_is_compared_with_plain_text_prompt_by_prompt():
     assert mixed["texts"] == 2 and mixed["ratio"] == pytest.approx(1.0)
     assert mixed["ci95"][0] < 1.0 < mixed["ci95"][1]
     assert curve.paired_ratio({"a": 1.0}, plain) is None
+
+
+def test_a_subset_holds_the_sources_texts_of_the_first_prompts_only(tmp_path, monkeypatch):
+    import json
+
+    from lab import subset as sub
+
+    monkeypatch.setattr(sub, "RUNS", tmp_path)
+    monkeypatch.setattr(sub, "val_prompts", lambda n: [{"id": f"p{i}"} for i in range(n)])
+    source = tmp_path / "check-big"
+    source.mkdir()
+    for file in ("generations.jsonl", "attacked.jsonl"):
+        rows = [{"id": f"p{i}", "text": f"{file} {i}"} for i in (3, 0, 5, 1)]
+        (source / file).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert sub.subset(sub.SubsetSettings(source="big", name="small", prompts=2)) == 0
+    for file in ("generations.jsonl", "attacked.jsonl"):
+        kept = [json.loads(line) for line in (tmp_path / "check-small" / file).open()]
+        assert [r["id"] for r in kept] == ["p0", "p1"] and kept[0]["text"] == f"{file} 0"
+    assert not (tmp_path / "check-small" / "perplexity.jsonl").exists()  # the source had none
