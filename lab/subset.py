@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated
-
-from ksemstamp.settings.checks import Range
 
 from .check import ATTACKS, RUNS, val_prompts
 
@@ -31,7 +28,7 @@ class SubsetSettings:
     """The check whose texts are taken."""
     name: str = "d012"
     """The new check's name."""
-    prompts: Annotated[int, Range(1, 10_000)] = 12
+    prompts: int = 12
     """Its first this many ``val`` prompts."""
 
 

@@ -162,7 +162,7 @@ def test_a_row_steered_at_every_step_restarts_only_when_its_bias_changes(same):
         return PruneVerdict([True] * len(rows), DenseBias(bias))
 
     draw_round(engine, _request(DenseBias(start)), _reject_all, Pruner(2, decide))
-    restarted = [job for _, job in streamer.started if job.steer.values[0, 9] == 2.0]
+    restarted = [job for _, job in streamer.started if job.steer_bias.values[0, 9] == 2.0]
     assert bool(restarted) != same
     assert len(streamer.started) == (5 if same else 5 + len(restarted))
     for job in restarted:  # from the row's tokens so far, the sparse bias only suppresses

@@ -204,14 +204,14 @@ def test_a_streamer_that_steers_at_every_step_gets_each_rows_own_bias_not_a_spar
     draw_round(engine, request, _accept_all)
     jobs = engine.streamer.jobs
     assert all(job.bias == {EOS: -MAX_BIAS} for job in jobs)  # suppression only
-    assert {job.steer.shape for job in jobs} == {(1, len(PIECES))}
+    assert {job.steer_bias.shape for job in jobs} == {(1, len(PIECES))}
     # The first call extends every row in order: document 0's two rows, then document 1's.
     for job, g in zip(jobs[:3], [0, 0, 1], strict=True):
-        assert torch.equal(job.steer.values[0], bias[g])
+        assert torch.equal(job.steer_bias.values[0], bias[g])
     unsteered = _engine()
     unsteered.steers_per_step = True
     draw_round(unsteered, RoundRequest.of(["Once."], [1], gens[:1]), _accept_all)
-    assert unsteered.streamer.jobs[0].steer is None
+    assert unsteered.streamer.jobs[0].steer_bias is None
 
 
 @pytest.mark.parametrize("logprobs", [True, False])

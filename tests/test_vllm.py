@@ -227,12 +227,12 @@ def test_each_running_vllm_request_is_steered_by_its_own_bias_as_others_come_and
         return SteerBias(table, torch.eye(len(targets))[k : k + 1])
 
     for k in range(3):
-        streamer.start(f"steer-{k}", Extension(ids, 8, k, steer=steered(k)))
+        streamer.start(f"steer-{k}", Extension(ids, 8, k, steer_bias=steered(k)))
     got: dict[str, list[int]] = {f"steer-{k}": [] for k in range(4)}
     for delta in streamer.pull():
         got[delta.key] += delta.new.ids
     streamer.stop(["steer-0"])
-    streamer.start("steer-3", Extension(ids, 8, 3, steer=steered(3)))
+    streamer.start("steer-3", Extension(ids, 8, 3, steer_bias=steered(3)))
     running = {"steer-1", "steer-2", "steer-3"}
     while running:
         for delta in streamer.pull():

@@ -121,20 +121,15 @@ def file_sha256(path: Path) -> str:
         index = {}
     index = index if isinstance(index, dict) else {}
     known = index.get(str(path))
-    if isinstance(known, dict) and [known.get("size"), known.get("mtime_ns")] == [
-        stat.st_size,
-        stat.st_mtime_ns,
-    ]:
+    same = [stat.st_size, stat.st_mtime_ns]
+    if isinstance(known, dict) and [known.get("size"), known.get("mtime_ns")] == same:
         return str(known["sha256"])
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    index[str(path)] = {
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
-        "sha256": digest.hexdigest(),
-    }
+    entry = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
+    index[str(path)] = entry
     with contextlib.suppress(OSError):  # a cache that cannot be written only hashes again
         tmp = index_path.with_name(f"{index_path.name}.tmp{os.getpid()}")
         tmp.write_text(json.dumps(index, indent=1, sort_keys=True))
@@ -166,7 +161,8 @@ def convert_gguf(gguf_file: Path) -> Path:
     name, same = _converted_name(gguf_file)
     target = cache_dir() / "converted" / name
     if (target / "config.json").exists():
-        _used(target)
+        with contextlib.suppress(OSError):  # a read-only cache is still a cache
+            os.utime(target)
         return target
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -192,32 +188,21 @@ def convert_gguf(gguf_file: Path) -> Path:
         tmp.rename(target)
     except OSError:  # another process won the race; its copy is as good as ours
         shutil.rmtree(tmp, ignore_errors=True)
-    _used(target)
+    with contextlib.suppress(OSError):  # its last use: the folder's modification time
+        os.utime(target)
     # Conversions by other transformers versions go once unused for STALE_DAYS: two virtual
     # environments on one cache (the project's and vLLM's, which pins an older transformers)
     # each keep theirs instead of deleting the other's, perhaps while it is being read.
     stale = time.time() - STALE_DAYS * 86400
     for old in target.parent.glob(f"{same}*"):
-        if old != target and ".tmp" not in old.name and _last_used(old) < stale:
-            shutil.rmtree(old, ignore_errors=True)
+        with contextlib.suppress(OSError):  # gone meanwhile
+            if old != target and ".tmp" not in old.name and old.stat().st_mtime < stale:
+                shutil.rmtree(old, ignore_errors=True)
     return target
 
 
 STALE_DAYS = 30
 """Days a conversion by another transformers version is kept after its last use."""
-
-
-def _used(folder: Path) -> None:
-    """Mark a conversion as used now (its folder's modification time)."""
-    with contextlib.suppress(OSError):  # a read-only cache is still a cache
-        os.utime(folder)
-
-
-def _last_used(folder: Path) -> float:
-    try:
-        return folder.stat().st_mtime
-    except OSError:
-        return time.time()
 
 
 def resolve_lm_path(spec: str) -> str:

@@ -39,9 +39,9 @@ if TYPE_CHECKING:
 
 def _same(row: _Row, bias: dict[int, float] | None, steer: SteerBias | None) -> bool:
     """Whether ``row`` is biased as ``bias`` and ``steer`` biased it."""
-    if row.bias != bias or (row.steer is None) != (steer is None):
+    if row.bias != bias or (row.steer_bias is None) != (steer is None):
         return False
-    return steer is None or torch.equal(row.steer.weights, steer.weights)
+    return steer is None or torch.equal(row.steer_bias.weights, steer.weights)
 
 
 class Delta(NamedTuple):
@@ -145,7 +145,7 @@ class LiveRound(StreamRound):
             return
         key = f"ksemstamp-{next(_KEYS)}"
         seed = extension_seed(row.seed, len(row.cut.tokens))
-        self.streamer.start(key, Extension(ids, budget, seed, row.bias, row.steer))
+        self.streamer.start(key, Extension(ids, budget, seed, row.bias, row.steer_bias))
         self._keys[row.place] = key
         self._rows[key] = row
 
@@ -201,7 +201,7 @@ class LiveRound(StreamRound):
             self.streamer.stop(keys)
 
     def steer(self, rows: Sequence[Place], bias: SteerBias) -> None:
-        before = {r.place: (r.bias, r.steer) for r in self._of(rows)}
+        before = {r.place: (r.bias, r.steer_bias) for r in self._of(rows)}
         super().steer(rows, bias)
         changed = [r.place for r in self._of(rows) if not _same(r, *before[r.place])]
         # Sampled under the old bias: the rows go on from their tokens so far with the new one.

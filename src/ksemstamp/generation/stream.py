@@ -64,7 +64,7 @@ class Extension:
     max_tokens: int
     seed: int
     bias: dict[int, float] | None = None
-    steer: SteerBias | None = None
+    steer_bias: SteerBias | None = None
 
 
 class Sampled(NamedTuple):
@@ -150,7 +150,7 @@ class _Row:
     seed: int
     cut: RowCut = field(default_factory=RowCut)
     bias: dict[int, float] | None = None
-    steer: SteerBias | None = None
+    steer_bias: SteerBias | None = None
     done: bool = False
 
 
@@ -177,7 +177,7 @@ class StreamEngine:
     steers_per_step = False
     """A steering bias reaches the backend once per request as a sparse bias, not step by step;
     an engine whose streamer steers at every step (vLLM in this process) sets it: rows then
-    carry their ``SteerBias`` (``Extension.steer``)."""
+    carry their ``SteerBias`` (``Extension.steer_bias``)."""
 
     streamer: TokenStreamer
     tokenizer: Any
@@ -255,7 +255,9 @@ class StreamRound:
             gen = request.generator_of(g)
             seeds = torch.randint(0, SEED_SPACE, (n,), generator=gen).tolist()
             sparse, steer = self._biases(None if request.bias is None else request.bias.rows([g]))
-            self.rows += [_Row((g, i), s, bias=sparse, steer=steer) for i, s in enumerate(seeds)]
+            self.rows += [
+                _Row((g, i), s, bias=sparse, steer_bias=steer) for i, s in enumerate(seeds)
+            ]
 
     def _biases(self, bias: SteerBias | None) -> tuple[dict[int, float] | None, SteerBias | None]:
         """A one-row bias as what a row carries: ``(sparse logit bias, SteerBias or None)``.
@@ -298,7 +300,9 @@ class StreamRound:
     def _job(self, row: _Row, budget: int) -> Extension:
         g = row.place[0]
         seed = extension_seed(row.seed, len(row.cut.tokens))
-        return Extension(self.ids[g] + row.cut.tokens, max(1, budget), seed, row.bias, row.steer)
+        return Extension(
+            self.ids[g] + row.cut.tokens, max(1, budget), seed, row.bias, row.steer_bias
+        )
 
     def _feed(self, row: _Row, new: Sampled | list[int]) -> Finished | None:
         """Push a row's new tokens (and their log-probabilities, where given) through the
@@ -340,7 +344,7 @@ class StreamRound:
         if bias.shape != (len(rows), self.engine.vocab_size):
             raise ValueError(f"a bias of shape {tuple(bias.shape)} for {len(rows)} rows")
         for i, row in enumerate(self._of(rows)):
-            row.bias, row.steer = self._biases(bias.rows([i]))
+            row.bias, row.steer_bias = self._biases(bias.rows([i]))
 
     def retain(self, rows: Sequence[Place]) -> list[tuple[Place, int]]:
         wanted = set(rows)

@@ -60,12 +60,12 @@ class VllmStreamer:
         from vllm.sampling_params import RequestOutputKind
 
         extra = None
-        if job.steer is not None:
+        if job.steer_bias is not None:
             if not self.steers:
                 raise RuntimeError("a row to steer at every step, on an LLM that cannot")
             from .vllm_steer import HANDLE, Steered, register
 
-            handle = register(Steered(job.steer, self.plausible, self.temperature))
+            handle = register(Steered(job.steer_bias, self.plausible, self.temperature))
             self._handles[key] = handle
             extra = {HANDLE: handle}
         kind = RequestOutputKind.DELTA if delta else RequestOutputKind.FINAL_ONLY

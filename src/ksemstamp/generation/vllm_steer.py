@@ -27,11 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
-from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
 from .decoding import steer_logits
 from .steering import SteerBias
+
+try:
+    from vllm.v1.sample.logits_processor import LogitsProcessor
+    from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+except ImportError:  # vLLM is not installed: the module imports, nothing in it is used
+    LogitsProcessor = object  # type: ignore[assignment,misc]
 
 HANDLE = "ksemstamp_steer"
 """The key of ``SamplingParams.extra_args`` that names a request's ``Steered`` entry."""
@@ -86,8 +90,9 @@ class PlausibleSteer(LogitsProcessor):
         """Steering changes which entry is likeliest."""
         return False
 
-    def update_state(self, batch_update: BatchUpdate | None) -> None:
-        """Follow requests added to, removed from and moved within the batch."""
+    def update_state(self, batch_update: Any) -> None:
+        """Follow requests added to, removed from and moved within the batch (a vLLM
+        ``BatchUpdate`` or ``None``)."""
         process_dict_updates(
             self.rows, batch_update, lambda params, _, __: (params.extra_args or {}).get(HANDLE)
         )
