@@ -280,6 +280,7 @@ results-quality: setup
 	$(LAB) check --run.name plain48 --run.prompts 48 --run.plain true
 	$(LAB) check --run.name d075 --run.prompts 48
 	$(LAB) check --run.name d075 --run.prompts 48 --run.attack recursive
+	$(LAB) check --run.name t075 --run.prompts 48 --search.steer 0.75
 	$(LAB) check --run.name d075 --run.prompts 48 --run.stage edits
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED)
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED) --run.attack recursive
@@ -295,9 +296,9 @@ results-quality: setup
 	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 $(ALL) --run.stage detect
 	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false $(ALL) --run.stage generate
 	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false $(ALL) --run.stage detect
-	$(LAB) quality --quality.names d075,s075,f075,f090,f050,c032,q050,p050 --quality.plain plain48 \
+	$(LAB) quality --quality.names d075,t075,s075,f075,f090,f050,c032,q050,p050 --quality.plain plain48 \
 		--quality.output docs/evaluation/quality
-	for name in plain48 d075 f075 f090 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
+	for name in plain48 d075 t075 f075 f090 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
 		$(PY) -m json.tool --compact runs/lab/check-$$name/summary.json \
 			docs/evaluation/quality/$$name/summary.json || exit 1; done
 
