@@ -45,12 +45,11 @@ HANDLE = "ksemstamp_steer"
 class Steered:
     """What one steered request is steered by: a one-row ``SteerBias``, the share of the
     likeliest entry's probability that makes an entry plausible (``sampling.steer_plausible``)
-    and the sampling temperature; ``steps`` counts the steps it was applied at."""
+    and the sampling temperature."""
 
     bias: SteerBias
     plausible: float
     temperature: float
-    steps: int = 0
 
 
 STEERED: dict[str, Steered] = {}
@@ -124,7 +123,5 @@ class PlausibleSteer(LogitsProcessor):
             logits[index, :width] = steer_logits(rows, bias, plausible, temperature).to(
                 logits.dtype
             )
-            for _, steered in members:
-                steered.steps += 1
             APPLIED[0] += len(members)
         return logits
