@@ -242,10 +242,11 @@ results-curve: setup
 # rows steered every vocabulary entry, as the code did at 8bd0ea0: they are not remade here. Its
 # w* and d24 rows steered every word entry and kept self-repeating candidates (STEER_BEFORE).
 STEER_BEFORE := --sampling.steer_plausible 0 --search.skip_repeating false
+STEER_050 := --search.steer 0.5 $(STEER_BEFORE)
 results-steering: setup
-	$(CURVE) w050 $(STEER_BEFORE) && $(CURVE) w050 $(STEER_BEFORE) --run.attack rewrite
+	$(CURVE) w050 $(STEER_050) && $(CURVE) w050 $(STEER_050) --run.attack rewrite
 	$(CURVE) w075 $(STEER_BEFORE) --search.steer 0.75
-	$(CURVE) w050c24 $(STEER_BEFORE) --search.max_candidates 24 --search.candidate_batch 24 --search.prune_keep 8
+	$(CURVE) w050c24 $(STEER_050) --search.max_candidates 24 --search.candidate_batch 24 --search.prune_keep 8
 	for name in w050 w075 w050c24; do mkdir -p docs/evaluation/steering/$$name && \
 		cp runs/lab/check-$$name/summary.json docs/evaluation/steering/$$name/ || exit 1; done
 	for name in s025 s050 s100; do mkdir -p runs/lab/check-$$name && \
@@ -256,10 +257,10 @@ results-steering: setup
 	$(LAB) curve --names c032k12,s025,s050,s100,w050,w075,w050c24,c128k32 --plain plain12 \
 		--by steer --output docs/evaluation/steering
 	$(LAB) check --run.name plain24 --run.prompts 24 --run.plain true
-	$(LAB) check --run.name d24 --run.prompts 24 $(STEER_BEFORE) && \
-		$(LAB) check --run.name d24 --run.prompts 24 $(STEER_BEFORE) --run.attack rewrite && \
-		$(LAB) check --run.name d24 --run.prompts 24 $(STEER_BEFORE) --run.attack recursive && \
-		$(LAB) check --run.name d24 --run.prompts 24 $(STEER_BEFORE) --run.stage edits
+	$(LAB) check --run.name d24 --run.prompts 24 $(STEER_050) && \
+		$(LAB) check --run.name d24 --run.prompts 24 $(STEER_050) --run.attack rewrite && \
+		$(LAB) check --run.name d24 --run.prompts 24 $(STEER_050) --run.attack recursive && \
+		$(LAB) check --run.name d24 --run.prompts 24 $(STEER_050) --run.stage edits
 	$(LAB) curve --names d24 --plain plain24 --output docs/evaluation/steering/d24
 	for name in d24 plain24; do mkdir -p docs/evaluation/steering/$$name && \
 		cp runs/lab/check-$$name/summary.json docs/evaluation/steering/$$name/ || exit 1; done
@@ -276,12 +277,15 @@ results-steering: setup
 # from the docs.
 ALL := --search.fluent_share 1
 UNSTEERED := --search.steer 0
+# d075 and the engines' w012 were the default of their time, steered at 0.5; t075 (0.75) is the
+# default since.
+D075 := --search.steer 0.5
 results-quality: setup
 	$(LAB) check --run.name plain48 --run.prompts 48 --run.plain true
-	$(LAB) check --run.name d075 --run.prompts 48
-	$(LAB) check --run.name d075 --run.prompts 48 --run.attack recursive
+	$(LAB) check --run.name d075 --run.prompts 48 $(D075)
+	$(LAB) check --run.name d075 --run.prompts 48 $(D075) --run.attack recursive
 	$(LAB) check --run.name t075 --run.prompts 48 --search.steer 0.75
-	$(LAB) check --run.name d075 --run.prompts 48 --run.stage edits
+	$(LAB) check --run.name d075 --run.prompts 48 $(D075) --run.stage edits
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED)
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED) --run.attack recursive
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED) --run.stage edits
@@ -310,10 +314,10 @@ results-engines: setup setup-vllm
 		--sampling.engine vllm $(UNSTEERED) $(ALL) --run.stage generate
 	$(LAB) check --run.name v012 --run.prompts 12 --sampling.engine vllm $(UNSTEERED) $(ALL)
 	KSEMSTAMP_ALLOW_WEAK_KEY=1 $(VLLM_PY) -m lab check --run.name w012 --run.prompts 12 \
-		--sampling.engine vllm --run.stage generate
-	$(LAB) check --run.name w012 --run.prompts 12 --sampling.engine vllm
+		--sampling.engine vllm $(D075) --run.stage generate
+	$(LAB) check --run.name w012 --run.prompts 12 --sampling.engine vllm $(D075)
 	$(LAB) subset --subset.source d075 --subset.name d012 --subset.prompts 12
-	$(LAB) check --run.name d012 --run.prompts 12 --run.stage detect
+	$(LAB) check --run.name d012 --run.prompts 12 $(D075) --run.stage detect
 	$(LAB) quality --quality.names h012,v012,d012,w012 --quality.plain plain48 \
 		--quality.output docs/evaluation/engines
 	for name in h012 v012 d012 w012; do mkdir -p docs/evaluation/engines/$$name && \
