@@ -267,10 +267,11 @@ results-steering: setup
 	$(LAB) leakage --names plain24,c032k12,w050,w075 \
 		--output docs/evaluation/steering/leakage
 
-# Strength without distortion (docs/evaluation/quality.md): plain sampling, the default (d075:
-# the 75% most fluent, steered among plausible tokens), the same unsteered (f075, the default
-# before it), the default before that (c032: unsteered, every candidate ranked) and the steered
-# design every candidate ranked (q050) on 48 val prompts; the more fluent half and 90% (f050,
+# Strength without distortion (docs/evaluation/quality.md): plain sampling, the default (t075:
+# the 75% most fluent, steered among plausible tokens at 0.75), the same at 0.5 (d075, the
+# default before it), the same unsteered (f075, the default before that), the one before
+# (c032: unsteered, every candidate ranked) and the steered design every candidate ranked
+# (q050) on 48 val prompts; the more fluent half and 90% (f050,
 # f090); steering among plausible tokens without the repetition rule (p050: the study stopped it
 # after its first 16 texts, key 0's prompts). s075 (d075's design with the bias standardised
 # over the whole vocabulary, as the code did at dd11cca) is not remade here: its summary is read
@@ -285,6 +286,8 @@ results-quality: setup
 	$(LAB) check --run.name d075 --run.prompts 48 $(D075)
 	$(LAB) check --run.name d075 --run.prompts 48 $(D075) --run.attack recursive
 	$(LAB) check --run.name t075 --run.prompts 48 --search.steer 0.75
+	$(LAB) check --run.name t075 --run.prompts 48 --search.steer 0.75 --run.attack recursive
+	$(LAB) check --run.name t075 --run.prompts 48 --search.steer 0.75 --run.stage edits
 	$(LAB) check --run.name d075 --run.prompts 48 $(D075) --run.stage edits
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED)
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED) --run.attack recursive
