@@ -287,6 +287,7 @@ results-quality: setup
 	$(LAB) check --run.name d075 --run.prompts 48 $(D075) --run.attack recursive
 	$(LAB) check --run.name t075 --run.prompts 48 --search.steer 0.75
 	$(LAB) check --run.name t075 --run.prompts 48 --search.steer 0.75 --run.attack recursive
+	$(LAB) check --run.name t075 --run.prompts 48 --search.steer 0.75 --run.attack rewrite
 	$(LAB) check --run.name t075 --run.prompts 48 --search.steer 0.75 --run.stage edits
 	$(LAB) check --run.name d075 --run.prompts 48 $(D075) --run.stage edits
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED)
