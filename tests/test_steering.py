@@ -146,7 +146,7 @@ def test_steering_embeds_only_its_sample_and_the_entries_asked(hash_encoder, mon
 
 
 def test_an_entry_s_vector_does_not_depend_on_the_entries_embedded_with_it(default_scheme):
-    """Batches of one token length and at least ``MIN_BATCH`` rows: the same bits for an
+    """Batches of one token length and exactly ``MAX_BATCH`` rows: the same bits for an
     entry embedded alone, with a few others or with many, so a cold cache and a warm one
     steer alike."""
     mark = build_mark(default_scheme)

@@ -19,9 +19,9 @@ sample of ``SAMPLE`` entries spread over the vocabulary, so a generator with 262
 starts in seconds, not minutes. Vectors are cached on disk per generator vocabulary, encoder
 and processing, and written as they grow. An entry's vector is the same bit for bit whenever
 it is embedded, alone or with others: entries go through the encoder on one thread in batches
-of equal token length and at least ``MIN_BATCH`` rows (a batch of fewer rows takes another
-matrix kernel here, which rounds differently), so a run with a cold cache writes what a run
-with a warm one writes.
+of equal token length and exactly ``MAX_BATCH`` rows (a batch of another number of rows can take
+another matrix kernel, which rounds differently: fewer than 8 on an AMD EPYC, 8 against 64 on
+an Intel Xeon), so a run with a cold cache writes what a run with a warm one writes.
 
 The detector does not know about any of this: a text written without the key is scored exactly
 as before, so the null and the calibration do not change. What steering costs is perplexity:
@@ -61,15 +61,13 @@ SAMPLE = 4096
 """Vocabulary entries (spread evenly over the steered ones) whose projections standardise the
 bias: the sample's mean and covariance over the regions."""
 MAX_BATCH = 64
-"""Entries embedded in one encoder pass."""
-MIN_BATCH = 8
-"""Rows of the smallest encoder pass (a shorter batch is filled up with copies of its first
-entry, so that every entry is computed by the same kernels)."""
+"""Rows of every encoder pass: entries of one token length, a shorter batch filled up with
+copies of its first entry, so that every entry is computed by the same kernels."""
 SAVE_SECONDS = 30.0
 """Seconds between writes of a growing cache (and once more when the process ends)."""
 PROGRESS_SECONDS = 10.0
 """Seconds between the progress lines of many entries being embedded."""
-CACHE_FORMAT = "lazy rows+sha256, equal-length batches of >= 8, one thread"
+CACHE_FORMAT = "lazy rows+sha256, equal-length batches of 64, one thread"
 """What a cached table is: a file of another format (an earlier one) has another name."""
 
 
@@ -174,7 +172,7 @@ class TokenTable:
             done = 0
             for batch in bar:
                 chunk = [texts[p] for p in batch]
-                chunk += [chunk[0]] * (MIN_BATCH - len(chunk))
+                chunk += [chunk[0]] * (MAX_BATCH - len(chunk))
                 vectors = self.embed(chunk).float().cpu()[: len(batch)]
                 out[torch.tensor(batch)] = vectors.half()
                 done += len(batch)
