@@ -20,6 +20,13 @@ def test_every_rank_must_report_its_own_device():
         "rank 0/2: cuda:0: lm bfloat16",
         "rank 1/2: cuda:1: lm bfloat16",
     ]
+    # Two processes share one stderr: a progress bar closed with a carriage return (no
+    # newline) can stand before a rank's line.
+    barred = "token vectors: 100%|#####| 69/69\r" + " " * 30 + "\r" + _lines((0, 2, "cuda:0"))
+    assert check_ranks(barred + "\n" + _lines((1, 2, "cuda:1")), expected, "generate") == [
+        "rank 0/2: cuda:0: lm bfloat16",
+        "rank 1/2: cuda:1: lm bfloat16",
+    ]
     with pytest.raises(CheckFailed, match="rank 1 of 2 has its models on cuda:0"):
         check_ranks(_lines((0, 2, "cuda:0"), (1, 2, "cuda:0")), expected, "generate")
     with pytest.raises(CheckFailed, match="one process per device \\(2\\), saw ranks \\[0\\]"):

@@ -36,8 +36,10 @@ from unittest import mock
 from ..settings.checks import Range
 from .console import print_err
 
-LINE = re.compile(r"^rank (\d+)/(\d+): models on (\S+): (.*)$", re.MULTILINE)
-"""``parallel.DEVICE_LINE`` as printed by each process."""
+LINE = re.compile(r"rank (\d+)/(\d+): models on (\S+): ([^\r\n]*)")
+"""``parallel.DEVICE_LINE`` as printed by each process, wherever it starts: the processes share
+one stderr, and a progress bar another one closes (a carriage return, no newline) can stand
+before it on the same line."""
 
 
 class CheckFailed(RuntimeError):
