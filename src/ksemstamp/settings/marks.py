@@ -64,9 +64,10 @@ class DirectionSearch(SearchSettings):
     written toward (the previous unit's, then, from the first pruning check, each row's own
     text so far: ``generation.steering``), among the entries the LM finds plausible at each
     step (``sampling.steer_plausible``), so that candidates start nearer the key and more of
-    the mark outlasts a paraphrase. On 48 ``val`` prompts x 3 keys 0.75 kept perplexity at 0.88
-    of plain sampling's and 0.88 (worst key 0.81) of texts at p <= 1% after a paraphrase; 0.5:
-    0.87, 0.83 (0.62) (docs/evaluation/quality.md). ``0``: candidates are sampled
+    the mark outlasts a paraphrase. On 48 ``val`` prompts x 3 keys (two samples) 0.75 kept
+    perplexity at 0.88 and 0.92 of plain sampling's, and 0.88 (worst key 0.81) and 0.83 (0.75)
+    of texts at p <= 1% after a paraphrase; 0.5: 0.87, 0.83 (0.62)
+    (docs/evaluation/quality.md). ``0``: candidates are sampled
     as the LM alone would (``configs/ksemstamp-unsteered.yaml``). Detection does not depend on
     it. vLLM in this process steers inside its sampler (``generation.vllm_steer``); an
     engine that takes one bias per request (``openai``, vLLM over several GPUs) is not
