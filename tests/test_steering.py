@@ -401,6 +401,10 @@ def test_both_hugging_face_engines_steer_alike_with_the_mark_s_bias():
         ("Pet Thermal Energy, China Pet Thermal Energy, China Fuel,", "", True),
         ("which are Dragon, Lions, Kings, Lions, Frogs, Lions,", "", True),
         ("What's the message?", "What's the impact?", True),
+        ("She is also known as Lady E.E.E.", "", True),
+        ("No, no, no, he said.", "", True),
+        ("China.", "It's all about China.", True),
+        ("China and India.", "It's all about China.", False),
         ("The council met on Monday and approved the budget for schools.", "", False),
         ("The United States and the United Kingdom signed it,", "", False),
         ("What happens next?", "Who pays for it?", False),
@@ -425,3 +429,18 @@ def test_a_list_that_goes_on_is_told_apart_by_what_the_text_said_before():
     # Common short phrases said before are no list: "in the last year".
     assert not repeats_itself("In the last year,", "", {"in the last year, prices rose"})
     assert not repeats_itself("Sentence number 5 is here.", "", {"sentence number 1 is here."})
+
+
+def test_short_units_that_differ_from_an_earlier_one_in_one_word_are_a_list_that_goes_on():
+    from ksemstamp.text.normalize import repeats_itself, said_grams
+
+    history = ["china 2 news.", "hong kong on monday."]
+    assert repeats_itself("China 3 News.", "", history)
+    assert repeats_itself("Hong Kong on Tuesday.", "", history)
+    assert repeats_itself("Hong Kong on Tuesday.", "", said=said_grams(history))
+    assert repeats_itself("China 2 News!", "", history)  # the same words count too
+    # Two words changed, another length, or a unit too long to be judged whole: no list.
+    assert not repeats_itself("China 3 Times, today.", "", history)
+    assert not repeats_itself("Kong on Tuesday,", "", history)
+    assert not repeats_itself("Hong Kong on Tuesday morning.", "", history)
+    assert not repeats_itself("Hong Kong said nothing.", "", history)

@@ -94,7 +94,12 @@ def sentence_key(sentence: str) -> str:
 
 
 _PIECE_RUN = re.compile(r"([^\W\d_]{2,}?)\1{2,}")
+_WORD_RUN = re.compile(r"\b([^\W_]+)(?:[\W_]+\1\b){2,}", re.I)
 _WORDS = re.compile(r"[^\W_]+")
+SHORT_UNIT = 4
+"""Units of at most this many words are compared whole with the text's earlier ones
+(``repeats_itself``): under it a 3-gram rule sees too little of a unit."""
+_BLANK = "*"
 
 
 def repeats_itself(
@@ -107,7 +112,13 @@ def repeats_itself(
     (``before``: the unit before it; ``history``: the text's units so far, as
     ``sentence_key`` gives them):
 
-    - a word piece three or more times in a row ("LabLabLab");
+    - a word piece three or more times in a row ("LabLabLab"), or a word ("E.E.E.", "very,
+      very, very");
+    - a unit of at most two words that only echoes the end of the unit before ("China."
+      after "It's all about China.");
+    - a unit of three or four words (``SHORT_UNIT``) that differs in at most one word from an
+      earlier unit of the text as long ("China 3 News." after "China 2 News.", "Hong Kong on
+      Tuesday." after "Hong Kong on Monday.": a list of headlines that goes on);
     - four or more words of which at most half differ ("Frogs, Frogs, Lions, Lions,");
     - a word 3-gram twice in the unit, or at least two 3-grams with a word of five or more
       letters, half of the unit's 3-grams or more, said earlier in the text (a list that goes
@@ -120,20 +131,24 @@ def repeats_itself(
     ``said``: ``said_grams(history)``, when the caller judges many candidates against one
     history. Generation does not keep such a candidate for its score (``marks.direction``);
     detection scores every unit as it is."""
-    if _PIECE_RUN.search(unit):
+    if _PIECE_RUN.search(unit) or _WORD_RUN.search(unit):
         return True
     words = [w.lower() for w in _WORDS.findall(unit)]
+    previous = [w.lower() for w in _WORDS.findall(before)]
+    if 0 < len(words) <= 2 and previous[-len(words) :] == words:
+        return True
     if len(words) >= 4 and len(set(words)) * 2 <= len(words):
         return True
     grams = list(zip(words, words[1:], words[2:], strict=False))
     if len(set(grams)) < len(grams):
         return True
-    if len(grams) >= 2:
+    if len(grams) >= 2 or 3 <= len(words) <= SHORT_UNIT:
         said = said_grams(history) if said is None else said
-        again = sum(g in said and max(map(len, g)) >= 5 for g in grams)
-        if again >= 2 and again * 2 >= len(grams):
+        if 3 <= len(words) <= SHORT_UNIT and not said.isdisjoint(_blanked(words)):
             return True
-    previous = [w.lower() for w in _WORDS.findall(before)]
+        again = sum(g in said and max(map(len, g)) >= 5 for g in grams)
+        if len(grams) >= 2 and again >= 2 and again * 2 >= len(grams):
+            return True
     for word in set(words):
         mine = words.count(word)
         if len(word) >= 5 and (mine >= 3 or (mine == 2 and word in previous)):
@@ -143,11 +158,22 @@ def repeats_itself(
 
 
 def said_grams(history: Iterable[str]) -> set[tuple[str, ...]]:
-    """The word 3-grams of the units ``history`` (``repeats_itself``'s ``said``)."""
+    """What ``repeats_itself`` compares a unit with (its ``said``): the word 3-grams of the
+    units ``history``, and of each of them of three or four words (``SHORT_UNIT``), every
+    copy with one word blanked."""
     said: set[tuple[str, ...]] = set()
     for earlier in history:
-        said.update(_grams(_WORDS.findall(earlier.lower())))
+        words = _WORDS.findall(earlier.lower())
+        said.update(_grams(words))
+        if 3 <= len(words) <= SHORT_UNIT:
+            said.update(_blanked(words))
     return said
+
+
+def _blanked(words: list[str]) -> set[tuple[str, ...]]:
+    """``words`` once per position with that word blanked: two units share one exactly when
+    they are as long and differ in at most one word."""
+    return {tuple(words[:i]) + (_BLANK,) + tuple(words[i + 1 :]) for i in range(len(words))}
 
 
 def _grams(words: list[str]) -> set[tuple[str, ...]]:
