@@ -64,9 +64,9 @@ class DirectionSearch(SearchSettings):
     written toward (the previous unit's, then, from the first pruning check, each row's own
     text so far: ``generation.steering``), among the entries the LM finds plausible at each
     step (``sampling.steer_plausible``), so that candidates start nearer the key and more of
-    the mark outlasts a paraphrase. On 48 ``val`` prompts x 3 keys (two samples) 0.75 kept
-    perplexity at 0.88 and 0.92 of plain sampling's, and 0.88 (worst key 0.81) and 0.83 (0.75)
-    of texts at p <= 1% after a paraphrase; 0.5: 0.87, 0.83 (0.62)
+    the mark outlasts a paraphrase. On 48 ``val`` prompts x 3 keys (three samples) 0.75 kept
+    perplexity at 0.88, 0.92 and 0.94 of plain sampling's, and 0.88 (worst key 0.81), 0.83
+    (0.75) and 0.83 (0.75) of texts at p <= 1% after a paraphrase; 0.5: 0.87, 0.83 (0.62)
     (docs/evaluation/quality.md). ``0``: candidates are sampled
     as the LM alone would (``configs/ksemstamp-unsteered.yaml``). Detection does not depend on
     it. vLLM in this process steers inside its sampler (``generation.vllm_steer``); an
@@ -83,10 +83,11 @@ class DirectionSearch(SearchSettings):
     median z 5.7 against 6.2). ``1``: every scored candidate; an engine that gives no
     log-probabilities (``sequential``) ranks every one too."""
     skip_repeating: bool = True
-    """A candidate that repeats itself (a word piece over and over, a word 3-gram twice, one
-    long word three times, a question opening as the question before it:
-    ``text.normalize.repeats_itself``) is not kept for its score, as a repeat of an earlier unit
-    is not. ``false``: only repeats of earlier units are (docs/evaluation/quality.md)."""
+    """A candidate that repeats itself (a word piece or a word over and over, a word 3-gram
+    twice, one long word three times, a question opening as the question before it, a short
+    unit that differs from an earlier one in one word: ``text.normalize.repeats_itself``) is
+    not kept for its score, as a repeat of an earlier unit is not. ``false``: only repeats of
+    earlier units are (docs/evaluation/quality.md)."""
 
     def problems(self) -> list[str]:
         out = super().problems()
