@@ -405,6 +405,7 @@ def test_both_hugging_face_engines_steer_alike_with_the_mark_s_bias():
         ("No, no, no, he said.", "", True),
         ("China.", "It's all about China.", True),
         ("China and India.", "It's all about China.", False),
+        ("It cost $1,000,000,000 in all,", "", False),
         ("The council met on Monday and approved the budget for schools.", "", False),
         ("The United States and the United Kingdom signed it,", "", False),
         ("What happens next?", "Who pays for it?", False),

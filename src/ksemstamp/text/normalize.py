@@ -94,7 +94,7 @@ def sentence_key(sentence: str) -> str:
 
 
 _PIECE_RUN = re.compile(r"([^\W\d_]{2,}?)\1{2,}")
-_WORD_RUN = re.compile(r"\b([^\W_]+)(?:[\W_]+\1\b){2,}", re.I)
+_WORD_RUN = re.compile(r"\b([^\W\d_]+)(?:[\W_]+\1\b){2,}", re.I)
 _WORDS = re.compile(r"[^\W_]+")
 SHORT_UNIT = 4
 """Units of at most this many words are compared whole with the text's earlier ones
