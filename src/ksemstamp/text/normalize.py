@@ -142,9 +142,10 @@ def repeats_itself(
     grams = list(zip(words, words[1:], words[2:], strict=False))
     if len(set(grams)) < len(grams):
         return True
-    if len(grams) >= 2 or 3 <= len(words) <= SHORT_UNIT:
+    short = 3 <= len(words) <= SHORT_UNIT
+    if short or len(grams) >= 2:
         said = said_grams(history) if said is None else said
-        if 3 <= len(words) <= SHORT_UNIT and not said.isdisjoint(_blanked(words)):
+        if short and not said.isdisjoint(_blanked(words)):
             return True
         again = sum(g in said and max(map(len, g)) >= 5 for g in grams)
         if len(grams) >= 2 and again >= 2 and again * 2 >= len(grams):
