@@ -292,6 +292,7 @@ results-quality: setup
 	$(LAB) check --run.name t075 --run.prompts 48 --search.steer 0.75 --run.stage edits
 	$(LAB) check --run.name r075 --run.prompts 48 --search.steer 0.75
 	$(LAB) check --run.name r075 --run.prompts 48 --search.steer 0.75 --run.attack bigram
+	$(LAB) check --run.name r075 --run.prompts 48 --search.steer 0.75 --run.stage edits
 	$(LAB) check --run.name d075 --run.prompts 48 $(D075) --run.stage edits
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED)
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED) --run.attack recursive
