@@ -142,13 +142,12 @@ def repeats_itself(
     grams = list(zip(words, words[1:], words[2:], strict=False))
     if len(set(grams)) < len(grams):
         return True
-    short = 3 <= len(words) <= SHORT_UNIT
-    if short or len(grams) >= 2:
+    if grams:
         said = said_grams(history) if said is None else said
-        if short and not said.isdisjoint(_blanked(words)):
+        if _short(words) and not said.isdisjoint(_blanked(words)):
             return True
         again = sum(g in said and max(map(len, g)) >= 5 for g in grams)
-        if len(grams) >= 2 and again >= 2 and again * 2 >= len(grams):
+        if again >= 2 and again * 2 >= len(grams):
             return True
     for word in set(words):
         mine = words.count(word)
@@ -166,9 +165,14 @@ def said_grams(history: Iterable[str]) -> set[tuple[str, ...]]:
     for earlier in history:
         words = _WORDS.findall(earlier.lower())
         said.update(_grams(words))
-        if 3 <= len(words) <= SHORT_UNIT:
+        if _short(words):
             said.update(_blanked(words))
     return said
+
+
+def _short(words: list[str]) -> bool:
+    """Whether a unit of ``words`` is compared whole (``SHORT_UNIT``)."""
+    return 3 <= len(words) <= SHORT_UNIT
 
 
 def _blanked(words: list[str]) -> set[tuple[str, ...]]:
