@@ -365,6 +365,25 @@ def test_a_candidate_that_repeats_itself_is_never_kept_for_its_score(hash_encode
         assert mark.judge(drawn)[0][1].novel is novel
 
 
+def test_a_third_unit_in_a_row_on_one_template_is_never_kept_for_its_score(hash_encoder):
+    # "He is not King John. He is not King Paul. He is not ...": the loop hands the mark the
+    # two units before each candidate, and the third on the template loses to a fresh one.
+    scheme = _scheme(hash_encoder)
+    fresh = "The crowd went home after the speech."
+    template = [f"He is not King {name}." for name in ("John", "Paul", "Harry", "Louis", "Fiona")]
+    kept = {}
+    for skip in (False, True):
+        rounds = [[template[0]], [template[1]], [*template[2:], fresh]]
+        wm = _watermarker(
+            scheme, ScriptedEngine(rounds), max_candidates=4, candidate_batch=4,
+            max_new_tokens=15, threshold=None, skip_repeating=skip,
+        )  # fmt: skip
+        kept[skip] = [s.text for s in wm.generate(["A prompt sentence."])[0].sentences]
+    assert kept[False][:2] == kept[True][:2] == template[:2]
+    assert kept[False][2] in template[2:]  # the best-scoring is on the template: not by chance
+    assert kept[True][2] == fresh
+
+
 def test_a_unit_is_kept_from_the_more_fluent_candidates(hash_encoder):
     # The best-scoring candidate is the least fluent: with fluent_share 0.5 the best-scoring of
     # the three most fluent is kept; with 1, the best-scoring of all six.

@@ -432,6 +432,20 @@ def test_a_list_that_goes_on_is_told_apart_by_what_the_text_said_before():
     assert not repeats_itself("Sentence number 5 is here.", "", {"sentence number 1 is here."})
 
 
+def test_the_third_unit_in_a_row_on_one_template_repeats_itself():
+    from ksemstamp.text.normalize import repeats_itself
+
+    first, second = "He is not King John.", "He is not King George III."
+    assert repeats_itself("He is not King Harry Potter.", second, earlier=first)
+    assert repeats_itself("he is NOT a king at all,", second, earlier=first)  # case aside
+    # Two in a row, another opening before them, or two words alike only: no template.
+    assert not repeats_itself("He is not King Harry Potter.", second)
+    assert not repeats_itself("He is not King Harry Potter.", second, earlier="The king is dead.")
+    assert not repeats_itself("He is now King Harry Potter.", second, earlier=first)
+    numbered = [f"Sentence number {i} is here." for i in range(3)]
+    assert not repeats_itself(numbered[2], numbered[1], earlier=numbered[0])
+
+
 def test_short_units_that_differ_from_an_earlier_one_in_one_word_are_a_list_that_goes_on():
     from ksemstamp.text.normalize import repeats_itself, said_grams
 

@@ -44,6 +44,8 @@ class Document:
     stats: dict[int, list[float]] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
     """``normalize.sentence_key`` of every unit kept: a repeat is not scored by detection."""
+    before_last: str = ""
+    """The unit before ``last_sentence`` (``normalize.repeats_itself`` reads both)."""
     drawn: int = 0
     pruned: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
@@ -213,7 +215,7 @@ class Document:
             self.prefix += chosen.text
         else:
             self.prefix += chosen.separator + chosen.text
-        self.last_sentence = chosen.text
+        self.before_last, self.last_sentence = self.last_sentence, chosen.text
         self.seen.add(sentence_key(chosen.text))
         self.previous = region
         self._reset_counts()

@@ -201,7 +201,12 @@ class DirectionMark(Mark):
                 sentence_key(text) not in doc.seen
                 and not (
                     self.skip_repeating
-                    and repeats_itself(text, getattr(doc, "last_sentence", ""), said=said[g])
+                    and repeats_itself(
+                        text,
+                        getattr(doc, "last_sentence", ""),
+                        said=said[g],
+                        earlier=getattr(doc, "before_last", ""),
+                    )
                 )
             )
             score = float(scores[i])

@@ -85,7 +85,8 @@ class DirectionSearch(SearchSettings):
     skip_repeating: bool = True
     """A candidate that repeats itself (a word piece or a word over and over, a word 3-gram
     twice, one long word three times, a question opening as the question before it, a short
-    unit that differs from an earlier one in one word: ``text.normalize.repeats_itself``) is
+    unit that differs from an earlier one in one word, a third unit in a row opening with the
+    same three words: ``text.normalize.repeats_itself``) is
     not kept for its score, as a repeat of an earlier unit is not. ``false``: only repeats of
     earlier units are (docs/evaluation/quality.md)."""
 

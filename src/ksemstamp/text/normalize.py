@@ -100,6 +100,9 @@ SHORT_UNIT = 4
 """Units of at most this many words are compared whole with the text's earlier ones
 (``repeats_itself``): under it a 3-gram rule sees too little of a unit."""
 _BLANK = "*"
+OPENING = 3
+"""A unit that opens with the same this many words as each of the two units before it repeats
+a template (``repeats_itself``); a third unit in a row in about 3,000 of human news."""
 
 
 def repeats_itself(
@@ -107,10 +110,11 @@ def repeats_itself(
     before: str = "",
     history: Iterable[str] = (),
     said: set[tuple[str, ...]] | None = None,
+    earlier: str = "",
 ) -> bool:
     """Whether a candidate unit reads as degenerate, the way a small LM's text runs away
-    (``before``: the unit before it; ``history``: the text's units so far, as
-    ``sentence_key`` gives them):
+    (``before``: the unit before it; ``earlier``: the unit before that; ``history``: the
+    text's units so far, as ``sentence_key`` gives them):
 
     - a word piece three or more times in a row ("LabLabLab"), or a word ("E.E.E.", "very,
       very, very");
@@ -126,7 +130,9 @@ def repeats_itself(
     - one word of five or more letters three times in the unit, or twice in it and once in the
       unit before;
     - a question that opens with the same two words as the unit before it, itself a question
-      ("What's the impact? What's the message?").
+      ("What's the impact? What's the message?");
+    - the third unit in a row to open with the same three words (``OPENING``: "He is not King
+      John. He is not King George. He is not ...", a template that goes on).
 
     ``said``: ``said_grams(history)``, when the caller judges many candidates against one
     history. Generation does not keep such a candidate for its score (``marks.direction``);
@@ -153,6 +159,12 @@ def repeats_itself(
         mine = words.count(word)
         if len(word) >= 5 and (mine >= 3 or (mine == 2 and word in previous)):
             return True
+    opening = words[:OPENING]
+    if (
+        len(opening) == OPENING
+        and previous[:OPENING] == opening == _WORDS.findall(earlier.lower())[:OPENING]
+    ):
+        return True
     asks = unit.rstrip().endswith("?") and before.rstrip().endswith("?")
     return asks and words[:2] == previous[:2]
 
