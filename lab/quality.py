@@ -17,8 +17,11 @@ the prompts both hold:
   2-grams over all of them (means);
 - degeneration (``degeneration``), counted for plain and marked texts alike: runs of a repeated
   word piece ("LabLabLab", "the the the"), a unit said twice, three or more questions in a row
-  that open alike ("What's the impact? What's the message? What's the award?"), and words
-  glued from words the text uses apart ("pastComm", "ChinaPet").
+  that open alike ("What's the impact? What's the message? What's the award?"), words
+  glued from words the text uses apart ("pastComm", "ChinaPet"), and four or more units in a
+  row on one template, the same first three words ("He is not King John. He is not King
+  Harry. He is not King Fiona."; counted since 2026-12-07: rows measured before hold no
+  figure for it).
 
 The rule a design is held to (docs/evaluation/quality.md): ratio at most 1.05 with the interval's
 upper end at most 1.20, and no more degenerate texts than plain sampling.
@@ -77,7 +80,26 @@ def degeneration(text: str) -> dict[str, int]:
         "repeated_units": repeated,
         "question_runs": runs,
         "glued": len(glued(text)),
+        "template_runs": template_runs(text),
     }
+
+
+TEMPLATE_RUN = 4
+"""Units in a row on one template that read as degenerate: human news has runs of three
+("I remember the smiles. I remember the hugs. I remember the couples ..."), in 6 of 378 `val`
+articles, and one of four (a column's "From a man ..." anaphora)."""
+
+
+def template_runs(text: str) -> int:
+    """Runs of ``TEMPLATE_RUN`` or more units of ``text`` in a row that open with the same three
+    words."""
+    openings = [tuple(re.findall(r"\w+", u.lower())[:3]) for u in UNIT.findall(text)]
+    openings = [o for o in openings if o]
+    runs = run = 0
+    for i, opening in enumerate(openings):
+        run = run + 1 if i and len(opening) == 3 and opening == openings[i - 1] else 1
+        runs += run == TEMPLATE_RUN
+    return runs
 
 
 def glued(text: str) -> list[str]:
@@ -192,12 +214,12 @@ def markdown(rows: dict[str, dict]) -> str:
     lines = [
         "| check | texts | oracle perplexity / plain [95%] | > 2x plain | generator's own / plain "
         "[95%] | repeated 3-grams | distinct 2-grams | degenerate texts (runs, repeats, "
-        "questions, glued) |",
+        "questions, glued, templates) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows.values():
         kinds = row["degenerate_by_kind"]
-        counts = ", ".join(str(kinds.get(k, 0)) for k in DEGENERATION_KINDS)
+        counts = ", ".join(str(kinds.get(k, "-")) for k in DEGENERATION_KINDS)
         above = "-" if row.get("above_twice_plain") is None else f"{row['above_twice_plain']:.2f}"
         lines.append(
             f"| `{row['name']}` | {row['texts']} | {_ratio_cell(row.get('oracle_ratio'))} "
@@ -208,7 +230,7 @@ def markdown(rows: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-DEGENERATION_KINDS = ("piece_runs", "repeated_units", "question_runs", "glued")
+DEGENERATION_KINDS = ("piece_runs", "repeated_units", "question_runs", "glued", "template_runs")
 
 
 def plot(rows: dict[str, dict], path: Path) -> None:
