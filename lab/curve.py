@@ -217,7 +217,7 @@ def curve(
     table = markdown(rows, base, baseline)
     (folder / "curve.md").write_text(table)
     data = {"rows": rows, "plain": base and base.get("perplexity_median"), "kgw": baseline}
-    (folder / "curve.json").write_text(json.dumps(data, indent=1) + "\n")
+    (folder / "curve.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
     plot(rows, folder / "curve.png", base and base.get("perplexity_median"), by)
     print(table, end="")
     return 0

@@ -194,7 +194,7 @@ def quality(quality: QualitySettings | None = None) -> int:
         rows[name] = row
     out = Path(settings.output)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "quality.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "quality.json").write_text(json.dumps(rows, separators=(",", ":")) + "\n")
     table = markdown(rows)
     (out / "quality.md").write_text(table)
     plot(rows, out / "quality.png")
