@@ -267,9 +267,10 @@ results-steering: setup
 	$(LAB) leakage --names plain24,c032k12,w050,w075 \
 		--output docs/evaluation/steering/leakage
 
-# Strength without distortion (docs/evaluation/quality.md): plain sampling, the default (r075:
+# Strength without distortion (docs/evaluation/quality.md): plain sampling, the default (o075:
 # the 75% most fluent, steered among plausible tokens at 0.75, the repetition rule for short
-# units; t075: the same, made before that rule: docs/results.md says at which commits), the
+# units and templates; r075 and t075: the same, made before the rule for templates and before
+# both: docs/results.md says at which commits), the
 # same at 0.5 (d075, the default before it), the same unsteered (f075, the default before that), the one before
 # (c032: unsteered, every candidate ranked) and the steered design every candidate ranked
 # (q050) on 48 val prompts; the more fluent half and 90% (f050,
@@ -292,7 +293,12 @@ results-quality: setup
 	$(LAB) check --run.name t075 --run.prompts 48 --search.steer 0.75 --run.stage edits
 	$(LAB) check --run.name r075 --run.prompts 48 --search.steer 0.75
 	$(LAB) check --run.name r075 --run.prompts 48 --search.steer 0.75 --run.attack bigram
+	$(LAB) check --run.name r075 --run.prompts 48 --search.steer 0.75 --run.attack recursive
 	$(LAB) check --run.name r075 --run.prompts 48 --search.steer 0.75 --run.stage edits
+	$(LAB) check --run.name o075 --run.prompts 48 --search.steer 0.75
+	$(LAB) check --run.name o075 --run.prompts 48 --search.steer 0.75 --run.attack bigram
+	$(LAB) check --run.name o075 --run.prompts 48 --search.steer 0.75 --run.attack recursive
+	$(LAB) check --run.name o075 --run.prompts 48 --search.steer 0.75 --run.stage edits
 	$(LAB) check --run.name d075 --run.prompts 48 $(D075) --run.stage edits
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED)
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED) --run.attack recursive
@@ -308,9 +314,9 @@ results-quality: setup
 	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 $(ALL) --run.stage detect
 	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false $(ALL) --run.stage generate
 	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false $(ALL) --run.stage detect
-	$(LAB) quality --quality.names d075,t075,r075,s075,f075,f090,f050,c032,q050,p050 --quality.plain plain48 \
+	$(LAB) quality --quality.names d075,t075,r075,s075,f075,f090,f050,c032,q050,p050,o075 --quality.plain plain48 \
 		--quality.output docs/evaluation/quality
-	for name in plain48 d075 t075 r075 f075 f090 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
+	for name in plain48 d075 t075 r075 o075 f075 f090 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
 		$(PY) -m json.tool --compact runs/lab/check-$$name/summary.json \
 			docs/evaluation/quality/$$name/summary.json || exit 1; done
 
