@@ -404,6 +404,9 @@ def test_both_hugging_face_engines_steer_alike_with_the_mark_s_bias():
         ("She is also known as Lady E.E.E.", "", True),
         ("No, no, no, he said.", "", True),
         ("China.", "It's all about China.", True),
+        ("Brazil, Mexico, Spain, Mexico,", "FIFA Cup: Brazil, Brazil,", True),  # run across the cut
+        ("Brazil beat Mexico,", "The final: Brazil,", False),
+        ("Brazil, Mexico, Spain,", "Brazil, Brazil, they sang.", False),  # the run ended before
         ("China and India.", "It's all about China.", False),
         ("It cost $1,000,000,000 in all,", "", False),
         ("The council met on Monday and approved the budget for schools.", "", False),

@@ -117,7 +117,8 @@ def repeats_itself(
     text's units so far, as ``sentence_key`` gives them):
 
     - a word piece three or more times in a row ("LabLabLab"), or a word ("E.E.E.", "very,
-      very, very");
+      very, very"), the run's start in the unit before included ("Brazil, Brazil," then
+      "Brazil, Mexico,");
     - a unit of at most two words that only echoes the end of the unit before ("China."
       after "It's all about China.");
     - a unit of three or four words (``SHORT_UNIT``) that differs in at most one word from an
@@ -137,7 +138,7 @@ def repeats_itself(
     ``said``: ``said_grams(history)``, when the caller judges many candidates against one
     history. Generation does not keep such a candidate for its score (``marks.direction``);
     detection scores every unit as it is."""
-    if _PIECE_RUN.search(unit) or _WORD_RUN.search(unit):
+    if _PIECE_RUN.search(unit) or _runs_on(unit, before):
         return True
     words = [w.lower() for w in _WORDS.findall(unit)]
     previous = [w.lower() for w in _WORDS.findall(before)]
@@ -167,6 +168,14 @@ def repeats_itself(
         return True
     asks = unit.rstrip().endswith("?") and before.rstrip().endswith("?")
     return asks and words[:2] == previous[:2]
+
+
+def _runs_on(unit: str, before: str) -> bool:
+    """Whether ``unit`` holds a run of one word (``_WORD_RUN``) or carries on one that the last
+    two words of ``before`` begin ("Brazil, Brazil," then "Brazil, Mexico,")."""
+    tail = " ".join(before.split()[-2:])
+    joined = f"{tail} {unit}" if tail else unit
+    return any(m.end() > len(joined) - len(unit) for m in _WORD_RUN.finditer(joined))
 
 
 def said_grams(history: Iterable[str]) -> set[tuple[str, ...]]:
