@@ -106,6 +106,8 @@ def golden_text(value) -> str:
     def compact(v) -> str:
         return json.dumps(v, sort_keys=True, separators=(",", ":"))
 
+    if isinstance(value, list) and value:
+        return "[\n" + ",\n".join(compact(v) for v in value) + "\n]\n"
     if not isinstance(value, dict):
         return compact(value) + "\n"
     parts = []
@@ -125,6 +127,8 @@ def test_a_fixture_file_reads_back_as_what_was_recorded():
     lines = golden_text(value).splitlines()
     assert '{"x":1.5,"y":[1,2]},' in lines and '{"x":null}' in lines
     assert json.loads(golden_text([1, 2])) == [1, 2]
+    assert golden_text([{"x": 1}, None]).splitlines() == ["[", '{"x":1},', "null", "]"]
+    assert json.loads(golden_text([])) == []
 
 
 def _check(name: str, actual, rel: float = 1e-9, abs_: float = 1e-12) -> None:

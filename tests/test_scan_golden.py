@@ -20,6 +20,7 @@ import pytest
 from ksemstamp.detection.scan import combined_test
 from ksemstamp.detection.spans import score_covariance
 from ksemstamp.detection.stats import normal_sf
+from tests.test_golden import golden_text
 
 GOLDEN = Path(__file__).parent / "golden" / "scan.json"
 RECORD = os.environ.get("KSEMSTAMP_RECORD_GOLDEN") == "1"
@@ -74,7 +75,7 @@ def _check(got: dict | None, want: dict | None) -> None:
 def test_one_text_at_a_time_gives_the_recorded_p_values():
     got = [_record(combined_test(s, c, p, seed)) for s, c, p, seed in texts()]
     if RECORD:
-        GOLDEN.write_text(json.dumps(got, indent=0) + "\n")
+        GOLDEN.write_text(golden_text(got))
     want = json.loads(GOLDEN.read_text())
     assert len(got) == len(want) == len(UNITS) * len(MARKS)
     for g, w in zip(got, want, strict=True):
