@@ -58,16 +58,16 @@ class DirectionSearch(SearchSettings):
     own score, a candidate that restates an earlier high-scoring unit wins often, and the units
     of a text then move together under the key: they count like far fewer independent ones and
     the text's z stays low."""
-    steer: Annotated[float, Range(0, MAX_STEER)] = 0.75
+    steer: Annotated[float, Range(0, MAX_STEER)] = 1.0
     """While candidates are sampled, every word token's logit gains this many standard
     deviations of its meaning's projection on the key's direction for the context being
     written toward (the previous unit's, then, from the first pruning check, each row's own
     text so far: ``generation.steering``), among the entries the LM finds plausible at each
     step (``sampling.steer_plausible``), so that candidates start nearer the key and more of
-    the mark outlasts a paraphrase. On 48 ``val`` prompts x 3 keys (three samples) 0.75 kept
-    perplexity at 0.88, 0.92 and 0.94 of plain sampling's, and 0.88 (worst key 0.81), 0.83
-    (0.75) and 0.83 (0.75) of texts at p <= 1% after a paraphrase; 0.5: 0.87, 0.83 (0.62)
-    (docs/evaluation/quality.md). ``0``: candidates are sampled
+    the mark outlasts a paraphrase. On 48 ``val`` prompts x 3 keys 1.0 kept perplexity at
+    0.90 of plain sampling's and 0.85 (worst key 0.75) of texts at p <= 1% after a paraphrase;
+    0.75 (three samples): 0.88, 0.92 and 0.94, and 0.88 (0.81), 0.83 (0.75) and 0.83 (0.75);
+    0.5: 0.87 and 0.83 (0.62) (docs/evaluation/quality.md). ``0``: candidates are sampled
     as the LM alone would (``configs/ksemstamp-unsteered.yaml``). Detection does not depend on
     it. vLLM in this process steers inside its sampler (``generation.vllm_steer``); an
     engine that takes one bias per request (``openai``, vLLM over several GPUs) is not
