@@ -280,8 +280,8 @@ results-steering: setup
 # from the docs.
 ALL := --search.fluent_share 1
 UNSTEERED := --search.steer 0
-# d075 and the engines' w012 were the default of their time, steered at 0.5; t075 (0.75) is the
-# default since.
+# d075 and the engines' w012 were the default of their time, steered at 0.5; t075, r075 and o075
+# at 0.75; n100 (1.0, the default's steer) is the default since 2026-12-07.
 D075 := --search.steer 0.5
 results-quality: setup
 	$(LAB) check --run.name plain48 --run.prompts 48 --run.plain true
@@ -299,6 +299,9 @@ results-quality: setup
 	$(LAB) check --run.name o075 --run.prompts 48 --search.steer 0.75 --run.attack bigram
 	$(LAB) check --run.name o075 --run.prompts 48 --search.steer 0.75 --run.attack recursive
 	$(LAB) check --run.name o075 --run.prompts 48 --search.steer 0.75 --run.stage edits
+	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0
+	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.attack recursive
+	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.stage edits
 	$(LAB) check --run.name d075 --run.prompts 48 $(D075) --run.stage edits
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED)
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED) --run.attack recursive
@@ -314,9 +317,9 @@ results-quality: setup
 	$(LAB) check --run.name q050 --run.prompts 48 --search.steer 0.5 $(ALL) --run.stage detect
 	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false $(ALL) --run.stage generate
 	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false $(ALL) --run.stage detect
-	$(LAB) quality --quality.names d075,t075,r075,s075,f075,f090,f050,c032,q050,p050,o075 --quality.plain plain48 \
+	$(LAB) quality --quality.names d075,t075,r075,s075,f075,f090,f050,c032,q050,p050,o075,n100 --quality.plain plain48 \
 		--quality.output docs/evaluation/quality
-	for name in plain48 d075 t075 r075 o075 f075 f090 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
+	for name in plain48 d075 t075 r075 o075 n100 f075 f090 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
 		$(PY) -m json.tool --compact runs/lab/check-$$name/summary.json \
 			docs/evaluation/quality/$$name/summary.json || exit 1; done
 
