@@ -301,7 +301,12 @@ results-quality: setup
 	$(LAB) check --run.name o075 --run.prompts 48 --search.steer 0.75 --run.stage edits
 	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0
 	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.attack recursive
+	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.attack rewrite
+	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.attack bigram
 	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.stage edits
+	$(LAB) subset --subset.source n100 --subset.name n100z --subset.prompts 48
+	for stage in detect edits; do $(LAB) check --run.name n100z --run.prompts 48 --search.steer 1.0 \
+		--detection.scan false --run.stage $$stage || exit 1; done
 	$(LAB) check --run.name d075 --run.prompts 48 $(D075) --run.stage edits
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED)
 	$(LAB) check --run.name f075 --run.prompts 48 $(UNSTEERED) --run.attack recursive
