@@ -304,6 +304,7 @@ results-quality: setup
 	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.attack rewrite
 	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.attack bigram
 	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.stage edits
+	$(LAB) check --run.name k100 --run.prompts 48 --search.steer 1.0 --search.prune_tokens 6
 	$(LAB) subset --subset.source n100 --subset.name n100z --subset.prompts 48
 	for stage in detect edits; do $(LAB) check --run.name n100z --run.prompts 48 --search.steer 1.0 \
 		--detection.scan false --run.stage $$stage || exit 1; done
