@@ -305,6 +305,8 @@ results-quality: setup
 	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.attack bigram
 	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.stage edits
 	$(LAB) check --run.name k100 --run.prompts 48 --search.steer 1.0 --search.prune_tokens 6
+	$(LAB) check --run.name n24 --run.prompts 48 --search.steer 1.0 --search.max_candidates 24
+	$(LAB) check --run.name n48 --run.prompts 48 --search.steer 1.0 --search.max_candidates 48 --search.candidate_batch 48
 	$(LAB) subset --subset.source n100 --subset.name n100z --subset.prompts 48
 	for stage in detect edits; do $(LAB) check --run.name n100z --run.prompts 48 --search.steer 1.0 \
 		--detection.scan false --run.stage $$stage || exit 1; done
