@@ -300,9 +300,8 @@ results-quality: setup
 	$(LAB) check --run.name o075 --run.prompts 48 --search.steer 0.75 --run.attack recursive
 	$(LAB) check --run.name o075 --run.prompts 48 --search.steer 0.75 --run.stage edits
 	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0
-	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.attack recursive
-	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.attack rewrite
-	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.attack bigram
+	for a in recursive rewrite bigram fewshot; do $(LAB) check --run.name n100 --run.prompts 48 \
+		--search.steer 1.0 --run.attack $$a || exit 1; done
 	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.stage edits
 	$(LAB) check --run.name k100 --run.prompts 48 --search.steer 1.0 --search.prune_tokens 6
 	$(LAB) check --run.name n24 --run.prompts 48 --search.steer 1.0 --search.max_candidates 24
