@@ -303,6 +303,8 @@ results-quality: setup
 	for a in recursive rewrite bigram fewshot; do $(LAB) check --run.name n100 --run.prompts 48 \
 		--search.steer 1.0 --run.attack $$a || exit 1; done
 	$(LAB) check --run.name n100 --run.prompts 48 --search.steer 1.0 --run.stage edits
+	for a in reword recursive; do $(LAB) check --run.name n100b --run.prompts 48 --search.steer 1.0 \
+		--sampling.seed 1 --run.attack $$a || exit 1; done
 	$(LAB) check --run.name k100 --run.prompts 48 --search.steer 1.0 --search.prune_tokens 6
 	$(LAB) check --run.name n24 --run.prompts 48 --search.steer 1.0 --search.max_candidates 24
 	$(LAB) check --run.name n48 --run.prompts 48 --search.steer 1.0 --search.max_candidates 48 --search.candidate_batch 48
@@ -326,7 +328,7 @@ results-quality: setup
 	$(LAB) check --run.name p050 --run.prompts 48 --search.steer 0.5 --search.skip_repeating false $(ALL) --run.stage detect
 	$(LAB) quality --quality.names d075,t075,r075,s075,f075,f090,f050,c032,q050,p050,o075,n100 --quality.plain plain48 \
 		--quality.output docs/evaluation/quality
-	for name in plain48 d075 t075 r075 o075 n100 f075 f090 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
+	for name in plain48 d075 t075 r075 o075 n100 n100b f075 f090 f050 c032 q050 p050; do mkdir -p docs/evaluation/quality/$$name && \
 		$(PY) -m json.tool --compact runs/lab/check-$$name/summary.json \
 			docs/evaluation/quality/$$name/summary.json || exit 1; done
 
